@@ -1,0 +1,86 @@
+# Spark-native Kafka audit suite. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON_BOOT ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+SITE        := $(VENV)/lib/python3.11/site-packages
+MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
+PROTOS      := $(shell find controlplane/proto -name '*.proto')
+PYTEST_ARGS ?=
+
+.PHONY: help setup venv jars proto build kafka-up kafka-down run demo test test-unit lint format bench-audit clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+setup: venv jars proto build ## install everything: Python venv, JVM jars, generated protos, job zip
+
+venv: $(VENV)/.installed ## Python virtual environment with the pinned dependencies
+
+$(VENV)/.installed: pyproject.toml
+	@echo ">> creating $(VENV) and installing the pinned Python dependencies"
+	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))' > $(VENV)/requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	@# The repo root and the generated protos are importable from the venv without an install step.
+	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $(SITE)/uatu-local.pth
+	touch $@
+
+jars: var/jars/.installed ## Spark Kafka connector, Delta and the Kafka broker from Maven Central
+
+var/jars/.installed: jvm/pom.xml jvm/settings.xml $(VENV)/.installed
+	@echo ">> resolving JVM artifacts from Maven Central (jvm/pom.xml)"
+	rm -rf var/jars/spark var/jars/kafka
+	$(MVN) -P spark-jars dependency:copy-dependencies
+	$(MVN) -P kafka dependency:copy-dependencies
+	@# pyspark ships Spark, Hadoop, Jackson and Scala; keep only what it lacks.
+	$(PY) -m tools.prune_jars var/jars/spark $(SITE)/pyspark/jars
+	touch $@
+
+proto: build/gen/.generated ## generate Python code from controlplane/proto (never edit it by hand)
+
+build/gen/.generated: $(PROTOS) $(VENV)/.installed
+	@echo ">> generating protobuf and gRPC stubs into build/gen"
+	rm -rf build/gen && mkdir -p build/gen
+	$(PY) -m grpc_tools.protoc -I controlplane/proto --python_out=build/gen --pyi_out=build/gen --grpc_python_out=build/gen $(PROTOS)
+	@# Regular packages (not namespace ones) so the generated code imports from a zip too.
+	find build/gen -type d -exec touch {}/__init__.py \;
+	touch $@
+
+build: build/uatu-jobs.zip ## zip of jobs/ and the generated protos for spark-submit --py-files
+
+build/uatu-jobs.zip: build/gen/.generated $(shell find jobs -name '*.py')
+	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu
+
+kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)
+	$(PY) -m tools.kafka_broker up --dir var/kafka --port 9092
+
+kafka-down: ## stop the broker started by kafka-up
+	$(PY) -m tools.kafka_broker down --dir var/kafka
+
+run: setup ## demo: own broker, demo stream, audit job once (--once), print audit_counts
+	$(PY) -m tools.demo
+
+test: setup ## run the whole test suite (unit and integration)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup ## only the fast tests (no broker)
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+lint: setup ## ruff lint + format check, mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: venv ## apply ruff fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M records
+	$(PY) -m bench.audit_bench
+
+clean: ## remove build output and local data (keeps the venv and the jars)
+	rm -rf build var/warehouse var/checkpoints var/kafka var/demo

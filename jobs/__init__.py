@@ -1,0 +1,1 @@
+"""Spark Structured Streaming jobs, one package per uForwarder JobType; `main.py` dispatches."""

@@ -1,0 +1,2 @@
+"""JOB_TYPE_KAFKA_AUDIT: per topic, partition and event-time window, how many records arrived,
+how many were unique, how many bytes, how late; written to the Delta table `audit_counts`."""

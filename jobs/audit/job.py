@@ -1,0 +1,147 @@
+"""KAFKA_AUDIT entry module: Kafka topic -> Delta tables `audit_counts` and `audit_keys`.
+
+Source: the JobGroup's kafka_consumer_task_group topic, every partition, read by Spark's Kafka
+source from `starting_offsets` (earliest unless auto_offset_reset_policy is LATEST), at most
+flow_control.messages_per_sec on average (maxOffsetsPerTrigger = rate x trigger interval).
+
+Sink: Delta MERGE into `audit_counts` (schema in `jobs/audit/tables.py`), one row per cluster,
+topic, partition, audit type, interval and window. Every micro-batch updates the windows its
+records fall in, so late records update their window (and are counted in late_count) instead
+of being dropped.
+
+Guarantee: exactly-once per checkpoint. Offsets are in the checkpoint; each batch's writes are
+idempotent Delta transactions keyed by (query id, batch id). Killing the driver at any point
+and restarting on the same checkpoint yields the same counts as an uninterrupted run.
+Latency columns are the one exception by nature: they are measured against the wall clock of
+the batch that audited the record.
+
+Trigger: AvailableNow with --once (process what is there, write, exit 0), else every
+trigger interval until stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.audit import tables
+from jobs.audit.spec import AuditSpec, audit_spec
+from jobs.audit.transforms import (
+    assign_windows,
+    audit_records,
+    new_keys,
+    window_keys,
+    window_partials,
+    with_new_unique_counts,
+)
+from jobs.common.jobgroup import JobGroup
+from jobs.common.kafka_source import kafka_read_options
+from jobs.common.runner import QuerySettings, run_query, streaming_query_id
+from jobs.common.session import build_session
+from jobs.common.settings import Settings
+
+log = logging.getLogger("uatu.audit")
+
+
+def prepare(group: JobGroup, settings: Settings) -> AuditSpec:
+    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
+    return audit_spec(group, settings)
+
+
+def source_topic(spec: AuditSpec) -> tuple[str, str, str]:
+    """(field, topic, cluster name) to check for existence before starting."""
+    return "kafka_consumer_task_group.topic", spec.source_topic, spec.source_cluster.name
+
+
+def build_stream(spark: SparkSession, spec: AuditSpec) -> DataFrame:
+    options = kafka_read_options(
+        spec.source_cluster,
+        spec.source_topic,
+        starting_offsets=spec.starting_offsets,
+        read_committed=spec.read_committed,
+        max_offsets_per_trigger=spec.max_offsets_per_trigger(),
+        group_id_prefix=spec.consumer_group,
+        include_headers=spec.needs_headers,
+    )
+    # current_timestamp() in a streaming plan is the micro-batch timestamp, which the offset
+    # log stores: a batch replayed after a crash gets the same audit time.
+    return (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
+        .withColumn("audit_ts", F.current_timestamp())
+        .transform(
+            audit_records,
+            cluster=spec.audited_cluster,
+            topic=spec.audited_topic,
+            event_time=spec.event_time,
+            dedupe_key=spec.dedupe_key,
+            max_future_skew_seconds=spec.max_future_skew_seconds,
+        )
+    )
+
+
+class AuditBatchWriter:
+    """foreachBatch function: fold one micro-batch into the audit tables, exactly once."""
+
+    def __init__(self, spec: AuditSpec) -> None:
+        self.spec = spec
+        self._app_id: str | None = None
+
+    def app_id(self, spark: SparkSession) -> str:
+        if self._app_id is None:
+            self._app_id = f"uatu-audit-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+        return self._app_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        spec = self.spec
+        app_id = self.app_id(spark)
+        cached: list[DataFrame] = []
+
+        def keep(df: DataFrame) -> DataFrame:
+            cached.append(df.persist())
+            return df
+
+        try:
+            windowed = keep(batch).transform(
+                assign_windows, spec.windows, spec.allowed_lateness_seconds
+            )
+            partials = window_partials(windowed, spec.hll_lg_config_k)
+            if spec.has_exact_audit:
+                batch_keys = keep(window_keys(windowed))
+                known = tables.known_keys(spark, spec.audit_keys_path, batch_keys, batch_id)
+                fresh = keep(new_keys(batch_keys, known))
+                tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
+                partials = with_new_unique_counts(partials, fresh)
+            else:
+                partials = partials.withColumn("new_unique_count", F.lit(0).cast("long"))
+            tables.merge_counts(spark, keep(partials), spec.audit_counts_path, app_id, batch_id)
+        finally:
+            for df in cached:
+                df.unpersist()
+
+
+def run(spec: AuditSpec, *, once: bool) -> int:
+    spark = build_session(spec.query_name)
+    tables.ensure_tables(spark, spec.audit_counts_path, spec.audit_keys_path)
+    log.info(
+        "auditing %s/%s (%s) into %s: %s",
+        spec.source_cluster.name,
+        spec.source_topic,
+        spec.source_cluster.bootstrap_servers,
+        spec.audit_counts_path,
+        ", ".join(f"{w.audit_type}/{w.interval_seconds}s" for w in spec.windows),
+    )
+    return run_query(
+        build_stream(spark, spec),
+        AuditBatchWriter(spec),
+        QuerySettings(
+            name=spec.query_name,
+            checkpoint=spec.checkpoint_path,
+            once=once,
+            trigger_interval_seconds=spec.trigger_interval_seconds,
+        ),
+    )

@@ -1,0 +1,214 @@
+"""The audit job's settings, derived once from a validated JobGroup.
+
+`audit_spec(group, settings)` checks every audit-specific field and returns an immutable
+`AuditSpec`; the rest of the job reads only the spec, never the proto.
+
+Defaults (all overridable through `uatu.v1.JobOptions` in the JobGroup's `extension`):
+
+=========================  ======================================================
+event time                 the Kafka record timestamp
+dedupe key                 64-bit xxhash of key bytes and value bytes
+allowed lateness           the audit interval (records later than that are still
+                           counted in their window, and also in `late_count`)
+max future skew            86400 s (later event times are "not usable")
+HLL lgConfigK              12 (about 1.6 % standard error)
+trigger interval           10 s for streaming runs
+starting offsets           earliest (auto_offset_reset_policy LATEST -> latest)
+output                     <warehouse>/audit_counts and <warehouse>/audit_keys
+checkpoint                 <checkpoints>/<job_group_id>
+=========================  ======================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uatu.v1 import job_options_pb2
+from uber.data.kafka.datatransfer import job_pb2
+
+from jobs.common.errors import InvalidJobGroup
+from jobs.common.jobgroup import JobGroup, job_options, require_cluster
+from jobs.common.settings import ClusterConfig, Settings
+
+SUPPORTED_AUDIT_TYPES = ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
+
+EVENT_TIME_SOURCES = ("kafka_timestamp", "header", "json_field")
+DEDUPE_KEY_SOURCES = ("key_and_value", "header", "json_field")
+
+_SOURCE_NAMES = {
+    job_options_pb2.FIELD_SOURCE_KAFKA_TIMESTAMP: "kafka_timestamp",
+    job_options_pb2.FIELD_SOURCE_KEY_AND_VALUE: "key_and_value",
+    job_options_pb2.FIELD_SOURCE_HEADER: "header",
+    job_options_pb2.FIELD_SOURCE_JSON_FIELD: "json_field",
+}
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """Where a value comes from: `source` is one of the *_SOURCES names; `name` the field."""
+
+    source: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class AuditWindow:
+    """One AuditConfig: an audit type and its tumbling event-time window length."""
+
+    audit_type: str
+    interval_seconds: int
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    job_group_id: str
+    source_cluster: ClusterConfig
+    source_topic: str
+    consumer_group: str
+    # Labels written to the table; the audit_task_group's when given, else the source's.
+    audited_cluster: str
+    audited_topic: str
+    windows: tuple[AuditWindow, ...]
+    event_time: FieldRef
+    dedupe_key: FieldRef
+    allowed_lateness_seconds: int | None  # None: the window's own interval
+    max_future_skew_seconds: int
+    hll_lg_config_k: int
+    starting_offsets: str
+    read_committed: bool
+    max_messages_per_sec: float  # 0 = unlimited
+    trigger_interval_seconds: int
+    audit_counts_path: str
+    audit_keys_path: str
+    checkpoint_path: str
+
+    @property
+    def query_name(self) -> str:
+        return f"audit-{self.job_group_id}"
+
+    @property
+    def needs_headers(self) -> bool:
+        return "header" in (self.event_time.source, self.dedupe_key.source)
+
+    @property
+    def has_exact_audit(self) -> bool:
+        return any(w.audit_type == "AUDIT_TYPE_EXACT_UNIQ" for w in self.windows)
+
+    def max_offsets_per_trigger(self) -> int | None:
+        """Records per micro-batch that keep the rate at or under messages_per_sec."""
+        if self.max_messages_per_sec <= 0:
+            return None
+        return max(1, int(self.max_messages_per_sec * self.trigger_interval_seconds))
+
+
+def _field_ref(
+    spec: job_options_pb2.FieldSpec, field: str, allowed: tuple[str, ...], default: str
+) -> FieldRef:
+    if spec.source == job_options_pb2.FIELD_SOURCE_DEFAULT:
+        return FieldRef(default)
+    name = _SOURCE_NAMES.get(spec.source)
+    if name not in allowed:
+        source_name = job_options_pb2.FieldSource.Name(spec.source)
+        raise InvalidJobGroup(f"{field}.source", source_name, f"must be one of {allowed}")
+    if name in ("header", "json_field") and not spec.field.strip():
+        raise InvalidJobGroup(f"{field}.field", spec.field, f"required when source is {name}")
+    return FieldRef(name, spec.field.strip())
+
+
+def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
+    configs = group.kafka_consumer_task_group.audit_metadata.audit_configs
+    if not configs:
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.audit_metadata.audit_configs",
+            [],
+            "at least one AuditConfig is required",
+        )
+    windows = []
+    for i, config in enumerate(configs):
+        field = f"kafka_consumer_task_group.audit_metadata.audit_configs[{i}]"
+        type_name = job_pb2.AuditType.Name(config.audit_type)
+        if config.audit_type == job_pb2.AUDIT_TYPE_INVALID:
+            raise InvalidJobGroup(f"{field}.audit_type", type_name, "an audit type is required")
+        if type_name not in SUPPORTED_AUDIT_TYPES:
+            raise InvalidJobGroup(
+                f"{field}.audit_type", type_name, f"this job supports {SUPPORTED_AUDIT_TYPES}"
+            )
+        if config.audit_interval_in_seconds <= 0:
+            raise InvalidJobGroup(
+                f"{field}.audit_interval_in_seconds",
+                config.audit_interval_in_seconds,
+                "must be > 0",
+            )
+        window = AuditWindow(type_name, config.audit_interval_in_seconds)
+        if window in windows:
+            raise InvalidJobGroup(field, f"{type_name}/{window.interval_seconds}s", "duplicate")
+        windows.append(window)
+    return tuple(windows)
+
+
+def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
+    """Validate the audit-specific parts of `group` (common checks already passed)."""
+    source = group.kafka_consumer_task_group
+    cluster = require_cluster("kafka_consumer_task_group.cluster", source.cluster, settings.clusters)
+    if source.HasField("partition_offset_ranges") or source.HasField("end_timestamp"):
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.partition_offset_ranges/end_timestamp",
+            "set",
+            "bounded ranges are not supported by the audit job; use --once for a bounded run",
+        )
+    audited_cluster, audited_topic = source.cluster, source.topic
+    if group.HasField("audit_task_group"):
+        if group.audit_task_group.cluster:
+            require_cluster("audit_task_group.cluster", group.audit_task_group.cluster,
+                            settings.clusters)
+            audited_cluster = group.audit_task_group.cluster
+        audited_topic = group.audit_task_group.topic or audited_topic
+
+    options = job_options(group)
+    audit = options.audit
+    if audit.allowed_lateness_seconds < 0:
+        raise InvalidJobGroup(
+            "extension.audit.allowed_lateness_seconds", audit.allowed_lateness_seconds, "must be >= 0"
+        )
+    if audit.max_future_skew_seconds < 0:
+        raise InvalidJobGroup(
+            "extension.audit.max_future_skew_seconds", audit.max_future_skew_seconds, "must be >= 0"
+        )
+    lg_k = audit.hll_lg_config_k or 12
+    if not 4 <= lg_k <= 21:
+        raise InvalidJobGroup("extension.audit.hll_lg_config_k", lg_k, "must be in 4..21")
+    trigger_seconds = options.trigger.interval_seconds or 10
+    if trigger_seconds < 0:
+        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger_seconds, "must be > 0")
+
+    output = options.output
+    return AuditSpec(
+        job_group_id=group.job_group_id,
+        source_cluster=cluster,
+        source_topic=source.topic,
+        consumer_group=source.consumer_group,
+        audited_cluster=audited_cluster,
+        audited_topic=audited_topic,
+        windows=_audit_windows(group),
+        event_time=_field_ref(
+            audit.event_time, "extension.audit.event_time", EVENT_TIME_SOURCES, "kafka_timestamp"
+        ),
+        dedupe_key=_field_ref(
+            audit.dedupe_key, "extension.audit.dedupe_key", DEDUPE_KEY_SOURCES, "key_and_value"
+        ),
+        allowed_lateness_seconds=audit.allowed_lateness_seconds or None,
+        max_future_skew_seconds=audit.max_future_skew_seconds or 86400,
+        hll_lg_config_k=lg_k,
+        starting_offsets=(
+            "latest"
+            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
+            else "earliest"
+        ),
+        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+        max_messages_per_sec=group.flow_control.messages_per_sec,
+        trigger_interval_seconds=trigger_seconds,
+        audit_counts_path=output.audit_counts_path or f"{settings.warehouse}/audit_counts",
+        audit_keys_path=output.audit_keys_path or f"{settings.warehouse}/audit_keys",
+        checkpoint_path=output.checkpoint_path
+        or f"{settings.checkpoints}/{group.job_group_id}",
+    )

@@ -1,0 +1,193 @@
+"""The audit job's Delta tables and the exactly-once write of one micro-batch.
+
+`audit_counts` (one row per cluster, topic, partition, audit_type, interval and window):
+
+======================  =========  =====================================================
+column                  type       meaning
+======================  =========  =====================================================
+cluster, topic          string     the audited cluster and topic (labels)
+partition               int        Kafka partition
+audit_type              string     AUDIT_TYPE_EXACT_UNIQ or AUDIT_TYPE_APPROX_UNIQ
+audit_interval_seconds  int        window length (audit_interval_in_seconds)
+window_start/_end       timestamp  epoch-aligned tumbling event-time window [start, end)
+message_count           bigint     records placed in the window
+unique_count            bigint     exact distinct dedupe keys (EXACT) or HLL estimate
+duplicate_count         bigint     message_count - unique_count (EXACT; null for APPROX)
+bytes                   bigint     key + value bytes
+no_event_time_count     bigint     records without a usable event time (placed by the
+                                   Kafka timestamp, else by audit time; still counted)
+late_count              bigint     records that arrived after window end + lateness
+latency_p50/p95/p99_ms  double     audit time - event time, from the KLL sketch
+hll_sketch              binary     DataSketches HLL_8 of the dedupe keys (hll_union)
+latency_kll_sketch      binary     DataSketches KLL doubles of latency (kll_merge_agg_double)
+updated_at              timestamp  audit time of the last batch that touched the row
+======================  =========  =====================================================
+
+`audit_keys` holds the distinct dedupe keys of exact audits (DEDUPE_KEY + first_batch_id).
+
+Exactly-once: every write of batch N carries Delta's idempotent-write marker (txnAppId =
+the streaming query id from the checkpoint, txnVersion = N), so a batch replayed after a
+crash is skipped by a table that already committed it. New keys are computed against keys
+whose first_batch_id < N, so a replay recomputes the same unique increments even when the
+keys table committed and the counts table did not.
+"""
+
+from __future__ import annotations
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from jobs.audit.transforms import DEDUPE_KEY, WINDOW_KEY
+
+AUDIT_COUNTS_SCHEMA = StructType(
+    [
+        StructField("cluster", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("audit_type", StringType(), False),
+        StructField("audit_interval_seconds", IntegerType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("window_end", TimestampType(), False),
+        StructField("message_count", LongType(), False),
+        StructField("unique_count", LongType(), False),
+        StructField("duplicate_count", LongType(), True),
+        StructField("bytes", LongType(), False),
+        StructField("no_event_time_count", LongType(), False),
+        StructField("late_count", LongType(), False),
+        StructField("latency_p50_ms", DoubleType(), True),
+        StructField("latency_p95_ms", DoubleType(), True),
+        StructField("latency_p99_ms", DoubleType(), True),
+        StructField("hll_sketch", BinaryType(), False),
+        StructField("latency_kll_sketch", BinaryType(), True),
+        StructField("updated_at", TimestampType(), False),
+    ]
+)
+
+AUDIT_KEYS_SCHEMA = StructType(
+    [
+        StructField("cluster", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("audit_interval_seconds", IntegerType(), False),
+        StructField("window_start", TimestampType(), False),
+        StructField("dedupe_key", LongType(), False),
+        StructField("first_batch_id", LongType(), False),
+    ]
+)
+
+_EXACT = "'AUDIT_TYPE_EXACT_UNIQ'"
+_MERGED_HLL = "hll_union(t.hll_sketch, s.hll_sketch, true)"
+_MERGED_KLL = (
+    "CASE WHEN t.latency_kll_sketch IS NULL THEN s.latency_kll_sketch "
+    "WHEN s.latency_kll_sketch IS NULL THEN t.latency_kll_sketch "
+    "ELSE kll_sketch_merge_double(t.latency_kll_sketch, s.latency_kll_sketch) END"
+)
+
+
+def _quantile(sketch: str, rank: float) -> str:
+    return f"CASE WHEN {sketch} IS NULL THEN NULL ELSE kll_sketch_get_quantile_double({sketch}, {rank}) END"
+
+
+def _unique(total: str, hll: str) -> str:
+    return f"CASE WHEN s.audit_type = {_EXACT} THEN {total} ELSE hll_sketch_estimate({hll}) END"
+
+
+_ON_MATCH = {
+    "window_end": "s.window_end",
+    "message_count": "t.message_count + s.message_count",
+    "unique_count": _unique("t.unique_count + s.new_unique_count", _MERGED_HLL),
+    "duplicate_count": (
+        f"CASE WHEN s.audit_type = {_EXACT} THEN (t.message_count + s.message_count) "
+        "- (t.unique_count + s.new_unique_count) END"
+    ),
+    "bytes": "t.bytes + s.bytes",
+    "no_event_time_count": "t.no_event_time_count + s.no_event_time_count",
+    "late_count": "t.late_count + s.late_count",
+    "latency_p50_ms": _quantile(_MERGED_KLL, 0.5),
+    "latency_p95_ms": _quantile(_MERGED_KLL, 0.95),
+    "latency_p99_ms": _quantile(_MERGED_KLL, 0.99),
+    "hll_sketch": _MERGED_HLL,
+    "latency_kll_sketch": _MERGED_KLL,
+    "updated_at": "s.updated_at",
+}
+
+_ON_INSERT = {
+    **{c: f"s.{c}" for c in WINDOW_KEY},
+    "window_end": "s.window_end",
+    "message_count": "s.message_count",
+    "unique_count": _unique("s.new_unique_count", "s.hll_sketch"),
+    "duplicate_count": f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END",
+    "bytes": "s.bytes",
+    "no_event_time_count": "s.no_event_time_count",
+    "late_count": "s.late_count",
+    "latency_p50_ms": _quantile("s.latency_kll_sketch", 0.5),
+    "latency_p95_ms": _quantile("s.latency_kll_sketch", 0.95),
+    "latency_p99_ms": _quantile("s.latency_kll_sketch", 0.99),
+    "hll_sketch": "s.hll_sketch",
+    "latency_kll_sketch": "s.latency_kll_sketch",
+    "updated_at": "s.updated_at",
+}
+
+
+def ensure_tables(spark: SparkSession, counts_path: str, keys_path: str) -> None:
+    """Create both Delta tables with their fixed schemas if they do not exist yet."""
+    for path, schema in ((counts_path, AUDIT_COUNTS_SCHEMA), (keys_path, AUDIT_KEYS_SCHEMA)):
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+
+
+def known_keys(spark: SparkSession, keys_path: str, batch_keys: DataFrame, batch_id: int) -> DataFrame:
+    """Keys recorded by earlier batches, narrowed to the time range this batch touches.
+
+    The range filter lets Delta skip files by their window_start statistics.
+    """
+    bounds = batch_keys.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
+    lo, hi = bounds.first() or (None, None)
+    keys = spark.read.format("delta").load(keys_path).where(F.col("first_batch_id") < batch_id)
+    if lo is None:
+        return keys.limit(0)
+    return keys.where(F.col("window_start").between(lo, hi))
+
+
+def append_keys(fresh_keys: DataFrame, keys_path: str, app_id: str, batch_id: int) -> None:
+    (
+        fresh_keys.select(*DEDUPE_KEY)
+        .withColumn("first_batch_id", F.lit(batch_id).cast("long"))
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .save(keys_path)
+    )
+
+
+def merge_counts(
+    spark: SparkSession, partials: DataFrame, counts_path: str, app_id: str, batch_id: int
+) -> None:
+    """Fold one batch's partials (with new_unique_count) into audit_counts, once."""
+    condition = " AND ".join(f"t.{c} = s.{c}" for c in WINDOW_KEY)
+    # MERGE takes its idempotency marker from the session, not from writer options.
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    try:
+        (
+            DeltaTable.forPath(spark, counts_path)
+            .alias("t")
+            .merge(partials.alias("s"), condition)
+            .whenMatchedUpdate(set=_ON_MATCH)
+            .whenNotMatchedInsert(values=_ON_INSERT)
+            .execute()
+        )
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")

@@ -1,0 +1,1 @@
+"""Plumbing shared by every job: configuration, JobGroup validation, session and runner."""

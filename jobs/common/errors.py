@@ -1,0 +1,66 @@
+"""The named errors of the suite.
+
+Every error a user can cause with bad input names the offending field and value, so one line
+of output is enough to fix it. `exit_status` is what `jobs/main.py` exits with; the control
+plane maps the same classes to gRPC status codes in one place.
+"""
+
+from __future__ import annotations
+
+# Exit statuses of every job entry point.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the job started and failed (broker lost, Spark error, ...)
+EXIT_BAD_INPUT = 2  # nothing was started: the input or configuration is wrong
+
+
+class UatuError(Exception):
+    """Base of every error raised on purpose by this project."""
+
+    exit_status = EXIT_FAILED
+
+
+class InvalidJobGroup(UatuError):
+    """A JobGroup field has a value the job cannot run with."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid JobGroup: {field}={value!r}: {reason}")
+
+
+class UnknownCluster(InvalidJobGroup):
+    """A cluster name that conf/clusters.yaml does not define."""
+
+    def __init__(self, field: str, name: str, known: list[str]) -> None:
+        super().__init__(field, name, f"unknown cluster; clusters.yaml defines {sorted(known)}")
+
+
+class TopicNotFound(InvalidJobGroup):
+    """The topic does not exist on the cluster (checked before any Spark work)."""
+
+    def __init__(self, field: str, topic: str, cluster: str) -> None:
+        super().__init__(field, topic, f"topic does not exist on cluster {cluster!r}")
+
+
+class ClusterUnreachable(UatuError):
+    """The cluster did not answer a metadata request in time."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, cluster: str, bootstrap_servers: str, detail: str) -> None:
+        super().__init__(
+            f"cluster {cluster!r} at {bootstrap_servers} did not answer: {detail}"
+        )
+
+
+class ConfigError(UatuError):
+    """A file under conf/ is missing or malformed."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"configuration error in {path}: {reason}")

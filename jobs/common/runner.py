@@ -1,0 +1,92 @@
+"""Shared lifecycle of a streaming job: query name, checkpoint, trigger, progress, exit status.
+
+`run_query` starts a `foreachBatch` query, logs each micro-batch's progress, stops the query
+cleanly on SIGTERM or SIGINT, and turns the outcome into an exit status (0 finished or
+stopped, 1 failed). With `once=True` the trigger is AvailableNow: everything available when
+the query starts is processed, then the query ends by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.common.errors import EXIT_FAILED, EXIT_OK
+
+log = logging.getLogger("uatu.runner")
+
+BatchWriter = Callable[[DataFrame, int], None]
+
+
+@dataclass(frozen=True)
+class QuerySettings:
+    name: str
+    checkpoint: str
+    once: bool
+    trigger_interval_seconds: int = 10
+    progress_log_seconds: float = 10.0
+
+
+def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
+    """The id Spark stored in the checkpoint when the query first ran (stable across restarts)."""
+    metadata = spark.read.json(f"{checkpoint}/metadata").first()
+    if metadata is None or not metadata["id"]:
+        raise RuntimeError(f"no query id in {checkpoint}/metadata")
+    return str(metadata["id"])
+
+
+def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettings) -> int:
+    writer = (
+        stream.writeStream.queryName(settings.name)
+        .option("checkpointLocation", settings.checkpoint)
+        .foreachBatch(write_batch)
+    )
+    if settings.once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
+    query = writer.start()
+    log.info(
+        "started query %s (id %s), checkpoint %s, %s",
+        settings.name,
+        query.id,
+        settings.checkpoint,
+        "bounded run (AvailableNow)" if settings.once else "streaming until stopped",
+    )
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping query %s", signal.Signals(signum).name, settings.name)
+        query.stop()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        last_batch = -1
+        while not query.awaitTermination(settings.progress_log_seconds):
+            last_batch = _log_progress(query.lastProgress, last_batch)
+        _log_progress(query.lastProgress, last_batch)
+    except StreamingQueryException as e:
+        log.error("query %s failed: %s", settings.name, e)
+        return EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("query %s finished", settings.name)
+    return EXIT_OK
+
+
+def _log_progress(progress: dict | None, last_batch: int) -> int:
+    if not progress or progress.get("batchId", -1) == last_batch:
+        return last_batch
+    log.info(
+        "batch %s: %s records in %.1f s (%.0f records/s)",
+        progress["batchId"],
+        progress.get("numInputRows", 0),
+        progress.get("batchDuration", 0) / 1000,
+        progress.get("processedRowsPerSecond") or 0.0,
+    )
+    return int(progress["batchId"])

@@ -1,0 +1,42 @@
+"""The one place a SparkSession is built, for jobs and tests alike.
+
+Jars (Spark's Kafka connector and Delta) are on the classpath already: `spark-submit.sh`
+passes them with --jars, and tests pass `jars=` (a glob in `spark.jars`). Nothing is fetched at
+run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import SparkSession
+
+# Settings every session of the suite needs; a caller's `conf` wins over these.
+BASE_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Windows are epoch-aligned; printing them in UTC keeps what users see equal to what is stored.
+    "spark.sql.session.timeZone": "UTC",
+    # Audit batches are small aggregates; 200 shuffle partitions would mostly be scheduling overhead.
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def build_session(
+    app_name: str,
+    *,
+    master: str | None = None,
+    jars: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings = {**BASE_CONF, **(conf or {})}
+    if jars:
+        # Spark does not expand globs for local driver jars, so callers pass the files.
+        settings["spark.jars"] = ",".join(jars)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,130 @@
+"""Site configuration: where tables and checkpoints live, and how to reach each Kafka cluster.
+
+Loaded once, before any Spark work, into frozen dataclasses:
+
+* `conf/uatu.yaml` gives the Delta warehouse root and the checkpoint root; the environment
+  variables `UATU_WAREHOUSE` and `UATU_CHECKPOINTS` override them. Relative paths are relative
+  to the project root (the folder that holds `conf/`).
+* `conf/clusters.yaml` maps a logical cluster name to bootstrap servers plus Kafka client
+  properties (SASL, TLS, ...), which are passed unchanged to Spark's Kafka source and sink::
+
+      clusters:
+        local:
+          bootstrap_servers: 127.0.0.1:9092
+          properties:            # optional, any Kafka client property
+            security.protocol: PLAINTEXT
+
+The conf folder is `$UATU_CONF_DIR` if set, else `<project root>/conf`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+import yaml
+
+from jobs.common.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to reach one Kafka cluster."""
+
+    name: str
+    bootstrap_servers: str
+    properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source/sink: client properties get the `kafka.` prefix."""
+        options = {f"kafka.{k}": v for k, v in self.properties.items()}
+        options["kafka.bootstrap.servers"] = self.bootstrap_servers
+        return options
+
+    def client_config(self) -> dict[str, str]:
+        """Configuration for a plain Kafka client (admin, producer, consumer)."""
+        return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a job needs from conf/: storage roots and the cluster directory."""
+
+    conf_dir: Path
+    warehouse: str
+    checkpoints: str
+    clusters: Mapping[str, ClusterConfig]
+
+
+def default_conf_dir() -> Path:
+    return Path(os.environ.get("UATU_CONF_DIR", PROJECT_ROOT / "conf"))
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        with path.open() as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(str(path), "file not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(str(path), f"not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "top level must be a mapping")
+    return data
+
+
+def _resolve_path(value: str, root: Path) -> str:
+    # URIs (s3a://, hdfs://, file:/) are kept; plain relative paths hang off the project root.
+    if "://" in value or value.startswith("file:") or Path(value).is_absolute():
+        return value
+    return str((root / value).resolve())
+
+
+def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
+    """Validate the `clusters:` mapping of clusters.yaml into ClusterConfig objects."""
+    clusters = data.get("clusters")
+    if not isinstance(clusters, dict) or not clusters:
+        raise ConfigError(source, "'clusters' must be a non-empty mapping of name -> settings")
+    parsed = {}
+    for name, spec in clusters.items():
+        if not isinstance(spec, dict):
+            raise ConfigError(source, f"clusters.{name} must be a mapping")
+        servers = spec.get("bootstrap_servers")
+        if not isinstance(servers, str) or not servers.strip():
+            raise ConfigError(source, f"clusters.{name}.bootstrap_servers={servers!r} is empty")
+        props = spec.get("properties") or {}
+        if not isinstance(props, dict):
+            raise ConfigError(source, f"clusters.{name}.properties must be a mapping")
+        parsed[str(name)] = ClusterConfig(
+            name=str(name),
+            bootstrap_servers=servers.strip(),
+            properties=MappingProxyType({str(k): str(v) for k, v in props.items()}),
+        )
+    return parsed
+
+
+def load_settings(conf_dir: Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Load conf/uatu.yaml and conf/clusters.yaml, applying environment overrides."""
+    conf_dir = conf_dir or default_conf_dir()
+    env = os.environ if env is None else env
+    main = _read_yaml(conf_dir / "uatu.yaml")
+    root = conf_dir.resolve().parent
+    paths = {}
+    for key, env_var in (("warehouse", "UATU_WAREHOUSE"), ("checkpoints", "UATU_CHECKPOINTS")):
+        value = env.get(env_var) or main.get(key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(str(conf_dir / "uatu.yaml"), f"'{key}' must be a non-empty path")
+        paths[key] = _resolve_path(value, root)
+    clusters_file = conf_dir / "clusters.yaml"
+    clusters = parse_clusters(_read_yaml(clusters_file), str(clusters_file))
+    return Settings(
+        conf_dir=conf_dir,
+        warehouse=paths["warehouse"],
+        checkpoints=paths["checkpoints"],
+        clusters=MappingProxyType(clusters),
+    )

@@ -1,0 +1,83 @@
+"""Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]`.
+
+Loads the site configuration and the JobGroup, validates both, checks that the source topic
+exists, then dispatches on the JobGroup's type to the job module. Exit status: 0 finished
+(or stopped by SIGTERM), 1 failed while running, 2 bad input (nothing was started or written;
+one line on stderr names the field and the value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+from jobs.common import kafka_admin
+from jobs.common.errors import EXIT_BAD_INPUT, InvalidJobGroup, UatuError
+from jobs.common.jobgroup import check_common, job_type_name, load_jobgroup
+from jobs.common.settings import default_conf_dir, load_settings
+
+# JobType name -> module with prepare(group, settings), source_topic(spec), run(spec, once=).
+JOB_MODULES = {
+    "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
+}
+
+log = logging.getLogger("uatu.main")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="spark-submit.sh",
+        description="Run one uForwarder-style JobGroup as a Spark Structured Streaming job.",
+    )
+    parser.add_argument("jobgroup", type=Path, help="JobGroup JSON file (protobuf JSON mapping)")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="bounded run: process everything available now, write the results, exit 0",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the JobGroup and the source topic, then exit without starting Spark",
+    )
+    parser.add_argument(
+        "--conf-dir",
+        type=Path,
+        default=None,
+        help=f"folder with uatu.yaml and clusters.yaml (default: $UATU_CONF_DIR or "
+        f"{default_conf_dir()})",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings(args.conf_dir)
+        group = load_jobgroup(args.jobgroup)
+        check_common(group, settings.clusters)
+        type_name = job_type_name(group)
+        if type_name not in JOB_MODULES:
+            raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}")
+        job = importlib.import_module(JOB_MODULES[type_name])
+        spec = job.prepare(group, settings)
+        field, topic, cluster = job.source_topic(spec)
+        partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
+        log.info("JobGroup %s is valid: %s on %s/%s (%d partitions)",
+                 group.job_group_id, type_name, cluster, topic, partitions)
+        if args.check:
+            return 0
+        return int(job.run(spec, once=args.once))
+    except UatuError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_status if isinstance(e, UatuError) else EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Run one JobGroup as a Spark application. This is the interface schedulers, Airflow and the
+# control plane call.
+#
+#   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--conf-dir DIR]
+#
+# Environment:
+#   SPARK_MASTER             Spark master URL (default local[2])
+#   UATU_DRIVER_MEMORY       driver memory (default 2g)
+#   UATU_SPARK_SUBMIT_ARGS   extra spark-submit arguments, e.g. "--conf spark.sql.shuffle.partitions=4"
+#   UATU_CONF_DIR, UATU_WAREHOUSE, UATU_CHECKPOINTS   see conf/uatu.yaml
+# Exit status: 0 done, 1 failed while running, 2 bad input (nothing started).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="${UATU_VENV:-$ROOT/.venv}"
+PY_FILES="$ROOT/build/uatu-jobs.zip"
+JAR_DIR="$ROOT/var/jars/spark"
+
+if [[ ! -x "$VENV/bin/spark-submit" || ! -f "$PY_FILES" || ! -d "$JAR_DIR" ]]; then
+  echo "error: the project is not built; run 'make setup' in $ROOT first" >&2
+  exit 2
+fi
+
+# Help and validation need no JVM: answer them from Python directly, in a second.
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help|--check) UATU_CONF_DIR="${UATU_CONF_DIR:-$ROOT/conf}" PYTHONPATH="$PY_FILES" exec "$VENV/bin/python" "$ROOT/jobs/main.py" "$@" ;;
+  esac
+done
+
+export UATU_CONF_DIR="${UATU_CONF_DIR:-$ROOT/conf}"
+JARS="$(find "$JAR_DIR" -name '*.jar' | sort | paste -sd, -)"
+export PYSPARK_PYTHON="$VENV/bin/python"
+export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
+
+# shellcheck disable=SC2086  # UATU_SPARK_SUBMIT_ARGS is a list of words on purpose
+exec "$VENV/bin/spark-submit" \
+  --master "${SPARK_MASTER:-local[2]}" \
+  --driver-memory "${UATU_DRIVER_MEMORY:-2g}" \
+  --jars "$JARS" \
+  --py-files "$PY_FILES" \
+  --driver-java-options "-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties" \
+  --conf "spark.executorEnv.PYSPARK_PYTHON=$VENV/bin/python" \
+  ${UATU_SPARK_SUBMIT_ARGS:-} \
+  "$ROOT/jobs/main.py" "$@"

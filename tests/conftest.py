@@ -1,0 +1,57 @@
+"""Shared fixtures: one SparkSession for the whole run, real Kafka brokers, temp conf dirs.
+
+The session is local[2] with 2 shuffle partitions and the UI off: the machine has 2 cores
+and most test frames have a handful of rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.common.session import build_session
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARK_JARS = ROOT / "var" / "jars" / "spark"
+
+os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+
+def spark_jars() -> list[str]:
+    return sorted(str(p) for p in SPARK_JARS.glob("*.jar"))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    session = build_session(
+        "uatu-tests",
+        master="local[2]",
+        jars=spark_jars(),
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.enabled": "false",
+            "spark.databricks.delta.snapshotPartitions": "1",
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def write_conf_dir(path: Path, bootstrap_servers: str, warehouse: Path, checkpoints: Path) -> Path:
+    """A conf/ folder pointing the `local` cluster at a test broker."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "uatu.yaml").write_text(
+        yaml.safe_dump({"warehouse": str(warehouse), "checkpoints": str(checkpoints)})
+    )
+    (path / "clusters.yaml").write_text(
+        yaml.safe_dump({"clusters": {"local": {"bootstrap_servers": bootstrap_servers}}})
+    )
+    return path
