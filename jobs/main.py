@@ -58,19 +58,29 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # py4j logs every callback at INFO; the job's own progress lines are what users read.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
         check_common(group, settings.clusters)
         type_name = job_type_name(group)
         if type_name not in JOB_MODULES:
-            raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}")
+            raise InvalidJobGroup(
+                "type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}"
+            )
         job = importlib.import_module(JOB_MODULES[type_name])
         spec = job.prepare(group, settings)
         field, topic, cluster = job.source_topic(spec)
         partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
-        log.info("JobGroup %s is valid: %s on %s/%s (%d partitions)",
-                 group.job_group_id, type_name, cluster, topic, partitions)
+        log.info(
+            "JobGroup %s is valid: %s on %s/%s (%d partitions)",
+            group.job_group_id,
+            type_name,
+            cluster,
+            topic,
+            partitions,
+        )
         if args.check:
             return 0
         return int(job.run(spec, once=args.once))

@@ -55,3 +55,15 @@ def write_conf_dir(path: Path, bootstrap_servers: str, warehouse: Path, checkpoi
         yaml.safe_dump({"clusters": {"local": {"bootstrap_servers": bootstrap_servers}}})
     )
     return path
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One real KRaft broker on a free loopback port for the whole test session."""
+    from tools.kafka_broker import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("kafka"), n_brokers=1)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

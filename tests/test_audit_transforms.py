@@ -19,7 +19,7 @@ from jobs.audit.transforms import (
     with_new_unique_counts,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 AUDIT_TS = T0 + dt.timedelta(minutes=10)
 T0_MS = int(T0.timestamp() * 1000)
@@ -44,7 +44,11 @@ def kafka_rows(spark, rows):
     return spark.createDataFrame(data, KAFKA_SCHEMA)
 
 
-def records(df, event_time=FieldRef("kafka_timestamp"), dedupe=FieldRef("key_and_value")):
+KAFKA_TS = FieldRef("kafka_timestamp")
+KEY_AND_VALUE = FieldRef("key_and_value")
+
+
+def records(df, event_time=KAFKA_TS, dedupe=KEY_AND_VALUE):
     return df.transform(
         audit_records,
         cluster="c1",
@@ -64,8 +68,9 @@ def test_kafka_timestamp_event_time_latency_and_placement(spark):
             (None, b"v", 1, 7, dt.datetime(1970, 1, 1, tzinfo=UTC), None),  # epoch 0: not usable
         ],
     )
-    actual = records(df).select("partition", "offset", "bytes", "event_ms", "placed_ms",
-                                "latency_ms")
+    actual = records(df).select(
+        "partition", "offset", "bytes", "event_ms", "placed_ms", "latency_ms"
+    )
     expected = spark.createDataFrame(
         [
             (0, 0, 3, T0_MS + 30_000, T0_MS + 30_000, float(AUDIT_MS - T0_MS - 30_000)),
@@ -129,7 +134,9 @@ def test_windows_are_epoch_aligned_and_lateness_is_flagged(spark):
             (b"k", b"v", 0, 2, at(9 * 60 + 30), None),
         ],
     )
-    windowed = records(df).transform(assign_windows, [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60)], 120)
+    windowed = records(df).transform(
+        assign_windows, [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60)], 120
+    )
     actual = windowed.select("offset", "window_start_ms", "window_end_ms", "is_late")
     # Audit time is T0+600 s; a window is late once audit > end + 120 s.
     expected = spark.createDataFrame(
@@ -182,9 +189,11 @@ def test_exact_unique_keys_and_new_unique_counts(spark):
     batch_keys = window_keys(windowed)
     assert batch_keys.count() == 4
     # Two of the four keys were seen by an earlier batch.
-    known = batch_keys.where(F.col("dedupe_key").isin(
-        [r["dedupe_key"] for r in batch_keys.orderBy("dedupe_key").limit(2).collect()]
-    ))
+    known = batch_keys.where(
+        F.col("dedupe_key").isin(
+            [r["dedupe_key"] for r in batch_keys.orderBy("dedupe_key").limit(2).collect()]
+        )
+    )
     fresh = new_keys(batch_keys, known)
     result = with_new_unique_counts(partials, fresh).select("audit_type", "new_unique_count")
     expected = spark.createDataFrame(

@@ -180,9 +180,7 @@ _TYPE_NAMES = {
     ("message", "expected"), EXPECTED_FIELDS, ids=[m.DESCRIPTOR.name for m, _ in EXPECTED_FIELDS]
 )
 def test_field_names_numbers_and_types(message, expected):
-    actual = {
-        f.name: (f.number, _TYPE_NAMES[f.type]) for f in message.DESCRIPTOR.fields
-    }
+    actual = {f.name: (f.number, _TYPE_NAMES[f.type]) for f in message.DESCRIPTOR.fields}
     assert actual == expected
 
 

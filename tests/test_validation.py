@@ -49,8 +49,10 @@ def with_change(path: list, value) -> dict:
 
 
 CASES = [
-    (with_change(["kafkaConsumerTaskGroup", "cluster"], "nowhere"),
-     "kafka_consumer_task_group.cluster='nowhere'"),
+    (
+        with_change(["kafkaConsumerTaskGroup", "cluster"], "nowhere"),
+        "kafka_consumer_task_group.cluster='nowhere'",
+    ),
     (with_change(["kafkaConsumerTaskGroup", "topic"], ""), "kafka_consumer_task_group.topic=''"),
     (with_change(["type"], "JOB_TYPE_INVALID"), "type='JOB_TYPE_INVALID'"),
     (with_change(["type"], "JOB_TYPE_LOAD_GEN_PRODUCE"), "type='JOB_TYPE_LOAD_GEN_PRODUCE'"),
@@ -58,43 +60,63 @@ CASES = [
     (with_change(["flowControl"], {"bytesPerSec": -1}), "flow_control.bytes_per_sec=-1.0"),
     (with_change(["jobGroupId"], "../etc"), "job_group_id='../etc'"),
     (
-        with_change(["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
-                    [{"auditType": "AUDIT_TYPE_INVALID", "auditIntervalInSeconds": 60}]),
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": "AUDIT_TYPE_INVALID", "auditIntervalInSeconds": 60}],
+        ),
         "audit_configs[0].audit_type='AUDIT_TYPE_INVALID'",
     ),
     (
-        with_change(["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
-                    [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 0}]),
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 0}],
+        ),
         "audit_configs[0].audit_interval_in_seconds=0",
     ),
     (
-        with_change(["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
-                    [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": -60}]),
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": -60}],
+        ),
         "audit_configs[0].audit_interval_in_seconds=-60",
     ),
     (
-        with_change(["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
-                    [{"auditType": "AUDIT_TYPE_XDC", "auditIntervalInSeconds": 60}]),
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": "AUDIT_TYPE_XDC", "auditIntervalInSeconds": 60}],
+        ),
         "audit_configs[0].audit_type='AUDIT_TYPE_XDC'",
     ),
     (with_change(["kafkaConsumerTaskGroup", "auditMetadata"], {}), "audit_configs=[]"),
-    (with_change(["auditTaskGroup"], {"cluster": "elsewhere"}), "audit_task_group.cluster='elsewhere'"),
+    (
+        with_change(["auditTaskGroup"], {"cluster": "elsewhere"}),
+        "audit_task_group.cluster='elsewhere'",
+    ),
     (
         with_change(
             ["extension"],
-            {"@type": "type.googleapis.com/uber.data.kafka.datatransfer.FlowControl",
-             "messagesPerSec": 1},
+            {
+                "@type": "type.googleapis.com/uber.data.kafka.datatransfer.FlowControl",
+                "messagesPerSec": 1,
+            },
         ),
         "extension.@type='type.googleapis.com/uber.data.kafka.datatransfer.FlowControl'",
     ),
     (
-        with_change(["extension"], {"@type": "type.googleapis.com/uatu.v1.JobOptions",
-                                    "audit": {"eventTime": {"source": "FIELD_SOURCE_HEADER"}}}),
+        with_change(
+            ["extension"],
+            {
+                "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                "audit": {"eventTime": {"source": "FIELD_SOURCE_HEADER"}},
+            },
+        ),
         "extension.audit.event_time.field=''",
     ),
     (
-        with_change(["extension"], {"@type": "type.googleapis.com/uatu.v1.JobOptions",
-                                    "audit": {"hllLgConfigK": 30}}),
+        with_change(
+            ["extension"],
+            {"@type": "type.googleapis.com/uatu.v1.JobOptions", "audit": {"hllLgConfigK": 30}},
+        ),
         "extension.audit.hll_lg_config_k=30",
     ),
     (with_change(["kafkaConsumerTaskGroup", "colour"], "blue"), "colour"),

@@ -109,10 +109,10 @@ class AuditBatchWriter:
             windowed = keep(batch).transform(
                 assign_windows, spec.windows, spec.allowed_lateness_seconds
             )
-            partials = window_partials(windowed, spec.hll_lg_config_k)
+            partials = keep(window_partials(windowed, spec.hll_lg_config_k))
             if spec.has_exact_audit:
-                batch_keys = keep(window_keys(windowed))
-                known = tables.known_keys(spark, spec.audit_keys_path, batch_keys, batch_id)
+                batch_keys = window_keys(windowed)
+                known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
                 fresh = keep(new_keys(batch_keys, known))
                 tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
                 partials = with_new_unique_counts(partials, fresh)

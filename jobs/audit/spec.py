@@ -149,7 +149,9 @@ def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
 def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     """Validate the audit-specific parts of `group` (common checks already passed)."""
     source = group.kafka_consumer_task_group
-    cluster = require_cluster("kafka_consumer_task_group.cluster", source.cluster, settings.clusters)
+    cluster = require_cluster(
+        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
+    )
     if source.HasField("partition_offset_ranges") or source.HasField("end_timestamp"):
         raise InvalidJobGroup(
             "kafka_consumer_task_group.partition_offset_ranges/end_timestamp",
@@ -159,8 +161,9 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     audited_cluster, audited_topic = source.cluster, source.topic
     if group.HasField("audit_task_group"):
         if group.audit_task_group.cluster:
-            require_cluster("audit_task_group.cluster", group.audit_task_group.cluster,
-                            settings.clusters)
+            require_cluster(
+                "audit_task_group.cluster", group.audit_task_group.cluster, settings.clusters
+            )
             audited_cluster = group.audit_task_group.cluster
         audited_topic = group.audit_task_group.topic or audited_topic
 
@@ -168,7 +171,9 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     audit = options.audit
     if audit.allowed_lateness_seconds < 0:
         raise InvalidJobGroup(
-            "extension.audit.allowed_lateness_seconds", audit.allowed_lateness_seconds, "must be >= 0"
+            "extension.audit.allowed_lateness_seconds",
+            audit.allowed_lateness_seconds,
+            "must be >= 0",
         )
     if audit.max_future_skew_seconds < 0:
         raise InvalidJobGroup(
@@ -209,6 +214,5 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         trigger_interval_seconds=trigger_seconds,
         audit_counts_path=output.audit_counts_path or f"{settings.warehouse}/audit_counts",
         audit_keys_path=output.audit_keys_path or f"{settings.warehouse}/audit_keys",
-        checkpoint_path=output.checkpoint_path
-        or f"{settings.checkpoints}/{group.job_group_id}",
+        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
     )

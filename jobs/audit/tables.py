@@ -96,7 +96,8 @@ _MERGED_KLL = (
 
 
 def _quantile(sketch: str, rank: float) -> str:
-    return f"CASE WHEN {sketch} IS NULL THEN NULL ELSE kll_sketch_get_quantile_double({sketch}, {rank}) END"
+    quantile = f"kll_sketch_get_quantile_double({sketch}, {rank})"
+    return f"CASE WHEN {sketch} IS NULL THEN NULL ELSE {quantile} END"
 
 
 def _unique(total: str, hll: str) -> str:
@@ -127,7 +128,9 @@ _ON_INSERT = {
     "window_end": "s.window_end",
     "message_count": "s.message_count",
     "unique_count": _unique("s.new_unique_count", "s.hll_sketch"),
-    "duplicate_count": f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END",
+    "duplicate_count": (
+        f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END"
+    ),
     "bytes": "s.bytes",
     "no_event_time_count": "s.no_event_time_count",
     "late_count": "s.late_count",
@@ -146,12 +149,15 @@ def ensure_tables(spark: SparkSession, counts_path: str, keys_path: str) -> None
         DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
 
 
-def known_keys(spark: SparkSession, keys_path: str, batch_keys: DataFrame, batch_id: int) -> DataFrame:
-    """Keys recorded by earlier batches, narrowed to the time range this batch touches.
+def known_keys(
+    spark: SparkSession, keys_path: str, partials: DataFrame, batch_id: int
+) -> DataFrame:
+    """Keys recorded by earlier batches, narrowed to the windows this batch touches.
 
-    The range filter lets Delta skip files by their window_start statistics.
+    `partials` is the batch's (small, cached) per-window aggregate; the time range filter lets
+    Delta skip files by their window_start statistics.
     """
-    bounds = batch_keys.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
+    bounds = partials.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
     lo, hi = bounds.first() or (None, None)
     keys = spark.read.format("delta").load(keys_path).where(F.col("first_batch_id") < batch_id)
     if lo is None:

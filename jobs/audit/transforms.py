@@ -25,9 +25,23 @@ from pyspark.sql import functions as F
 from jobs.audit.spec import AuditWindow, FieldRef
 
 # Columns that identify one audit row; the Delta MERGE key of audit_counts.
-WINDOW_KEY = ["cluster", "topic", "partition", "audit_type", "audit_interval_seconds", "window_start"]
+WINDOW_KEY = [
+    "cluster",
+    "topic",
+    "partition",
+    "audit_type",
+    "audit_interval_seconds",
+    "window_start",
+]
 # Columns that identify one distinct record of an exact audit; the key of audit_keys.
-DEDUPE_KEY = ["cluster", "topic", "partition", "audit_interval_seconds", "window_start", "dedupe_key"]
+DEDUPE_KEY = [
+    "cluster",
+    "topic",
+    "partition",
+    "audit_interval_seconds",
+    "window_start",
+    "dedupe_key",
+]
 
 # Header/JSON event times below this are seconds, above it milliseconds (Chaperone's rule:
 # 1e11 ms is March 1973, 1e11 s is year 5138).
@@ -132,9 +146,15 @@ def assign_windows(
                 F.lit(w.audit_type).alias("audit_type"),
                 F.lit(w.interval_seconds).alias("interval_seconds"),
                 F.lit(
-                    (allowed_lateness_seconds if allowed_lateness_seconds is not None
-                     else w.interval_seconds) * 1000
-                ).cast("long").alias("lateness_ms"),
+                    (
+                        allowed_lateness_seconds
+                        if allowed_lateness_seconds is not None
+                        else w.interval_seconds
+                    )
+                    * 1000
+                )
+                .cast("long")
+                .alias("lateness_ms"),
             )
             for w in windows
         ]

@@ -51,9 +51,7 @@ class ClusterUnreachable(UatuError):
     exit_status = EXIT_BAD_INPUT
 
     def __init__(self, cluster: str, bootstrap_servers: str, detail: str) -> None:
-        super().__init__(
-            f"cluster {cluster!r} at {bootstrap_servers} did not answer: {detail}"
-        )
+        super().__init__(f"cluster {cluster!r} at {bootstrap_servers} did not answer: {detail}")
 
 
 class ConfigError(UatuError):

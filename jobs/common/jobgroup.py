@@ -90,13 +90,13 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
     source = group.kafka_consumer_task_group
     require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
     if not source.topic.strip():
-        raise InvalidJobGroup("kafka_consumer_task_group.topic", source.topic, "a topic is required")
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.topic", source.topic, "a topic is required"
+        )
     job_options(group)  # a wrong extension type is reported here, before any job-specific check
 
 
-def require_cluster(
-    field: str, name: str, clusters: Mapping[str, ClusterConfig]
-) -> ClusterConfig:
+def require_cluster(field: str, name: str, clusters: Mapping[str, ClusterConfig]) -> ClusterConfig:
     if not name:
         raise InvalidJobGroup(field, name, "a cluster name is required")
     if name not in clusters:

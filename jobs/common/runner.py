@@ -29,7 +29,7 @@ class QuerySettings:
     checkpoint: str
     once: bool
     trigger_interval_seconds: int = 10
-    progress_log_seconds: float = 10.0
+    poll_seconds: float = 2.0
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -59,15 +59,21 @@ def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettin
         "bounded run (AvailableNow)" if settings.once else "streaming until stopped",
     )
 
-    def stop(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping query %s", signal.Signals(signum).name, settings.name)
-        query.stop()
+    # A signal handler must not call into the JVM: it can fire while the main thread is in the
+    # middle of a py4j call. It only raises a flag that the polling loop below acts on.
+    stop_requested: list[str] = []
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    def request_stop(signum: int, _frame: object) -> None:
+        stop_requested.append(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         last_batch = -1
-        while not query.awaitTermination(settings.progress_log_seconds):
+        while not query.awaitTermination(settings.poll_seconds):
             last_batch = _log_progress(query.lastProgress, last_batch)
+            if stop_requested:
+                log.info("received %s, stopping query %s", stop_requested[0], settings.name)
+                query.stop()
         _log_progress(query.lastProgress, last_batch)
     except StreamingQueryException as e:
         log.error("query %s failed: %s", settings.name, e)

@@ -17,9 +17,12 @@ BASE_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Windows are epoch-aligned; printing them in UTC keeps what users see equal to what is stored.
     "spark.sql.session.timeZone": "UTC",
-    # Audit batches are small aggregates; 200 shuffle partitions would mostly be scheduling overhead.
+    # Audit batches aggregate to few rows; 200 shuffle partitions would be mostly overhead.
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.showConsoleProgress": "false",
+    # Delta replays its log with this many tasks (default 50); the audit tables are small and
+    # touched every micro-batch, so a handful of tasks is faster.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks of the audit job against Kafka's own tools (run as ``python -m bench.<name>``)."""

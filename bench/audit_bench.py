@@ -1,0 +1,361 @@
+"""Audit job throughput vs Kafka's own consumer, on one private broker and one topic.
+
+What it measures, on a fresh 1-broker Kafka (heap 1g) under var/bench/ and a topic of --partitions
+(default 4) filled with N records (null keys, 100-200 byte values from 10,000 distinct lines, so
+values repeat) by Kafka's ProducerPerformance:
+
+* raw: records/s and MB/s of Kafka's ConsumerPerformance reading all N records (nMsg.sec and
+  MB.sec, which include the consumer group join but not JVM start); best of --baseline-runs;
+* the audit job, once with one AUDIT_TYPE_EXACT_UNIQ config and once with one
+  AUDIT_TYPE_APPROX_UNIQ config (60 s windows, fresh tables and checkpoint each), run as
+  ``./spark-submit.sh JOBGROUP --once`` on local[2] with a 6g driver: records/s of its
+  micro-batches (from its "batch N: R records in S s" log lines) and end to end (wall time
+  of the subprocess, JVM start included).
+
+Each audit is verified: sum(message_count) of its audit_counts must equal N. The HLL error is
+APPROX unique_count vs EXACT unique_count per (partition, window). Targets: APPROX batch rate
+>= 0.5x raw, EXACT >= 0.3x raw. The summary goes to stdout and var/bench/audit-bench-result.json;
+job logs to var/bench/audit-<type>.log. Nothing here asserts a duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+
+from tools.kafka_broker import start_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "var" / "bench"
+RESULT_PATH = BENCH_DIR / "audit-bench-result.json"
+KAFKA_CLASSPATH = str(ROOT / "var" / "jars" / "kafka" / "*")
+TOPIC = "bench-audit"
+QUICK_RECORDS = 200_000
+TARGETS = {"AUDIT_TYPE_EXACT_UNIQ": 0.3, "AUDIT_TYPE_APPROX_UNIQ": 0.5}  # x raw records/s
+PRODUCED_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
+BATCH_RE = re.compile(r"batch (\d+): (\d+) records in ([\d.]+) s")
+MIB = 1024 * 1024
+
+
+@dataclass
+class AuditRun:
+    audit_type: str
+    exit_code: int = -1
+    wall_s: float = 0.0
+    batches: list[tuple[int, float]] = field(default_factory=list)  # (records, seconds)
+    counts_path: str = ""
+    message_count: int | None = None
+    unique_count: int | None = None
+    bytes: int | None = None
+
+    @property
+    def batch_records(self) -> int:
+        return sum(r for r, _ in self.batches)
+
+    def batch_rate(self) -> float | None:
+        seconds = sum(s for _, s in self.batches)
+        return self.batch_records / seconds if seconds else None
+
+    def e2e_rate(self, n: int) -> float | None:
+        return n / self.wall_s if self.exit_code == 0 and self.wall_s else None
+
+
+def say(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def java_tool(main_class: str, args: str) -> str:
+    """Run one of Kafka's tools (org.apache.kafka.tools.*); return stdout, raise if it fails."""
+    cmd = ["java", "-Xmx1g", "-cp", KAFKA_CLASSPATH, f"org.apache.kafka.tools.{main_class}"]
+    proc = subprocess.run([*cmd, *shlex.split(args)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{main_class} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+def fill_topic(bootstrap: str, n: int, partitions: int, workdir: Path) -> dict[str, float]:
+    """Produce n records with ProducerPerformance; check the topic's offsets add up to n."""
+    rng = random.Random(42)
+    alphabet = string.ascii_letters + string.digits
+    payloads = workdir / "payloads.txt"
+    lines = ("".join(rng.choices(alphabet, k=rng.randint(100, 200))) for _ in range(10_000))
+    payloads.write_text("\n".join(lines) + "\n")
+    out = java_tool(
+        "ProducerPerformance",
+        f"--topic {TOPIC} --num-records {n} --throughput -1 --payload-file "
+        f"{shlex.quote(str(payloads))} --producer-props bootstrap.servers={bootstrap} acks=1 "
+        "linger.ms=50 batch.size=262144 compression.type=lz4",
+    )
+    sent, rate, mb = PRODUCED_RE.findall(out)[-1]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    try:
+        marks = [
+            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+    stored = sum(high - low for low, high in marks)
+    if stored != n:
+        raise RuntimeError(f"ProducerPerformance says {sent} sent, but the topic holds {stored}")
+    return {"records": n, "records_per_s": float(rate), "mb_per_s": float(mb)}
+
+
+def consumer_baseline(bootstrap: str, n: int, runs: int) -> list[dict[str, float]]:
+    """ConsumerPerformance's summary row (MB.sec, nMsg.sec, fetch.*) of each run."""
+    results = []
+    for i in range(runs):
+        group = f"bench-perf-{i}-{time.time_ns()}"
+        out = java_tool(
+            "ConsumerPerformance",
+            f"--bootstrap-server {bootstrap} --topic {TOPIC} --messages {n} --timeout 60000 "
+            f"--group {group}",
+        )
+        lines = out.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
+        row = dict(zip(lines[header].split(", "), lines[header + 1].split(", "), strict=True))
+        stats = {k: float(v) for k, v in row.items() if not k.endswith(".time")}
+        if stats["data.consumed.in.nMsg"] != n:
+            raise RuntimeError(f"ConsumerPerformance read {stats['data.consumed.in.nMsg']} of {n}")
+        say(
+            f"  consumer run {i + 1}: {stats['nMsg.sec']:,.0f} records/s, {stats['MB.sec']:.1f} "
+            f"MB/s (fetch time only: {stats['fetch.nMsg.sec']:,.0f} records/s)"
+        )
+        results.append(stats)
+    return results
+
+
+def write_job(audit_type: str, bootstrap: str, base: Path) -> Path:
+    """A conf dir (own warehouse + checkpoints) and a one-AuditConfig JobGroup under base."""
+    conf = base / "conf"
+    conf.mkdir(parents=True)
+    uatu = {"warehouse": str(base / "wh"), "checkpoints": str(base / "ck")}
+    (conf / "uatu.yaml").write_text(yaml.safe_dump(uatu))
+    clusters = {"clusters": {"bench": {"bootstrap_servers": bootstrap}}}
+    (conf / "clusters.yaml").write_text(yaml.safe_dump(clusters))
+    audit_config = {"auditType": audit_type, "auditIntervalInSeconds": 60}
+    source = {
+        "cluster": "bench",
+        "topic": TOPIC,
+        "consumerGroup": f"bench-{base.name}",
+        "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
+        "auditMetadata": {"auditConfigs": [audit_config]},
+    }
+    group = {
+        "jobGroupId": f"bench-{base.name}",
+        "type": "JOB_TYPE_KAFKA_AUDIT",
+        "flowControl": {"messagesPerSec": 0},
+        "kafkaConsumerTaskGroup": source,
+    }
+    (base / "jobgroup.json").write_text(json.dumps(group, indent=2))
+    return conf
+
+
+def run_audit(audit_type: str, bootstrap: str, workdir: Path) -> AuditRun:
+    """`./spark-submit.sh JOBGROUP --once`; its log goes to var/bench/audit-<type>.log."""
+    short = audit_type.removeprefix("AUDIT_TYPE_").removesuffix("_UNIQ").lower()
+    conf = write_job(audit_type, bootstrap, workdir / short)
+    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
+    env.update(
+        UATU_CONF_DIR=str(conf),
+        SPARK_MASTER="local[2]",
+        UATU_DRIVER_MEMORY="6g",
+        UATU_SPARK_SUBMIT_ARGS="--conf spark.sql.shuffle.partitions=4",
+    )
+    run = AuditRun(audit_type, counts_path=str(workdir / short / "wh" / "audit_counts"))
+    log_path = BENCH_DIR / f"audit-{short}.log"
+    cmd = [str(ROOT / "spark-submit.sh"), str(workdir / short / "jobgroup.json"), "--once"]
+    output: list[str] = []
+    started = time.monotonic()
+    with (
+        log_path.open("w") as log,
+        subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc,
+    ):
+        for line in proc.stdout or ():
+            log.write(line)
+            output.append(line)
+            if " uatu." in line or "ERROR" in line or line.startswith("error:"):
+                print(f"  | {line.rstrip()}", flush=True)
+    run.wall_s = time.monotonic() - started
+    run.exit_code = proc.returncode
+    run.batches = [(int(m[2]), float(m[3])) for m in BATCH_RE.finditer("".join(output))]
+    if run.exit_code != 0:
+        say(f"  audit job exited {run.exit_code}; full log in {log_path}; last lines:")
+        print("".join(output[-30:]), flush=True)
+    return run
+
+
+def verify(runs: list[AuditRun], workdir: Path) -> dict[str, dict[tuple[int, Any], int]]:
+    """Fill in totals from each run's audit_counts; return unique_count per window per type."""
+    from pyspark.sql import functions as F
+
+    from jobs.common.session import build_session
+
+    jars = sorted(str(p) for p in (ROOT / "var" / "jars" / "spark").glob("*.jar"))
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
+    }
+    spark = build_session("uatu-bench-verify", master="local[2]", jars=jars, conf=conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    windows: dict[str, dict[tuple[int, Any], int]] = {}
+    try:
+        for run in (r for r in runs if r.exit_code == 0):
+            table = spark.read.format("delta").load(run.counts_path)
+            rows = table.where(F.col("audit_type") == run.audit_type).collect()
+            run.message_count = sum(r["message_count"] for r in rows)
+            run.unique_count = sum(r["unique_count"] for r in rows)
+            run.bytes = sum(r["bytes"] for r in rows)
+            windows[run.audit_type] = {
+                (r["partition"], r["window_start"]): r["unique_count"] for r in rows
+            }
+    finally:
+        spark.stop()
+    return windows
+
+
+def hll_error(windows: dict[str, dict[tuple[int, Any], int]]) -> dict[str, float] | None:
+    """APPROX vs EXACT unique_count per (partition, window): |relative error| mean and max."""
+    exact = windows.get("AUDIT_TYPE_EXACT_UNIQ")
+    approx = windows.get("AUDIT_TYPE_APPROX_UNIQ")
+    if not exact or not approx or exact.keys() != approx.keys():
+        return None
+    errors = [abs(approx[k] - exact[k]) / exact[k] for k in exact]
+    total = (sum(approx.values()) - sum(exact.values())) / sum(exact.values())
+    return {
+        "windows": len(errors),
+        "mean_abs_rel_error": sum(errors) / len(errors),
+        "max_abs_rel_error": max(errors),
+        "total_rel_diff": total,
+    }
+
+
+def summarize(n: int, raw: dict[str, float], runs: list[AuditRun]) -> dict[str, Any]:
+    """Print the table (targets judged on batch records/s); return the JSON result."""
+    raw_rate = raw["nMsg.sec"]
+    print(f"\n{'':42} {'records/s':>12} {'MB/s':>8} {'x raw':>7} {'target':>9}  result")
+    _row("raw consumer (ConsumerPerformance)", raw_rate, raw["MB.sec"], raw_rate)
+    audits = {}
+    for run in runs:
+        ok = run.exit_code == 0 and run.message_count == n
+        batch, e2e = (run.batch_rate(), run.e2e_rate(n)) if ok else (None, None)
+        target = TARGETS[run.audit_type]
+        met = batch is not None and batch / raw_rate >= target
+        name = run.audit_type.removeprefix("AUDIT_TYPE_")
+        mib_per_record = (run.bytes or 0) / n / MIB
+        _row(f"{name} batch", batch, batch and batch * mib_per_record, raw_rate, target)
+        _row(f"{name} end-to-end (incl. JVM start)", e2e, e2e and e2e * mib_per_record, raw_rate)
+        audits[run.audit_type] = {
+            **asdict(run),
+            "ok": ok,
+            "batch_records_per_s": batch,
+            "e2e_records_per_s": e2e,
+            "target_x_raw": target,
+            "target_met": met,
+        }
+    return {"records": n, "raw": raw, "audits": audits}
+
+
+def _row(label: str, rate: float | None, mb_s: float | None, raw: float, target: float = 0) -> None:
+    """One table line; with a target, judge rate / raw against it."""
+    cells = ["n/a"] * 3 if rate is None else [f"{rate:,.0f}", f"{mb_s:.1f}", f"{rate / raw:.2f}"]
+    goal = f">= {target}x" if target else ""
+    verdict = "" if not target else "MET" if rate and rate / raw >= target else "NOT MET"
+    print(f"{label:42} {cells[0]:>12} {cells[1]:>8} {cells[2]:>7} {goal:>9}  {verdict}")
+
+
+def bench(n: int, partitions: int, baseline_runs: int, workdir: Path) -> dict[str, Any]:
+    """Broker, topic, baseline, both audit runs, verification; the broker stops in any case."""
+    cluster = start_cluster(workdir / "kafka", n_brokers=1, heap="1g")
+    try:
+        cluster.create_topic(TOPIC, partitions)
+        say(f"broker up on {cluster.bootstrap_servers}; producing with ProducerPerformance")
+        produced = fill_topic(cluster.bootstrap_servers, n, partitions, workdir)
+        say(
+            f"produced {n:,} records: {produced['records_per_s']:,.0f} records/s, "
+            f"{produced['mb_per_s']:.1f} MB/s"
+        )
+        say(f"baseline: ConsumerPerformance x{baseline_runs}, the best run counts")
+        baseline = consumer_baseline(cluster.bootstrap_servers, n, baseline_runs)
+        runs = []
+        for audit_type in TARGETS:
+            say(f"audit job {audit_type}: ./spark-submit.sh --once")
+            run = run_audit(audit_type, cluster.bootstrap_servers, workdir)
+            say(
+                f"  exit {run.exit_code} after {run.wall_s:.1f} s wall; batches (records, s): "
+                f"{run.batches}"
+            )
+            if run.batch_records != n:
+                say(f"  NOTE: the logged batches cover {run.batch_records:,} of {n:,} records")
+            runs.append(run)
+    finally:
+        cluster.stop()
+    say("verifying audit_counts")
+    windows = verify(runs, workdir)
+    for run in runs:
+        check = "OK" if run.message_count == n else "MISMATCH"
+        say(
+            f"  {run.audit_type}: sum(message_count)={run.message_count} (want {n}) {check}, "
+            f"sum(unique_count)={run.unique_count}"
+        )
+    error = hll_error(windows)
+    if error:
+        say(
+            f"  APPROX vs EXACT unique_count over {error['windows']} windows: mean |rel err| "
+            f"{error['mean_abs_rel_error']:.3%}, max {error['max_abs_rel_error']:.3%}, "
+            f"sum {error['total_rel_diff']:+.3%}"
+        )
+    result = summarize(n, max(baseline, key=lambda s: s["nMsg.sec"]), runs)
+    result.update(produce=produced, baseline_runs=baseline, hll_error=error)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.audit_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--records", type=int, default=5_000_000, help="records to produce")
+    parser.add_argument("--partitions", type=int, default=4, help="topic partitions")
+    parser.add_argument("--quick", action="store_true", help=f"short for --records {QUICK_RECORDS}")
+    parser.add_argument("--baseline-runs", type=int, default=2, help="consumer runs; best counts")
+    args = parser.parse_args(argv)
+    n = QUICK_RECORDS if args.quick else args.records
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    zip_path = ROOT / "build" / "uatu-jobs.zip"
+    if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
+        say(f"WARNING: {zip_path} is older than jobs/ and is what the job runs; `make build`")
+    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=BENCH_DIR))
+    say(f"bench dir {workdir}: {n:,} records, {args.partitions} partitions")
+    try:
+        result = bench(n, args.partitions, args.baseline_runs, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    say(f"result written to {RESULT_PATH}")
+    return 0 if all(a["ok"] for a in result["audits"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

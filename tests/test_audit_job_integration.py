@@ -1,0 +1,254 @@
+"""The audit job end to end: real broker, `./spark-submit.sh`, real Delta tables.
+
+Expected tables are computed in plain Python from the records the test produced
+(`tools/demo_data.py`), never from Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from tests.conftest import ROOT, write_conf_dir
+from tools.demo_data import SentRecord, audit_dataset, produce
+
+pytestmark = pytest.mark.integration
+
+WINDOW_S = 60
+COMPARED = [
+    "cluster",
+    "topic",
+    "partition",
+    "audit_type",
+    "audit_interval_seconds",
+    "window_start",
+    "window_end",
+    "message_count",
+    "unique_count",
+    "duplicate_count",
+    "bytes",
+    "no_event_time_count",
+    "late_count",
+]
+
+
+def jobgroup(group_id: str, topic: str, *, rate: float = 0, trigger_s: int = 0) -> dict:
+    options = {
+        "@type": "type.googleapis.com/uatu.v1.JobOptions",
+        "audit": {
+            "eventTime": {"source": "FIELD_SOURCE_JSON_FIELD", "field": "ts"},
+            "allowedLatenessSeconds": 900,
+        },
+    }
+    if trigger_s:
+        options["trigger"] = {"intervalSeconds": trigger_s}
+    return {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_AUDIT",
+        "flowControl": {"messagesPerSec": rate},
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": topic,
+            "consumerGroup": f"{group_id}-cg",
+            "auditMetadata": {
+                "auditConfigs": [
+                    {"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": WINDOW_S},
+                    {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": WINDOW_S},
+                ]
+            },
+        },
+        "extension": options,
+    }
+
+
+def expected_rows(records: list[SentRecord], topic: str) -> list[tuple]:
+    """The audit table a correct job must produce, computed without Spark."""
+    window_ms = WINDOW_S * 1000
+    counts: Counter = Counter()
+    nbytes: Counter = Counter()
+    untimed: Counter = Counter()
+    late: Counter = Counter()
+    distinct: dict = defaultdict(set)
+    for r in records:
+        placed = r.event_ms if r.event_ms is not None else r.kafka_ts_ms
+        key = (r.partition, placed - placed % window_ms)
+        counts[key] += 1
+        nbytes[key] += len(r.key) + len(r.value)
+        untimed[key] += r.event_ms is None
+        late[key] += r.kind == "late" or (
+            r.kind == "duplicate"
+            and r.event_ms is not None
+            and r.event_ms < min(x.kafka_ts_ms for x in records) - 3600_000
+        )
+        distinct[key].add((r.key, r.value))
+    rows = []
+    for (partition, start), n in counts.items():
+        unique = len(distinct[(partition, start)])
+        for audit_type, dup in (
+            ("AUDIT_TYPE_EXACT_UNIQ", n - unique),
+            ("AUDIT_TYPE_APPROX_UNIQ", None),
+        ):
+            rows.append(
+                (
+                    "local",
+                    topic,
+                    partition,
+                    audit_type,
+                    WINDOW_S,
+                    start,
+                    start + window_ms,
+                    n,
+                    unique,
+                    dup,
+                    nbytes[(partition, start)],
+                    untimed[(partition, start)],
+                    late[(partition, start)],
+                )
+            )
+    return rows
+
+
+def expected_df(spark, rows):
+    schema = (
+        "cluster string, topic string, partition int, audit_type string, "
+        "audit_interval_seconds int, start_ms long, end_ms long, message_count long, "
+        "unique_count long, duplicate_count long, bytes long, no_event_time_count long, "
+        "late_count long"
+    )
+    return (
+        spark.createDataFrame(rows, schema)
+        .withColumn("window_start", F.timestamp_millis("start_ms"))
+        .withColumn("window_end", F.timestamp_millis("end_ms"))
+        .select(*COMPARED)
+    )
+
+
+def submit(group: dict, workdir: Path, conf_dir: Path, *args: str) -> subprocess.Popen:
+    """Start ./spark-submit.sh in its own process group; output goes to <workdir>/<id>.log."""
+    path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(group))
+    # A file, not a pipe: nobody reads a pipe while the job runs, and a full one blocks it.
+    log = (workdir / f"{group['jobGroupId']}.log").open("a")
+    env = {
+        **os.environ,
+        "UATU_CONF_DIR": str(conf_dir),
+        "UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2",
+    }
+    return subprocess.Popen(
+        [str(ROOT / "spark-submit.sh"), str(path), *args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def run_to_end(group: dict, workdir: Path, conf_dir: Path, *args: str) -> tuple[int, str]:
+    proc = submit(group, workdir, conf_dir, *args)
+    proc.wait(timeout=600)
+    return proc.returncode, (workdir / f"{group['jobGroupId']}.log").read_text()
+
+
+@pytest.fixture
+def audit_env(kafka, tmp_path):
+    """A topic with known data and a conf dir pointing at the session broker."""
+    topic = f"orders-{tmp_path.name[-20:].replace('_', '-')}"
+    kafka.create_topic(topic, partitions=3)
+    now_ms = int(time.time() * 1000)
+    records = audit_dataset(600, partitions=3, now_ms=now_ms)
+    produce(kafka.bootstrap_servers, topic, records)
+    return topic, records
+
+
+def conf_for(kafka, tmp_path: Path, name: str) -> Path:
+    base = tmp_path / name
+    return write_conf_dir(base / "conf", kafka.bootstrap_servers, base / "wh", base / "ck")
+
+
+def read_counts(spark, conf_dir: Path):
+    return spark.read.format("delta").load(str(conf_dir.parent / "wh" / "audit_counts"))
+
+
+def test_bounded_run_matches_independent_truth(spark, kafka, tmp_path, audit_env):
+    topic, records = audit_env
+    conf_dir = conf_for(kafka, tmp_path, "run")
+    status, out = run_to_end(jobgroup("truth", topic), tmp_path, conf_dir, "--once")
+    assert status == 0, out
+    table = read_counts(spark, conf_dir)
+    assert_df_equality(
+        table.select(*COMPARED),
+        expected_df(spark, expected_rows(records, topic)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    # Every record is counted once per audit type; late and untimed ones are not dropped.
+    totals = table.groupBy("audit_type").agg(F.sum("message_count").alias("n")).collect()
+    assert {r["audit_type"]: r["n"] for r in totals} == {
+        "AUDIT_TYPE_EXACT_UNIQ": len(records),
+        "AUDIT_TYPE_APPROX_UNIQ": len(records),
+    }
+    timed = table.where("latency_p50_ms IS NOT NULL").count()
+    assert timed > 0
+    # Latency quantiles are ordered and the sketch count matches the timed records.
+    for row in table.where("latency_kll_sketch IS NOT NULL").collect():
+        assert row["latency_p50_ms"] <= row["latency_p95_ms"] <= row["latency_p99_ms"]
+
+
+def test_missing_topic_exits_2_before_spark(kafka, tmp_path):
+    conf_dir = conf_for(kafka, tmp_path, "missing")
+    status, out = run_to_end(jobgroup("missing", "no-such-topic"), tmp_path, conf_dir, "--once")
+    assert status == 2
+    assert "kafka_consumer_task_group.topic='no-such-topic'" in out
+    assert not (conf_dir.parent / "wh").exists()
+
+
+def wait_for_commits(table_path: Path, versions: int, proc: subprocess.Popen, deadline_s: float):
+    """Poll the Delta log until `versions` commits exist (table creation is version 0)."""
+    deadline = time.monotonic() + deadline_s
+    log = table_path / "_delta_log"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"job exited early with status {proc.returncode}")
+        if len(list(log.glob("*.json"))) >= versions + 1:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no {versions} commits in {table_path} within {deadline_s} s")
+
+
+def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_table(
+    spark, kafka, tmp_path, audit_env
+):
+    topic, records = audit_env
+    # Reference: one uninterrupted bounded run.
+    reference_conf = conf_for(kafka, tmp_path, "reference")
+    status, out = run_to_end(jobgroup("ref", topic), tmp_path, reference_conf, "--once")
+    assert status == 0, out
+
+    # Same data, streamed at 100 records/s in 1 s micro-batches, killed after two commits.
+    conf_dir = conf_for(kafka, tmp_path, "killed")
+    group = jobgroup("killed", topic, rate=100, trigger_s=1)
+    proc = submit(group, tmp_path, conf_dir)
+    try:
+        wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 2, proc, deadline_s=300)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    partial = read_counts(spark, conf_dir).agg(F.sum("message_count")).first()[0]
+    assert 0 < partial < 2 * len(records), "the kill must land mid-stream"
+
+    status, out = run_to_end(group, tmp_path, conf_dir, "--once")
+    assert status == 0, out
+    assert_df_equality(
+        read_counts(spark, conf_dir).select(*COMPARED),
+        read_counts(spark, reference_conf).select(*COMPARED),
+        ignore_row_order=True,
+    )

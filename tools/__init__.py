@@ -1,0 +1,1 @@
+"""Developer and test tooling: local Kafka brokers, demo data."""
