@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from jobs.common.session import build_session
 
@@ -43,18 +42,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def write_conf_dir(path: Path, bootstrap_servers: str, warehouse: Path, checkpoints: Path) -> Path:
-    """A conf/ folder pointing the `local` cluster at a test broker."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "uatu.yaml").write_text(
-        yaml.safe_dump({"warehouse": str(warehouse), "checkpoints": str(checkpoints)})
-    )
-    (path / "clusters.yaml").write_text(
-        yaml.safe_dump({"clusters": {"local": {"bootstrap_servers": bootstrap_servers}}})
-    )
-    return path
 
 
 @pytest.fixture(scope="session")

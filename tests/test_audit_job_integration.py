@@ -18,7 +18,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from tests.conftest import ROOT, write_conf_dir
+from jobs.common.settings import write_conf_dir
+from tests.conftest import ROOT
 from tools.demo_data import SentRecord, audit_dataset, produce
 
 pytestmark = pytest.mark.integration

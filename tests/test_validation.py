@@ -10,8 +10,7 @@ import pytest
 
 from jobs import main as job_main
 from jobs.common.errors import ConfigError
-from jobs.common.settings import load_settings
-from tests.conftest import write_conf_dir
+from jobs.common.settings import load_settings, write_conf_dir
 
 VALID = {
     "jobGroupId": "orders-audit",

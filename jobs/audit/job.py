@@ -106,9 +106,10 @@ class AuditBatchWriter:
             return df
 
         try:
-            windowed = keep(batch).transform(
-                assign_windows, spec.windows, spec.allowed_lateness_seconds
-            )
+            # Exact audits read the batch twice (totals, then keys): cache it so Kafka is read
+            # once. Approximate-only audits need a single pass and skip the cache.
+            source = keep(batch) if spec.has_exact_audit else batch
+            windowed = source.transform(assign_windows, spec.windows, spec.allowed_lateness_seconds)
             partials = keep(window_partials(windowed, spec.hll_lg_config_k))
             if spec.has_exact_audit:
                 batch_keys = window_keys(windowed)

@@ -111,10 +111,14 @@ def audit_records(
     timestamp if usable, else audit_ms: every record is placed somewhere, none is dropped),
     audit_ms, latency_ms (audit_ms - event_ms, null without a usable event time), audit_ts.
     """
-    audit_ms = F.unix_millis("audit_ts")
-    event_ms = _usable_ms(_event_ms_raw(event_time), audit_ms, max_future_skew_seconds)
+    audit_ms = F.col("audit_ms")
+    event_ms = _usable_ms(F.col("event_ms_raw"), audit_ms, max_future_skew_seconds)
     kafka_ms = _usable_ms(F.unix_millis("timestamp"), audit_ms, max_future_skew_seconds)
-    return df.select(
+    # Parse the event time once into a column: inlined, the JSON lookup would run per use.
+    parsed = df.withColumn("event_ms_raw", _event_ms_raw(event_time)).withColumn(
+        "audit_ms", F.unix_millis("audit_ts")
+    )
+    return parsed.select(
         F.lit(cluster).alias("cluster"),
         F.lit(topic).alias("topic"),
         F.col("partition"),
@@ -125,7 +129,7 @@ def audit_records(
         _dedupe_hash(dedupe_key).alias("dedupe_key"),
         event_ms.alias("event_ms"),
         F.coalesce(event_ms, kafka_ms, audit_ms).alias("placed_ms"),
-        audit_ms.alias("audit_ms"),
+        audit_ms,
         (audit_ms - event_ms).cast("double").alias("latency_ms"),
         F.col("audit_ts"),
     )

@@ -128,3 +128,15 @@ def load_settings(conf_dir: Path | None = None, env: Mapping[str, str] | None = 
         checkpoints=paths["checkpoints"],
         clusters=MappingProxyType(clusters),
     )
+
+
+def write_conf_dir(path: Path, bootstrap_servers: str, warehouse: Path, checkpoints: Path) -> Path:
+    """Write a conf folder whose `local` cluster is `bootstrap_servers` (demo, tests, bench)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "uatu.yaml").write_text(
+        yaml.safe_dump({"warehouse": str(warehouse), "checkpoints": str(checkpoints)})
+    )
+    (path / "clusters.yaml").write_text(
+        yaml.safe_dump({"clusters": {"local": {"bootstrap_servers": bootstrap_servers}}})
+    )
+    return path
