@@ -59,15 +59,17 @@ def show_results(warehouse: Path, sent: Counter) -> bool:
         table.select(*SHOWN_COLUMNS).orderBy("audit_type", "window_start", "partition").show(
             200, truncate=False
         )
+        totals = {"message_count", "duplicate_count", "no_event_time_count", "late_count"}
         exact = (
             table.where("audit_type = 'AUDIT_TYPE_EXACT_UNIQ'")
-            .agg({"message_count": "sum", "duplicate_count": "sum", "no_event_time_count": "sum"})
+            .agg({column: "sum" for column in totals})
             .first()
         )
         checks = [
             ("records", sent["total"], exact["sum(message_count)"]),
             ("duplicates", sent["duplicate"], exact["sum(duplicate_count)"]),
-            ("without usable event time", sent["no_event_time"], exact["sum(no_event_time_count)"]),
+            ("without usable event time", sent["untimed_all"], exact["sum(no_event_time_count)"]),
+            ("late (two hours old)", sent["late_all"], exact["sum(late_count)"]),
         ]
         print("check against what the demo sent (EXACT_UNIQ totals):")
         for name, want, got in checks:
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=3000, help="distinct records to send")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     log.info("starting a local Kafka broker in %s", DEMO_DIR / "kafka")
