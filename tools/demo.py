@@ -63,7 +63,7 @@ def show_results(warehouse: Path, sent: Counter) -> bool:
         exact = (
             table.where("audit_type = 'AUDIT_TYPE_EXACT_UNIQ'")
             .agg({column: "sum" for column in totals})
-            .first()
+            .collect()[0]
         )
         checks = [
             ("records", sent["total"], exact["sum(message_count)"]),

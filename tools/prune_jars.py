@@ -15,8 +15,9 @@ import re
 import sys
 from pathlib import Path
 
-# artifactId-version.jar, where the version starts with a digit (e.g. jackson-core-2.13.5.jar).
-_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-.+)?)\.jar$")
+# artifactId-version.jar. The version starts with a digit and has no underscore, which tells
+# "kafka-0-10_2.13-4.1.0-preview1" (artifact ...kafka-0-10_2.13) from "zstd-jni-1.5.7-3".
+_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[A-Za-z0-9.]*(?:-[A-Za-z0-9.]+)*)\.jar$")
 
 
 def artifact_of(jar_name: str) -> str:

@@ -35,7 +35,7 @@ keys table committed and the counts table did not.
 from __future__ import annotations
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -104,7 +104,7 @@ def _unique(total: str, hll: str) -> str:
     return f"CASE WHEN s.audit_type = {_EXACT} THEN {total} ELSE hll_sketch_estimate({hll}) END"
 
 
-_ON_MATCH = {
+_ON_MATCH: dict[str, str | Column] = {
     "window_end": "s.window_end",
     "message_count": "t.message_count + s.message_count",
     "unique_count": _unique("t.unique_count + s.new_unique_count", _MERGED_HLL),
@@ -123,7 +123,7 @@ _ON_MATCH = {
     "updated_at": "s.updated_at",
 }
 
-_ON_INSERT = {
+_ON_INSERT: dict[str, str | Column] = {
     **{c: f"s.{c}" for c in WINDOW_KEY},
     "window_end": "s.window_end",
     "message_count": "s.message_count",
@@ -158,9 +158,9 @@ def known_keys(
     Delta skip files by their window_start statistics.
     """
     bounds = partials.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
-    lo, hi = bounds.first() or (None, None)
+    lo, hi = bounds.collect()[0]
     keys = spark.read.format("delta").load(keys_path).where(F.col("first_batch_id") < batch_id)
-    if lo is None:
+    if lo is None or hi is None:
         return keys.limit(0)
     return keys.where(F.col("window_start").between(lo, hi))
 

@@ -18,14 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from google.protobuf import json_format
-from uatu.v1 import job_options_pb2
-from uber.data.kafka.datatransfer import job_group_pb2, job_pb2
+from uatu.v1.job_options_pb2 import JobOptions
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from jobs.common.errors import InvalidJobGroup, UnknownCluster
 from jobs.common.settings import ClusterConfig
-
-JobGroup = job_group_pb2.JobGroup
-JobOptions = job_options_pb2.JobOptions
 
 JOB_OPTIONS_TYPE_URL = "type.googleapis.com/uatu.v1.JobOptions"
 

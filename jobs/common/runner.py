@@ -29,7 +29,7 @@ class QuerySettings:
     checkpoint: str
     once: bool
     trigger_interval_seconds: int = 10
-    poll_seconds: float = 2.0
+    poll_seconds: int = 2
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:

@@ -46,7 +46,7 @@ class ClusterConfig:
         options["kafka.bootstrap.servers"] = self.bootstrap_servers
         return options
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> dict[str, str | int | float | bool]:
         """Configuration for a plain Kafka client (admin, producer, consumer)."""
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
 

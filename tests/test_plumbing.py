@@ -1,0 +1,98 @@
+"""Pure helpers: Kafka source options, the audit spec's derived values, jar pruning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+from jobs.audit.spec import audit_spec
+from jobs.common.jobgroup import parse_jobgroup
+from jobs.common.kafka_source import kafka_read_options
+from jobs.common.settings import ClusterConfig, Settings
+from tools.prune_jars import artifact_of, jars_to_remove
+
+SASL = ClusterConfig(
+    "secure",
+    "b1:9093,b2:9093",
+    MappingProxyType({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}),
+)
+
+
+def test_kafka_read_options_pass_client_properties_through():
+    options = kafka_read_options(
+        SASL,
+        "orders",
+        starting_offsets="latest",
+        read_committed=True,
+        max_offsets_per_trigger=5000,
+        group_id_prefix="audit-cg",
+        include_headers=True,
+    )
+    assert options == {
+        "kafka.bootstrap.servers": "b1:9093,b2:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "PLAIN",
+        "subscribe": "orders",
+        "startingOffsets": "latest",
+        "failOnDataLoss": "true",
+        "includeHeaders": "true",
+        "kafka.isolation.level": "read_committed",
+        "maxOffsetsPerTrigger": "5000",
+        "groupIdPrefix": "audit-cg",
+    }
+
+
+def test_kafka_read_options_defaults_are_lossless():
+    options = kafka_read_options(SASL, "orders")
+    assert options["startingOffsets"] == "earliest"
+    assert options["failOnDataLoss"] == "true"
+    assert "maxOffsetsPerTrigger" not in options
+    assert "kafka.isolation.level" not in options
+
+
+def spec_for(group_json: str):
+    settings = Settings(
+        conf_dir=Path("conf"),
+        warehouse="/wh",
+        checkpoints="/ck",
+        clusters=MappingProxyType({"secure": SASL}),
+    )
+    return audit_spec(parse_jobgroup(group_json), settings)
+
+
+def test_audit_spec_defaults_and_flow_control():
+    spec = spec_for(
+        """{"jobGroupId": "g1", "type": "JOB_TYPE_KAFKA_AUDIT",
+            "flowControl": {"messagesPerSec": 250.5},
+            "kafkaConsumerTaskGroup": {"cluster": "secure", "topic": "orders",
+              "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_LATEST",
+              "auditMetadata": {"auditConfigs": [
+                {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": 600}]}},
+            "auditTaskGroup": {"topic": "orders-logical"}}"""
+    )
+    assert spec.event_time.source == "kafka_timestamp"
+    assert spec.dedupe_key.source == "key_and_value"
+    assert spec.hll_lg_config_k == 12
+    assert spec.starting_offsets == "latest"
+    assert spec.audited_cluster == "secure"
+    assert spec.audited_topic == "orders-logical"
+    assert spec.trigger_interval_seconds == 10
+    assert spec.max_offsets_per_trigger() == 2505  # 250.5 records/s x 10 s
+    assert spec.audit_counts_path == "/wh/audit_counts"
+    assert spec.checkpoint_path == "/ck/g1"
+    assert not spec.has_exact_audit
+
+
+def test_artifact_names_and_pruning():
+    assert artifact_of("jackson-core-2.13.5.jar") == "jackson-core"
+    assert artifact_of("spark-token-provider-kafka-0-10_2.13-4.1.0-preview1.jar") == (
+        "spark-token-provider-kafka-0-10_2.13"
+    )
+    assert artifact_of("jetty-util-9.4.57.v20241219.jar") == "jetty-util"
+    candidates = [
+        "jackson-core-2.13.5.jar",
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "kafka-clients-3.9.2.jar",
+    ]
+    shipped = ["jackson-core-2.21.2.jar", "spark-core_2.13-4.2.0.jar"]
+    assert jars_to_remove(candidates, shipped) == ["jackson-core-2.13.5.jar"]
