@@ -1,8 +1,8 @@
 """Audit job throughput vs Kafka's own consumer, on one private broker and one topic.
 
 What it measures, on a fresh 1-broker Kafka (heap 1g) under var/bench/ and a topic of --partitions
-(default 4) filled with N records (null keys, 100-200 byte values from 10,000 distinct lines, so
-values repeat) by Kafka's ProducerPerformance:
+(default 4) filled with N records (null keys, 100-200 byte values drawn at random from a million
+distinct lines, so most records are unique and some repeat) by Kafka's ProducerPerformance:
 
 * raw: records/s and MB/s of Kafka's ConsumerPerformance reading all N records (nMsg.sec and
   MB.sec, which include the consumer group join but not JVM start); best of --baseline-runs;
@@ -21,13 +21,13 @@ job logs to var/bench/audit-<type>.log. Nothing here asserts a duration.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
 import re
 import shlex
 import shutil
-import string
 import subprocess
 import sys
 import tempfile
@@ -51,6 +51,7 @@ TARGETS = {"AUDIT_TYPE_EXACT_UNIQ": 0.3, "AUDIT_TYPE_APPROX_UNIQ": 0.5}  # x raw
 PRODUCED_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
 BATCH_RE = re.compile(r"batch (\d+): (\d+) records in ([\d.]+) s")
 MIB = 1024 * 1024
+DISTINCT_PAYLOADS = 1_000_000
 
 
 @dataclass
@@ -82,20 +83,29 @@ def say(msg: str) -> None:
 
 def java_tool(main_class: str, args: str) -> str:
     """Run one of Kafka's tools (org.apache.kafka.tools.*); return stdout, raise if it fails."""
-    cmd = ["java", "-Xmx1g", "-cp", KAFKA_CLASSPATH, f"org.apache.kafka.tools.{main_class}"]
+    cmd = ["java", "-Xmx2g", "-cp", KAFKA_CLASSPATH, f"org.apache.kafka.tools.{main_class}"]
     proc = subprocess.run([*cmd, *shlex.split(args)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{main_class} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
     return proc.stdout
 
 
+def payloads_path(workdir: Path) -> Path:
+    return workdir / "payloads.txt"
+
+
 def fill_topic(bootstrap: str, n: int, partitions: int, workdir: Path) -> dict[str, float]:
     """Produce n records with ProducerPerformance; check the topic's offsets add up to n."""
+    # ProducerPerformance sends random lines of the payload file. A million distinct lines
+    # keep most records unique, so the exact audit's key table does real work.
     rng = random.Random(42)
-    alphabet = string.ascii_letters + string.digits
-    payloads = workdir / "payloads.txt"
-    lines = ("".join(rng.choices(alphabet, k=rng.randint(100, 200))) for _ in range(10_000))
-    payloads.write_text("\n".join(lines) + "\n")
+    distinct = min(n, DISTINCT_PAYLOADS)
+    blob = base64.b64encode(rng.randbytes(distinct * 150 + 200)).decode()
+    with payloads_path(workdir).open("w") as f:
+        for i in range(distinct):
+            start = i * 150
+            f.write(blob[start : start + rng.randint(100, 200)] + "\n")
+    payloads = payloads_path(workdir)
     out = java_tool(
         "ProducerPerformance",
         f"--topic {TOPIC} --num-records {n} --throughput -1 --payload-file "
