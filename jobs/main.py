@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from jobs.common import kafka_admin
-from jobs.common.errors import EXIT_BAD_INPUT, InvalidJobGroup, UatuError
+from jobs.common.errors import InvalidJobGroup, UatuError
 from jobs.common.jobgroup import check_common, job_type_name, load_jobgroup
 from jobs.common.settings import default_conf_dir, load_settings
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(job.run(spec, once=args.once))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
-        return e.exit_status if isinstance(e, UatuError) else EXIT_BAD_INPUT
+        return e.exit_status
 
 
 if __name__ == "__main__":

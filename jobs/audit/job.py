@@ -22,6 +22,7 @@ trigger interval until stopped.
 from __future__ import annotations
 
 import logging
+import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -100,6 +101,8 @@ class AuditBatchWriter:
         spec = self.spec
         app_id = self.app_id(spark)
         cached: list[DataFrame] = []
+        steps: dict[str, float] = {}  # wall time per phase, for the progress log
+        started = time.monotonic()
 
         def keep(df: DataFrame) -> DataFrame:
             cached.append(df.persist())
@@ -110,16 +113,27 @@ class AuditBatchWriter:
             # once. Approximate-only audits need a single pass and skip the cache.
             source = keep(batch) if spec.has_exact_audit else batch
             windowed = source.transform(assign_windows, spec.windows, spec.allowed_lateness_seconds)
-            partials = keep(window_partials(windowed, spec.hll_lg_config_k))
+            partials = window_partials(windowed, spec.hll_lg_config_k)
             if spec.has_exact_audit:
-                batch_keys = window_keys(windowed)
+                partials = keep(partials)
                 known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
-                fresh = keep(new_keys(batch_keys, known))
+                fresh = keep(new_keys(window_keys(windowed), known))
                 tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
+                steps["keys"] = time.monotonic() - started
                 partials = with_new_unique_counts(partials, fresh)
             else:
                 partials = partials.withColumn("new_unique_count", F.lit(0).cast("long"))
-            tables.merge_counts(spark, keep(partials), spec.audit_counts_path, app_id, batch_id)
+            # Delta's MERGE re-plans its source, which bypasses Spark's cache and would
+            # recompute the whole batch; a local checkpoint hands it the computed rows.
+            computed = partials.localCheckpoint()
+            steps["aggregate"] = time.monotonic() - started - steps.get("keys", 0.0)
+            tables.merge_counts(spark, computed, spec.audit_counts_path, app_id, batch_id)
+            steps["merge"] = time.monotonic() - started - sum(steps.values())
+            log.info(
+                "batch %d written: %s",
+                batch_id,
+                ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items()),
+            )
         finally:
             for df in cached:
                 df.unpersist()
