@@ -9,7 +9,8 @@
 #   UATU_DRIVER_MEMORY       driver memory (default 2g)
 #   UATU_SPARK_SUBMIT_ARGS   extra spark-submit arguments, e.g. "--conf spark.sql.shuffle.partitions=4"
 #   UATU_CONF_DIR, UATU_WAREHOUSE, UATU_CHECKPOINTS   see conf/uatu.yaml
-# Exit status: 0 done, 1 failed while running, 2 bad input (nothing started).
+# Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failed while running, 2 bad input.
+#   UATU_STOP_FILE           path whose creation stops the job gracefully (default: a temp path)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,8 +35,15 @@ JARS="$(find "$JAR_DIR" -name '*.jar' | sort | paste -sd, -)"
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 
+# Graceful stop: SIGTERM or SIGINT to this script creates the stop file, which the job polls
+# between micro-batches; it then stops its query and exits 0. (A signal to the whole process
+# group also kills the driver JVM at once: safe, every write is exactly-once, but not clean.)
+export UATU_STOP_FILE="${UATU_STOP_FILE:-$(mktemp -u "${TMPDIR:-/tmp}/uatu-stop.XXXXXX")}"
+rm -f "$UATU_STOP_FILE"
+trap 'touch "$UATU_STOP_FILE"' TERM INT
+
 # shellcheck disable=SC2086  # UATU_SPARK_SUBMIT_ARGS is a list of words on purpose
-exec "$VENV/bin/spark-submit" \
+"$VENV/bin/spark-submit" \
   --master "${SPARK_MASTER:-local[2]}" \
   --driver-memory "${UATU_DRIVER_MEMORY:-2g}" \
   --jars "$JARS" \
@@ -43,4 +51,12 @@ exec "$VENV/bin/spark-submit" \
   --driver-java-options "-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties" \
   --conf "spark.executorEnv.PYSPARK_PYTHON=$VENV/bin/python" \
   ${UATU_SPARK_SUBMIT_ARGS:-} \
-  "$ROOT/jobs/main.py" "$@"
+  "$ROOT/jobs/main.py" "$@" &
+child=$!
+# `wait` returns early when a trapped signal arrives; keep waiting for the job itself.
+status=0
+while kill -0 "$child" 2>/dev/null; do
+  wait "$child" && status=0 || status=$?
+done
+rm -f "$UATU_STOP_FILE"
+exit "$status"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from jobs.common.errors import InvalidJobGroup, UatuError
 from jobs.common.jobgroup import check_common, job_type_name, load_jobgroup
 from jobs.common.settings import default_conf_dir, load_settings
 
-# JobType name -> module with prepare(group, settings), source_topic(spec), run(spec, once=).
+# JobType name -> module with prepare(group, settings), source_topic(spec),
+# run(spec, once=, stop_file=).
 JOB_MODULES = {
     "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
 }
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.check:
             return 0
-        return int(job.run(spec, once=args.once))
+        return int(job.run(spec, once=args.once, stop_file=os.environ.get("UATU_STOP_FILE")))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -250,3 +250,22 @@ def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_table(
         read_counts(spark, reference_conf).select(*COMPARED),
         ignore_row_order=True,
     )
+
+
+def test_sigterm_stops_a_streaming_job_cleanly(spark, kafka, tmp_path, audit_env):
+    """Without --once the job streams until stopped; SIGTERM to spark-submit.sh ends it, 0."""
+    topic, records = audit_env
+    conf_dir = conf_for(kafka, tmp_path, "sigterm")
+    proc = submit(jobgroup("sigterm", topic, trigger_s=1), tmp_path, conf_dir)
+    try:
+        wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 1, proc, deadline_s=300)
+        os.kill(proc.pid, signal.SIGTERM)  # the script, as a scheduler would
+        status = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "sigterm.log").read_text()
+    assert status == 0, log
+    assert "stopping query audit-sigterm" in log
+    total = read_counts(spark, conf_dir).agg(F.sum("message_count")).first()[0]
+    assert total == 2 * len(records)  # two audit types, every record once each

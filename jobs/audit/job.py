@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -100,46 +102,66 @@ class AuditBatchWriter:
         spark = batch.sparkSession
         spec = self.spec
         app_id = self.app_id(spark)
-        cached: list[DataFrame] = []
-        steps: dict[str, float] = {}  # wall time per phase, for the progress log
-        started = time.monotonic()
-
-        def keep(df: DataFrame) -> DataFrame:
-            cached.append(df.persist())
-            return df
-
-        try:
+        phases = PhaseTimes()
+        with cache_scope() as keep:
             # Exact audits read the batch twice (totals, then keys): cache it so Kafka is read
             # once. Approximate-only audits need a single pass and skip the cache.
             source = keep(batch) if spec.has_exact_audit else batch
             windowed = source.transform(assign_windows, spec.windows, spec.allowed_lateness_seconds)
             partials = window_partials(windowed, spec.hll_lg_config_k)
             if spec.has_exact_audit:
-                partials = keep(partials)
-                known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
-                fresh = keep(new_keys(window_keys(windowed), known))
-                tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
-                steps["keys"] = time.monotonic() - started
+                with phases("keys"):
+                    partials = keep(partials)
+                    known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
+                    fresh = keep(new_keys(window_keys(windowed), known))
+                    tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
                 partials = with_new_unique_counts(partials, fresh)
             else:
                 partials = partials.withColumn("new_unique_count", F.lit(0).cast("long"))
-            # Delta's MERGE re-plans its source, which bypasses Spark's cache and would
-            # recompute the whole batch; a local checkpoint hands it the computed rows.
-            computed = partials.localCheckpoint()
-            steps["aggregate"] = time.monotonic() - started - steps.get("keys", 0.0)
-            tables.merge_counts(spark, computed, spec.audit_counts_path, app_id, batch_id)
-            steps["merge"] = time.monotonic() - started - sum(steps.values())
-            log.info(
-                "batch %d written: %s",
-                batch_id,
-                ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items()),
-            )
+            with phases("aggregate"):
+                # Delta's MERGE re-plans its source, which bypasses Spark's cache and would
+                # recompute the whole batch; a local checkpoint hands it the computed rows.
+                computed = partials.localCheckpoint()
+            with phases("merge"):
+                tables.merge_counts(spark, computed, spec.audit_counts_path, app_id, batch_id)
+        log.info("batch %d written: %s", batch_id, phases)
+
+
+class PhaseTimes:
+    """Wall time per named phase of a batch, for the progress log."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
         finally:
-            for df in cached:
-                df.unpersist()
+            self.seconds[name] = time.monotonic() - started
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {s:.1f} s" for name, s in self.seconds.items())
 
 
-def run(spec: AuditSpec, *, once: bool) -> int:
+@contextmanager
+def cache_scope() -> Iterator[Callable[[DataFrame], DataFrame]]:
+    """Yield `keep(df)`, which persists df until the scope ends."""
+    cached: list[DataFrame] = []
+
+    def keep(df: DataFrame) -> DataFrame:
+        cached.append(df.persist())
+        return df
+
+    try:
+        yield keep
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def run(spec: AuditSpec, *, once: bool, stop_file: str | None = None) -> int:
     spark = build_session(spec.query_name)
     tables.ensure_tables(spark, spec.audit_counts_path, spec.audit_keys_path)
     log.info(
@@ -158,5 +180,6 @@ def run(spec: AuditSpec, *, once: bool) -> int:
             checkpoint=spec.checkpoint_path,
             once=once,
             trigger_interval_seconds=spec.trigger_interval_seconds,
+            stop_file=stop_file,
         ),
     )

@@ -1,14 +1,20 @@
 """Shared lifecycle of a streaming job: query name, checkpoint, trigger, progress, exit status.
 
-`run_query` starts a `foreachBatch` query, logs each micro-batch's progress, stops the query
-cleanly on SIGTERM or SIGINT, and turns the outcome into an exit status (0 finished or
-stopped, 1 failed). With `once=True` the trigger is AvailableNow: everything available when
-the query starts is processed, then the query ends by itself.
+`run_query` starts a `foreachBatch` query, logs each micro-batch's progress, and turns the
+outcome into an exit status (0 finished or stopped, 1 failed). With `once=True` the trigger
+is AvailableNow: everything available when the query starts is processed, then the query ends
+by itself.
+
+Graceful stop: the query is stopped between micro-batches when the stop file appears
+(`spark-submit.sh` creates it when it receives SIGTERM or SIGINT) or when the Python driver
+itself is sent SIGTERM/SIGINT. A signal to the whole process group also reaches the driver's
+JVM, which then dies at once; that is safe too (every write is exactly-once), only not clean.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ class QuerySettings:
     once: bool
     trigger_interval_seconds: int = 10
     poll_seconds: int = 2
+    stop_file: str | None = None
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -71,6 +78,8 @@ def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettin
         last_batch = -1
         while not query.awaitTermination(settings.poll_seconds):
             last_batch = _log_progress(query.lastProgress, last_batch)
+            if settings.stop_file and os.path.exists(settings.stop_file):
+                stop_requested.append(f"stop file {settings.stop_file}")
             if stop_requested:
                 log.info("received %s, stopping query %s", stop_requested[0], settings.name)
                 query.stop()
