@@ -223,3 +223,11 @@ def test_hll_standard_error_at_lgk12_on_1m_distinct(spark):
     assert len(errors) == sets
     rms = math.sqrt(sum(e * e for e in errors) / sets)
     assert rms <= 0.02, f"RMS relative error {rms:.2%}, per set {errors}"
+
+
+def test_new_keys_without_known_keys_is_the_batch(spark):
+    rows = [(b"k%d" % (i % 3), b"v", 0, i, at(i), None) for i in range(6)]
+    windowed, _ = build_partials(spark, rows, [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60)])
+    batch_keys = window_keys(windowed)
+    assert_df_equality(new_keys(batch_keys, None), batch_keys, ignore_row_order=True)
+    assert batch_keys.count() == 3

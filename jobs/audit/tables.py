@@ -151,18 +151,24 @@ def ensure_tables(spark: SparkSession, counts_path: str, keys_path: str) -> None
 
 def known_keys(
     spark: SparkSession, keys_path: str, partials: DataFrame, batch_id: int
-) -> DataFrame:
-    """Keys recorded by earlier batches, narrowed to the windows this batch touches.
+) -> DataFrame | None:
+    """Keys recorded by earlier batches in the windows this batch touches; None if there are none.
 
     `partials` is the batch's (small, cached) per-window aggregate; the time range filter lets
-    Delta skip files by their window_start statistics.
+    Delta skip files by their window_start statistics. None (new windows, or a first batch)
+    spares the caller a join against nothing.
     """
     bounds = partials.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
     lo, hi = bounds.collect()[0]
-    keys = spark.read.format("delta").load(keys_path).where(F.col("first_batch_id") < batch_id)
     if lo is None or hi is None:
-        return keys.limit(0)
-    return keys.where(F.col("window_start").between(lo, hi))
+        return None
+    keys = (
+        spark.read.format("delta")
+        .load(keys_path)
+        .where(F.col("first_batch_id") < batch_id)
+        .where(F.col("window_start").between(lo, hi))
+    )
+    return None if keys.isEmpty() else keys
 
 
 def append_keys(fresh_keys: DataFrame, keys_path: str, app_id: str, batch_id: int) -> None:

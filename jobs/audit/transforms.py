@@ -209,8 +209,10 @@ def window_keys(windowed: DataFrame) -> DataFrame:
     )
 
 
-def new_keys(batch_keys: DataFrame, known_keys: DataFrame) -> DataFrame:
-    """Keys of this batch not seen before: exact uniqueness across micro-batches."""
+def new_keys(batch_keys: DataFrame, known_keys: DataFrame | None) -> DataFrame:
+    """Keys of this batch not seen before (None: nothing seen before in these windows)."""
+    if known_keys is None:
+        return batch_keys
     return batch_keys.join(known_keys.select(*DEDUPE_KEY), on=DEDUPE_KEY, how="left_anti")
 
 
