@@ -173,9 +173,10 @@ class KafkaCluster:
     def restart_broker(self, i: int, timeout: float = READY_TIMEOUT_S) -> None:
         """Start broker ``i`` again with its existing config and storage.
 
-        A broker that is still running is stopped gracefully first. Returns once broker ``i``
-        answers with metadata listing every running broker, itself included; a broker lists
-        itself only once the controller has unfenced it, i.e. it has rejoined the cluster.
+        A broker that is still running is stopped gracefully first. Returns once every running
+        broker answers with metadata listing all of them, broker ``i`` included: a broker lists
+        itself only once the controller has unfenced it, and the others learn of it a moment
+        later, so a client may reach any of them right after this returns.
         """
         broker = self.brokers[i]
         if broker.is_running():
@@ -183,8 +184,8 @@ class KafkaCluster:
         log.info("restarting broker %d on %s", i, broker.address)
         started = time.monotonic()
         _launch(broker, self.jars_dir, self.heap)
-        running = {b.node_id for b in self.brokers if b.is_running()}
-        _wait_ready([broker], running, timeout, started)
+        running = [b for b in self.brokers if b.is_running()]
+        _wait_ready(running, {b.node_id for b in running}, timeout, started)
 
     def create_topic(
         self,
