@@ -159,3 +159,13 @@ def test_malformed_clusters_file_names_the_file(tmp_path, conf_dir):
     (conf_dir / "clusters.yaml").write_text("clusters:\n  local: {}\n")
     with pytest.raises(ConfigError, match=r"clusters.yaml.*clusters.local.bootstrap_servers=None"):
         load_settings(conf_dir)
+
+
+def test_java_only_client_property_is_a_config_error_naming_the_cluster(tmp_path, conf_dir, capsys):
+    (conf_dir / "clusters.yaml").write_text(
+        "clusters:\n  local:\n    bootstrap_servers: 127.0.0.1:9\n"
+        "    properties: {sasl.jaas.config: 'x required;'}\n"
+    )
+    status, err = run_main(tmp_path, conf_dir, VALID, capsys)
+    assert status == 2
+    assert "clusters.local" in err and "admin_properties" in err

@@ -5,13 +5,20 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from jobs.common.errors import ClusterUnreachable, TopicNotFound
+from jobs.common.errors import ClusterUnreachable, ConfigError, TopicNotFound
 from jobs.common.settings import ClusterConfig
 
 
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
     """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
-    admin = AdminClient(cluster.client_config())
+    try:
+        admin = AdminClient(cluster.client_config())
+    except (KafkaException, ValueError, TypeError) as e:
+        raise ConfigError(
+            "clusters.yaml",
+            f"clusters.{cluster.name}: the admin client rejects its properties ({e}); "
+            "give librdkafka names in admin_properties",
+        ) from None
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as e:

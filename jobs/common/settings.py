@@ -11,8 +11,10 @@ Loaded once, before any Spark work, into frozen dataclasses:
       clusters:
         local:
           bootstrap_servers: 127.0.0.1:9092
-          properties:            # optional, any Kafka client property
+          properties:            # optional, any (Java) Kafka client property
             security.protocol: PLAINTEXT
+          admin_properties: {}   # optional: librdkafka names for the pre-start topic check,
+                                 # when they differ from the Java ones (e.g. sasl.jaas.config)
 
 The conf folder is `$UATU_CONF_DIR` if set, else `<project root>/conf`.
 """
@@ -39,6 +41,7 @@ class ClusterConfig:
     name: str
     bootstrap_servers: str
     properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    admin_properties: Mapping[str, str] | None = None  # None: the same as `properties`
 
     def spark_kafka_options(self) -> dict[str, str]:
         """Options for Spark's Kafka source/sink: client properties get the `kafka.` prefix."""
@@ -47,8 +50,9 @@ class ClusterConfig:
         return options
 
     def client_config(self) -> dict[str, str | int | float | bool]:
-        """Configuration for a plain Kafka client (admin, producer, consumer)."""
-        return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
+        """Configuration for a librdkafka client (the admin client that checks topics)."""
+        props = self.properties if self.admin_properties is None else self.admin_properties
+        return {**props, "bootstrap.servers": self.bootstrap_servers}
 
 
 @dataclass(frozen=True)
@@ -98,12 +102,17 @@ def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
         if not isinstance(servers, str) or not servers.strip():
             raise ConfigError(source, f"clusters.{name}.bootstrap_servers={servers!r} is empty")
         props = spec.get("properties") or {}
-        if not isinstance(props, dict):
-            raise ConfigError(source, f"clusters.{name}.properties must be a mapping")
+        admin_props = spec.get("admin_properties")
+        for key, value in (("properties", props), ("admin_properties", admin_props or {})):
+            if not isinstance(value, dict):
+                raise ConfigError(source, f"clusters.{name}.{key} must be a mapping")
         parsed[str(name)] = ClusterConfig(
             name=str(name),
             bootstrap_servers=servers.strip(),
             properties=MappingProxyType({str(k): str(v) for k, v in props.items()}),
+            admin_properties=None
+            if admin_props is None
+            else MappingProxyType({str(k): str(v) for k, v in admin_props.items()}),
         )
     return parsed
 
