@@ -269,3 +269,14 @@ def test_sigterm_stops_a_streaming_job_cleanly(spark, kafka, tmp_path, audit_env
     assert "stopping query audit-sigterm" in log
     total = read_counts(spark, conf_dir).agg(F.sum("message_count")).first()[0]
     assert total == 2 * len(records)  # two audit types, every record once each
+
+
+def test_check_validates_against_the_broker_without_starting_spark(kafka, tmp_path, audit_env):
+    topic, _ = audit_env
+    conf_dir = conf_for(kafka, tmp_path, "check")
+    status, out = run_to_end(jobgroup("check", topic), tmp_path, conf_dir, "--check")
+    assert status == 0, out
+    assert f"JobGroup check is valid: JOB_TYPE_KAFKA_AUDIT on local/{topic} (3 partitions)" in out
+    # No JVM started (it announces itself with this line) and nothing was written.
+    assert "jdk.incubator" not in out
+    assert not (conf_dir.parent / "wh").exists()
