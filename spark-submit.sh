@@ -36,7 +36,7 @@ export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 
 # Graceful stop: SIGTERM or SIGINT to this script creates the stop file, which the job polls
-# between micro-batches; it then stops its query and exits 0. (A signal to the whole process
+# every 2 s; it then stops its query and exits 0. (A signal to the whole process
 # group also kills the driver JVM at once: safe, every write is exactly-once, but not clean.)
 export UATU_STOP_FILE="${UATU_STOP_FILE:-$(mktemp -u "${TMPDIR:-/tmp}/uatu-stop.XXXXXX")}"
 rm -f "$UATU_STOP_FILE"

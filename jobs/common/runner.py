@@ -5,9 +5,9 @@ outcome into an exit status (0 finished or stopped, 1 failed). With `once=True` 
 is AvailableNow: everything available when the query starts is processed, then the query ends
 by itself.
 
-Graceful stop: the query is stopped between micro-batches when the stop file appears
+Graceful stop: the query is stopped (within `poll_seconds`) when the stop file appears
 (`spark-submit.sh` creates it when it receives SIGTERM or SIGINT) or when the Python driver
-itself is sent SIGTERM/SIGINT. A signal to the whole process group also reaches the driver's
+itself is sent SIGTERM/SIGINT; a micro-batch cut short is replayed on the next start. A signal to the whole process group also reaches the driver's
 JVM, which then dies at once; that is safe too (every write is exactly-once), only not clean.
 """
 
