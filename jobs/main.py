@@ -9,22 +9,16 @@ one line on stderr names the field and the value).
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 from pathlib import Path
 
+from jobs import registry
 from jobs.common import kafka_admin
-from jobs.common.errors import InvalidJobGroup, UatuError
-from jobs.common.jobgroup import check_common, job_type_name, load_jobgroup
+from jobs.common.errors import UatuError
+from jobs.common.jobgroup import job_type_name, load_jobgroup
 from jobs.common.settings import default_conf_dir, load_settings
-
-# JobType name -> module with prepare(group, settings), source_topic(spec),
-# run(spec, once=, stop_file=).
-JOB_MODULES = {
-    "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
-}
 
 log = logging.getLogger("uatu.main")
 
@@ -65,14 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
-        check_common(group, settings.clusters)
+        job, spec = registry.validate(group, settings)
         type_name = job_type_name(group)
-        if type_name not in JOB_MODULES:
-            raise InvalidJobGroup(
-                "type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}"
-            )
-        job = importlib.import_module(JOB_MODULES[type_name])
-        spec = job.prepare(group, settings)
         field, topic, cluster = job.source_topic(spec)
         partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
         log.info(

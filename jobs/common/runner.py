@@ -7,8 +7,9 @@ by itself.
 
 Graceful stop: the query is stopped (within `poll_seconds`) when the stop file appears
 (`spark-submit.sh` creates it when it receives SIGTERM or SIGINT) or when the Python driver
-itself is sent SIGTERM/SIGINT; a micro-batch cut short is replayed on the next start. A signal to the whole process group also reaches the driver's
-JVM, which then dies at once; that is safe too (every write is exactly-once), only not clean.
+itself is sent SIGTERM/SIGINT; a micro-batch cut short is replayed on the next start. A signal
+to the whole process group also reaches the driver's JVM, which then dies at once; that is
+safe too (every write is exactly-once), only not clean.
 """
 
 from __future__ import annotations

@@ -1,0 +1,32 @@
+"""JobType -> job module, and the full pre-start validation shared by jobs/main.py and the
+control plane.
+
+Each job module provides `prepare(group, settings) -> spec` (validation, no Spark),
+`source_topic(spec) -> (field, topic, cluster)` and `run(spec, once=, stop_file=) -> int`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from jobs.common.errors import InvalidJobGroup
+from jobs.common.jobgroup import check_common, job_type_name
+from jobs.common.settings import Settings
+
+JOB_MODULES = {
+    "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
+}
+
+
+def validate(group: JobGroup, settings: Settings) -> tuple[ModuleType, Any]:
+    """Check every field the job will use; return (job module, its spec). No broker, no Spark."""
+    check_common(group, settings.clusters)
+    type_name = job_type_name(group)
+    if type_name not in JOB_MODULES:
+        raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}")
+    job = importlib.import_module(JOB_MODULES[type_name])
+    return job, job.prepare(group, settings)
