@@ -10,7 +10,7 @@ MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
 PROTOS      := $(shell find controlplane/proto -name '*.proto')
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build kafka-up kafka-down run demo test test-unit lint format bench-audit clean
+.PHONY: help setup venv jars proto build kafka-up kafka-down run controlplane test test-unit lint format bench-audit clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ kafka-down: ## stop the broker started by kafka-up
 
 run: setup ## demo: own broker, demo stream, audit job once (--once), print audit_counts
 	$(PY) -m tools.demo
+
+controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
+	$(PY) -m controlplane serve --address 127.0.0.1:8087
 
 test: setup ## run the whole test suite (unit and integration)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,161 @@
+"""`python -m controlplane`: run the control plane, or talk to one as an operator.
+
+    python -m controlplane serve [--address 127.0.0.1:8087] [--store var/controlplane.sqlite]
+    python -m controlplane add GROUP.json [--state JOB_STATE_CANCELED]
+    python -m controlplane get ID | list | set-state ID STATE | update GROUP.json | delete ID
+    python -m controlplane scale
+
+Client commands take `--target host:port` (default $UATU_CONTROLPLANE or 127.0.0.1:8087)
+and `--json`. On error they print the server's message and exit 1 (2 for a bad request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+
+from jobs.common.errors import UatuError
+from jobs.common.jobgroup import load_jobgroup
+from jobs.common.settings import PROJECT_ROOT, default_conf_dir, load_settings
+
+DEFAULT_ADDRESS = "127.0.0.1:8087"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m controlplane", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the control plane until SIGTERM")
+    serve.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port to listen on")
+    serve.add_argument(
+        "--store",
+        type=Path,
+        default=PROJECT_ROOT / "var" / "controlplane.sqlite",
+        help="SQLite file holding the JobGroups",
+    )
+    serve.add_argument(
+        "--conf-dir",
+        type=Path,
+        default=None,
+        help=f"site configuration (default {default_conf_dir()})",
+    )
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--target", default=os.environ.get("UATU_CONTROLPLANE", DEFAULT_ADDRESS))
+        sub.add_argument("--json", action="store_true", help="print protobuf JSON")
+        return sub
+
+    add = client("add", "add a JobGroup from its JSON file")
+    add.add_argument("jobgroup", type=Path)
+    add.add_argument("--state", default="JOB_STATE_RUNNING", choices=job_pb2.JobState.keys())
+    update = client("update", "replace a JobGroup's definition (state and jobs are kept)")
+    update.add_argument("jobgroup", type=Path)
+    for name, help_text in (("get", "show one JobGroup"), ("delete", "delete a JobGroup")):
+        client(name, help_text).add_argument("id")
+    set_state = client("set-state", "set a JobGroup's expected state")
+    set_state.add_argument("id")
+    set_state.add_argument("state", choices=job_pb2.JobState.keys())
+    client("list", "list every JobGroup")
+    client("scale", "cluster scale status")
+    return parser
+
+
+def run_client(args: argparse.Namespace) -> list[Message]:
+    with grpc.insecure_channel(args.target) as channel:
+        stub = admin_grpc.MasterAdminServiceStub(channel)
+        if args.command == "add":
+            request = admin_pb2.AddJobGroupRequest(
+                job_group=load_jobgroup(args.jobgroup),
+                job_group_state=job_pb2.JobState.Value(args.state),
+            )
+            return [stub.AddJobGroup(request).group]
+        if args.command == "update":
+            request = admin_pb2.UpdateJobGroupRequest(job_group=load_jobgroup(args.jobgroup))
+            return [stub.UpdateJobGroup(request).group]
+        if args.command == "get":
+            return [stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=args.id)).group]
+        if args.command == "delete":
+            stub.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id=args.id))
+            return []
+        if args.command == "set-state":
+            request = admin_pb2.UpdateJobGroupStateRequest(
+                id=args.id, state=job_pb2.JobState.Value(args.state)
+            )
+            return [stub.UpdateJobGroupState(request).group]
+        if args.command == "list":
+            return list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest()))
+        return [stub.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())]
+
+
+def human(message: Message) -> str:
+    """One readable line per JobGroup-like message; other messages as `field: value` pairs."""
+    fields: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    group = fields.get("job_group", {})
+    if group:
+        state = fields.get("state") or fields.get("job_group_state") or "JOB_STATE_INVALID"
+        source = group.get("kafka_consumer_task_group", {})
+        jobs = len(fields.get("jobs", []))
+        return (
+            f"{group.get('job_group_id')}  {group.get('type')}  {state}  "
+            f"{source.get('cluster')}/{source.get('topic')}"
+            + (f"  {jobs} job(s)" if "jobs" in fields else "")
+        )
+    # Zero-valued fields are omitted by default; a scale status of all zeros is still news.
+    full = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return ", ".join(f"{key}: {value}" for key, value in full.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve_command(args)
+    try:
+        results = run_client(args)
+    except UatuError as e:  # a bad local file, before anything was sent
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_status
+    except grpc.RpcError as e:
+        print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+    for message in results:
+        print(json_format.MessageToJson(message, indent=2) if args.json else human(message))
+    if args.command == "delete":
+        print(f"deleted {args.id}")
+    return 0
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from controlplane.jobgroups import JobGroups
+    from controlplane.server import serve
+    from controlplane.store import SqliteStore
+    from jobs.common import kafka_admin
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings(args.conf_dir)
+    except UatuError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_status
+    store = SqliteStore(args.store)
+    try:
+        serve(args.address, JobGroups(store, settings, kafka_admin.partition_count))
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,195 @@
+"""The admin operations on JobGroups, as plain Python (the gRPC servicer only translates).
+
+Semantics follow uForwarder's master (shared/reference/uforwarder-api.md §1.6, §2.2):
+
+* a JobGroup is validated exactly as `spark-submit.sh` would validate it, and its source
+  topic must exist; nothing is stored when either fails;
+* the stored group holds one StoredJob per partition of the source topic: the job key is the
+  partition, its flow control is the group's divided by the number of jobs, and
+  start_offset = -1 / end_offset = 0 (resume from the checkpoint, unbounded);
+* UpdateJobGroup replaces the definition and keeps state and job ids; cluster, topic and type
+  are immutable (a new group is needed to change them);
+* the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, ScaleStatus, StoredJobGroup
+from uber.data.kafka.datatransfer.job_pb2 import JobState
+
+from controlplane.errors import JobGroupNotFound
+from controlplane.store import SqliteStore
+from jobs import registry
+from jobs.common.errors import InvalidJobGroup
+from jobs.common.settings import ClusterConfig, Settings
+
+PartitionCount = Callable[[ClusterConfig, str, str], int]
+REQUESTABLE_STATES = (job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED)
+IMMUTABLE_FIELDS = (
+    ("type", lambda g: g.type),
+    ("kafka_consumer_task_group.cluster", lambda g: g.kafka_consumer_task_group.cluster),
+    ("kafka_consumer_task_group.topic", lambda g: g.kafka_consumer_task_group.topic),
+)
+
+
+@dataclass(frozen=True)
+class ClusterScale:
+    running_groups: int
+    used_messages_per_sec: float
+    used_bytes_per_sec: float
+
+
+def per_partition_jobs(
+    group: JobGroup, state: JobState, partitions: int, job_ids: Sequence[int]
+) -> list[job_pb2.StoredJob]:
+    """One StoredJob per partition, the group's flow control split evenly (pure)."""
+    source = group.kafka_consumer_task_group
+    share = job_pb2.FlowControl(
+        messages_per_sec=group.flow_control.messages_per_sec / partitions,
+        bytes_per_sec=group.flow_control.bytes_per_sec / partitions,
+        max_inflight_messages=group.flow_control.max_inflight_messages / partitions,
+    )
+    jobs = []
+    for partition, job_id in zip(range(partitions), job_ids, strict=True):
+        job = job_pb2.Job(
+            job_id=job_id,
+            type=group.type,
+            flow_control=share,
+            kafka_consumer_task=job_pb2.KafkaConsumerTask(
+                cluster=source.cluster,
+                topic=source.topic,
+                partition=partition,
+                consumer_group=source.consumer_group,
+                auto_offset_reset_policy=source.auto_offset_reset_policy,
+                start_offset=-1,
+                end_offset=0,
+                processing_delay_ms=source.processing_delay_ms,
+                isolation_level=source.isolation_level,
+                audit_metadata=source.audit_metadata,
+            ),
+            misc_config=group.misc_config,
+            extension=group.extension,
+        )
+        if group.HasField("audit_task_group"):
+            job.audit_task.CopyFrom(
+                job_pb2.AuditTask(
+                    cluster=group.audit_task_group.cluster,
+                    topic=group.audit_task_group.topic,
+                    partition=partition,
+                    audit_metadata=source.audit_metadata,
+                )
+            )
+        jobs.append(job_pb2.StoredJob(job=job, state=state))
+    return jobs
+
+
+class JobGroups:
+    def __init__(
+        self,
+        store: SqliteStore,
+        settings: Settings,
+        partition_count: PartitionCount,
+        now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._partition_count = partition_count
+        self._now = now
+
+    def add(self, group: JobGroup, state: JobState, scale: ScaleStatus | None) -> StoredJobGroup:
+        if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
+            state = job_pb2.JOB_STATE_RUNNING
+        _check_state("job_group_state", state)
+        partitions = self._validate(group)
+        ids = self._store.next_ids("job", partitions)
+        stored = StoredJobGroup(
+            last_updated=self._timestamp(),
+            job_group=group,
+            state=state,
+            jobs=per_partition_jobs(group, state, partitions, ids),
+            scale_status=scale or ScaleStatus(),
+        )
+        self._store.create(stored)
+        return stored
+
+    def update(self, group: JobGroup) -> StoredJobGroup:
+        current, version = self._get(group.job_group_id)
+        for field, read in IMMUTABLE_FIELDS:
+            if read(group) != read(current.job_group):
+                raise InvalidJobGroup(
+                    field, read(group), f"immutable (was {read(current.job_group)!r})"
+                )
+        partitions = self._validate(group)
+        # A partition keeps its job id; partitions the topic gained get new ones.
+        by_partition = {j.job.kafka_consumer_task.partition: j.job.job_id for j in current.jobs}
+        missing = [p for p in range(partitions) if p not in by_partition]
+        by_partition.update(zip(missing, self._store.next_ids("job", len(missing)), strict=True))
+        ids = [by_partition[p] for p in range(partitions)]
+        updated = StoredJobGroup()
+        updated.CopyFrom(current)
+        updated.job_group.CopyFrom(group)
+        updated.last_updated.CopyFrom(self._timestamp())
+        del updated.jobs[:]
+        updated.jobs.extend(per_partition_jobs(group, current.state, partitions, ids))
+        self._store.replace(updated, version)
+        return updated
+
+    def set_state(self, job_group_id: str, state: JobState) -> StoredJobGroup:
+        _check_state("state", state)
+        current, version = self._get(job_group_id)
+        current.state = state
+        for job in current.jobs:
+            job.state = state
+        current.last_updated.CopyFrom(self._timestamp())
+        self._store.replace(current, version)
+        return current
+
+    def delete(self, job_group_id: str) -> None:
+        self._store.delete(job_group_id)
+
+    def get(self, job_group_id: str) -> StoredJobGroup:
+        return self._get(job_group_id)[0]
+
+    def all(self) -> Iterator[StoredJobGroup]:
+        for versioned in self._store.all():
+            yield versioned.group
+
+    def cluster_scale(self) -> ClusterScale:
+        running = [g for g in self.all() if g.state == job_pb2.JOB_STATE_RUNNING]
+        return ClusterScale(
+            running_groups=len(running),
+            used_messages_per_sec=sum(g.scale_status.total_messages_per_sec for g in running),
+            used_bytes_per_sec=sum(g.scale_status.total_bytes_per_sec for g in running),
+        )
+
+    def _validate(self, group: JobGroup) -> int:
+        """Full job validation, then the source topic's partition count (0 is refused)."""
+        job, spec = registry.validate(group, self._settings)
+        field, topic, cluster = job.source_topic(spec)
+        partitions = self._partition_count(self._settings.clusters[cluster], topic, field)
+        if partitions <= 0:
+            raise InvalidJobGroup(field, topic, "topic has no partitions")
+        return partitions
+
+    def _get(self, job_group_id: str) -> tuple[StoredJobGroup, int]:
+        found = self._store.get(job_group_id)
+        if found is None:
+            raise JobGroupNotFound(job_group_id)
+        return found.group, found.version
+
+    def _timestamp(self) -> Timestamp:
+        stamp = Timestamp()
+        stamp.FromDatetime(self._now())
+        return stamp
+
+
+def _check_state(field: str, state: JobState) -> None:
+    if state not in REQUESTABLE_STATES:
+        name = job_pb2.JobState.Name(state) if state in job_pb2.JobState.values() else state
+        raise InvalidJobGroup(field, name, "must be JOB_STATE_RUNNING or JOB_STATE_CANCELED")

@@ -1,0 +1,46 @@
+"""The `spark-submit.sh` command line for a stored JobGroup (pure, no shell involved).
+
+The control plane writes the group's JobGroup JSON to a file and runs exactly what a
+scheduler would run: `spark-submit.sh <file> [--once]`, with the site configuration passed
+through the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.common.settings import PROJECT_ROOT
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: Mapping[str, str]
+
+
+def build_launch(
+    jobgroup_file: Path,
+    *,
+    once: bool = False,
+    conf_dir: Path | None = None,
+    spark_master: str | None = None,
+    driver_memory: str | None = None,
+    stop_file: Path | None = None,
+    script: Path = PROJECT_ROOT / "spark-submit.sh",
+) -> Launch:
+    """argv and extra environment for one Spark application of one JobGroup."""
+    argv = [str(script), str(jobgroup_file)]
+    if once:
+        argv.append("--once")
+    env = {}
+    if conf_dir is not None:
+        env["UATU_CONF_DIR"] = str(conf_dir)
+    if spark_master:
+        env["SPARK_MASTER"] = spark_master
+    if driver_memory:
+        env["UATU_DRIVER_MEMORY"] = driver_memory
+    if stop_file is not None:
+        env["UATU_STOP_FILE"] = str(stop_file)
+    return Launch(argv=argv, env=env)

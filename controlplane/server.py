@@ -1,0 +1,68 @@
+"""Build and run the control-plane gRPC server: admin service, health, reflection.
+
+`create_server(address, job_groups)` returns `(server, port)` without blocking, so tests bind
+`127.0.0.1:0`. `serve` blocks until SIGTERM/SIGINT, then marks the health service
+NOT_SERVING and stops with a grace period so in-flight calls finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+
+from controlplane.jobgroups import JobGroups
+from controlplane.service import MasterAdminServicer
+
+log = logging.getLogger("uatu.controlplane")
+
+ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["MasterAdminService"].full_name
+
+
+def create_server(
+    address: str, job_groups: JobGroups, workers: int = 8
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    admin_grpc.add_MasterAdminServiceServicer_to_server(MasterAdminServicer(job_groups), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            ADMIN_SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind the control plane to {address}")
+    for name in ("", ADMIN_SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port, health_servicer
+
+
+def serve(address: str, job_groups: JobGroups, grace_seconds: float = 10.0) -> None:
+    server, port, health_servicer = create_server(address, job_groups)
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, request_stop)
+    server.start()
+    log.info("control plane listening on %s (port %d)", address, port)
+    stopping.wait()
+    # Tell load balancers first, then let in-flight calls finish within the grace period.
+    health_servicer.enter_graceful_shutdown()
+    server.stop(grace_seconds).wait()
+    log.info("control plane stopped")

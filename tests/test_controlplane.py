@@ -1,0 +1,247 @@
+"""The control plane's admin API: domain rules, SQLite store, gRPC wire and CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
+
+from controlplane import cli
+from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, grpc_status
+from controlplane.jobgroups import JobGroups, per_partition_jobs
+from controlplane.launch import build_launch
+from controlplane.server import create_server
+from controlplane.store import SqliteStore
+from jobs.common import kafka_admin
+from jobs.common.errors import InvalidJobGroup, TopicNotFound
+from jobs.common.settings import load_settings, write_conf_dir
+
+GROUP = {
+    "jobGroupId": "orders-audit",
+    "type": "JOB_TYPE_KAFKA_AUDIT",
+    "flowControl": {"messagesPerSec": 300, "bytesPerSec": 3000},
+    "kafkaConsumerTaskGroup": {
+        "cluster": "local",
+        "topic": "cp-orders",
+        "consumerGroup": "cp",
+        "auditMetadata": {
+            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
+        },
+    },
+}
+
+
+def jobgroup(**changes) -> JobGroup:
+    data = copy.deepcopy(GROUP)
+    data.update(changes)
+    return json_format.ParseDict(data, JobGroup())
+
+
+def test_per_partition_jobs_split_flow_control_and_key_by_partition():
+    jobs = per_partition_jobs(jobgroup(), job_pb2.JOB_STATE_RUNNING, 3, [7, 8, 9])
+    assert [j.job.kafka_consumer_task.partition for j in jobs] == [0, 1, 2]
+    assert [j.job.job_id for j in jobs] == [7, 8, 9]
+    assert {j.job.flow_control.messages_per_sec for j in jobs} == {100.0}
+    assert {j.job.flow_control.bytes_per_sec for j in jobs} == {1000.0}
+    assert {j.job.kafka_consumer_task.start_offset for j in jobs} == {-1}
+    assert {j.state for j in jobs} == {job_pb2.JOB_STATE_RUNNING}
+
+
+def test_launch_argv_has_no_shell_and_passes_site_config(tmp_path):
+    launch = build_launch(
+        tmp_path / "g.json", once=True, conf_dir=tmp_path / "conf", spark_master="spark://m:7077",
+        stop_file=tmp_path / "stop", script=Path("/opt/uatu/spark-submit.sh"),
+    )  # fmt: skip
+    assert launch.argv == ["/opt/uatu/spark-submit.sh", str(tmp_path / "g.json"), "--once"]
+    assert launch.env == {
+        "UATU_CONF_DIR": str(tmp_path / "conf"),
+        "SPARK_MASTER": "spark://m:7077",
+        "UATU_STOP_FILE": str(tmp_path / "stop"),
+    }
+
+
+def test_error_mapping_is_one_table():
+    assert grpc_status(JobGroupExists("a")) == grpc.StatusCode.ALREADY_EXISTS
+    assert grpc_status(JobGroupNotFound("a")) == grpc.StatusCode.NOT_FOUND
+    assert grpc_status(TopicNotFound("f", "t", "c")) == grpc.StatusCode.INVALID_ARGUMENT
+    assert grpc_status(StaleWrite("a", 1, 2)) == grpc.StatusCode.ABORTED
+    assert grpc_status(RuntimeError()) == grpc.StatusCode.INTERNAL
+
+
+def test_store_compare_and_swap(tmp_path):
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    stored = StoredJobGroup(job_group=jobgroup())
+    assert store.create(stored) == 1
+    with pytest.raises(JobGroupExists):
+        store.create(stored)
+    assert store.replace(stored, expected_version=1) == 2
+    with pytest.raises(StaleWrite, match="expected version 1, found 2"):
+        store.replace(stored, expected_version=1)
+    assert list(store.next_ids("job", 3)) == [1, 2, 3]
+    assert list(store.next_ids("job", 2)) == [4, 5]
+    store.delete("orders-audit")
+    with pytest.raises(JobGroupNotFound):
+        store.delete("orders-audit")
+    assert store.get("orders-audit") is None
+
+
+@pytest.fixture
+def admin(kafka, tmp_path):
+    """A real control plane on an ephemeral port, its store in tmp_path, the test broker."""
+    topic = f"cp-orders-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=3)
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    groups = JobGroups(store, load_settings(conf), kafka_admin.partition_count)
+    server, port, _ = create_server("127.0.0.1:0", groups)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield admin_grpc.MasterAdminServiceStub(channel), channel, f"127.0.0.1:{port}", topic
+    finally:
+        channel.close()
+        server.stop(None).wait()
+        store.close()
+
+
+def add(stub, group: JobGroup, state=job_pb2.JOB_STATE_RUNNING):
+    return stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group, job_group_state=state))
+
+
+def abort_of(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return raised.value
+
+
+@pytest.mark.integration
+def test_add_get_list_update_state_delete_over_grpc(admin):
+    stub, _, _, topic = admin
+    group = jobgroup(kafkaConsumerTaskGroup={**GROUP["kafkaConsumerTaskGroup"], "topic": topic})
+    stored = add(stub, group).group
+    assert stored.state == job_pb2.JOB_STATE_RUNNING
+    assert [j.job.kafka_consumer_task.partition for j in stored.jobs] == [0, 1, 2]
+    assert len({j.job.job_id for j in stored.jobs}) == 3
+
+    error = abort_of(lambda: add(stub, group))
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+
+    got = stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id="orders-audit")).group
+    assert got == stored
+
+    faster = copy.deepcopy(group)
+    faster.flow_control.messages_per_sec = 900
+    updated = stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=faster)).group
+    assert [j.job.job_id for j in updated.jobs] == [j.job.job_id for j in stored.jobs]
+    assert {j.job.flow_control.messages_per_sec for j in updated.jobs} == {300.0}
+    moved = copy.deepcopy(group)
+    moved.kafka_consumer_task_group.topic = "elsewhere"
+    error = abort_of(lambda: stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=moved)))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "kafka_consumer_task_group.topic='elsewhere'" in error.details()
+
+    canceled = stub.UpdateJobGroupState(
+        admin_pb2.UpdateJobGroupStateRequest(id="orders-audit", state=job_pb2.JOB_STATE_CANCELED)
+    ).group
+    assert canceled.state == job_pb2.JOB_STATE_CANCELED
+    assert {j.state for j in canceled.jobs} == {job_pb2.JOB_STATE_CANCELED}
+    error = abort_of(lambda: stub.UpdateJobGroupState(
+        admin_pb2.UpdateJobGroupStateRequest(id="orders-audit", state=job_pb2.JOB_STATE_FAILED)
+    ))  # fmt: skip
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    stub.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="orders-audit"))
+    for call in (
+        lambda: stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id="orders-audit")),
+        lambda: stub.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="orders-audit")),
+    ):
+        assert abort_of(call).code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.integration
+def test_invalid_groups_are_refused_and_nothing_is_stored(admin):
+    stub, _, _, topic = admin
+    source = {**GROUP["kafkaConsumerTaskGroup"], "topic": topic}
+    bad_interval = {
+        **source,
+        "auditMetadata": {
+            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 0}]
+        },
+    }
+    cases = [
+        (jobgroup(kafkaConsumerTaskGroup=bad_interval), "audit_interval_in_seconds=0"),
+        (jobgroup(kafkaConsumerTaskGroup={**source, "topic": "absent"}), "topic='absent'"),
+        (jobgroup(kafkaConsumerTaskGroup={**source, "cluster": "mars"}), "cluster='mars'"),
+        (jobgroup(kafkaConsumerTaskGroup=source, flowControl={"messagesPerSec": -1}), "-1.0"),
+    ]
+    for group, expected in cases:
+        error = abort_of(lambda group=group: add(stub, group))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert expected in error.details()
+    assert list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest())) == []
+
+
+@pytest.mark.integration
+def test_get_all_streams_one_response_per_group_and_scale_sums_running(admin):
+    stub, _, _, topic = admin
+    for i in range(25):
+        group = jobgroup(
+            jobGroupId=f"g{i:02d}",
+            kafkaConsumerTaskGroup={**GROUP["kafkaConsumerTaskGroup"], "topic": topic},
+        )
+        state = job_pb2.JOB_STATE_CANCELED if i % 5 == 0 else job_pb2.JOB_STATE_RUNNING
+        add(stub, group, state)
+    responses = list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest()))
+    assert [r.job_group.job_group_id for r in responses] == [f"g{i:02d}" for i in range(25)]
+    scale = stub.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())
+    assert scale.total_jobgroup_count == 20
+
+
+@pytest.mark.integration
+def test_health_and_cli(admin, tmp_path, capsys):
+    _, channel, target, topic = admin
+    health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+    path = tmp_path / "group.json"
+    data = {**GROUP, "kafkaConsumerTaskGroup": {**GROUP["kafkaConsumerTaskGroup"], "topic": topic}}
+    path.write_text(json.dumps(data))
+    assert cli.main(["add", str(path), "--target", target]) == 0
+    assert cli.main(["list", "--target", target]) == 0
+    assert cli.main(["set-state", "orders-audit", "JOB_STATE_CANCELED", "--target", target]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0] == f"orders-audit  JOB_TYPE_KAFKA_AUDIT  JOB_STATE_RUNNING  local/{topic}  3 job(s)"
+    )
+    assert out[1] == f"orders-audit  JOB_TYPE_KAFKA_AUDIT  JOB_STATE_RUNNING  local/{topic}"
+    assert out[2].startswith("orders-audit  JOB_TYPE_KAFKA_AUDIT  JOB_STATE_CANCELED")
+
+    assert cli.main(["scale", "--target", target]) == 0  # the one group is CANCELED now
+    assert capsys.readouterr().out.startswith("total_jobgroup_count: 0, total_worker_count: 0")
+
+    assert cli.main(["get", "nope", "--target", target]) == 1
+    assert "NOT_FOUND: job group 'nope' not found" in capsys.readouterr().err
+    assert cli.main(["get", "orders-audit", "--json", "--target", target]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["state"] == "JOB_STATE_CANCELED"
+
+
+def test_domain_refuses_unrequestable_state(tmp_path):
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    groups = JobGroups(SqliteStore(":memory:"), load_settings(conf), lambda *_: 3)
+    with pytest.raises(InvalidJobGroup, match="job_group_state='JOB_STATE_FAILED'"):
+        groups.add(jobgroup(), job_pb2.JOB_STATE_FAILED, None)
+    stored = groups.add(jobgroup(), job_pb2.JOB_STATE_INVALID, None)
+    assert stored.state == job_pb2.JOB_STATE_RUNNING  # unset means RUNNING, as in uForwarder
