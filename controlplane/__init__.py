@@ -1,7 +1,10 @@
-"""The control plane: uForwarder's MasterAdminService over gRPC, backed by a JobGroup store.
+"""The control plane: uForwarder's MasterAdminService over gRPC, backed by a JobGroup store,
+and a reconciler that turns stored JobGroup state into Spark applications.
 
-So far: the admin API (add, update, set state, delete, get, list, scale status) on an
-embedded SQLite store, with per-partition jobs derived from the topic's partition count, and
-the pure `spark-submit.sh` argument builder. The reconciler, launchers, worker service, etcd
-store and leader election belong to the control-plane issue and are not built yet.
+Built so far: the admin API on an embedded SQLite store (compare-and-swap writes), with
+per-partition jobs derived from the topic's partition count; the reconciler with the local
+launcher (RUN / CANCEL / UPDATE, relaunch with backoff, adoption of running applications via
+stored launch records); the pure `spark-submit.sh` argument builder; a CLI. Not yet:
+MasterWorkerService and heartbeats, the etcd store and leader election, the standalone and
+Kubernetes launchers.
 """

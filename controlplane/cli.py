@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from controlplane.jobgroups import JobGroups
+    from controlplane.launchers import LocalLauncher
+    from controlplane.reconciler import Reconciler
     from controlplane.server import serve
     from controlplane.store import SqliteStore
     from jobs.common import kafka_admin
@@ -154,8 +156,12 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     store = SqliteStore(args.store)
+    launcher = LocalLauncher(
+        args.apps_dir, conf_dir=settings.conf_dir, spark_master=args.spark_master
+    )
+    reconciler = None if args.no_reconcile else Reconciler(store, launcher)
     try:
-        serve(args.address, JobGroups(store, settings, kafka_admin.partition_count))
+        serve(args.address, JobGroups(store, settings, kafka_admin.partition_count), reconciler)
     finally:
         store.close()
     return 0

@@ -1,8 +1,9 @@
 """Build and run the control-plane gRPC server: admin service, health, reflection.
 
-`create_server(address, job_groups)` returns `(server, port)` without blocking, so tests bind
-`127.0.0.1:0`. `serve` blocks until SIGTERM/SIGINT, then marks the health service
-NOT_SERVING and stops with a grace period so in-flight calls finish.
+`create_server(address, job_groups)` returns `(server, port, health)` without blocking, so
+tests bind `127.0.0.1:0`. `serve` also runs the reconciler loop in a thread, blocks until
+SIGTERM/SIGINT, then marks the health service NOT_SERVING and stops with a grace period so
+in-flight calls finish.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
 from controlplane.jobgroups import JobGroups
+from controlplane.reconciler import Reconciler
 from controlplane.service import MasterAdminServicer
 
 log = logging.getLogger("uatu.controlplane")
@@ -49,7 +51,14 @@ def create_server(
     return server, port, health_servicer
 
 
-def serve(address: str, job_groups: JobGroups, grace_seconds: float = 10.0) -> None:
+def serve(
+    address: str,
+    job_groups: JobGroups,
+    reconciler: Reconciler | None = None,
+    grace_seconds: float = 10.0,
+) -> None:
+    """Serve until SIGTERM/SIGINT. Running Spark applications are left running on purpose:
+    their launch records are in the store and the next control plane adopts them."""
     server, port, health_servicer = create_server(address, job_groups)
     stopping = threading.Event()
 
@@ -61,7 +70,13 @@ def serve(address: str, job_groups: JobGroups, grace_seconds: float = 10.0) -> N
         signal.signal(sig, request_stop)
     server.start()
     log.info("control plane listening on %s (port %d)", address, port)
+    loop = None
+    if reconciler is not None:
+        loop = threading.Thread(target=reconciler.run, args=(stopping,), name="reconciler")
+        loop.start()
     stopping.wait()
+    if loop is not None:
+        loop.join()
     # Tell load balancers first, then let in-flight calls finish within the grace period.
     health_servicer.enter_graceful_shutdown()
     server.stop(grace_seconds).wait()

@@ -7,6 +7,7 @@ Records are stored as serialized protobuf. Thread-safe: one connection behind a 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -26,6 +27,10 @@ CREATE TABLE IF NOT EXISTS job_groups (
 CREATE TABLE IF NOT EXISTS sequences (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS launches (
+    id     TEXT PRIMARY KEY,
+    record TEXT NOT NULL
 );
 """
 
@@ -122,6 +127,25 @@ class SqliteStore:
             )
             self._db.execute("COMMIT")
         return range(start, start + count)
+
+    # Launch handles: what runs for a JobGroup, kept so a restarted control plane adopts it.
+
+    def put_launch(self, job_group_id: str, record: dict) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO launches (id, record) VALUES (?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+                (job_group_id, json.dumps(record, sort_keys=True)),
+            )
+
+    def launches(self) -> dict[str, dict]:
+        with self._lock:
+            rows = self._db.execute("SELECT id, record FROM launches").fetchall()
+        return {job_group_id: json.loads(record) for job_group_id, record in rows}
+
+    def delete_launch(self, job_group_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM launches WHERE id = ?", (job_group_id,))
 
 
 def _parse(data: bytes) -> StoredJobGroup:

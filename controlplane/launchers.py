@@ -1,0 +1,116 @@
+"""Launch, watch and cancel one Spark application per JobGroup on this machine.
+
+`LocalLauncher` runs `spark-submit.sh` (client mode) in its own process group. Cancel is
+graceful first: the stop file plus SIGTERM to the script make the job stop its query and
+exit 0; whatever is still alive after the grace period gets SIGKILL on the whole group.
+Launch records are plain dicts (pid, pgid, definition, paths) that the store keeps, so a
+restarted control plane adopts running applications instead of starting them twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from google.protobuf import json_format
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from controlplane.launch import build_launch
+
+log = logging.getLogger("uatu.launcher")
+
+
+class LocalLauncher:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        conf_dir: Path | None = None,
+        spark_master: str | None = None,
+        grace_seconds: float = 10.0,
+    ) -> None:
+        self.workdir = workdir
+        self.conf_dir = conf_dir
+        self.spark_master = spark_master
+        self.grace_seconds = grace_seconds
+        # Children started by this process; polling them reaps exited ones (no zombies).
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def launch(self, group: JobGroup, definition: str) -> dict:
+        app_dir = self.workdir / group.job_group_id
+        app_dir.mkdir(parents=True, exist_ok=True)
+        jobgroup_file = app_dir / "jobgroup.json"
+        jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
+        stop_file = app_dir / "stop"
+        stop_file.unlink(missing_ok=True)
+        launch = build_launch(
+            jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
+            stop_file=stop_file,
+        )  # fmt: skip
+        with (app_dir / "app.log").open("ab") as out:
+            proc = subprocess.Popen(
+                launch.argv,
+                env={**os.environ, **launch.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: cancel reaches the JVM and Python
+            )
+        self._children[proc.pid] = proc
+        log.info("launched %s: pid %d, log %s", group.job_group_id, proc.pid, app_dir / "app.log")
+        return {
+            "pid": proc.pid,
+            "definition": definition,
+            "started_at": time.time(),
+            "stop_file": str(stop_file),
+            "log": str(app_dir / "app.log"),
+        }
+
+    def alive(self, record: dict) -> bool:
+        pid = int(record["pid"])
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        return _pid_alive(pid)  # adopted from an earlier control plane
+
+    def cancel(self, record: dict) -> None:
+        pid = int(record["pid"])
+        Path(record["stop_file"]).touch()
+        _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_seconds
+        while self.alive(record) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.alive(record):
+            log.warning("pid %d still alive after %.0f s; SIGKILL", pid, self.grace_seconds)
+        # The group may hold the JVM and Python driver even after the script itself exited.
+        _signal_group(pid, signal.SIGKILL)
+        child = self._children.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=30)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
