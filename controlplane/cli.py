@@ -51,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"site configuration (default {default_conf_dir()})",
     )
+    serve.add_argument(
+        "--apps-dir",
+        type=Path,
+        default=PROJECT_ROOT / "var" / "apps",
+        help="per-JobGroup folder: JobGroup JSON, stop file, application log",
+    )
+    serve.add_argument("--spark-master", default=None, help="Spark master for launched jobs")
+    serve.add_argument(
+        "--no-reconcile", action="store_true", help="serve the API only; launch nothing"
+    )
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)

@@ -245,3 +245,14 @@ def test_domain_refuses_unrequestable_state(tmp_path):
         groups.add(jobgroup(), job_pb2.JOB_STATE_FAILED, None)
     stored = groups.add(jobgroup(), job_pb2.JOB_STATE_INVALID, None)
     assert stored.state == job_pb2.JOB_STATE_RUNNING  # unset means RUNNING, as in uForwarder
+
+
+def test_serve_options_parse():
+    args = cli.build_parser().parse_args(
+        ["serve", "--apps-dir", "/x/apps", "--spark-master", "local[1]", "--no-reconcile"]
+    )
+    assert (str(args.apps_dir), args.spark_master, args.no_reconcile) == (
+        "/x/apps",
+        "local[1]",
+        True,
+    )
