@@ -9,7 +9,6 @@ restarted control plane adopts running applications instead of starting them twi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -21,6 +20,7 @@ from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.launch import build_launch
+from tools.processes import pid_alive, signal_group, signal_pid
 
 log = logging.getLogger("uatu.launcher")
 
@@ -75,42 +75,19 @@ class LocalLauncher:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return _pid_alive(pid)  # adopted from an earlier control plane
+        return pid_alive(pid)  # adopted from an earlier control plane
 
     def cancel(self, record: dict) -> None:
         pid = int(record["pid"])
         Path(record["stop_file"]).touch()
-        _signal(pid, signal.SIGTERM)
+        signal_pid(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_seconds
         while self.alive(record) and time.monotonic() < deadline:
             time.sleep(0.2)
         if self.alive(record):
             log.warning("pid %d still alive after %.0f s; SIGKILL", pid, self.grace_seconds)
         # The group may hold the JVM and Python driver even after the script itself exited.
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
         child = self._children.pop(pid, None)
         if child is not None:
             child.wait(timeout=30)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, sig)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import logging
 import os
 import shutil
@@ -40,6 +39,8 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from tools.processes import pid_alive, signal_group
 
 log = logging.getLogger("uatu.kafka")
 
@@ -166,7 +167,7 @@ class KafkaCluster:
         if broker.process is None or not broker.is_running():
             raise KafkaBrokerError(f"broker {i} is not running")
         log.info("killing broker %d (pid %d)", i, broker.process.pid)
-        _signal_group(broker.process.pid, signal.SIGKILL)
+        signal_group(broker.process.pid, signal.SIGKILL)
         broker.process.wait()
         broker.pid_path.unlink(missing_ok=True)
 
@@ -293,11 +294,11 @@ def stop_from_pidfiles(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> list[
     pids = running_pids(data_dir)
     for pid in pids:
         log.info("stopping broker pid %d", pid)
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
     survivors = _wait_gone(pids, timeout)
     for pid in survivors:
         log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
     _wait_gone(survivors, 10.0)
     for pid_file in data_dir.glob("node-*/kafka.pid"):
         pid_file.unlink(missing_ok=True)
@@ -590,24 +591,15 @@ def _terminate(nodes: Sequence[BrokerNode], timeout: float) -> None:
     procs = [n.process for n in nodes if n.process is not None]
     # Signal all first and wait after: shutdowns overlap instead of adding up.
     for proc in procs:
-        _signal_group(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for proc in procs:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    # The broker leads its own process group (start_new_session), so the group id is its pid.
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 def _wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
@@ -615,31 +607,16 @@ def _wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive:
-        alive = [pid for pid in alive if _pid_alive(pid)]
+        alive = [pid for pid in alive if pid_alive(pid)]
         if not alive or time.monotonic() >= deadline:
             break
         time.sleep(_POLL_INTERVAL_S)
     return alive
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie keeps its pid until its parent reaps it, but it is no longer a broker.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _is_node_broker(pid: int, node_dir: Path) -> bool:
     # Pids get reused: only trust a pid file if the process is this node's kafka.Kafka.
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     if not Path("/proc/self").exists():
         return True  # no procfs (macOS): liveness is all we can check
