@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from confluent_kafka import Consumer, TopicPartition
 
+from jobs.common.settings import write_conf_dir
 from tools.kafka_broker import start_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,15 +169,10 @@ def write_job(audit_type: str, bootstrap: str, base: Path, batch_records: int) -
     `batch_records` > 0 caps each micro-batch through flow control (messages_per_sec x the
     default 10 s trigger = maxOffsetsPerTrigger), so a --once run has several batches.
     """
-    conf = base / "conf"
-    conf.mkdir(parents=True)
-    uatu = {"warehouse": str(base / "wh"), "checkpoints": str(base / "ck")}
-    (conf / "uatu.yaml").write_text(yaml.safe_dump(uatu))
-    clusters = {"clusters": {"bench": {"bootstrap_servers": bootstrap}}}
-    (conf / "clusters.yaml").write_text(yaml.safe_dump(clusters))
+    conf = write_conf_dir(base / "conf", bootstrap, base / "wh", base / "ck")
     audit_config = {"auditType": audit_type, "auditIntervalInSeconds": 60}
     source = {
-        "cluster": "bench",
+        "cluster": "local",
         "topic": TOPIC,
         "consumerGroup": f"bench-{base.name}",
         "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
@@ -233,16 +228,15 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
 
 def local_session(workdir: Path) -> Any:
     """A local[2] SparkSession with the project's jars, for the ceiling and the checks."""
-    from jobs.common.session import build_session
+    from jobs.common.session import build_session, project_jars
 
-    jars = sorted(str(p) for p in (ROOT / "var" / "jars" / "spark").glob("*.jar"))
     conf = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
         "spark.driver.memory": "4g",
     }
-    spark = build_session("uatu-bench", master="local[2]", jars=jars, conf=conf)
+    spark = build_session("uatu-bench", master="local[2]", jars=project_jars(), conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

@@ -12,16 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.common.session import build_session
+from jobs.common.session import build_session, project_jars
 
 ROOT = Path(__file__).resolve().parents[1]
-SPARK_JARS = ROOT / "var" / "jars" / "spark"
 
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-
-
-def spark_jars() -> list[str]:
-    return sorted(str(p) for p in SPARK_JARS.glob("*.jar"))
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +24,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     session = build_session(
         "uatu-tests",
         master="local[2]",
-        jars=spark_jars(),
+        jars=project_jars(),
         conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jobs.common.session import build_session
+from jobs.common.session import build_session, project_jars
 from jobs.common.settings import PROJECT_ROOT, write_conf_dir
 from tools.demo_data import audit_dataset, produce
 from tools.kafka_broker import start_cluster
@@ -48,9 +48,8 @@ def run_audit_job(conf_dir: Path) -> int:
 
 
 def show_results(warehouse: Path, sent: Counter) -> bool:
-    jars = sorted(str(p) for p in (PROJECT_ROOT / "var" / "jars" / "spark").glob("*.jar"))
     spark = build_session(
-        "uatu-demo-show", master="local[1]", jars=jars, conf={"spark.ui.enabled": "false"}
+        "uatu-demo-show", master="local[1]", jars=project_jars(), conf={"spark.ui.enabled": "false"}
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -49,10 +49,6 @@ def load_jobgroup(path: Path) -> JobGroup:
     return parse_jobgroup(text, source=str(path))
 
 
-def jobgroup_to_json(group: JobGroup) -> str:
-    return json_format.MessageToJson(group, indent=2)
-
-
 def job_type_name(group: JobGroup) -> str:
     return job_pb2.JobType.Name(group.type)
 

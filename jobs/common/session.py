@@ -11,6 +11,16 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from jobs.common.settings import PROJECT_ROOT
+
+SPARK_JARS_DIR = PROJECT_ROOT / "var" / "jars" / "spark"
+
+
+def project_jars() -> list[str]:
+    """The jars `make jars` put in var/jars/spark (Kafka connector, Delta), for `jars=`."""
+    return sorted(str(p) for p in SPARK_JARS_DIR.glob("*.jar"))
+
+
 # Settings every session of the suite needs; a caller's `conf` wins over these.
 BASE_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
