@@ -24,7 +24,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, ScaleStatus, St
 from uber.data.kafka.datatransfer.job_pb2 import JobState
 
 from controlplane.errors import JobGroupNotFound
-from controlplane.store import SqliteStore
+from controlplane.store import Store
 from jobs import registry
 from jobs.common.errors import InvalidJobGroup
 from jobs.common.settings import ClusterConfig, Settings
@@ -92,7 +92,7 @@ def per_partition_jobs(
 class JobGroups:
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         settings: Settings,
         partition_count: PartitionCount,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),

@@ -1,4 +1,11 @@
-"""Launch, watch and cancel one Spark application per JobGroup on this machine.
+"""Launch, watch and cancel one Spark application per JobGroup.
+
+Every launcher has the same three calls (`Launcher`): `launch(group, definition, env)`
+returns a JSON-serializable launch record (always with "handle", "definition",
+"started_at" and "log"), `alive(record)` and `cancel(record)`. `env` is extra environment
+for the application (control-plane address, job ids) that the reconciler builds.
+Other launchers: controlplane/standalone.py (Spark standalone REST API) and
+controlplane/kubernetes.py (Spark Operator SparkApplication).
 
 `LocalLauncher` runs `spark-submit.sh` (client mode) in its own process group. Cancel is
 graceful first: the stop file plus SIGTERM to the script make the job stop its query and
@@ -14,7 +21,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -23,6 +32,12 @@ from controlplane.launch import build_launch
 from tools.processes import pid_alive, signal_group, signal_pid
 
 log = logging.getLogger("uatu.launcher")
+
+
+class Launcher(Protocol):
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict: ...
+    def alive(self, record: dict) -> bool: ...
+    def cancel(self, record: dict) -> None: ...
 
 
 class LocalLauncher:
@@ -41,7 +56,7 @@ class LocalLauncher:
         # Children started by this process; polling them reaps exited ones (no zombies).
         self._children: dict[int, subprocess.Popen] = {}
 
-    def launch(self, group: JobGroup, definition: str) -> dict:
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
         app_dir = self.workdir / group.job_group_id
         app_dir.mkdir(parents=True, exist_ok=True)
         jobgroup_file = app_dir / "jobgroup.json"
@@ -55,7 +70,7 @@ class LocalLauncher:
         with (app_dir / "app.log").open("ab") as out:
             proc = subprocess.Popen(
                 launch.argv,
-                env={**os.environ, **launch.env},
+                env={**os.environ, **launch.env, **env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: cancel reaches the JVM and Python
@@ -63,6 +78,7 @@ class LocalLauncher:
         self._children[proc.pid] = proc
         log.info("launched %s: pid %d, log %s", group.job_group_id, proc.pid, app_dir / "app.log")
         return {
+            "handle": str(proc.pid),
             "pid": proc.pid,
             "definition": definition,
             "started_at": time.time(),

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
-from controlplane.launchers import LocalLauncher
+from controlplane.launchers import Launcher
 from controlplane.reconcile import Action, decide, definition_of
-from controlplane.store import SqliteStore
+from controlplane.store import Store
 
 log = logging.getLogger("uatu.reconciler")
 
@@ -31,8 +31,8 @@ log = logging.getLogger("uatu.reconciler")
 class Reconciler:
     def __init__(
         self,
-        store: SqliteStore,
-        launcher: LocalLauncher,
+        store: Store,
+        launcher: Launcher,
         *,
         interval: float = 2.0,
         backoff_seconds: float = 5.0,
@@ -90,7 +90,7 @@ class Reconciler:
         now = self.clock()
         if action is Action.CANCEL or action is Action.UPDATE:
             assert record is not None  # decide() cancels or updates only what runs
-            log.info("%s %s (pid %s)", action.value, job_group_id, record["pid"])
+            log.info("%s %s (%s)", action.value, job_group_id, record["handle"])
             self.launcher.cancel(record)
             self.store.delete_launch(job_group_id)
             record = None
@@ -112,14 +112,14 @@ class Reconciler:
                 if not record.get("gave_up"):
                     log.error(
                         "%s failed %d times in a row; not relaunching (see %s)",
-                        job_group_id, failures - 1, record["log"],
+                        job_group_id, failures - 1, record.get("log"),
                     )  # fmt: skip
                     self.store.put_launch(job_group_id, {**record, "gave_up": True})
                 return Action.NONE
             retry_at = record["started_at"] + self.backoff_seconds * 2 ** (failures - 1)
             if now < retry_at:
                 return Action.NONE
-            log.warning("%s died (pid %s); relaunch #%d", job_group_id, record["pid"], failures)
-        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group))
+            log.warning("%s died (%s); relaunch #%d", job_group_id, record["handle"], failures)
+        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), {})
         self.store.put_launch(job_group_id, {**launched, "failures": failures})
         return action

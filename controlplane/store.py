@@ -1,8 +1,16 @@
-"""Where StoredJobGroups live: the embedded SQLite store.
+"""Where the control plane keeps its state: the `Store` contract and the embedded SQLite store.
 
-Every record carries a version; writes are compare-and-swap on it (the same contract an etcd
-store gives with mod_revision), so two writers cannot silently overwrite each other.
-Records are stored as serialized protobuf. Thread-safe: one connection behind a lock.
+A store holds four kinds of record, all as serialized protobuf except launch handles:
+
+* StoredJobGroup, versioned: every write is compare-and-swap on the version (etcd's store
+  uses mod_revision), so two writers cannot silently overwrite each other;
+* launch handles (plain JSON dicts from a launcher), so a restarted control plane adopts
+  running applications instead of starting them twice;
+* StoredWorker (one per registered Spark application) and StoredJobStatus (the latest
+  heartbeat per job id), written by MasterWorkerService.
+
+`SqliteStore` is thread-safe: one connection behind a lock. `controlplane/etcd_store.py`
+implements the same contract on etcd for high availability.
 """
 
 from __future__ import annotations
@@ -10,11 +18,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
+from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
+from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite
 
@@ -32,12 +42,42 @@ CREATE TABLE IF NOT EXISTS launches (
     id     TEXT PRIMARY KEY,
     record TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS workers (
+    id   INTEGER PRIMARY KEY,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_statuses (
+    job_id INTEGER PRIMARY KEY,
+    data   BLOB NOT NULL
+);
 """
 
 
 class Versioned(NamedTuple):
     group: StoredJobGroup
     version: int
+
+
+class Store(Protocol):
+    """What the control plane needs from a store (SQLite here, etcd in etcd_store.py)."""
+
+    def get(self, job_group_id: str) -> Versioned | None: ...
+    def create(self, group: StoredJobGroup) -> int: ...
+    def replace(self, group: StoredJobGroup, expected_version: int) -> int: ...
+    def delete(self, job_group_id: str) -> None: ...
+    def all(self) -> Iterator[Versioned]: ...
+    def next_ids(self, sequence: str, count: int) -> range: ...
+    def put_launch(self, job_group_id: str, record: dict) -> None: ...
+    def launches(self) -> dict[str, dict]: ...
+    def delete_launch(self, job_group_id: str) -> None: ...
+    def put_worker(self, worker: StoredWorker) -> None: ...
+    def get_worker(self, worker_id: int) -> StoredWorker | None: ...
+    def workers(self) -> list[StoredWorker]: ...
+    def delete_worker(self, worker_id: int) -> None: ...
+    def put_job_statuses(self, statuses: Iterable[StoredJobStatus]) -> None: ...
+    def job_statuses(self) -> dict[int, StoredJobStatus]: ...
+    def delete_job_statuses(self, job_ids: Iterable[int]) -> None: ...
+    def close(self) -> None: ...
 
 
 class SqliteStore:
@@ -148,7 +188,52 @@ class SqliteStore:
             self._db.execute("DELETE FROM launches WHERE id = ?", (job_group_id,))
 
 
+    # Workers (running Spark applications) and their latest per-job statuses.
+
+    def put_worker(self, worker: StoredWorker) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO workers (id, data) VALUES (?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET data = excluded.data",
+                (worker.node.id, worker.SerializeToString()),
+            )
+
+    def get_worker(self, worker_id: int) -> StoredWorker | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM workers WHERE id = ?", (worker_id,)).fetchone()
+        return None if row is None else StoredWorker.FromString(row[0])
+
+    def workers(self) -> list[StoredWorker]:
+        with self._lock:
+            rows = self._db.execute("SELECT data FROM workers ORDER BY id").fetchall()
+        return [StoredWorker.FromString(data) for (data,) in rows]
+
+    def delete_worker(self, worker_id: int) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+    def put_job_statuses(self, statuses: Iterable[StoredJobStatus]) -> None:
+        rows = [(s.job_status.job.job_id, s.SerializeToString()) for s in statuses]
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT INTO job_statuses (job_id, data) VALUES (?, ?) "
+                "ON CONFLICT(job_id) DO UPDATE SET data = excluded.data",
+                rows,
+            )
+            self._db.execute("COMMIT")
+
+    def job_statuses(self) -> dict[int, StoredJobStatus]:
+        with self._lock:
+            rows = self._db.execute("SELECT job_id, data FROM job_statuses").fetchall()
+        return {job_id: StoredJobStatus.FromString(data) for job_id, data in rows}
+
+    def delete_job_statuses(self, job_ids: Iterable[int]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "DELETE FROM job_statuses WHERE job_id = ?", [(i,) for i in job_ids]
+            )
+
+
 def _parse(data: bytes) -> StoredJobGroup:
-    group = StoredJobGroup()
-    group.ParseFromString(data)
-    return group
+    return StoredJobGroup.FromString(data)
