@@ -11,6 +11,9 @@
 #   UATU_CONF_DIR, UATU_WAREHOUSE, UATU_CHECKPOINTS   see conf/uatu.yaml
 # Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failed while running, 2 bad input.
 #   UATU_STOP_FILE           path whose creation stops the job gracefully (default: a temp path)
+#   UATU_CONTROL_PLANE       host:port[,host:port] of the control plane to heartbeat to (optional)
+#   UATU_WORKER_ID           worker id the control plane reserved for this application
+#   UATU_HEARTBEAT_SECONDS   heartbeat interval (default 5)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -152,9 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     from controlplane.jobgroups import JobGroups
     from controlplane.launchers import LocalLauncher
+    from controlplane.leadership import SoleLeader
     from controlplane.reconciler import Reconciler
     from controlplane.server import serve
     from controlplane.store import SqliteStore
+    from controlplane.workers import Workers
     from jobs.common import kafka_admin
 
     logging.basicConfig(
@@ -166,12 +168,22 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     store = SqliteStore(args.store)
+    leadership = SoleLeader(args.address)
     launcher = LocalLauncher(
         args.apps_dir, conf_dir=settings.conf_dir, spark_master=args.spark_master
     )
-    reconciler = None if args.no_reconcile else Reconciler(store, launcher)
+    groups = JobGroups(store, settings, kafka_admin.partition_count)
+    reconciler = None
+    if not args.no_reconcile:
+        reconciler = Reconciler(
+            store,
+            launcher,
+            app_env={"UATU_CONTROL_PLANE": args.address},
+            leadership=leadership,
+            refresh_partitions=groups.refresh_partitions,
+        )
     try:
-        serve(args.address, JobGroups(store, settings, kafka_admin.partition_count), reconciler)
+        serve(args.address, groups, Workers(store, leadership), leadership, reconciler)
     finally:
         store.close()
     return 0

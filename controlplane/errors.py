@@ -17,6 +17,13 @@ class JobGroupNotFound(UatuError):
         super().__init__(f"job group {job_group_id!r} not found")
 
 
+class WorkerNotFound(UatuError):
+    """A heartbeat from a worker id this control plane has no record of: register again."""
+
+    def __init__(self, worker_id: int) -> None:
+        super().__init__(f"worker {worker_id} is not registered")
+
+
 class StaleWrite(UatuError):
     """A compare-and-swap lost: the record changed since it was read."""
 
@@ -27,14 +34,51 @@ class StaleWrite(UatuError):
         )
 
 
+class NotLeader(UatuError):
+    """A leader-only call reached a replica that does not lead (or no longer does).
+
+    `leader` is the current leader's advertised address, None while nobody leads.
+    """
+
+    def __init__(self, leader: str | None) -> None:
+        self.leader = leader
+        where = f"the leader is {leader}" if leader else "no leader is elected right now"
+        super().__init__(f"not the leader; {where}")
+
+
+class StoreUnavailable(UatuError):
+    """The store (etcd) did not answer, or answered that it cannot serve right now."""
+
+    def __init__(self, endpoint: str, detail: str) -> None:
+        self.endpoint = endpoint
+        super().__init__(f"store at {endpoint} is unavailable: {detail}")
+
+
+class LaunchFailed(UatuError):
+    """The cluster manager (kubectl, a Spark master) failed a launch, status or cancel call.
+
+    `detail` carries what the tool said (kubectl's stderr), so one line is enough to act on.
+    """
+
+    def __init__(self, action: str, handle: str, detail: str) -> None:
+        self.action = action
+        self.handle = handle
+        self.detail = detail
+        super().__init__(f"{action} of {handle} failed: {detail}")
+
+
 # Most specific first: InvalidJobGroup subclasses (unknown cluster, missing topic) included.
 GRPC_STATUS: list[tuple[type[Exception], grpc.StatusCode]] = [
     (JobGroupExists, grpc.StatusCode.ALREADY_EXISTS),
     (JobGroupNotFound, grpc.StatusCode.NOT_FOUND),
+    (WorkerNotFound, grpc.StatusCode.NOT_FOUND),
     (InvalidJobGroup, grpc.StatusCode.INVALID_ARGUMENT),
     (StaleWrite, grpc.StatusCode.ABORTED),
+    (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
     (ClusterUnreachable, grpc.StatusCode.UNAVAILABLE),
+    (LaunchFailed, grpc.StatusCode.UNAVAILABLE),
     (ConfigError, grpc.StatusCode.FAILED_PRECONDITION),
+    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

@@ -9,19 +9,24 @@ Semantics follow uForwarder's master (shared/reference/uforwarder-api.md §1.6, 
   start_offset = -1 / end_offset = 0 (resume from the checkpoint, unbounded);
 * UpdateJobGroup replaces the definition and keeps state and job ids; cluster, topic and type
   are immutable (a new group is needed to change them);
-* the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested).
+* the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested);
+* reads show the actual state next to the expected one: each StoredJob gets the worker and
+  the committed offset (as start_offset, where it would resume) of its latest heartbeat, and
+  the group's scale_status totals are the rates of heartbeats younger than `fresh_seconds`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, ScaleStatus, StoredJobGroup
 from uber.data.kafka.datatransfer.job_pb2 import JobState
+from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
+from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
 from controlplane.errors import JobGroupNotFound
 from controlplane.store import Store
@@ -41,8 +46,38 @@ IMMUTABLE_FIELDS = (
 @dataclass(frozen=True)
 class ClusterScale:
     running_groups: int
+    working_workers: int
     used_messages_per_sec: float
     used_bytes_per_sec: float
+
+
+def with_actuals(
+    group: StoredJobGroup, statuses: Mapping[int, StoredJobStatus], fresh_after: float
+) -> StoredJobGroup:
+    """The stored group with its heartbeats folded in (pure; `group` is not modified).
+
+    `fresh_after` is a POSIX time: older heartbeats still give offsets, not rates.
+    """
+    shown = StoredJobGroup()
+    shown.CopyFrom(group)
+    messages = bytes_ = 0.0
+    heard = False
+    for stored_job in shown.jobs:
+        status = statuses.get(stored_job.job.job_id)
+        if status is None:
+            continue
+        task = status.job_status.kafka_consumer_task_status
+        stored_job.worker_id = status.worker_id
+        stored_job.last_updated.CopyFrom(status.last_updated)
+        stored_job.job.kafka_consumer_task.start_offset = task.commit_offset
+        if status.last_updated.ToNanoseconds() / 1e9 >= fresh_after:
+            heard = True
+            messages += task.messages_per_sec
+            bytes_ += task.bytes_per_sec
+    if heard:
+        shown.scale_status.total_messages_per_sec = messages
+        shown.scale_status.total_bytes_per_sec = bytes_
+    return shown
 
 
 def per_partition_jobs(
@@ -96,11 +131,13 @@ class JobGroups:
         settings: Settings,
         partition_count: PartitionCount,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        fresh_seconds: float = 30.0,
     ) -> None:
         self._store = store
         self._settings = settings
         self._partition_count = partition_count
         self._now = now
+        self._fresh_seconds = fresh_seconds
 
     def add(self, group: JobGroup, state: JobState, scale: ScaleStatus | None) -> StoredJobGroup:
         if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
@@ -126,18 +163,25 @@ class JobGroups:
                     field, read(group), f"immutable (was {read(current.job_group)!r})"
                 )
         partitions = self._validate(group)
-        # A partition keeps its job id; partitions the topic gained get new ones.
+        updated = StoredJobGroup()
+        updated.CopyFrom(current)
+        updated.job_group.CopyFrom(group)
+        updated = self._with_jobs(updated, partitions)
+        self._store.replace(updated, version)
+        return updated
+
+    def _with_jobs(self, current: StoredJobGroup, partitions: int) -> StoredJobGroup:
+        """`current` with one job per partition: a partition keeps its job id, new ones get
+        fresh ids."""
         by_partition = {j.job.kafka_consumer_task.partition: j.job.job_id for j in current.jobs}
         missing = [p for p in range(partitions) if p not in by_partition]
         by_partition.update(zip(missing, self._store.next_ids("job", len(missing)), strict=True))
         ids = [by_partition[p] for p in range(partitions)]
         updated = StoredJobGroup()
         updated.CopyFrom(current)
-        updated.job_group.CopyFrom(group)
         updated.last_updated.CopyFrom(self._timestamp())
         del updated.jobs[:]
-        updated.jobs.extend(per_partition_jobs(group, current.state, partitions, ids))
-        self._store.replace(updated, version)
+        updated.jobs.extend(per_partition_jobs(current.job_group, current.state, partitions, ids))
         return updated
 
     def set_state(self, job_group_id: str, state: JobState) -> StoredJobGroup:
@@ -154,19 +198,43 @@ class JobGroups:
         self._store.delete(job_group_id)
 
     def get(self, job_group_id: str) -> StoredJobGroup:
-        return self._get(job_group_id)[0]
+        return with_actuals(self._get(job_group_id)[0], self._store.job_statuses(), self._fresh())
 
     def all(self) -> Iterator[StoredJobGroup]:
+        statuses, fresh = self._store.job_statuses(), self._fresh()
         for versioned in self._store.all():
-            yield versioned.group
+            yield with_actuals(versioned.group, statuses, fresh)
 
     def cluster_scale(self) -> ClusterScale:
+        """RUNNING groups, WORKING workers heard from recently, and their summed rates."""
         running = [g for g in self.all() if g.state == job_pb2.JOB_STATE_RUNNING]
+        fresh = self._fresh()
+        workers = [
+            w
+            for w in self._store.workers()
+            if w.state == WORKER_STATE_WORKING and w.last_updated.ToNanoseconds() / 1e9 >= fresh
+        ]
         return ClusterScale(
             running_groups=len(running),
+            working_workers=len(workers),
             used_messages_per_sec=sum(g.scale_status.total_messages_per_sec for g in running),
             used_bytes_per_sec=sum(g.scale_status.total_bytes_per_sec for g in running),
         )
+
+    def refresh_partitions(self, job_group_id: str) -> bool:
+        """Re-read the topic's partition count; add StoredJobs for new partitions.
+
+        True when the jobs changed. Like uForwarder's partition-expansion watcher, it only
+        grows: Kafka cannot shrink a topic, and a failed lookup keeps what is stored.
+        """
+        current, version = self._get(job_group_id)
+        if current.state != job_pb2.JOB_STATE_RUNNING:
+            return False
+        partitions = self._validate(current.job_group)
+        if partitions <= len(current.jobs):
+            return False
+        self._store.replace(self._with_jobs(current, partitions), version)
+        return True
 
     def _validate(self, group: JobGroup) -> int:
         """Full job validation, then the source topic's partition count (0 is refused)."""
@@ -182,6 +250,9 @@ class JobGroups:
         if found is None:
             raise JobGroupNotFound(job_group_id)
         return found.group, found.version
+
+    def _fresh(self) -> float:
+        return self._now().timestamp() - self._fresh_seconds
 
     def _timestamp(self) -> Timestamp:
         stamp = Timestamp()

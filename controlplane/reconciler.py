@@ -9,6 +9,13 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   (`backoff_seconds` x 2^(failures-1)); after `max_failures` in a row it is reported and
   left alone instead of being relaunched in a tight loop. Running for `healthy_seconds`
   resets the count.
+* heartbeat lease: every launch reserves a worker id and tells the application where the
+  control plane is (`app_env`); an application that is alive but has not heartbeated for
+  `lease_seconds` (or not at all within `startup_seconds` of its launch) is FAILED: it is
+  cancelled and relaunched like one that died. `lease_seconds=None` turns the lease off.
+* every `partition_refresh_seconds` the partition count of each RUNNING group's topic is
+  looked up again and StoredJobs are added for new partitions (JobGroups.refresh_partitions).
+* only the leader reconciles; a follower's loop idles until it leads.
 """
 
 from __future__ import annotations
@@ -16,12 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
 from controlplane.launchers import Launcher
+from controlplane.leadership import Leadership, SoleLeader
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.store import Store
 
@@ -38,6 +46,12 @@ class Reconciler:
         backoff_seconds: float = 5.0,
         max_failures: int = 5,
         healthy_seconds: float = 120.0,
+        lease_seconds: float | None = 60.0,
+        startup_seconds: float = 300.0,
+        app_env: Mapping[str, str] | None = None,
+        leadership: Leadership | None = None,
+        refresh_partitions: Callable[[str], bool] | None = None,
+        partition_refresh_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -46,17 +60,32 @@ class Reconciler:
         self.backoff_seconds = backoff_seconds
         self.max_failures = max_failures
         self.healthy_seconds = healthy_seconds
+        self.lease_seconds = lease_seconds
+        self.startup_seconds = startup_seconds
+        self.app_env = dict(app_env or {})
+        self.leadership = leadership or SoleLeader("")
+        self.refresh_partitions = refresh_partitions
+        self.partition_refresh_seconds = partition_refresh_seconds
         self.clock = clock
+        self._refreshed_at = float("-inf")
 
     def reconcile_once(self) -> dict[str, Action]:
         """One pass over every group and launch; returns the action taken per group id."""
         groups = {v.group.job_group.job_group_id: v.group for v in self.store.all()}
         launches = self.store.launches()
+        heard = self._last_heartbeats() if self.lease_seconds is not None else {}
         taken = {}
         for job_group_id in sorted(groups.keys() | launches.keys()):
             stored = groups.get(job_group_id)
             record = launches.get(job_group_id)
             alive = record is not None and self.launcher.alive(record)
+            if alive and record is not None and self._lease_expired(record, heard):
+                log.warning(
+                    "%s (%s): no heartbeat within the lease; FAILED, cancelling",
+                    job_group_id, record["handle"],
+                )  # fmt: skip
+                self.launcher.cancel(record)
+                alive = False
             action = decide(
                 stored.state if stored else None,
                 definition_of(stored.job_group) if stored else None,
@@ -75,10 +104,47 @@ class Reconciler:
         log.info("reconciler running every %.1f s", self.interval)
         while not stop.is_set():
             try:
-                self.reconcile_once()
+                if self.leadership.is_leader():
+                    self._maybe_refresh_partitions()
+                    self.reconcile_once()
             except Exception:  # keep reconciling; one bad pass must not stop the loop
                 log.exception("reconcile pass failed")
             stop.wait(self.interval)
+
+    def _maybe_refresh_partitions(self) -> None:
+        now = self.clock()
+        if (
+            self.refresh_partitions is None
+            or now - self._refreshed_at < self.partition_refresh_seconds
+        ):
+            return
+        self._refreshed_at = now
+        for versioned in self.store.all():
+            if versioned.group.state != job_pb2.JOB_STATE_RUNNING:
+                continue
+            job_group_id = versioned.group.job_group.job_group_id
+            try:
+                if self.refresh_partitions(job_group_id):
+                    log.info("%s: the topic gained partitions; jobs added", job_group_id)
+            except Exception as e:  # a broker that is down must not stop reconciling
+                log.warning("%s: partition refresh failed: %s", job_group_id, e)
+
+    def _last_heartbeats(self) -> dict[int, float]:
+        """POSIX time of each worker's latest heartbeat."""
+        return {
+            w.node.id: w.last_updated.ToNanoseconds() / 1e9
+            for w in self.store.workers()
+            if w.last_updated.ToNanoseconds()
+        }
+
+    def _lease_expired(self, record: dict, heard: dict[int, float]) -> bool:
+        if self.lease_seconds is None or not record.get("worker_id"):
+            return False
+        last = heard.get(int(record["worker_id"]))
+        now = self.clock()
+        if last is None or last < record["started_at"]:
+            return now - record["started_at"] > self.startup_seconds
+        return now - last > self.lease_seconds
 
     def _apply(
         self,
@@ -120,6 +186,10 @@ class Reconciler:
             if now < retry_at:
                 return Action.NONE
             log.warning("%s died (%s); relaunch #%d", job_group_id, record["handle"], failures)
-        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), {})
-        self.store.put_launch(job_group_id, {**launched, "failures": failures})
+        worker_id = self.store.next_ids("worker", 1)[0]
+        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
+        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), env)
+        self.store.put_launch(
+            job_group_id, {**launched, "failures": failures, "worker_id": worker_id}
+        )
         return action

@@ -1,4 +1,10 @@
-"""MasterAdminService over gRPC: proto in, domain call, proto out. Errors map in one place."""
+"""MasterAdminService and MasterWorkerService over gRPC: proto in, domain call, proto out.
+
+Project errors become gRPC statuses in one place (`controlplane.errors.GRPC_STATUS`). A
+follower answers every admin call but GetClusterScaleStatus with FAILED_PRECONDITION, whose
+message names the leader and whose `google.rpc.PreconditionFailure` detail (type
+"not-leader", description = leader host:port) is what uForwarder's master sends.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,18 @@ from functools import wraps
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
-from controlplane.errors import grpc_status
+from controlplane.errors import NotLeader, grpc_status
 from controlplane.jobgroups import JobGroups
+from controlplane.leadership import Leadership
+from controlplane.workers import Reply, Workers
 from jobs.common.errors import UatuError
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
@@ -24,43 +37,74 @@ def _domain_errors(handler: Handler) -> Handler:
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return handler(self, request, context)
+        except NotLeader as e:
+            context.abort_with_status(not_leader_status(e))
         except UatuError as e:
             context.abort(grpc_status(e), str(e))
 
     return wrapper  # type: ignore[return-value]
 
 
+def not_leader_status(error: NotLeader) -> grpc.Status:
+    detail = any_pb2.Any()
+    detail.Pack(
+        error_details_pb2.PreconditionFailure(
+            violations=[
+                error_details_pb2.PreconditionFailure.Violation(
+                    type="not-leader", subject="leader", description=error.leader or ""
+                )
+            ]
+        )
+    )
+    return rpc_status.to_status(
+        status_pb2.Status(code=code_pb2.FAILED_PRECONDITION, message=str(error), details=[detail])
+    )
+
+
 class MasterAdminServicer(admin_grpc.MasterAdminServiceServicer):
-    def __init__(self, job_groups: JobGroups) -> None:
+    def __init__(self, job_groups: JobGroups, leadership: Leadership) -> None:
         self._groups = job_groups
+        self._leadership = leadership
+
+    def _require_leader(self) -> None:
+        if not self._leadership.is_leader():
+            raise NotLeader(self._leadership.leader())
 
     @_domain_errors
     def AddJobGroup(self, request, context):
+        self._require_leader()
         scale = request.scale_status if request.HasField("scale_status") else None
         group = self._groups.add(request.job_group, request.job_group_state, scale)
         return admin_pb2.AddJobGroupResponse(group=group)
 
     @_domain_errors
     def UpdateJobGroup(self, request, context):
+        self._require_leader()
         return admin_pb2.UpdateJobGroupResponse(group=self._groups.update(request.job_group))
 
     @_domain_errors
     def UpdateJobGroupState(self, request, context):
+        self._require_leader()
         group = self._groups.set_state(request.id, request.state)
         return admin_pb2.UpdateJobGroupStateResponse(group=group)
 
     @_domain_errors
     def DeleteJobGroup(self, request, context):
+        self._require_leader()
         self._groups.delete(request.id)
         return admin_pb2.DeleteJobGroupResponse()
 
     @_domain_errors
     def GetJobGroup(self, request, context):
+        self._require_leader()
         return admin_pb2.GetJobGroupResponse(group=self._groups.get(request.id))
 
-    def GetAllJobGroups(
-        self, request: Any, context: grpc.ServicerContext
-    ) -> Iterator[admin_pb2.GetAllJobGroupsResponse]:
+    @_domain_errors
+    def GetAllJobGroups(self, request, context):
+        self._require_leader()  # before streaming starts, so a follower's error is clean
+        return self._all_job_groups()
+
+    def _all_job_groups(self) -> Iterator[admin_pb2.GetAllJobGroupsResponse]:
         for stored in self._groups.all():
             yield admin_pb2.GetAllJobGroupsResponse(
                 job_group=stored.job_group,
@@ -73,6 +117,28 @@ class MasterAdminServicer(admin_grpc.MasterAdminServiceServicer):
         scale = self._groups.cluster_scale()
         return admin_pb2.GetClusterScaleStatusResponse(
             total_jobgroup_count=scale.running_groups,
+            total_worker_count=scale.working_workers,
             total_used_messages_per_sec=scale.used_messages_per_sec,
             total_used_bytes_per_sec=scale.used_bytes_per_sec,
         )
+
+
+class MasterWorkerServicer(mw_grpc.MasterWorkerServiceServicer):
+    def __init__(self, workers: Workers) -> None:
+        self._workers = workers
+
+    @_domain_errors
+    def RegisterWorker(self, request, context):
+        reply = self._workers.register(request.participants.worker)
+        return mw_pb2.RegisterWorkerResponse(participants=_participants(reply))
+
+    @_domain_errors
+    def Heartbeat(self, request, context):
+        reply = self._workers.heartbeat(request.participants.worker, request.job_status)
+        return mw_pb2.HeartbeatResponse(
+            participants=_participants(reply), commands=list(reply.commands)
+        )
+
+
+def _participants(reply: Reply) -> mw_pb2.Participants:
+    return mw_pb2.Participants(master=reply.master, worker=reply.worker)

@@ -187,7 +187,6 @@ class SqliteStore:
         with self._lock:
             self._db.execute("DELETE FROM launches WHERE id = ?", (job_group_id,))
 
-
     # Workers (running Spark applications) and their latest per-job statuses.
 
     def put_worker(self, worker: StoredWorker) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from jobs import registry
 from jobs.common import kafka_admin
 from jobs.common.errors import UatuError
+from jobs.common.heartbeat import JobTemplate, ReporterConfig, Reporting
 from jobs.common.jobgroup import job_type_name, load_jobgroup
 from jobs.common.settings import default_conf_dir, load_settings
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
         job, spec = registry.validate(group, settings)
+        reporter_config = ReporterConfig.from_env(os.environ)
         type_name = job_type_name(group)
         field, topic, cluster = job.source_topic(spec)
         partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
@@ -73,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.check:
             return 0
-        return int(job.run(spec, once=args.once, stop_file=os.environ.get("UATU_STOP_FILE")))
+        reporting = None
+        if reporter_config is not None:
+            source = group.kafka_consumer_task_group
+            template = JobTemplate(group.type, cluster, topic, source.consumer_group)
+            reporting = Reporting(reporter_config, template)
+            log.info("reporting to the control plane at %s", ",".join(reporter_config.addresses))
+        stop_file = os.environ.get("UATU_STOP_FILE")
+        return int(job.run(spec, once=args.once, stop_file=stop_file, reporting=reporting))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

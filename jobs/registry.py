@@ -2,7 +2,8 @@
 control plane.
 
 Each job module provides `prepare(group, settings) -> spec` (validation, no Spark),
-`source_topic(spec) -> (field, topic, cluster)` and `run(spec, once=, stop_file=) -> int`.
+`source_topic(spec) -> (field, topic, cluster)` and
+`run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/common/heartbeat.py).
 """
 
 from __future__ import annotations

@@ -20,8 +20,10 @@ from controlplane import cli
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, grpc_status
 from controlplane.jobgroups import JobGroups, per_partition_jobs
 from controlplane.launch import build_launch
+from controlplane.leadership import SoleLeader
 from controlplane.server import create_server
 from controlplane.store import SqliteStore
+from controlplane.workers import Workers
 from jobs.common import kafka_admin
 from jobs.common.errors import InvalidJobGroup, TopicNotFound
 from jobs.common.settings import load_settings, write_conf_dir
@@ -105,7 +107,8 @@ def admin(kafka, tmp_path):
     )
     store = SqliteStore(tmp_path / "cp.sqlite")
     groups = JobGroups(store, load_settings(conf), kafka_admin.partition_count)
-    server, port, _ = create_server("127.0.0.1:0", groups)
+    leader = SoleLeader("127.0.0.1:0")
+    server, port, _ = create_server("127.0.0.1:0", groups, Workers(store, leader), leader)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:

@@ -39,6 +39,7 @@ from jobs.audit.transforms import (
     window_partials,
     with_new_unique_counts,
 )
+from jobs.common.heartbeat import Reporting, observe_source
 from jobs.common.jobgroup import JobGroup
 from jobs.common.kafka_source import kafka_read_options
 from jobs.common.runner import QuerySettings, run_query, streaming_query_id
@@ -74,6 +75,7 @@ def build_stream(spark: SparkSession, spec: AuditSpec) -> DataFrame:
         spark.readStream.format("kafka")
         .options(**options)
         .load()
+        .transform(observe_source)
         .withColumn("audit_ts", F.current_timestamp())
         .transform(
             audit_records,
@@ -161,7 +163,13 @@ def cache_scope() -> Iterator[Callable[[DataFrame], DataFrame]]:
             df.unpersist()
 
 
-def run(spec: AuditSpec, *, once: bool, stop_file: str | None = None) -> int:
+def run(
+    spec: AuditSpec,
+    *,
+    once: bool,
+    stop_file: str | None = None,
+    reporting: Reporting | None = None,
+) -> int:
     spark = build_session(spec.query_name)
     tables.ensure_tables(spark, spec.audit_counts_path, spec.audit_keys_path)
     log.info(
@@ -182,4 +190,5 @@ def run(spec: AuditSpec, *, once: bool, stop_file: str | None = None) -> int:
             trigger_interval_seconds=spec.trigger_interval_seconds,
             stop_file=stop_file,
         ),
+        reporting,
     )

@@ -24,6 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.common.errors import EXIT_FAILED, EXIT_OK
+from jobs.common.heartbeat import Reporting
 
 log = logging.getLogger("uatu.runner")
 
@@ -48,7 +49,14 @@ def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
     return str(metadata["id"])
 
 
-def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettings) -> int:
+def run_query(
+    stream: DataFrame,
+    write_batch: BatchWriter,
+    settings: QuerySettings,
+    reporting: Reporting | None = None,
+) -> int:
+    """Run the query to its end; with `reporting`, heartbeat to the control plane meanwhile."""
+    heartbeater = reporting.start(stream.sparkSession, settings.name) if reporting else None
     writer = (
         stream.writeStream.queryName(settings.name)
         .option("checkpointLocation", settings.checkpoint)
@@ -81,6 +89,8 @@ def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettin
             last_batch = _log_progress(query.lastProgress, last_batch)
             if settings.stop_file and os.path.exists(settings.stop_file):
                 stop_requested.append(f"stop file {settings.stop_file}")
+            if heartbeater is not None and heartbeater.stop_requested.is_set():
+                stop_requested.append("CANCEL from the control plane")
             if stop_requested:
                 log.info("received %s, stopping query %s", stop_requested[0], settings.name)
                 query.stop()
@@ -91,6 +101,8 @@ def run_query(stream: DataFrame, write_batch: BatchWriter, settings: QuerySettin
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if heartbeater is not None:
+            heartbeater.stop()
     log.info("query %s finished", settings.name)
     return EXIT_OK
 

@@ -1,0 +1,320 @@
+"""Report a running job to the control plane: MasterWorkerService RegisterWorker + Heartbeat.
+
+A Spark application is one uForwarder "worker". When `UATU_CONTROL_PLANE` is set (the
+control plane sets it for every application it launches), the driver
+
+* registers once (proposing `UATU_WORKER_ID`, the id the launcher reserved for it),
+* then every `UATU_HEARTBEAT_SECONDS` (default 5) sends one JobStatus per Kafka partition:
+  read_offset / commit_offset (the end offsets of the last committed micro-batch: Spark
+  commits a batch before it reports its progress, so the two are equal), messages_per_sec
+  (offset advance per partition between progress events) and bytes_per_sec (that rate times
+  the batch's average record size, from the `uatu_source` observed metric),
+* follows a redirect when a non-leader answers with another master, tries the next address
+  on UNAVAILABLE, registers again on NOT_FOUND (its record expired),
+* turns a CANCEL command for one of its jobs into a graceful stop (`stop_requested`).
+
+Without `UATU_CONTROL_PLANE` nothing here runs: a job started by a scheduler with plain
+`spark-submit.sh` never needs a control plane. A control plane that is down never stops a job
+either; heartbeats are retried and their failures logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import grpc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
+from uber.data.kafka.datatransfer import job_pb2, job_status_pb2, worker_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
+
+from jobs.common.errors import ConfigError
+
+log = logging.getLogger("uatu.heartbeat")
+
+SOURCE_METRIC = "uatu_source"
+
+
+def observe_source(df: DataFrame) -> DataFrame:
+    """Attach the `uatu_source` observed metric (records, key+value bytes) to a Kafka frame."""
+    size: Column = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    return df.observe(SOURCE_METRIC, F.count(F.lit(1)).alias("records"), F.sum(size).alias("bytes"))
+
+
+@dataclass(frozen=True)
+class ReporterConfig:
+    addresses: tuple[str, ...]
+    worker_id: int = 0
+    interval_seconds: float = 5.0
+    timeout_seconds: float = 2.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ReporterConfig | None:
+        """None when no control plane is configured; ConfigError naming the bad variable."""
+        raw = env.get("UATU_CONTROL_PLANE", "").strip()
+        if not raw:
+            return None
+        addresses = tuple(a.strip() for a in raw.split(",") if a.strip())
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError("UATU_CONTROL_PLANE", f"{address!r} is not host:port")
+        return cls(
+            addresses=addresses,
+            worker_id=_number(env, "UATU_WORKER_ID", "0", int, minimum=0),
+            interval_seconds=_number(env, "UATU_HEARTBEAT_SECONDS", "5", float, minimum=0.1),
+        )
+
+
+def _number(env: Mapping[str, str], name: str, default: str, kind: type, minimum: float):
+    raw = env.get(name, default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(name, f"{raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(name, f"{raw!r} must be at least {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What every per-partition Job of this application shares."""
+
+    type: int
+    cluster: str
+    topic: str
+    consumer_group: str = ""
+
+    def job(self, partition: int) -> job_pb2.Job:
+        return job_pb2.Job(
+            type=self.type,  # type: ignore[arg-type]
+            kafka_consumer_task=job_pb2.KafkaConsumerTask(
+                cluster=self.cluster,
+                topic=self.topic,
+                partition=partition,
+                consumer_group=self.consumer_group,
+            ),
+        )
+
+
+def end_offsets(progress: Mapping, topic: str) -> dict[int, int]:
+    """{partition: end offset} of `topic` in a progress record (all Kafka sources)."""
+    offsets: dict[int, int] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end) if end.startswith("{") else None
+        if isinstance(end, dict) and isinstance(end.get(topic), dict):
+            offsets.update({int(p): int(o) for p, o in end[topic].items()})
+    return offsets
+
+
+def partition_statuses(
+    progress: Mapping,
+    previous: Mapping | None,
+    template: JobTemplate,
+    elapsed_seconds: float | None,
+) -> list[job_status_pb2.JobStatus]:
+    """One RUNNING JobStatus per partition from two consecutive progress records (pure).
+
+    Rates are the offset advance since `previous` over `elapsed_seconds` (for the first
+    record: since the batch's start offsets, over its duration).
+    """
+    now = end_offsets(progress, template.topic)
+    if previous is not None and elapsed_seconds:
+        before, seconds = end_offsets(previous, template.topic), elapsed_seconds
+    else:
+        before = _start_offsets(progress, template.topic)
+        seconds = max(progress.get("batchDuration", 0) / 1000, 1e-3)
+    metric = (progress.get("observedMetrics") or {}).get(SOURCE_METRIC) or {}
+    records, size = metric.get("records") or 0, metric.get("bytes") or 0
+    bytes_per_record = size / records if records else 0.0
+    statuses = []
+    for partition, offset in sorted(now.items()):
+        rate = max(offset - before.get(partition, offset), 0) / seconds
+        statuses.append(
+            job_status_pb2.JobStatus(
+                job=template.job(partition),
+                state=job_pb2.JOB_STATE_RUNNING,
+                kafka_consumer_task_status=job_status_pb2.KafkaConsumerTaskStatus(
+                    read_offset=offset,
+                    commit_offset=offset,
+                    messages_per_sec=rate,
+                    bytes_per_sec=rate * bytes_per_record,
+                ),
+            )
+        )
+    return statuses
+
+
+def _start_offsets(progress: Mapping, topic: str) -> dict[int, int]:
+    starts = [{**s, "endOffset": s.get("startOffset")} for s in progress.get("sources", [])]
+    return end_offsets({"sources": starts}, topic)
+
+
+class ProgressListener(StreamingQueryListener):
+    """Keeps the latest per-partition statuses of one query (events arrive on Spark's thread)."""
+
+    def __init__(self, query_name: str, template: JobTemplate) -> None:
+        self.query_name = query_name
+        self.template = template
+        self._lock = threading.Lock()
+        self._last: dict | None = None
+        self._statuses: list[job_status_pb2.JobStatus] = []
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        progress = json.loads(event.progress.json)
+        if progress.get("name") != self.query_name:
+            return
+        with self._lock:
+            elapsed = _seconds_between(self._last, progress) if self._last else None
+            self._statuses = partition_statuses(progress, self._last, self.template, elapsed)
+            self._last = progress
+
+    def onQueryIdle(self, event) -> None:
+        with self._lock:  # nothing new to read: the offsets stand, the rates drop to zero
+            for status in self._statuses:
+                status.kafka_consumer_task_status.messages_per_sec = 0
+                status.kafka_consumer_task_status.bytes_per_sec = 0
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+    def statuses(self) -> list[job_status_pb2.JobStatus]:
+        with self._lock:
+            return [_copy(s) for s in self._statuses]
+
+
+def _seconds_between(earlier: Mapping, later: Mapping) -> float | None:
+    from datetime import datetime
+
+    try:
+        start = datetime.fromisoformat(earlier["timestamp"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(later["timestamp"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    seconds = (end - start).total_seconds()
+    return seconds if seconds > 0 else None
+
+
+def _copy(status: job_status_pb2.JobStatus) -> job_status_pb2.JobStatus:
+    copied = job_status_pb2.JobStatus()
+    copied.CopyFrom(status)
+    return copied
+
+
+def _node(address: str, node_id: int = 0) -> worker_pb2.Node:
+    host, _, port = address.rpartition(":")
+    return worker_pb2.Node(id=node_id, host=host, port=int(port))
+
+
+class Heartbeater:
+    """Registers this application and heartbeats its listener's statuses in a daemon thread."""
+
+    def __init__(self, config: ReporterConfig, listener: ProgressListener, ui_port: int = 0):
+        self.config = config
+        self.listener = listener
+        self.stop_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._target = config.addresses[0]
+        self._worker = worker_pb2.Node(id=config.worker_id, host=socket.gethostname(), port=ui_port)
+        self._registered = False
+        self._thread = threading.Thread(target=self._loop, name="uatu-heartbeat", daemon=True)
+
+    @property
+    def worker_id(self) -> int:
+        return self._worker.id if self._registered else 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=self.config.timeout_seconds + 1)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._beat()
+            except grpc.RpcError as e:
+                self._on_error(e)
+            self._stopped.wait(self.config.interval_seconds)
+
+    def _beat(self) -> None:
+        with grpc.insecure_channel(self._target) as channel:
+            stub = mw_grpc.MasterWorkerServiceStub(channel)
+            participants = worker_participants(self._target, self._worker)
+            if not self._registered:
+                reply = stub.RegisterWorker(
+                    mw_pb2.RegisterWorkerRequest(participants=participants),
+                    timeout=self.config.timeout_seconds,
+                )
+                if self._redirected(reply.participants.master):
+                    return
+                self._worker.CopyFrom(reply.participants.worker)
+                self._registered = True
+                log.info("registered with %s as worker %d", self._target, self._worker.id)
+                participants = worker_participants(self._target, self._worker)
+            response = stub.Heartbeat(
+                mw_pb2.HeartbeatRequest(
+                    participants=participants, job_status=self.listener.statuses()
+                ),
+                timeout=self.config.timeout_seconds,
+            )
+        if self._redirected(response.participants.master):
+            return
+        for command in response.commands:
+            if command.type == mw_pb2.COMMAND_TYPE_CANCEL_JOB and not self.stop_requested.is_set():
+                log.info("control plane sent CANCEL for job %d; stopping", command.job.job_id)
+                self.stop_requested.set()
+
+    def _redirected(self, master: worker_pb2.Node) -> bool:
+        leader = f"{master.host}:{master.port}"
+        if master.host and leader != self._target:
+            log.info("%s is not the leader; following it to %s", self._target, leader)
+            self._target = leader
+            return True
+        return False
+
+    def _on_error(self, error: grpc.RpcError) -> None:
+        code = error.code()  # type: ignore[attr-defined]
+        if code == grpc.StatusCode.NOT_FOUND:
+            log.warning("control plane forgot worker %d; registering again", self._worker.id)
+            self._registered = False
+        elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            addresses = self.config.addresses
+            index = addresses.index(self._target) if self._target in addresses else -1
+            self._target = addresses[(index + 1) % len(addresses)]
+        log.warning("heartbeat failed (%s): %s", code.name, error.details())  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """Validated before Spark starts (main.py); `run_query` starts it with the query."""
+
+    config: ReporterConfig
+    template: JobTemplate
+
+    def start(self, spark: SparkSession, query_name: str) -> Heartbeater:
+        listener = ProgressListener(query_name, self.template)
+        spark.streams.addListener(listener)
+        ui = spark.sparkContext.uiWebUrl or ""
+        port = ui.rpartition(":")[2]
+        heartbeater = Heartbeater(self.config, listener, int(port) if port.isdigit() else 0)
+        heartbeater.start()
+        return heartbeater
+
+
+def worker_participants(master_address: str, worker: worker_pb2.Node) -> mw_pb2.Participants:
+    return mw_pb2.Participants(master=_node(master_address), worker=worker)

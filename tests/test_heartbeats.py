@@ -1,0 +1,242 @@
+"""MasterWorkerService: the driver-side reporter's pure parts, the master's Workers domain,
+the read-side overlay of heartbeats, and leader-only admin calls over real gRPC."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
+from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node
+
+from controlplane.errors import WorkerNotFound
+from controlplane.jobgroups import JobGroups, per_partition_jobs, with_actuals
+from controlplane.leadership import SoleLeader
+from controlplane.server import create_server
+from controlplane.store import SqliteStore
+from controlplane.workers import Workers
+from jobs.common.errors import ConfigError
+from jobs.common.heartbeat import JobTemplate, ReporterConfig, end_offsets, partition_statuses
+from jobs.common.settings import load_settings, write_conf_dir
+
+TEMPLATE = JobTemplate(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
+
+
+def progress(ts: str, start: dict, end: dict, duration_ms=2000, records=0, size=0) -> dict:
+    """A progress record shaped like Spark's (offsets as JSON strings, as Kafka sources give)."""
+    import json
+
+    return {
+        "name": "audit-x",
+        "timestamp": ts,
+        "batchDuration": duration_ms,
+        "sources": [
+            {
+                "description": "KafkaV2[Subscribe[orders]]",
+                "startOffset": json.dumps({"orders": start}),
+                "endOffset": json.dumps({"orders": end}),
+            }
+        ],
+        "observedMetrics": {"uatu_source": {"records": records, "bytes": size}},
+    }
+
+
+def test_end_offsets_reads_only_the_named_topic():
+    record = progress("2026-11-21T10:00:00.000Z", {"0": 0}, {"0": 5, "1": 7})
+    record["sources"].append({"endOffset": {"other": {"0": 99}}})
+    assert end_offsets(record, "orders") == {0: 5, 1: 7}
+    assert end_offsets(record, "other") == {0: 99}
+    assert end_offsets({"sources": [{"endOffset": None}]}, "orders") == {}
+
+
+def test_partition_statuses_rates_from_offsets_and_bytes_from_observed_size():
+    first = progress(
+        "2026-11-21T10:00:00.000Z", {"0": 0, "1": 0}, {"0": 100, "1": 300}, 2000, 400, 40_000
+    )
+    statuses = partition_statuses(first, None, TEMPLATE, None)
+    # First record: advance over the batch's own duration (2 s); 100 bytes per record.
+    assert [s.job.kafka_consumer_task.partition for s in statuses] == [0, 1]
+    assert [s.kafka_consumer_task_status.messages_per_sec for s in statuses] == [50.0, 150.0]
+    assert [s.kafka_consumer_task_status.bytes_per_sec for s in statuses] == [5000.0, 15000.0]
+    assert [s.kafka_consumer_task_status.commit_offset for s in statuses] == [100, 300]
+    assert {s.state for s in statuses} == {job_pb2.JOB_STATE_RUNNING}
+    assert statuses[0].job.kafka_consumer_task.topic == "orders"
+
+    second = progress("2026-11-21T10:00:10.000Z", {"0": 100, "1": 300}, {"0": 150, "1": 300})
+    later = partition_statuses(second, first, TEMPLATE, 10.0)
+    assert [s.kafka_consumer_task_status.messages_per_sec for s in later] == [5.0, 0.0]
+    assert [s.kafka_consumer_task_status.read_offset for s in later] == [150, 300]
+    # No records in the batch: no size known, so no byte rate is invented.
+    assert [s.kafka_consumer_task_status.bytes_per_sec for s in later] == [0.0, 0.0]
+
+
+def test_reporter_config_from_env():
+    assert ReporterConfig.from_env({}) is None
+    config = ReporterConfig.from_env(
+        {"UATU_CONTROL_PLANE": "a:1, b:2", "UATU_WORKER_ID": "7", "UATU_HEARTBEAT_SECONDS": "1"}
+    )
+    assert config == ReporterConfig(addresses=("a:1", "b:2"), worker_id=7, interval_seconds=1.0)
+    with pytest.raises(ConfigError, match="UATU_CONTROL_PLANE.*'nohost' is not host:port"):
+        ReporterConfig.from_env({"UATU_CONTROL_PLANE": "nohost"})
+    with pytest.raises(ConfigError, match="UATU_WORKER_ID.*'x' is not a number"):
+        ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_WORKER_ID": "x"})
+    with pytest.raises(ConfigError, match="UATU_HEARTBEAT_SECONDS.*'0' must be at least"):
+        ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_HEARTBEAT_SECONDS": "0"})
+
+
+class Follower:
+    """A replica that does not lead (the Leadership contract, as seen by a follower)."""
+
+    def __init__(self, leader: str | None) -> None:
+        self._leader = leader
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def is_leader(self) -> bool:
+        return False
+
+    def leader(self) -> str | None:
+        return self._leader
+
+
+def status(partition: int, commit: int, rate: float) -> JobStatus:
+    found = partition_statuses(
+        progress("2026-11-21T10:00:00.000Z", {str(partition): 0}, {str(partition): commit}),
+        None,
+        TEMPLATE,
+        None,
+    )[0]
+    found.kafka_consumer_task_status.messages_per_sec = rate
+    return found
+
+
+def stored_group(job_group_id: str, state=job_pb2.JOB_STATE_RUNNING) -> StoredJobGroup:
+    group = JobGroup(job_group_id=job_group_id, type=job_pb2.JOB_TYPE_KAFKA_AUDIT)
+    group.kafka_consumer_task_group.topic = "orders"
+    return StoredJobGroup(
+        job_group=group, state=state, jobs=per_partition_jobs(group, state, 2, [11, 12])
+    )
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
+    store = SqliteStore(":memory:")
+    clock = Clock(1_000.0)
+    workers = Workers(store, SoleLeader("cp:1"), clock=clock)
+    store.create(stored_group("g"))
+    reserved = store.next_ids("worker", 1)[0]
+    store.put_launch("g", {"handle": "1", "worker_id": reserved, "started_at": 0})
+
+    registered = workers.register(Node(id=reserved, host="driver", port=4040))
+    assert registered.worker == Node(id=reserved, host="driver", port=4040)
+    assert registered.master == Node(host="cp", port=1)
+    stranger = workers.register(Node(id=0, host="other"))  # not launched by us: a fresh id
+    assert stranger.worker.id not in (0, reserved)
+
+    reply = workers.heartbeat(registered.worker, [status(0, 40, 5.0), status(1, 60, 7.0)])
+    assert reply.commands == []
+    statuses = store.job_statuses()
+    assert sorted(statuses) == [11, 12]
+    assert statuses[12].job_status.kafka_consumer_task_status.commit_offset == 60
+    assert statuses[12].worker_id == reserved
+    worker = store.get_worker(reserved)
+    assert worker is not None and worker.state == WORKER_STATE_WORKING
+    assert worker.last_updated.seconds == 1_000
+
+    with pytest.raises(WorkerNotFound):
+        workers.heartbeat(Node(id=999), [])
+
+    # The group is no longer RUNNING: every reported job gets CANCEL.
+    found = store.get("g")
+    assert found is not None
+    found.group.state = job_pb2.JOB_STATE_CANCELED
+    store.replace(found.group, found.version)
+    reply = workers.heartbeat(registered.worker, [status(0, 41, 5.0)])
+    assert [(c.type, c.job.kafka_consumer_task.partition) for c in reply.commands] == [
+        (mw_pb2.COMMAND_TYPE_CANCEL_JOB, 0)
+    ]
+
+
+def test_a_follower_redirects_workers_to_the_leader_and_stores_nothing():
+    store = SqliteStore(":memory:")
+    workers = Workers(store, Follower("leader:8087"))
+    reply = workers.register(Node(id=0, host="driver"))
+    assert reply.master == Node(host="leader", port=8087)
+    assert store.workers() == []
+
+
+def test_reads_fold_in_the_latest_heartbeats():
+    store = SqliteStore(":memory:")
+    clock = Clock(1_000.0)
+    workers = Workers(store, SoleLeader("cp:1"), clock=clock)
+    group = stored_group("g")
+    store.create(group)
+    store.put_launch("g", {"handle": "1", "worker_id": 5, "started_at": 0})
+    assert workers.register(Node(id=5)).worker.id == 5
+    workers.heartbeat(Node(id=5), [status(0, 40, 5.0), status(1, 60, 7.0)])
+
+    shown = with_actuals(group, store.job_statuses(), fresh_after=900.0)
+    assert [j.job.kafka_consumer_task.start_offset for j in shown.jobs] == [40, 60]
+    assert [j.worker_id for j in shown.jobs] == [5, 5]
+    assert shown.scale_status.total_messages_per_sec == 12.0
+    assert [j.job.kafka_consumer_task.start_offset for j in group.jobs] == [-1, -1]  # unchanged
+    stale = with_actuals(group, store.job_statuses(), fresh_after=1_001.0)
+    assert stale.scale_status.total_messages_per_sec == 0.0  # offsets yes, rates no
+    assert [j.job.kafka_consumer_task.start_offset for j in stale.jobs] == [40, 60]
+
+
+def test_followers_refuse_admin_calls_naming_the_leader_but_answer_scale(tmp_path):
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:1", tmp_path / "wh", tmp_path / "ck")
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    follower = Follower("10.0.0.7:8087")
+    groups = JobGroups(store, load_settings(conf), lambda *_: 1)
+    server, port, _ = create_server("127.0.0.1:0", groups, Workers(store, follower), follower)
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            admin = admin_grpc.MasterAdminServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                admin.GetJobGroup(admin_pb2.GetJobGroupRequest(id="g"))
+            error = raised.value
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "the leader is 10.0.0.7:8087" in error.details()
+            detail = error_details_pb2.PreconditionFailure()
+            rich = rpc_status.from_call(error)
+            assert rich is not None and rich.details[0].Unpack(detail)
+            assert (detail.violations[0].type, detail.violations[0].description) == (
+                "not-leader",
+                "10.0.0.7:8087",
+            )
+            with pytest.raises(grpc.RpcError) as raised:
+                list(admin.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest()))
+            assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            scale = admin.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())
+            assert scale.total_jobgroup_count == 0
+            worker = mw_grpc.MasterWorkerServiceStub(channel).RegisterWorker(
+                mw_pb2.RegisterWorkerRequest()
+            )
+            assert (worker.participants.master.host, worker.participants.master.port) == (
+                "10.0.0.7",
+                8087,
+            )
+    finally:
+        server.stop(None).wait()
+        store.close()
