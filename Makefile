@@ -10,12 +10,12 @@ MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
 PROTOS      := $(shell find controlplane/proto -name '*.proto')
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build kafka-up kafka-down run controlplane test test-unit lint format bench-audit clean
+.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: venv jars proto build ## install everything: Python venv, JVM jars, generated protos, job zip
+setup: venv jars proto build etcd ## install everything: Python venv, JVM jars, generated protos, job zip, etcd
 
 venv: $(VENV)/.installed ## Python virtual environment with the pinned dependencies
 
@@ -54,6 +54,12 @@ build: build/uatu-jobs.zip ## zip of jobs/ and the generated protos for spark-su
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs -name '*.py')
 	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu
+
+etcd: var/etcd/bin/etcd ## etcd binary from Debian's etcd-server .deb into var/etcd/bin (no system install)
+
+var/etcd/bin/etcd: | $(VENV)/.installed
+	@echo ">> fetching etcd (apt-get download etcd-server, unpacked into var/etcd)"
+	$(PY) -m tools.etcd_server install
 
 kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)
 	$(PY) -m tools.kafka_broker up --dir var/kafka --port 9092

@@ -49,3 +49,16 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One real single-node etcd on a free loopback port (installed into var/etcd if missing)."""
+    from tools.etcd_server import install, start_etcd
+
+    install()
+    server = start_etcd(tmp_path_factory.mktemp("etcd"))
+    try:
+        yield server
+    finally:
+        server.stop()

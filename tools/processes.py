@@ -1,10 +1,13 @@
-"""Small process helpers shared by the broker tooling and the control plane's launcher."""
+"""Small process helpers shared by the broker and etcd tooling and the control plane's launcher."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -34,3 +37,66 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
     """Send `sig` to a whole process group; already gone is fine."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+def read_pid(path: Path) -> int | None:
+    """The pid in a pid file, None if the file is missing or garbled."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[int]:
+    """Poll until `pids` have exited; return those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive:
+        alive = [pid for pid in alive if pid_alive(pid)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return alive
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports on `host` that were free a moment ago (the OS picks them)."""
+    socks: list[socket.socket] = []
+    try:
+        # Keep every socket open until all are picked, so the OS cannot hand out one twice.
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) members of process group `pgid`, the leader included if alive.
+
+    Needs procfs; without it (macOS) returns `[pgid]` while the group exists at all.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # exited while we looked
+        # After the command name: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return sorted(members)
