@@ -1,0 +1,389 @@
+"""The standalone launcher: its pure request builder, its answers to a stub master, and the
+real thing (a Spark standalone master and worker on 127.0.0.1 running an audit JobGroup)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.errors import LaunchFailed
+from controlplane.standalone import Resources, StandaloneLauncher, submission_request
+from jobs.common.settings import write_conf_dir
+from tests.support import audit_group, wait_for
+from tools.demo_data import audit_dataset, produce
+from tools.processes import free_ports, group_pids
+from tools.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
+
+ROOT = Path("/srv/uatu")
+JARS = ["/srv/uatu/var/jars/spark/a.jar", "/srv/uatu/var/jars/spark/b.jar"]
+
+
+def request(**overrides: Any) -> dict:
+    args: dict[str, Any] = {
+        "app_name": "uatu-g1",
+        "master_url": "spark://m:7077",
+        "jars": JARS,
+        "stop_file": Path("/shared/apps/g1/stop"),
+        "root": ROOT,
+        "spark_version": "4.2.0",
+    }
+    return submission_request(Path("/shared/apps/g1/jobgroup.json"), **{**args, **overrides})
+
+
+def test_request_runs_main_py_with_the_job_zip_through_python_runner():
+    body = request()
+    assert body["action"] == "CreateSubmissionRequest"
+    assert body["clientSparkVersion"] == "4.2.0"
+    assert body["appResource"] == ""
+    assert body["mainClass"] == "org.apache.spark.deploy.PythonRunner"
+    assert body["appArgs"] == [
+        "/srv/uatu/jobs/main.py",
+        "/srv/uatu/build/uatu-jobs.zip",
+        "/shared/apps/g1/jobgroup.json",
+    ]
+
+
+def test_request_spark_properties_mirror_spark_submit_sh():
+    props = request()["sparkProperties"]
+    assert props == {
+        "spark.app.name": "uatu-g1",
+        "spark.master": "spark://m:7077",
+        "spark.submit.deployMode": "cluster",
+        "spark.driver.supervise": "false",
+        "spark.driver.memory": "1g",
+        "spark.driver.cores": "1",
+        "spark.executor.memory": "1g",
+        "spark.executor.cores": "2",
+        "spark.cores.max": "2",
+        "spark.jars": ",".join(JARS),
+        "spark.submit.pyFiles": "/srv/uatu/build/uatu-jobs.zip",
+        "spark.files": "/srv/uatu/build/uatu-jobs.zip",
+        "spark.driver.extraJavaOptions": (
+            "-Dlog4j2.configurationFile=file:/srv/uatu/conf/log4j2.properties"
+        ),
+        "spark.executorEnv.PYSPARK_PYTHON": "/srv/uatu/.venv/bin/python",
+    }
+    assert all(isinstance(v, str) for v in props.values())  # the REST API wants strings
+
+
+def test_request_environment_defaults_and_caller_env_wins():
+    assert request()["environmentVariables"] == {
+        "UATU_CONF_DIR": "/srv/uatu/conf",
+        "UATU_STOP_FILE": "/shared/apps/g1/stop",
+        "PYSPARK_PYTHON": "/srv/uatu/.venv/bin/python",
+        "PYSPARK_DRIVER_PYTHON": "/srv/uatu/.venv/bin/python",
+    }
+    env = request(
+        conf_dir=Path("/etc/uatu"),
+        python=Path("/opt/py/bin/python3"),
+        env={"UATU_CONTROL_PLANE": "cp:8087", "UATU_CONF_DIR": "/override"},
+    )["environmentVariables"]
+    assert env == {
+        "UATU_CONF_DIR": "/override",
+        "UATU_STOP_FILE": "/shared/apps/g1/stop",
+        "PYSPARK_PYTHON": "/opt/py/bin/python3",
+        "PYSPARK_DRIVER_PYTHON": "/opt/py/bin/python3",
+        "UATU_CONTROL_PLANE": "cp:8087",
+    }
+
+
+def test_request_resources_and_extra_conf():
+    props = request(
+        resources=Resources("2g", 2, "3g", 1, 4),
+        extra_conf={"spark.sql.shuffle.partitions": "4", "spark.cores.max": "8"},
+    )["sparkProperties"]
+    assert props["spark.driver.memory"] == "2g"
+    assert props["spark.driver.cores"] == "2"
+    assert props["spark.executor.memory"] == "3g"
+    assert props["spark.executor.cores"] == "1"
+    assert props["spark.cores.max"] == "8"  # extra_conf wins, like UATU_SPARK_SUBMIT_ARGS
+    assert props["spark.sql.shuffle.partitions"] == "4"
+
+
+# --- against a stub master: failure semantics, no Spark -----------------------------------
+
+
+class StubMaster:
+    """An HTTP server answering REST calls from `routes`: path -> (status, body bytes).
+
+    `after[path]` runs once a request for `path` was answered (a state change it causes).
+    """
+
+    def __init__(self) -> None:
+        self.routes: dict[str, tuple[int, bytes]] = {}
+        self.after: dict[str, Callable[[], None]] = {}
+        self.requests: list[tuple[str, str, bytes]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                stub.requests.append((self.command, self.path, self.rfile.read(length)))
+                status, body = stub.routes.get(self.path, (404, b"{}"))
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(body)
+                if self.path in stub.after:
+                    stub.after[self.path]()
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+
+    def answer(self, path: str, body: dict | bytes, status: int = 200) -> None:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.routes[f"/v1/submissions/{path}"] = (status, raw)
+
+
+@pytest.fixture
+def stub() -> Iterator[StubMaster]:
+    master = StubMaster()
+    yield master
+    master.server.shutdown()
+    master.server.server_close()
+
+
+def stub_launcher(rest_url: str, tmp_path: Path, **kwargs: Any) -> StandaloneLauncher:
+    return StandaloneLauncher(
+        rest_url, "spark://m:7077", tmp_path / "apps", jars=JARS, http_timeout=2, **kwargs
+    )
+
+
+def record_for(driver_id: str, tmp_path: Path) -> dict:
+    return {"handle": driver_id, "submission_id": driver_id, "stop_file": str(tmp_path / "stop")}
+
+
+def test_launch_posts_the_request_and_records_the_submission(stub, tmp_path):
+    stub.answer("create", {"success": True, "submissionId": "driver-1", "message": "ok"})
+    launcher = stub_launcher(stub.url, tmp_path, worker_dir=Path("/w"))
+    record = launcher.launch(audit_group("g1", "t"), "def-1", {"UATU_WORKER_ID": "7"})
+    method, path, body = stub.requests[0]
+    assert (method, path) == ("POST", "/v1/submissions/create")
+    sent = json.loads(body)
+    assert sent["environmentVariables"]["UATU_WORKER_ID"] == "7"
+    assert sent["appArgs"][2] == str((tmp_path / "apps" / "g1" / "jobgroup.json").resolve())
+    assert (
+        json.loads((tmp_path / "apps" / "g1" / "jobgroup.json").read_text())["jobGroupId"] == "g1"
+    )
+    assert record["handle"] == record["submission_id"] == "driver-1"
+    assert record["definition"] == "def-1"
+    assert record["log"] == "/w/driver-1/stdout"
+    assert isinstance(record["started_at"], float)
+    json.dumps(record)  # the store keeps it as JSON
+
+
+def test_launch_raises_with_the_masters_message_when_rejected(stub, tmp_path):
+    standby = "Can only accept driver submissions in ALIVE state. Current state: STANDBY."
+    stub.answer("create", {"success": False, "message": standby})
+    with pytest.raises(LaunchFailed, match="STANDBY"):
+        stub_launcher(stub.url, tmp_path).launch(audit_group("g1", "t"), "d", {})
+    stub.answer("create", {"message": "Malformed request: missing mainClass"}, status=400)
+    with pytest.raises(LaunchFailed, match="Malformed request"):
+        stub_launcher(stub.url, tmp_path).launch(audit_group("g1", "t"), "d", {})
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "alive"),
+    [
+        ({"success": True, "driverState": "SUBMITTED"}, 200, True),
+        ({"success": True, "driverState": "RUNNING"}, 200, True),
+        ({"success": True, "driverState": "RELAUNCHING"}, 200, True),
+        ({"success": True, "driverState": "UNKNOWN"}, 200, True),  # master recovering
+        ({"success": True, "driverState": "FINISHED"}, 200, False),
+        ({"success": True, "driverState": "KILLED"}, 200, False),
+        ({"success": True, "driverState": "FAILED"}, 200, False),
+        ({"success": True, "driverState": "ERROR"}, 200, False),
+        ({"success": False, "message": "not found"}, 200, False),  # master forgot it
+        (b"<html>proxy error</html>", 502, True),  # no usable answer: unknown
+    ],
+)
+def test_alive_follows_the_driver_state(stub, tmp_path, answer, status, alive):
+    stub.answer("status/driver-1", answer, status)
+    assert stub_launcher(stub.url, tmp_path).alive(record_for("driver-1", tmp_path)) is alive
+
+
+def test_an_unreachable_master_is_alive_unknown_and_fails_launch_and_cancel(tmp_path, caplog):
+    (port,) = free_ports(1)  # nothing listens there
+    launcher = stub_launcher(f"http://127.0.0.1:{port}", tmp_path, grace_seconds=0.5)
+    assert launcher.alive(record_for("driver-1", tmp_path)) is True
+    assert "assuming it still runs" in caplog.text
+    with pytest.raises(LaunchFailed, match="launch of g1 failed"):
+        launcher.launch(audit_group("g1", "t"), "d", {})
+    with pytest.raises(LaunchFailed, match="cancel of driver-1 failed"):
+        launcher.cancel(record_for("driver-1", tmp_path))
+
+
+def test_cancel_kills_a_driver_still_waiting_for_resources_at_once(stub, tmp_path):
+    # It would never see its stop file, so sitting out the grace period would be pointless.
+    stub.answer("status/driver-1", {"success": True, "driverState": "SUBMITTED"})
+    stub.answer("kill/driver-1", {"success": True, "message": "Kill request submitted"})
+    stub.after["/v1/submissions/kill/driver-1"] = lambda: stub.answer(
+        "status/driver-1", {"success": True, "driverState": "KILLED"}
+    )
+    launcher = stub_launcher(stub.url, tmp_path, grace_seconds=600, kill_timeout=10)
+    launcher.cancel(record_for("driver-1", tmp_path))
+    assert [(m, p) for m, p, _ in stub.requests] == [
+        ("GET", "/v1/submissions/status/driver-1"),
+        ("POST", "/v1/submissions/kill/driver-1"),
+        ("GET", "/v1/submissions/status/driver-1"),
+    ]
+    assert (tmp_path / "stop").exists()
+    assert not launcher.alive(record_for("driver-1", tmp_path))
+
+
+def test_cancel_of_a_driver_that_stops_by_itself_sends_no_kill(stub, tmp_path):
+    stub.answer("status/driver-1", {"success": True, "driverState": "FINISHED"})
+    stub_launcher(stub.url, tmp_path).cancel(record_for("driver-1", tmp_path))
+    assert [p for _, p, _ in stub.requests] == ["/v1/submissions/status/driver-1"]
+
+
+def test_cancel_raises_when_the_driver_survives_the_kill(stub, tmp_path):
+    stub.answer("status/driver-1", {"success": True, "driverState": "RUNNING"})
+    stub.answer("kill/driver-1", {"success": False, "message": "Driver driver-1 not found"})
+    launcher = stub_launcher(stub.url, tmp_path, grace_seconds=0, kill_timeout=0)
+    with pytest.raises(LaunchFailed, match="still RUNNING"):
+        launcher.cancel(record_for("driver-1", tmp_path))
+
+
+# --- against a real standalone master and worker ------------------------------------------
+
+
+def test_standalone_cli_has_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "up" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    cluster = start_standalone(tmp_path_factory.mktemp("standalone"), cores=4, memory="4g")
+    groups = [p.pid for p in (cluster.master, cluster.worker) if p is not None]
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        assert [pid for pgid in groups for pid in group_pids(pgid)] == []
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []  # exited meanwhile
+
+
+def cluster_processes(cluster: StandaloneCluster) -> list[str]:
+    """Command lines of every process in the worker's group except the worker JVM itself."""
+    assert cluster.worker is not None
+    return [
+        b" ".join(_cmdline(pid)).decode(errors="replace")
+        for pid in group_pids(cluster.worker.pid)
+        if pid != cluster.worker.pid
+    ]
+
+
+def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[str, str]:
+    """The environment of the Python driver running `jobgroup_file`; {} while there is none."""
+    assert cluster.worker is not None
+    for pid in group_pids(cluster.worker.pid):
+        cmdline = _cmdline(pid)
+        if (
+            cmdline[1:2]
+            and cmdline[1].endswith(b"jobs/main.py")
+            and jobgroup_file.encode() in cmdline
+        ):
+            raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+    return {}
+
+
+@pytest.mark.integration
+def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path):
+    assert standalone.master is not None and standalone.worker is not None
+    # What `python -m tools.spark_standalone down` would stop.
+    assert running_pids(standalone.dir) == [standalone.master.pid, standalone.worker.pid]
+    topic = f"sa-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    produce(kafka.bootstrap_servers, topic, audit_dataset(200, 2, int(time.time() * 1000)))
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    counts_log = tmp_path / "wh" / "audit_counts" / "_delta_log"
+    launcher = StandaloneLauncher(
+        standalone.rest_url,
+        standalone.master_url,
+        tmp_path / "apps",
+        conf_dir=conf,
+        worker_dir=standalone.worker_dir,
+        grace_seconds=30,
+    )
+    measured: dict[str, float] = {}
+
+    # Launch: the driver runs on the worker, its executor too, and it really audits.
+    started = time.monotonic()
+    record = launcher.launch(audit_group("sa", topic), "def-1", {"UATU_TEST_MARKER": "sa-1"})
+    assert record["handle"].startswith("driver-")
+    wait_for(lambda: launcher.driver_state(record["handle"]) == "RUNNING", 60, "RUNNING")
+    measured["create_to_running_s"] = time.monotonic() - started
+    assert launcher.alive(record)
+    jobgroup_file = str((tmp_path / "apps" / "sa" / "jobgroup.json").resolve())
+    env = wait_for(lambda: driver_python_env(standalone, jobgroup_file), 60, "the Python driver")
+    assert env["UATU_TEST_MARKER"] == "sa-1"
+    assert env["UATU_CONF_DIR"] == str(conf.resolve())
+    wait_for(lambda: len(list(counts_log.glob("*.json"))) >= 2, 240, "audit commits")
+    measured["create_to_second_commit_s"] = time.monotonic() - started
+    assert any("CoarseGrainedExecutorBackend" in p for p in cluster_processes(standalone))
+    assert launcher.alive(record)
+
+    # Cancel: the stop file reaches the driver (shared filesystem), which ends the query and
+    # exits 0 on its own (FINISHED, not KILLED); nothing of the application is left.
+    started = time.monotonic()
+    launcher.cancel(record)
+    measured["graceful_cancel_s"] = time.monotonic() - started
+    assert not launcher.alive(record)
+    assert launcher.driver_state(record["handle"]) == "FINISHED"
+    job_log = Path(record["log"]).read_text()
+    assert "received stop file" in job_log and "query audit-sa finished" in job_log
+    wait_for(lambda: cluster_processes(standalone) == [], 30, "no driver or executor processes")
+    measured["cancel_to_no_processes_s"] = time.monotonic() - started
+
+    # Relaunch on the same checkpoint, and cancel with no grace: the master kills the driver.
+    commits = len(list(counts_log.glob("*.json")))
+    hard = StandaloneLauncher(
+        standalone.rest_url,
+        standalone.master_url,
+        tmp_path / "apps",
+        conf_dir=conf,
+        worker_dir=standalone.worker_dir,
+        grace_seconds=0,
+    )
+    produce(kafka.bootstrap_servers, topic, audit_dataset(50, 2, int(time.time() * 1000), seed=9))
+    second = hard.launch(audit_group("sa", topic), "def-2", {})
+    assert second["handle"] != record["handle"]
+    wait_for(lambda: len(list(counts_log.glob("*.json"))) > commits, 240, "a commit after restart")
+    started = time.monotonic()
+    hard.cancel(second)
+    measured["kill_cancel_s"] = time.monotonic() - started
+    assert hard.driver_state(second["handle"]) == "KILLED"
+    assert not hard.alive(second)
+    # The killed driver JVM leaves its Python process behind for a moment: it exits once its
+    # next call into the JVM fails.
+    wait_for(lambda: cluster_processes(standalone) == [], 60, "no processes after a kill")
+    measured["kill_to_no_processes_s"] = time.monotonic() - started
+    print("standalone launcher timings:", json.dumps({k: round(v, 1) for k, v in measured.items()}))
