@@ -1,0 +1,460 @@
+"""Run each JobGroup as a Spark Operator `SparkApplication` (kubeflow/spark-operator, v1beta2).
+
+The Kubernetes form of `spark-submit.sh JOBGROUP.json`: a ConfigMap holds the JobGroup JSON,
+and a `SparkApplication` (type Python, cluster mode, restartPolicy Never) runs
+`jobs/main.py <mounted jobgroup.json>` from the project image. Everything is rendered by pure
+functions (`app_name`, `render_manifests`, the `*_argv` builders); `KubernetesLauncher` only
+runs `kubectl` with those argv lists (no shell) and reads its output.
+
+Launcher contract (controlplane/launchers.py `Launcher`):
+
+* `launch` deletes any earlier SparkApplication of the same name (waiting until it is gone),
+  then `kubectl apply`s the ConfigMap and a fresh SparkApplication. The delete matters: with
+  restartPolicy Never a FAILED application stays FAILED, and re-applying an unchanged spec is
+  a no-op for the operator, so a relaunch must start from a new object.
+* `alive` reads `.status.applicationState.state` (below); a missing object is not alive.
+* `cancel` deletes the SparkApplication and the ConfigMap; garbage collection deletes the
+  driver pod it owns, and with it the executors. Cancel is graceful first: the driver's
+  preStop hook creates the job's stop file (`UATU_STOP_FILE`), the job stops its query and
+  exits 0 within `stop_grace_seconds`; after that the kubelet kills the pod. A hard kill is
+  safe anyway (every write is exactly-once), only not clean.
+
+Every kubectl failure raises `LaunchFailed` carrying kubectl's stderr; nothing is guessed.
+
+`alive()` per operator state (the state machine in the operator's
+internal/controller/sparkapplication/controller.go). The rule: alive while a driver may be
+running or the operator will start one by itself, because a second driver on the same
+checkpoint must never be started next to it.
+
+=================  =====  ==========================================================
+state              alive  why
+=================  =====  ==========================================================
+"" (new)           yes    the operator has not submitted it yet; it will
+SUBMITTED          yes    spark-submit ran; the driver pod is starting
+RUNNING            yes    the driver pod runs
+PENDING_RERUN      yes    the operator deletes the old driver and resubmits itself
+INVALIDATING       yes    the spec changed; the operator reruns it (then PENDING_RERUN)
+UNKNOWN            yes    the driver pod's phase is unknown (e.g. node lost): it may still
+                          run, so no second driver until the operator settles it
+SUSPENDING,        yes    newer operators (spec.suspend): the driver still runs /
+RESUMING                  is about to run
+SUCCEEDING         no     the driver pod terminated (0); with Never -> COMPLETED next
+FAILING            no     the driver pod failed or vanished; with Never -> FAILED next
+COMPLETED, FAILED  no     terminal
+SUBMISSION_FAILED  no     spark-submit failed; with Never no retry (-> FAILED)
+SUSPENDED          no     stopped by spec.suspend; the control plane's wish wins
+any other          error  `LaunchFailed`: a state this table does not know is not guessed
+=================  =====  ==========================================================
+
+Cluster requirements: the operator's mutating webhook enabled (it applies `volumes`,
+`volumeMounts` and the driver `lifecycle`; on by default in its Helm chart); an image with
+the project tree at IMAGE_ROOT (built with `make setup build`), so the paths in
+`KubernetesConfig` exist;
+a site conf (`conf_config_map`, mounted at `conf_dir`) whose uatu.yaml points the warehouse
+and checkpoints at shared storage (s3a://, hdfs://), not at the pod's own disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from uatu.v1 import job_options_pb2  # noqa: F401 (registers the JobGroup.extension Any type)
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from controlplane.errors import LaunchFailed
+from jobs.common.errors import ConfigError
+from jobs.common.settings import PROJECT_ROOT
+
+log = logging.getLogger("uatu.kubernetes")
+
+API_VERSION = "sparkoperator.k8s.io/v1beta2"
+JOB_GROUP_LABEL = "uatu.io/job-group"
+DEFINITION_ANNOTATION = "uatu.io/definition"
+JOB_GROUP_ID_ANNOTATION = "uatu.io/job-group-id"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "uatu-controlplane"}
+JOBGROUP_FILE = "jobgroup.json"
+STOP_FILE = "/tmp/uatu-stop"  # inside the driver container; the preStop hook creates it
+IMAGE_ROOT = "/opt/uatu"
+
+# Names stay short enough that `<name>-ui-svc`, the UI Service the operator creates, is a
+# valid (<= 63 character) Service name even on operators that do not truncate it.
+MAX_NAME = 56
+NAME_PREFIX = "uatu-"  # also makes every name start with a letter, as Service names must
+
+ALIVE_STATES = frozenset(
+    {"", "SUBMITTED", "RUNNING", "PENDING_RERUN", "INVALIDATING", "UNKNOWN", "SUSPENDING",
+     "RESUMING"}
+)  # fmt: skip
+DEAD_STATES = frozenset(
+    {"SUCCEEDING", "FAILING", "COMPLETED", "FAILED", "SUBMISSION_FAILED", "SUSPENDED"}
+)
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+# Spark's byte strings (spark.driver.memory): a positive count and an optional unit.
+_SPARK_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?|b)?", re.IGNORECASE)
+_SPARK_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
+class KubernetesConfigError(ConfigError):
+    """A `KubernetesConfig` field has a value the launcher cannot render or run."""
+
+    def __init__(self, field_name: str, value: object, reason: str) -> None:
+        self.field = field_name
+        self.value = value
+        super().__init__("kubernetes launcher settings", f"{field_name}={value!r}: {reason}")
+
+
+def _image_jars() -> tuple[str, ...]:
+    # The image is built from this checkout, so the jars `make jars` put in var/jars/spark here
+    # are the ones under IMAGE_ROOT/var/jars/spark there. (A glob would not do: Spark does not
+    # expand globs in local:// jar paths.) Not jobs.common.session.project_jars(): that module
+    # imports pyspark, which the control plane does not need.
+    jar_dir = PROJECT_ROOT / "var" / "jars" / "spark"
+    return tuple(f"{IMAGE_ROOT}/var/jars/spark/{p.name}" for p in sorted(jar_dir.glob("*.jar")))
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Where and how the SparkApplications run. Paths are inside the image; sizes are Spark's.
+
+    Raises `KubernetesConfigError` (a `ConfigError`) naming the field and value when one is
+    invalid. `spark_conf` is merged over the launcher's own sparkConf (it wins).
+    """
+
+    namespace: str = "default"
+    image: str = "uatu-spark:0.1.0"
+    service_account: str = "spark-operator-spark"  # the operator Helm chart's Spark account
+    spark_version: str = "4.2.0"
+    driver_cores: int = 1
+    driver_memory: str = "2g"  # spark-submit.sh's UATU_DRIVER_MEMORY default
+    executor_cores: int = 1
+    executor_memory: str = "2g"
+    executor_instances: int = 1
+    main_file: str = f"{IMAGE_ROOT}/jobs/main.py"
+    py_files: str = f"{IMAGE_ROOT}/build/uatu-jobs.zip"
+    jars: tuple[str, ...] = field(default_factory=_image_jars)
+    python: str = f"{IMAGE_ROOT}/.venv/bin/python"
+    log4j_config: str = f"{IMAGE_ROOT}/conf/log4j2.properties"
+    conf_dir: str = f"{IMAGE_ROOT}/conf"  # UATU_CONF_DIR in the pods
+    conf_config_map: str = ""  # if set, this ConfigMap is mounted at conf_dir (site conf)
+    jobgroup_dir: str = "/etc/uatu/jobgroup"  # where the JobGroup ConfigMap is mounted
+    stop_grace_seconds: int = 30
+    spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
+    kubectl: str = "kubectl"
+    request_timeout_seconds: int = 30
+    delete_timeout_seconds: int = 120
+
+    def __post_init__(self) -> None:
+        _check(
+            _DNS_LABEL.fullmatch(self.namespace) and len(self.namespace) <= 63,
+            "namespace", self.namespace, "not a DNS-1123 label of at most 63 characters",
+        )  # fmt: skip
+        _check(
+            self.image and not re.search(r"\s", self.image),
+            "image", self.image, "must be a non-empty image reference without spaces",
+        )  # fmt: skip
+        _check(
+            _DNS_SUBDOMAIN.fullmatch(self.service_account) and len(self.service_account) <= 253,
+            "service_account", self.service_account, "not a valid ServiceAccount name",
+        )  # fmt: skip
+        _check(
+            _SPARK_VERSION.fullmatch(self.spark_version),
+            "spark_version", self.spark_version, "expected MAJOR.MINOR.PATCH, e.g. 4.2.0",
+        )  # fmt: skip
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            _check(ok, name, value, "must be an integer >= 1")
+        for name in ("driver_memory", "executor_memory"):
+            value = getattr(self, name)
+            memory_ok = isinstance(value, str) and _SPARK_MEMORY.fullmatch(value)
+            _check(memory_ok, name, value, "not a Spark memory size such as 512m or 2g")
+        for name in _IMAGE_PATHS:
+            value = getattr(self, name)
+            ok = isinstance(value, str) and value.startswith("/")
+            _check(ok, name, value, "must be an absolute path inside the image")
+        _check(
+            self.jars, "jars", self.jars,
+            "no jars (Spark's Kafka connector and Delta are needed): run `make jars` here, "
+            "or pass the jar paths inside the image",
+        )  # fmt: skip
+        for jar in self.jars:
+            ok = jar.startswith("/") and jar.endswith(".jar")
+            _check(ok, "jars", jar, "must be an absolute .jar path inside the image")
+        _check(
+            not self.conf_config_map or _DNS_SUBDOMAIN.fullmatch(self.conf_config_map),
+            "conf_config_map", self.conf_config_map, "not a valid ConfigMap name",
+        )  # fmt: skip
+        _check(self.kubectl, "kubectl", self.kubectl, "must name the kubectl executable")
+        for key, value in self.spark_conf.items():
+            ok = isinstance(key, str) and isinstance(value, str)
+            _check(ok, "spark_conf", {key: value}, "keys and values must be strings")
+
+
+_POSITIVE_INTS = (
+    "driver_cores", "executor_cores", "executor_instances", "stop_grace_seconds",
+    "request_timeout_seconds", "delete_timeout_seconds",
+)  # fmt: skip
+_IMAGE_PATHS = ("main_file", "py_files", "python", "log4j_config", "conf_dir", "jobgroup_dir")
+
+
+def _check(ok: object, field_name: str, value: object, reason: str) -> None:
+    if not ok:
+        raise KubernetesConfigError(field_name, value, reason)
+
+
+def app_name(job_group_id: str) -> str:
+    """The SparkApplication name of a JobGroup: deterministic, a DNS-1035 label <= MAX_NAME.
+
+    `uatu-<id>` when the id is already lowercase alphanumerics and dashes and fits; otherwise
+    the sanitized, truncated id plus `-<8 hex of sha256(id)>`, so ids that differ only in
+    case, punctuation or past the cut still get different names.
+    """
+    sanitized = re.sub(r"[^a-z0-9]+", "-", job_group_id.lower()).strip("-")
+    name = NAME_PREFIX + sanitized
+    if sanitized and sanitized == job_group_id and len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(job_group_id.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def config_map_name(job_group_id: str) -> str:
+    return f"{app_name(job_group_id)}-jobgroup"
+
+
+def render_manifests(
+    group: JobGroup, definition: str, env: Mapping[str, str], config: KubernetesConfig
+) -> list[dict[str, Any]]:
+    """[ConfigMap with the JobGroup JSON, SparkApplication running it] for `kubectl apply`.
+
+    `env` (control-plane address, worker id, ...) goes to the driver and the executors, over
+    UATU_CONF_DIR; `definition` is recorded as the `uatu.io/definition` annotation.
+    """
+    name = app_name(group.job_group_id)
+    labels = {**MANAGED_BY, JOB_GROUP_LABEL: name}
+    annotations = {DEFINITION_ANNOTATION: definition, JOB_GROUP_ID_ANNOTATION: group.job_group_id}
+
+    def metadata(object_name: str) -> dict[str, Any]:
+        return {
+            "name": object_name,
+            "namespace": config.namespace,
+            "labels": dict(labels),
+            "annotations": dict(annotations),
+        }
+
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(config_map_name(group.job_group_id)),
+        "data": {JOBGROUP_FILE: json_format.MessageToJson(group, indent=2)},
+    }
+    pod_env = {"UATU_CONF_DIR": config.conf_dir, **env}
+    volumes: list[dict[str, Any]] = [
+        {"name": "jobgroup", "configMap": {"name": config_map_name(group.job_group_id)}}
+    ]
+    if config.conf_config_map:
+        volumes.append({"name": "uatu-conf", "configMap": {"name": config.conf_config_map}})
+
+    def conf_mounts() -> list[dict[str, Any]]:  # fresh dicts: no object is shared in the output
+        if not config.conf_config_map:
+            return []
+        return [{"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}]
+
+    # What spark-submit.sh passes on its command line, as sparkConf.
+    java_options = f"-Dlog4j2.configurationFile=file:{config.log4j_config}"
+    spark_conf = {
+        "spark.driver.extraJavaOptions": java_options,
+        # Executors run in their own JVMs here (local mode had none): same quiet logging.
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.pyspark.python": config.python,
+        "spark.pyspark.driver.python": config.python,
+        "spark.executorEnv.PYSPARK_PYTHON": config.python,
+        **config.spark_conf,
+    }
+    application = {
+        "apiVersion": API_VERSION,
+        "kind": "SparkApplication",
+        "metadata": metadata(name),
+        "spec": {
+            "type": "Python",
+            "mode": "cluster",
+            "image": config.image,
+            "sparkVersion": config.spark_version,
+            "mainApplicationFile": f"local://{config.main_file}",
+            "arguments": [f"{config.jobgroup_dir}/{JOBGROUP_FILE}"],
+            "deps": {
+                "pyFiles": [f"local://{config.py_files}"],
+                "jars": [f"local://{jar}" for jar in config.jars],
+            },
+            "sparkConf": spark_conf,
+            # The control plane relaunches (with backoff and give-up); the operator must not.
+            "restartPolicy": {"type": "Never"},
+            "volumes": volumes,
+            "driver": {
+                "cores": config.driver_cores,
+                "memory": config.driver_memory,
+                "serviceAccount": config.service_account,
+                "labels": dict(labels),
+                "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}),
+                "volumeMounts": [
+                    {"name": "jobgroup", "mountPath": config.jobgroup_dir, "readOnly": True},
+                    *conf_mounts(),
+                ],
+                # Graceful cancel: the stop file makes the job stop its query and exit 0;
+                # the hook then lasts until the container exits or the grace period ends.
+                "terminationGracePeriodSeconds": config.stop_grace_seconds,
+                "lifecycle": {
+                    "preStop": {
+                        "exec": {
+                            "command": [
+                                "/bin/sh",
+                                "-c",
+                                f"touch {STOP_FILE}; sleep {config.stop_grace_seconds}",
+                            ]
+                        }
+                    }
+                },
+            },
+            "executor": {
+                "cores": config.executor_cores,
+                "instances": config.executor_instances,
+                "memory": config.executor_memory,
+                "labels": dict(labels),
+                "env": _env_list(pod_env),
+                **({"volumeMounts": conf_mounts()} if config.conf_config_map else {}),
+            },
+        },
+    }
+    return [config_map, application]
+
+
+def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": str(env[key])} for key in sorted(env)]
+
+
+def apply_argv(config: KubernetesConfig) -> list[str]:
+    """`kubectl apply` reading the manifests (a v1 List, JSON) from stdin."""
+    return [*_kubectl(config), "apply", "-f", "-"]
+
+
+def get_argv(config: KubernetesConfig, namespace: str, name: str) -> list[str]:
+    """`kubectl get` of one SparkApplication as JSON; prints nothing (exit 0) if it is absent."""
+    return [*_kubectl(config), "get", "sparkapplication", name, "-n", namespace,
+            "-o", "json", "--ignore-not-found"]  # fmt: skip
+
+
+def delete_argv(config: KubernetesConfig, kind: str, namespace: str, name: str) -> list[str]:
+    """`kubectl delete` of one object, waiting until it is gone; absent is fine (idempotent).
+
+    Foreground cascading: the object goes only after the dependents that block its deletion
+    (the driver pod the operator owns) are gone, so a relaunch does not overlap the old driver.
+    """
+    return [*_kubectl(config), "delete", kind, name, "-n", namespace, "--ignore-not-found",
+            "--wait=true", f"--timeout={config.delete_timeout_seconds}s",
+            "--cascade=foreground"]  # fmt: skip
+
+
+def _kubectl(config: KubernetesConfig) -> list[str]:
+    return [config.kubectl, f"--request-timeout={config.request_timeout_seconds}s"]
+
+
+def is_alive_state(state: str, handle: str) -> bool:
+    """The table in the module docstring; an unknown state raises `LaunchFailed`."""
+    if state in ALIVE_STATES:
+        return True
+    if state in DEAD_STATES:
+        return False
+    raise LaunchFailed("status", handle, f"unknown SparkApplication state {state!r}")
+
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+class KubernetesLauncher:
+    """`Launcher` on the Spark Operator through `kubectl` (its current context and KUBECONFIG).
+
+    Launch records: handle ("namespace/name"), namespace, name, config_map, definition,
+    started_at, log (a `kubectl logs` command for the driver). Every call blocks for at most
+    about the kubectl timeouts in `config`.
+    """
+
+    def __init__(
+        self,
+        config: KubernetesConfig,
+        runner: Runner = subprocess.run,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.clock = clock
+
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
+        manifests = render_manifests(group, definition, env, self.config)
+        config_map, application = manifests
+        namespace = self.config.namespace
+        name = application["metadata"]["name"]
+        handle = f"{namespace}/{name}"
+        self._run("launch", handle, delete_argv(self.config, "sparkapplication", namespace, name))
+        manifest_list = {"apiVersion": "v1", "kind": "List", "items": manifests}
+        self._run("launch", handle, apply_argv(self.config), stdin=json.dumps(manifest_list))
+        log.info("launched %s as SparkApplication %s", group.job_group_id, handle)
+        return {
+            "handle": handle,
+            "namespace": namespace,
+            "name": name,
+            "config_map": config_map["metadata"]["name"],
+            "definition": definition,
+            "started_at": self.clock(),
+            "log": f"{self.config.kubectl} logs -n {namespace} {name}-driver",
+        }
+
+    def alive(self, record: dict) -> bool:
+        out = self._run(
+            "status", record["handle"], get_argv(self.config, record["namespace"], record["name"])
+        )
+        if not out.strip():
+            return False  # NotFound: deleted (by us, a person, or the operator's TTL)
+        try:
+            status = json.loads(out).get("status") or {}
+        except (ValueError, AttributeError) as e:
+            detail = f"kubectl printed no object: {e}"
+            raise LaunchFailed("status", record["handle"], detail) from e
+        state = (status.get("applicationState") or {}).get("state", "")
+        return is_alive_state(state, record["handle"])
+
+    def cancel(self, record: dict) -> None:
+        namespace, handle = record["namespace"], record["handle"]
+        # The application first: its driver stops; the ConfigMap only fed its volume.
+        for kind, name in (
+            ("sparkapplication", record["name"]),
+            ("configmap", record["config_map"]),
+        ):
+            self._run("cancel", handle, delete_argv(self.config, kind, namespace, name))
+        log.info("canceled SparkApplication %s", handle)
+
+    def _run(self, action: str, handle: str, argv: Sequence[str], stdin: str = "") -> str:
+        # Bounded even if kubectl ignores its own timeouts (a hung exec credential plugin).
+        limit = self.config.delete_timeout_seconds + self.config.request_timeout_seconds + 30
+        try:
+            done = self.runner(
+                list(argv), input=stdin, capture_output=True, text=True, timeout=limit, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LaunchFailed(action, handle, f"{argv[0]}: {e}") from e
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout or "").strip()
+            raise LaunchFailed(
+                action, handle, f"{' '.join(argv)} exited {done.returncode}: {detail}"
+            )
+        return str(done.stdout)
