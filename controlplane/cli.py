@@ -40,16 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the control plane until SIGTERM")
     serve.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port to listen on")
     serve.add_argument(
+        "--advertise",
+        default=None,
+        help="host:port that applications and other replicas reach this one at "
+        "(default: --address)",
+    )
+    serve.add_argument(
         "--store",
-        type=Path,
-        default=PROJECT_ROOT / "var" / "controlplane.sqlite",
-        help="SQLite file holding the JobGroups",
+        default=str(PROJECT_ROOT / "var" / "controlplane.sqlite"),
+        help="SQLite file, or http://HOST:PORT of etcd for several replicas (default %(default)s)",
+    )
+    serve.add_argument("--etcd-prefix", default="/uatu", help="etcd key prefix")
+    serve.add_argument(
+        "--leader-ttl", type=int, default=5, help="etcd leader lease in seconds (default 5)"
     )
     serve.add_argument(
         "--conf-dir",
         type=Path,
         default=None,
         help=f"site configuration (default {default_conf_dir()})",
+    )
+    serve.add_argument(
+        "--launcher",
+        default="local",
+        choices=("local", "standalone", "kubernetes"),
+        help="how Spark applications run (default local: spark-submit.sh on this machine)",
     )
     serve.add_argument(
         "--apps-dir",
@@ -59,8 +74,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--spark-master", default=None, help="Spark master for launched jobs")
     serve.add_argument(
+        "--standalone-rest-url", default=None, help="standalone master REST URL (port 6066)"
+    )
+    serve.add_argument(
+        "--kubernetes-config", type=Path, default=None, help="YAML of KubernetesConfig fields"
+    )
+    serve.add_argument(
         "--no-reconcile", action="store_true", help="serve the API only; launch nothing"
     )
+    timing = serve.add_argument_group("timing (seconds)")
+    timing.add_argument("--reconcile-seconds", type=float, default=2.0)
+    timing.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=60.0,
+        help="an application silent this long is FAILED and relaunched (0 turns it off)",
+    )
+    timing.add_argument(
+        "--startup-seconds", type=float, default=300.0, help="time allowed to a first heartbeat"
+    )
+    timing.add_argument("--heartbeat-seconds", type=float, default=5.0)
+    timing.add_argument("--partition-refresh-seconds", type=float, default=60.0)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
@@ -118,11 +152,21 @@ def human(message: Message) -> str:
         state = fields.get("state") or fields.get("job_group_state") or "JOB_STATE_INVALID"
         source = group.get("kafka_consumer_task_group", {})
         jobs = len(fields.get("jobs", []))
-        return (
+        line = (
             f"{group.get('job_group_id')}  {group.get('type')}  {state}  "
             f"{source.get('cluster')}/{source.get('topic')}"
             + (f"  {jobs} job(s)" if "jobs" in fields else "")
         )
+        scale = fields.get("scale_status", {})
+        if scale.get("total_messages_per_sec"):
+            line += f"  {scale['total_messages_per_sec']:.0f} msg/s"
+        for job in fields.get("jobs", []):
+            task = job.get("job", {}).get("kafka_consumer_task", {})
+            line += (
+                f"\n  partition {task.get('partition', 0)}  job {job['job'].get('job_id')}"
+                f"  worker {job.get('worker_id', '-')}  offset {task.get('start_offset', '-')}"
+            )
+        return line
     # Zero-valued fields are omitted by default; a scale status of all zeros is still news.
     full = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
@@ -150,40 +194,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from controlplane.jobgroups import JobGroups
-    from controlplane.launchers import LocalLauncher
-    from controlplane.leadership import SoleLeader
-    from controlplane.reconciler import Reconciler
+    from controlplane.assembly import ServeOptions, assemble
     from controlplane.server import serve
-    from controlplane.store import SqliteStore
-    from controlplane.workers import Workers
-    from jobs.common import kafka_admin
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        settings = load_settings(args.conf_dir)
+        options = ServeOptions(
+            address=args.address,
+            advertise=args.advertise or args.address,
+            store=args.store,
+            etcd_prefix=args.etcd_prefix,
+            leader_ttl_seconds=args.leader_ttl,
+            launcher=args.launcher,
+            apps_dir=args.apps_dir,
+            spark_master=args.spark_master,
+            standalone_rest_url=args.standalone_rest_url,
+            kubernetes_config=args.kubernetes_config,
+            reconcile=not args.no_reconcile,
+            reconcile_seconds=args.reconcile_seconds,
+            lease_seconds=args.lease_seconds or None,
+            startup_seconds=args.startup_seconds,
+            heartbeat_seconds=args.heartbeat_seconds,
+            partition_refresh_seconds=args.partition_refresh_seconds,
+        )
+        plane = assemble(options, load_settings(args.conf_dir))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
-    store = SqliteStore(args.store)
-    leadership = SoleLeader(args.address)
-    launcher = LocalLauncher(
-        args.apps_dir, conf_dir=settings.conf_dir, spark_master=args.spark_master
-    )
-    groups = JobGroups(store, settings, kafka_admin.partition_count)
-    reconciler = None
-    if not args.no_reconcile:
-        reconciler = Reconciler(
-            store,
-            launcher,
-            app_env={"UATU_CONTROL_PLANE": args.address},
-            leadership=leadership,
-            refresh_partitions=groups.refresh_partitions,
-        )
     try:
-        serve(args.address, groups, Workers(store, leadership), leadership, reconciler)
+        serve(options.address, plane.job_groups, plane.workers, plane.leadership, plane.reconciler)
     finally:
-        store.close()
+        plane.store.close()
     return 0

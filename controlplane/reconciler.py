@@ -76,29 +76,42 @@ class Reconciler:
         heard = self._last_heartbeats() if self.lease_seconds is not None else {}
         taken = {}
         for job_group_id in sorted(groups.keys() | launches.keys()):
-            stored = groups.get(job_group_id)
-            record = launches.get(job_group_id)
-            alive = record is not None and self.launcher.alive(record)
-            if alive and record is not None and self._lease_expired(record, heard):
-                log.warning(
-                    "%s (%s): no heartbeat within the lease; FAILED, cancelling",
-                    job_group_id, record["handle"],
-                )  # fmt: skip
-                self.launcher.cancel(record)
-                alive = False
-            action = decide(
-                stored.state if stored else None,
-                definition_of(stored.job_group) if stored else None,
-                record["definition"] if record else None,
-                alive,
-            )
-            wanted = stored is not None and stored.state == job_pb2.JOB_STATE_RUNNING
-            if action is Action.NONE and record is not None and not alive and not wanted:
-                # Dead and no longer wanted: forget it, so a later RUNNING starts afresh.
-                self.store.delete_launch(job_group_id)
-                record = None
-            taken[job_group_id] = self._apply(job_group_id, action, stored, record)
+            try:
+                taken[job_group_id] = self._reconcile_group(
+                    job_group_id, groups.get(job_group_id), launches.get(job_group_id), heard
+                )
+            except Exception:  # one group's launcher error must not hold up the others
+                log.exception("%s: reconcile failed; retrying next pass", job_group_id)
+                taken[job_group_id] = Action.NONE
         return taken
+
+    def _reconcile_group(
+        self,
+        job_group_id: str,
+        stored: StoredJobGroup | None,
+        record: dict | None,
+        heard: dict[int, float],
+    ) -> Action:
+        alive = record is not None and self.launcher.alive(record)
+        if alive and record is not None and self._lease_expired(record, heard):
+            log.warning(
+                "%s (%s): no heartbeat within the lease; FAILED, cancelling",
+                job_group_id, record["handle"],
+            )  # fmt: skip
+            self.launcher.cancel(record)
+            alive = False
+        action = decide(
+            stored.state if stored else None,
+            definition_of(stored.job_group) if stored else None,
+            record["definition"] if record else None,
+            alive,
+        )
+        wanted = stored is not None and stored.state == job_pb2.JOB_STATE_RUNNING
+        if action is Action.NONE and record is not None and not alive and not wanted:
+            # Dead and no longer wanted: forget it, so a later RUNNING starts afresh.
+            self.store.delete_launch(job_group_id)
+            record = None
+        return self._apply(job_group_id, action, stored, record)
 
     def run(self, stop: threading.Event) -> None:
         log.info("reconciler running every %.1f s", self.interval)

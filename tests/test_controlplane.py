@@ -224,7 +224,12 @@ def test_health_and_cli(admin, tmp_path, capsys):
     assert cli.main(["add", str(path), "--target", target]) == 0
     assert cli.main(["list", "--target", target]) == 0
     assert cli.main(["set-state", "orders-audit", "JOB_STATE_CANCELED", "--target", target]) == 0
-    out = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.splitlines()
+    # Stored groups list their jobs (no heartbeat yet: no worker, offset -1 = resume).
+    assert [line for line in lines if line.startswith("  ")][:3] == [
+        f"  partition {p}  job {p + 1}  worker -  offset -1" for p in range(3)
+    ]
+    out = [line for line in lines if not line.startswith("  ")]
     assert (
         out[0] == f"orders-audit  JOB_TYPE_KAFKA_AUDIT  JOB_STATE_RUNNING  local/{topic}  3 job(s)"
     )

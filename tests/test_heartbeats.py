@@ -83,11 +83,11 @@ def test_reporter_config_from_env():
         {"UATU_CONTROL_PLANE": "a:1, b:2", "UATU_WORKER_ID": "7", "UATU_HEARTBEAT_SECONDS": "1"}
     )
     assert config == ReporterConfig(addresses=("a:1", "b:2"), worker_id=7, interval_seconds=1.0)
-    with pytest.raises(ConfigError, match="UATU_CONTROL_PLANE.*'nohost' is not host:port"):
+    with pytest.raises(ConfigError, match=r"UATU_CONTROL_PLANE.*'nohost' is not host:port"):
         ReporterConfig.from_env({"UATU_CONTROL_PLANE": "nohost"})
-    with pytest.raises(ConfigError, match="UATU_WORKER_ID.*'x' is not a number"):
+    with pytest.raises(ConfigError, match=r"UATU_WORKER_ID.*'x' is not a number"):
         ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_WORKER_ID": "x"})
-    with pytest.raises(ConfigError, match="UATU_HEARTBEAT_SECONDS.*'0' must be at least"):
+    with pytest.raises(ConfigError, match=r"UATU_HEARTBEAT_SECONDS.*'0' must be at least"):
         ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_HEARTBEAT_SECONDS": "0"})
 
 
@@ -240,3 +240,26 @@ def test_followers_refuse_admin_calls_naming_the_leader_but_answer_scale(tmp_pat
     finally:
         server.stop(None).wait()
         store.close()
+
+
+def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
+    """Spark's offset-log layout, as a real audit checkpoint has it; batch 1 is uncommitted."""
+    from jobs.common.heartbeat import ProgressListener, committed_offsets
+
+    checkpoint = tmp_path / "ck"
+    assert committed_offsets(spark, str(checkpoint)) is None
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    for batch, offsets in ((0, '{"orders":{"0":180,"1":150}}'), (1, '{"orders":{"0":190}}')):
+        (checkpoint / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1}}\n{offsets}\n'
+        )
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+    committed = committed_offsets(spark, str(checkpoint))
+    assert committed is not None and end_offsets(committed, "orders") == {0: 180, 1: 150}
+    seeded = ProgressListener("audit-x", TEMPLATE, committed).statuses()
+    assert [
+        (s.kafka_consumer_task_status.commit_offset, s.kafka_consumer_task_status.messages_per_sec)
+        for s in seeded
+    ] == [(180, 0.0), (150, 0.0)]

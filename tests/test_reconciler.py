@@ -9,7 +9,6 @@ import time
 import uuid
 
 import pytest
-from google.protobuf import json_format
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
@@ -20,6 +19,7 @@ from controlplane.reconciler import Reconciler
 from controlplane.store import SqliteStore
 from jobs.common import kafka_admin
 from jobs.common.settings import load_settings, write_conf_dir
+from tests.support import audit_group, wait_for
 from tools.demo_data import audit_dataset, produce
 
 RUNNING, CANCELED = job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED
@@ -50,40 +50,6 @@ def test_definition_changes_with_mutable_fields_only_when_they_change():
     assert definition_of(group) == definition_of(same)
     same.flow_control.messages_per_sec = 10
     assert definition_of(group) != definition_of(same)
-
-
-def audit_group(group_id: str, topic: str, rate: float) -> JobGroup:
-    return json_format.ParseDict(
-        {
-            "jobGroupId": group_id,
-            "type": "JOB_TYPE_KAFKA_AUDIT",
-            "flowControl": {"messagesPerSec": rate},
-            "kafkaConsumerTaskGroup": {
-                "cluster": "local",
-                "topic": topic,
-                "auditMetadata": {
-                    "auditConfigs": [
-                        {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": 60}
-                    ]
-                },
-            },
-            "extension": {
-                "@type": "type.googleapis.com/uatu.v1.JobOptions",
-                "trigger": {"intervalSeconds": 1},
-            },
-        },
-        JobGroup(),
-    )
-
-
-def wait_for(predicate, deadline_s: float, what: str):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
 
 
 @pytest.mark.integration

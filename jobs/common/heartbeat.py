@@ -13,6 +13,9 @@ control plane sets it for every application it launches), the driver
   on UNAVAILABLE, registers again on NOT_FOUND (its record expired),
 * turns a CANCEL command for one of its jobs into a graceful stop (`stop_requested`).
 
+Before the first micro-batch of a restarted query the statuses come from the checkpoint
+(`committed_offsets`): Spark reports no offsets until it has new data to read.
+
 Without `UATU_CONTROL_PLANE` nothing here runs: a job started by a scheduler with plain
 `spark-submit.sh` never needs a control plane. A control plane that is down never stops a job
 either; heartbeats are retried and their failures logged.
@@ -160,15 +163,47 @@ def _start_offsets(progress: Mapping, topic: str) -> dict[int, int]:
     return end_offsets({"sources": starts}, topic)
 
 
+def committed_offsets(spark: SparkSession, checkpoint: str) -> dict | None:
+    """The end offsets of the checkpoint's last committed batch, shaped as a progress record
+    ({"sources": [{"endOffset": ...}, ...]}); None for a new checkpoint.
+
+    Spark's offset log: `offsets/N` holds "v1", the batch metadata, then one line of offset
+    JSON per source; `commits/N` exists once batch N is committed.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    root = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
+    if not fs.exists(commits):
+        return None
+    batches = [
+        int(f.getPath().getName())
+        for f in fs.listStatus(commits)
+        if f.getPath().getName().isdigit()
+    ]
+    if not batches:
+        return None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(batches)}"))
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    lines = text.splitlines()[2:]
+    return {"sources": [{"endOffset": line} for line in lines if line.startswith("{")]}
+
+
 class ProgressListener(StreamingQueryListener):
     """Keeps the latest per-partition statuses of one query (events arrive on Spark's thread)."""
 
-    def __init__(self, query_name: str, template: JobTemplate) -> None:
+    def __init__(self, query_name: str, template: JobTemplate, committed: dict | None = None):
         self.query_name = query_name
         self.template = template
         self._lock = threading.Lock()
         self._last: dict | None = None
         self._statuses: list[job_status_pb2.JobStatus] = []
+        if committed:  # a restart: offsets from the checkpoint, no rate yet
+            self._statuses = partition_statuses(committed, committed, template, 1.0)
 
     def onQueryStarted(self, event) -> None:
         pass
@@ -177,6 +212,8 @@ class ProgressListener(StreamingQueryListener):
         progress = json.loads(event.progress.json)
         if progress.get("name") != self.query_name:
             return
+        if not end_offsets(progress, self.template.topic):
+            return  # a trigger without offsets (nothing to read yet): keep what we know
         with self._lock:
             elapsed = _seconds_between(self._last, progress) if self._last else None
             self._statuses = partition_statuses(progress, self._last, self.template, elapsed)
@@ -306,8 +343,8 @@ class Reporting:
     config: ReporterConfig
     template: JobTemplate
 
-    def start(self, spark: SparkSession, query_name: str) -> Heartbeater:
-        listener = ProgressListener(query_name, self.template)
+    def start(self, spark: SparkSession, query_name: str, checkpoint: str) -> Heartbeater:
+        listener = ProgressListener(query_name, self.template, committed_offsets(spark, checkpoint))
         spark.streams.addListener(listener)
         ui = spark.sparkContext.uiWebUrl or ""
         port = ui.rpartition(":")[2]

@@ -56,7 +56,9 @@ def run_query(
     reporting: Reporting | None = None,
 ) -> int:
     """Run the query to its end; with `reporting`, heartbeat to the control plane meanwhile."""
-    heartbeater = reporting.start(stream.sparkSession, settings.name) if reporting else None
+    heartbeater = None
+    if reporting is not None:
+        heartbeater = reporting.start(stream.sparkSession, settings.name, settings.checkpoint)
     writer = (
         stream.writeStream.queryName(settings.name)
         .option("checkpointLocation", settings.checkpoint)

@@ -1,0 +1,173 @@
+"""The control plane as operators run it: `python -m controlplane serve` in its own process,
+driven only through gRPC, launching real Spark applications against the real broker.
+
+add -> the application starts and heartbeats -> GetJobGroup shows RUNNING with committed
+offsets -> a flow-control update restarts it -> a frozen (SIGSTOP) application loses its
+heartbeat lease and is relaunched -> CANCELED stops it within 15 s -> delete.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
+
+from controlplane.store import SqliteStore
+from jobs.common.settings import write_conf_dir
+from tests.support import audit_group, wait_for
+from tools.demo_data import audit_dataset, produce
+from tools.processes import free_ports, pid_alive, signal_group
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def control_plane_process(
+    address: str, store: str, conf: Path, apps: Path, log: Path, *extra: str
+) -> Iterator[subprocess.Popen]:
+    """`python -m controlplane serve`, healthy, in its own process group; SIGTERM at the end."""
+    argv = [
+        sys.executable, "-m", "controlplane", "serve", "--address", address,
+        "--store", store, "--conf-dir", str(conf), "--apps-dir", str(apps),
+        "--reconcile-seconds", "1", "--heartbeat-seconds", "1", *extra,
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        with grpc.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+
+            def serving() -> bool:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                except grpc.RpcError:
+                    return False
+                return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+            wait_for(serving, 60, f"the control plane on {address}")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                signal_group(proc.pid, signal.SIGKILL)
+
+
+def stop_applications(launches: dict[str, dict]) -> None:
+    """The control plane leaves applications running on purpose; a test must not."""
+    for record in launches.values():
+        if "pid" in record:
+            signal_group(int(record["pid"]), signal.SIGKILL)
+
+
+@pytest.mark.integration
+def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
+    topic = f"e2e-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    sent = audit_dataset(300, 2, int(time.time() * 1000))
+    produce(kafka.bootstrap_servers, topic, sent)
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    store_path = tmp_path / "cp.sqlite"
+    store = SqliteStore(store_path)  # read-only view of what the control plane records
+    cp_log = tmp_path / "controlplane.log"
+    try:
+        with (
+            control_plane_process(
+                address,
+                str(store_path),
+                conf,
+                tmp_path / "apps",
+                cp_log,
+                "--lease-seconds",
+                "15",
+            ),  # fmt: skip
+            grpc.insecure_channel(address) as channel,
+        ):
+            admin = admin_grpc.MasterAdminServiceStub(channel)
+            admin.AddJobGroup(
+                admin_pb2.AddJobGroupRequest(job_group=audit_group("e2e", topic, 100))
+            )
+
+            def get() -> StoredJobGroup:
+                return admin.GetJobGroup(admin_pb2.GetJobGroupRequest(id="e2e")).group
+
+            # Heartbeats carry per-partition committed offsets: all 300 records, by partition.
+            def caught_up():
+                group = get()
+                offsets = [j.job.kafka_consumer_task.start_offset for j in group.jobs]
+                return group if sum(offsets) == len(sent) else None
+
+            group = wait_for(caught_up, 240, "heartbeats with the committed offsets")
+            assert group.state == job_pb2.JOB_STATE_RUNNING
+            per_partition = [sum(1 for r in sent if r.partition == p) for p in range(2)]
+            assert [j.job.kafka_consumer_task.start_offset for j in group.jobs] == per_partition
+            first = store.launches()["e2e"]
+            assert {j.worker_id for j in group.jobs} == {first["worker_id"]}
+            scale = admin.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())
+            assert (scale.total_jobgroup_count, scale.total_worker_count) == (1, 1)
+
+            # A flow-control change restarts the application on the same checkpoint.
+            admin.UpdateJobGroup(
+                admin_pb2.UpdateJobGroupRequest(job_group=audit_group("e2e", topic, 500))
+            )
+            second = wait_for(
+                lambda: (r := store.launches().get("e2e")) and r["pid"] != first["pid"] and r,
+                60,
+                "the relaunch after the update",
+            )
+            assert not pid_alive(first["pid"])
+            wait_for(
+                lambda: {j.worker_id for j in get().jobs} == {second["worker_id"]},
+                240,
+                "the first heartbeat of the updated application",
+            )
+
+            # Frozen: alive as a process but silent. The lease (15 s) expires -> relaunch.
+            os.killpg(second["pid"], signal.SIGSTOP)
+            third = wait_for(
+                lambda: (r := store.launches().get("e2e")) and r["pid"] != second["pid"] and r,
+                120,
+                "the relaunch after the lease expired",
+            )
+            assert third["failures"] == 1
+            wait_for(lambda: not pid_alive(second["pid"]), 30, "the frozen application to go")
+            assert "no heartbeat within the lease" in cp_log.read_text()
+
+            # CANCELED stops it within 15 seconds.
+            admin.UpdateJobGroupState(
+                admin_pb2.UpdateJobGroupStateRequest(id="e2e", state=job_pb2.JOB_STATE_CANCELED)
+            )
+            canceled_at = time.monotonic()
+            wait_for(lambda: not pid_alive(third["pid"]), 60, "the canceled application to stop")
+            assert time.monotonic() - canceled_at < 15
+
+            admin.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="e2e"))
+            with pytest.raises(grpc.RpcError) as raised:
+                get()
+            assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+            wait_for(lambda: store.launches() == {}, 30, "the launch record to be dropped")
+    finally:
+        stop_applications(store.launches())
+        store.close()
