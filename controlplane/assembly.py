@@ -31,6 +31,7 @@ LAUNCHERS = ("local", "standalone", "kubernetes")
 class ServeOptions:
     address: str
     advertise: str
+    app_control_plane: str  # what applications heartbeat to: every replica, comma-separated
     store: str
     etcd_prefix: str
     leader_ttl_seconds: int
@@ -110,7 +111,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
             lease_seconds=options.lease_seconds,
             startup_seconds=options.startup_seconds,
             app_env={
-                "UATU_CONTROL_PLANE": options.advertise,
+                "UATU_CONTROL_PLANE": options.app_control_plane,
                 "UATU_HEARTBEAT_SECONDS": str(options.heartbeat_seconds),
             },
             leadership=leadership,
@@ -132,20 +133,31 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
             conf_dir=settings.conf_dir,
         )
     if options.launcher == "kubernetes":
-        from controlplane.kubernetes import KubernetesConfig, KubernetesLauncher
+        from controlplane.kubernetes import KubernetesLauncher
 
         assert options.kubernetes_config is not None
-        return KubernetesLauncher(KubernetesConfig(**load_yaml(options.kubernetes_config)))
+        return KubernetesLauncher(kubernetes_config(options.kubernetes_config))
     return LocalLauncher(
         options.apps_dir, conf_dir=settings.conf_dir, spark_master=options.spark_master
     )
 
 
-def load_yaml(path: Path) -> dict:
+def kubernetes_config(path: Path):
+    """KubernetesConfig from a YAML mapping of its fields; unknown fields are errors."""
+    from dataclasses import fields
+
+    from controlplane.kubernetes import KubernetesConfig
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(str(path), str(e)) from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "expected a mapping of KubernetesConfig fields")
-    return data
+    known = {f.name for f in fields(KubernetesConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(str(path), f"unknown field(s) {unknown}; known: {sorted(known)}")
+    if "jars" in data:
+        data["jars"] = tuple(data["jars"])
+    return KubernetesConfig(**data)

