@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import uuid
 from pathlib import Path
 
@@ -17,15 +18,17 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
 
 from controlplane import cli
+from controlplane.assembly import ServeOptions, assemble, kubernetes_config
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, grpc_status
 from controlplane.jobgroups import JobGroups, per_partition_jobs
 from controlplane.launch import build_launch
+from controlplane.launchers import LocalLauncher
 from controlplane.leadership import SoleLeader
 from controlplane.server import create_server
 from controlplane.store import SqliteStore
 from controlplane.workers import Workers
 from jobs.common import kafka_admin
-from jobs.common.errors import InvalidJobGroup, TopicNotFound
+from jobs.common.errors import ConfigError, InvalidJobGroup, TopicNotFound
 from jobs.common.settings import load_settings, write_conf_dir
 
 GROUP = {
@@ -264,3 +267,57 @@ def test_serve_options_parse():
         "local[1]",
         True,
     )
+
+
+def serve_options(**changes) -> ServeOptions:
+    values = dict(
+        address="127.0.0.1:8087", advertise="127.0.0.1:8087", app_control_plane="127.0.0.1:8087",
+        store=":memory:", etcd_prefix="/uatu", leader_ttl_seconds=5, launcher="local",
+        apps_dir=Path("/tmp/apps"), spark_master=None, standalone_rest_url=None,
+        kubernetes_config=None, reconcile=True, reconcile_seconds=2, lease_seconds=60,
+        startup_seconds=300, heartbeat_seconds=5, partition_refresh_seconds=60,
+    )  # fmt: skip
+    values.update(changes)
+    return ServeOptions(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"launcher": "yarn"}, "--launcher: 'yarn' is not one of"),
+        ({"launcher": "standalone"}, "needs --standalone-rest-url"),
+        ({"launcher": "kubernetes"}, "needs --kubernetes-config"),
+        ({"heartbeat_seconds": 0}, "--heartbeat-seconds: 0 <= 0"),
+        ({"lease_seconds": 5}, "--lease-seconds: 5 must exceed --heartbeat-seconds 5"),
+    ],
+)
+def test_serve_options_name_the_bad_option(changes, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        serve_options(**changes)
+
+
+def test_serve_assembles_the_embedded_default(tmp_path):
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    plane = assemble(
+        serve_options(store=str(tmp_path / "cp.sqlite"), app_control_plane="a:1,b:2"),
+        load_settings(conf),
+    )
+    assert isinstance(plane.store, SqliteStore) and plane.leadership.is_leader()
+    assert plane.reconciler is not None
+    assert plane.reconciler.app_env["UATU_CONTROL_PLANE"] == "a:1,b:2"
+    assert isinstance(plane.reconciler.launcher, LocalLauncher)
+    plane.store.close()
+
+
+def test_kubernetes_config_file_refuses_unknown_fields(tmp_path):
+    path = tmp_path / "k8s.yaml"
+    path.write_text("namespace: audit\nimage: registry/uatu:1\nexecutor_instances: 2\n")
+    config = kubernetes_config(path)
+    assert (config.namespace, config.image, config.executor_instances) == (
+        "audit",
+        "registry/uatu:1",
+        2,
+    )
+    path.write_text("namespace: audit\nimgae: typo\n")
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['imgae'\]"):
+        kubernetes_config(path)

@@ -30,36 +30,13 @@ from controlplane.kubernetes import (
     render_manifests,
 )
 from controlplane.reconcile import definition_of
+from tests.support import audit_group
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "kubernetes"
 JARS = (
     "/opt/uatu/var/jars/spark/delta-spark_4.2_2.13-4.4.0.jar",
     "/opt/uatu/var/jars/spark/spark-sql-kafka-0-10_2.13-4.2.0.jar",
 )
-
-
-def audit_group(group_id: str, topic: str, rate: float, audit_types: tuple[str, ...]) -> JobGroup:
-    return json_format.ParseDict(
-        {
-            "jobGroupId": group_id,
-            "type": "JOB_TYPE_KAFKA_AUDIT",
-            "flowControl": {"messagesPerSec": rate},
-            "kafkaConsumerTaskGroup": {
-                "cluster": "local",
-                "topic": topic,
-                "auditMetadata": {
-                    "auditConfigs": [
-                        {"auditType": t, "auditIntervalInSeconds": 60} for t in audit_types
-                    ]
-                },
-            },
-            "extension": {
-                "@type": "type.googleapis.com/uatu.v1.JobOptions",
-                "trigger": {"intervalSeconds": 1},
-            },
-        },
-        JobGroup(),
-    )
 
 
 # Three shapes: defaults; a site deployment (own namespace, site conf, control-plane env,
