@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from tools import cli
 from tools.processes import free_ports, pid_alive, read_pid, signal_pid, wait_gone
 
 log = logging.getLogger("uatu.etcd")
@@ -352,15 +353,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
-    )
-    try:
-        return int(args.func(args))
-    except EtcdServerError as e:
-        log.error("%s", e)
-        return 1
+    return cli.run(_parser(), argv, EtcdServerError)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tools.processes import pid_alive, signal_group
+from tools import cli
+from tools.processes import free_ports, pid_alive, read_pid, signal_group, wait_gone
 
 log = logging.getLogger("uatu.kafka")
 
@@ -295,11 +296,11 @@ def stop_from_pidfiles(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> list[
     for pid in pids:
         log.info("stopping broker pid %d", pid)
         signal_group(pid, signal.SIGTERM)
-    survivors = _wait_gone(pids, timeout)
+    survivors = wait_gone(pids, timeout)
     for pid in survivors:
         log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
         signal_group(pid, signal.SIGKILL)
-    _wait_gone(survivors, 10.0)
+    wait_gone(survivors, 10.0)
     for pid_file in data_dir.glob("node-*/kafka.pid"):
         pid_file.unlink(missing_ok=True)
     return pids
@@ -309,7 +310,7 @@ def running_pids(data_dir: Path) -> list[int]:
     """Pids from ``data_dir``'s pid files that are still this data dir's brokers."""
     pids = []
     for pid_file in sorted(data_dir.glob("node-*/kafka.pid")):
-        pid = _read_pid(pid_file)
+        pid = read_pid(pid_file)
         if pid is not None and _is_node_broker(pid, pid_file.parent):
             pids.append(pid)
     return pids
@@ -381,7 +382,7 @@ def _plan_nodes(data_dir: Path, n_brokers: int, base_port: int | None) -> list[B
         ports = fixed or [n.port for n in existing]
         controller_ports = [n.controller_port for n in existing]
     else:
-        free = _free_ports(n_brokers if fixed else 2 * n_brokers, exclude=fixed)
+        free = free_ports(n_brokers if fixed else 2 * n_brokers, HOST, exclude=fixed)
         ports = fixed or free[n_brokers:]
         controller_ports = free[:n_brokers]
     return [
@@ -602,18 +603,6 @@ def _terminate(nodes: Sequence[BrokerNode], timeout: float) -> None:
             proc.wait()
 
 
-def _wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
-    """Poll until ``pids`` have exited; return those still alive at the deadline."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive:
-        alive = [pid for pid in alive if pid_alive(pid)]
-        if not alive or time.monotonic() >= deadline:
-            break
-        time.sleep(_POLL_INTERVAL_S)
-    return alive
-
-
 def _is_node_broker(pid: int, node_dir: Path) -> bool:
     # Pids get reused: only trust a pid file if the process is this node's kafka.Kafka.
     if not pid_alive(pid):
@@ -626,33 +615,6 @@ def _is_node_broker(pid: int, node_dir: Path) -> bool:
         return False
     config = str(node_dir.resolve() / "server.properties").encode()
     return b"kafka.Kafka" in cmdline and config in cmdline
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _free_ports(count: int, exclude: Iterable[int] = ()) -> list[int]:
-    """``count`` distinct ports that were free a moment ago (the OS picks them via port 0)."""
-    excluded = set(exclude)
-    socks: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        # Keep every socket open until all are picked, so the OS cannot hand out one twice.
-        while len(ports) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-            if port not in excluded:
-                ports.append(port)
-    finally:
-        for sock in socks:
-            sock.close()
-    return ports
 
 
 def _port_free(port: int) -> bool:
@@ -753,7 +715,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     ids = [n.node_id for n in nodes]
     healthy = True
     for node in nodes:
-        pid = _read_pid(node.pid_path)
+        pid = read_pid(node.pid_path)
         if pid is not None and _is_node_broker(pid, node.dir):
             answers = broker_answers(node.address, ids, _PROBE_TIMEOUT_S)
             state = f"running (pid {pid}), {'answering' if answers else 'NOT answering'}"
@@ -801,15 +763,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
-    )
-    try:
-        return int(args.func(args))
-    except KafkaBrokerError as e:
-        log.error("%s", e)
-        return 1
+    return cli.run(_parser(), argv, KafkaBrokerError)
 
 
 if __name__ == "__main__":

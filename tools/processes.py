@@ -7,7 +7,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -59,16 +59,22 @@ def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[in
     return alive
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports on `host` that were free a moment ago (the OS picks them)."""
+def free_ports(count: int, host: str = "127.0.0.1", exclude: Iterable[int] = ()) -> list[int]:
+    """`count` distinct ports on `host` that were free a moment ago (the OS picks them),
+    none of them in `exclude`."""
+    excluded = set(exclude)
     socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
         # Keep every socket open until all are picked, so the OS cannot hand out one twice.
-        for _ in range(count):
+        while len(ports) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
             sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in socks]
+            port = sock.getsockname()[1]
+            if port not in excluded:
+                ports.append(port)
+        return ports
     finally:
         for sock in socks:
             sock.close()

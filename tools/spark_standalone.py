@@ -46,6 +46,7 @@ from types import TracebackType
 
 import pyspark
 
+from tools import cli
 from tools.processes import free_ports, group_pids, pid_alive, read_pid, signal_group
 
 log = logging.getLogger("uatu.standalone")
@@ -432,15 +433,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
-    )
-    try:
-        return int(args.func(args))
-    except StandaloneError as e:
-        log.error("%s", e)
-        return 1
+    return cli.run(_parser(), argv, StandaloneError)
 
 
 if __name__ == "__main__":
