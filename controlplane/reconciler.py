@@ -15,6 +15,8 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   cancelled and relaunched like one that died. `lease_seconds=None` turns the lease off.
 * every `partition_refresh_seconds` the partition count of each RUNNING group's topic is
   looked up again and StoredJobs are added for new partitions (JobGroups.refresh_partitions).
+* workers and job statuses not heard from for `record_ttl_seconds` (1 h, as uForwarder's
+  job-status TTL) are deleted at the same cadence, so deleted groups leave nothing behind.
 * only the leader reconciles; a follower's loop idles until it leads.
 """
 
@@ -52,6 +54,7 @@ class Reconciler:
         leadership: Leadership | None = None,
         refresh_partitions: Callable[[str], bool] | None = None,
         partition_refresh_seconds: float = 60.0,
+        record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -66,6 +69,7 @@ class Reconciler:
         self.leadership = leadership or SoleLeader("")
         self.refresh_partitions = refresh_partitions
         self.partition_refresh_seconds = partition_refresh_seconds
+        self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
         self._refreshed_at = float("-inf")
 
@@ -118,20 +122,21 @@ class Reconciler:
         while not stop.is_set():
             try:
                 if self.leadership.is_leader():
-                    self._maybe_refresh_partitions()
+                    self._housekeeping()
                     self.reconcile_once()
             except Exception:  # keep reconciling; one bad pass must not stop the loop
                 log.exception("reconcile pass failed")
             stop.wait(self.interval)
 
-    def _maybe_refresh_partitions(self) -> None:
+    def _housekeeping(self) -> None:
+        """Every `partition_refresh_seconds`: expire old records, look for new partitions."""
         now = self.clock()
-        if (
-            self.refresh_partitions is None
-            or now - self._refreshed_at < self.partition_refresh_seconds
-        ):
+        if now - self._refreshed_at < self.partition_refresh_seconds:
             return
         self._refreshed_at = now
+        self.expire_records(now)
+        if self.refresh_partitions is None:
+            return
         for versioned in self.store.all():
             if versioned.group.state != job_pb2.JOB_STATE_RUNNING:
                 continue
@@ -141,6 +146,24 @@ class Reconciler:
                     log.info("%s: the topic gained partitions; jobs added", job_group_id)
             except Exception as e:  # a broker that is down must not stop reconciling
                 log.warning("%s: partition refresh failed: %s", job_group_id, e)
+
+    def expire_records(self, now: float) -> tuple[int, int]:
+        """Delete workers and job statuses older than the TTL; returns how many of each."""
+        oldest = now - self.record_ttl_seconds
+        workers = [
+            w.node.id for w in self.store.workers() if w.last_updated.ToNanoseconds() / 1e9 < oldest
+        ]
+        for worker_id in workers:
+            self.store.delete_worker(worker_id)
+        statuses = [
+            job_id
+            for job_id, s in self.store.job_statuses().items()
+            if s.last_updated.ToNanoseconds() / 1e9 < oldest
+        ]
+        self.store.delete_job_statuses(statuses)
+        if workers or statuses:
+            log.info("expired %d worker(s) and %d job status(es)", len(workers), len(statuses))
+        return len(workers), len(statuses)
 
     def _last_heartbeats(self) -> dict[int, float]:
         """POSIX time of each worker's latest heartbeat."""

@@ -3,6 +3,8 @@ the read-side overlay of heartbeats, and leader-only admin calls over real gRPC.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from google.rpc import error_details_pb2
@@ -263,3 +265,56 @@ def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
         (s.kafka_consumer_task_status.commit_offset, s.kafka_consumer_task_status.messages_per_sec)
         for s in seeded
     ] == [(180, 0.0), (150, 0.0)]
+
+
+def test_reconciler_expires_workers_and_statuses_after_the_ttl():
+    from controlplane.launchers import LocalLauncher
+    from controlplane.reconciler import Reconciler
+
+    store = SqliteStore(":memory:")
+    clock = Clock(1_000.0)
+    workers = Workers(store, SoleLeader("cp:1"), clock=clock)
+    store.create(stored_group("g"))
+    store.put_launch("g", {"handle": "1", "worker_id": 5, "started_at": 0})
+    workers.register(Node(id=5))
+    workers.heartbeat(Node(id=5), [status(0, 40, 5.0)])
+    clock.now = 2_000.0
+    workers.register(Node(id=0, host="fresh"))
+    reconciler = Reconciler(
+        store, LocalLauncher(Path("/nonexistent")), record_ttl_seconds=600, clock=clock
+    )
+    assert reconciler.expire_records(2_000.0) == (1, 1)  # worker 5 and job 11, heard at 1000
+    assert [w.node.host for w in store.workers()] == ["fresh"]
+    assert store.job_statuses() == {}
+    assert reconciler.expire_records(2_000.0) == (0, 0)
+
+
+@pytest.mark.integration
+def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, tmp_path):
+    import uuid
+
+    from confluent_kafka.admin import NewPartitions
+
+    from jobs.common import kafka_admin
+    from tests.support import audit_group
+
+    topic = f"grow-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "w", tmp_path / "c"
+    )
+    store = SqliteStore(":memory:")
+    groups = JobGroups(store, load_settings(conf), kafka_admin.partition_count)
+    before = groups.add(audit_group("grow", topic, rate=40), job_pb2.JOB_STATE_RUNNING, None)
+    assert groups.refresh_partitions("grow") is False
+
+    admin = kafka.admin()  # keep the client alive until the request completes
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
+    assert groups.refresh_partitions("grow") is True
+    after = groups.get("grow")
+    assert [j.job.kafka_consumer_task.partition for j in after.jobs] == [0, 1, 2, 3]
+    old_ids = [j.job.job_id for j in before.jobs]
+    assert [j.job.job_id for j in after.jobs][:2] == old_ids  # kept
+    assert len({j.job.job_id for j in after.jobs}) == 4
+    assert {j.job.flow_control.messages_per_sec for j in after.jobs} == {10.0}  # 40 / 4
+    assert groups.refresh_partitions("grow") is False
