@@ -12,7 +12,8 @@ In this product a worker is one running Spark application (see jobs/common/heart
   RUN and UPDATE are the launcher's business here, since a Spark application is launched
   for its whole JobGroup).
 * Every call of a follower is answered with the leader as master and no commands: the worker
-  follows the redirect, as uForwarder's workers do.
+  follows the redirect, as uForwarder's workers do. While no leader is elected the call fails
+  with NotLeader (FAILED_PRECONDITION) and the worker retries.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import (
     StoredWorker,
 )
 
-from controlplane.errors import WorkerNotFound
+from controlplane.errors import NotLeader, WorkerNotFound
 from controlplane.leadership import Leadership
 from controlplane.store import Store
 
@@ -71,7 +72,7 @@ class Workers:
         self._indexed_at = float("-inf")
 
     def register(self, proposed: Node) -> Reply:
-        master = node_of(self._leadership.leader())
+        master = self._master()
         if not self._leadership.is_leader():
             return Reply(master, proposed)
         worker_id = proposed.id
@@ -84,7 +85,7 @@ class Workers:
         return Reply(master, node)
 
     def heartbeat(self, worker: Node, statuses: Sequence[JobStatus]) -> Reply:
-        master = node_of(self._leadership.leader())
+        master = self._master()
         if not self._leadership.is_leader():
             return Reply(master, worker)
         stored = self._store.get_worker(worker.id) if worker.id else None
@@ -108,6 +109,12 @@ class Workers:
                 mw_pb2.Command(type=mw_pb2.COMMAND_TYPE_CANCEL_JOB, job=s.job) for s in statuses
             ]
         return Reply(master, stored.node, commands)
+
+    def _master(self) -> Node:
+        leader = self._leadership.leader()
+        if leader is None:
+            raise NotLeader(None)
+        return node_of(leader)
 
     def _job_group_of(self, worker_id: int) -> str | None:
         """The JobGroup whose launch reserved this worker id (index refreshed on a miss)."""

@@ -18,7 +18,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node
 
-from controlplane.errors import WorkerNotFound
+from controlplane.errors import NotLeader, WorkerNotFound
 from controlplane.jobgroups import JobGroups, per_partition_jobs, with_actuals
 from controlplane.leadership import SoleLeader
 from controlplane.server import create_server
@@ -183,6 +183,8 @@ def test_a_follower_redirects_workers_to_the_leader_and_stores_nothing():
     reply = workers.register(Node(id=0, host="driver"))
     assert reply.master == Node(host="leader", port=8087)
     assert store.workers() == []
+    with pytest.raises(NotLeader, match="no leader is elected"):
+        Workers(store, Follower(None)).heartbeat(Node(id=1), [])
 
 
 def test_reads_fold_in_the_latest_heartbeats():
