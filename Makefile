@@ -10,10 +10,10 @@ MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
 PROTOS      := $(shell find controlplane/proto -name '*.proto')
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit clean
+.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-controlplane clean
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 setup: venv jars proto build etcd ## install everything: Python venv, JVM jars, generated protos, job zip, etcd
 
@@ -90,6 +90,9 @@ format: venv ## apply ruff fixes and formatting
 
 bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M records
 	$(PY) -m bench.audit_bench
+
+bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
+	$(PY) -m bench.controlplane_bench
 
 clean: ## remove build output and local data (keeps the venv and the jars)
 	rm -rf build var/warehouse var/checkpoints var/kafka var/demo

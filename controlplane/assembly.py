@@ -118,6 +118,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
             refresh_partitions=job_groups.refresh_partitions,
             partition_refresh_seconds=options.partition_refresh_seconds,
         )
+        job_groups.subscribe(reconciler.wake)
     return ControlPlane(store, leadership, job_groups, Workers(store, leadership), reconciler)
 
 

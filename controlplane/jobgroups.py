@@ -138,6 +138,15 @@ class JobGroups:
         self._partition_count = partition_count
         self._now = now
         self._fresh_seconds = fresh_seconds
+        self._listeners: list[Callable[[], None]] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every successful write (the reconciler acts at once)."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def add(self, group: JobGroup, state: JobState, scale: ScaleStatus | None) -> StoredJobGroup:
         if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
@@ -153,6 +162,7 @@ class JobGroups:
             scale_status=scale or ScaleStatus(),
         )
         self._store.create(stored)
+        self._changed()
         return stored
 
     def update(self, group: JobGroup) -> StoredJobGroup:
@@ -168,6 +178,7 @@ class JobGroups:
         updated.job_group.CopyFrom(group)
         updated = self._with_jobs(updated, partitions)
         self._store.replace(updated, version)
+        self._changed()
         return updated
 
     def _with_jobs(self, current: StoredJobGroup, partitions: int) -> StoredJobGroup:
@@ -192,10 +203,12 @@ class JobGroups:
             job.state = state
         current.last_updated.CopyFrom(self._timestamp())
         self._store.replace(current, version)
+        self._changed()
         return current
 
     def delete(self, job_group_id: str) -> None:
         self._store.delete(job_group_id)
+        self._changed()
 
     def get(self, job_group_id: str) -> StoredJobGroup:
         return with_actuals(self._get(job_group_id)[0], self._store.job_statuses(), self._fresh())

@@ -29,7 +29,7 @@ from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.launch import build_launch
-from tools.processes import pid_alive, signal_group, signal_pid
+from tools.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
 
@@ -80,6 +80,7 @@ class LocalLauncher:
         return {
             "handle": str(proc.pid),
             "pid": proc.pid,
+            "pid_start": start_ticks(proc.pid),
             "definition": definition,
             "started_at": time.time(),
             "stop_file": str(stop_file),
@@ -91,7 +92,10 @@ class LocalLauncher:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return pid_alive(pid)  # adopted from an earlier control plane
+        # Adopted from an earlier control plane: the pid must still be the same process, or a
+        # reused pid would be taken for the application (and cancelled with its group).
+        recorded = record.get("pid_start")
+        return pid_alive(pid) and (recorded is None or start_ticks(pid) == recorded)
 
     def cancel(self, record: dict) -> None:
         pid = int(record["pid"])

@@ -72,6 +72,7 @@ class Reconciler:
         self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
         self._refreshed_at = float("-inf")
+        self._wake = threading.Event()
 
     def reconcile_once(self) -> dict[str, Action]:
         """One pass over every group and launch; returns the action taken per group id."""
@@ -126,7 +127,12 @@ class Reconciler:
                     self.reconcile_once()
             except Exception:  # keep reconciling; one bad pass must not stop the loop
                 log.exception("reconcile pass failed")
-            stop.wait(self.interval)
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Run the next pass now (an admin write happened, or the loop should stop)."""
+        self._wake.set()
 
     def _housekeeping(self) -> None:
         """Every `partition_refresh_seconds`: expire old records, look for new partitions."""

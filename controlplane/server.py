@@ -91,7 +91,8 @@ def serve(
         loop = threading.Thread(target=reconciler.run, args=(stopping,), name="reconciler")
         loop.start()
     stopping.wait()
-    if loop is not None:
+    if reconciler is not None and loop is not None:
+        reconciler.wake()
         loop.join()
     leadership.stop()  # resign at once, so a follower need not wait out the lease
     # Tell load balancers first, then let in-flight calls finish within the grace period.

@@ -321,3 +321,36 @@ def test_kubernetes_config_file_refuses_unknown_fields(tmp_path):
     path.write_text("namespace: audit\nimgae: typo\n")
     with pytest.raises(ConfigError, match=r"unknown field\(s\) \['imgae'\]"):
         kubernetes_config(path)
+
+
+def test_adopted_pid_must_be_the_same_process(tmp_path):
+    """A launch record names a process by pid and start time: a reused pid is not 'alive'."""
+    import subprocess
+
+    from tools.processes import start_ticks
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        launcher = LocalLauncher(tmp_path)  # a fresh control plane: adopts, did not start it
+        record = {"pid": sleeper.pid, "pid_start": start_ticks(sleeper.pid)}
+        assert record["pid_start"] is not None and launcher.alive(record)
+        assert not launcher.alive({**record, "pid_start": record["pid_start"] + 1})
+        assert launcher.alive({"pid": sleeper.pid})  # records from before pid_start existed
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not launcher.alive(record)
+
+
+def test_every_admin_write_wakes_the_reconciler(tmp_path):
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    groups = JobGroups(SqliteStore(":memory:"), load_settings(conf), lambda *_: 2)
+    woken: list[str] = []
+    groups.subscribe(lambda: woken.append("x"))
+    groups.add(jobgroup(), job_pb2.JOB_STATE_RUNNING, None)
+    groups.update(jobgroup(flowControl={"messagesPerSec": 10}))
+    groups.set_state("orders-audit", job_pb2.JOB_STATE_CANCELED)
+    groups.delete("orders-audit")
+    with pytest.raises(JobGroupNotFound):
+        groups.delete("orders-audit")  # a failed write wakes nobody
+    assert len(woken) == 4

@@ -39,6 +39,21 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat field 22); None if unknown.
+
+    A pid and its start time together name one process: after the pid is reused by another
+    program the start time differs.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; the fields after it follow ") ".
+    fields = stat.rpartition(") ")[2].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
 def read_pid(path: Path) -> int | None:
     """The pid in a pid file, None if the file is missing or garbled."""
     try:
