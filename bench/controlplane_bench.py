@@ -75,7 +75,7 @@ from controlplane.launchers import LocalLauncher
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.store import SqliteStore, Store
-from tools.processes import free_ports, group_pids, signal_group, wait_gone
+from tools.processes import free_ports, group_pids, signal_group, terminate, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_PER_GROUP = 4
@@ -493,13 +493,7 @@ def control_plane(
                 time.sleep(0.2)
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+        terminate(proc)
 
 
 def kill_application(pgid: int) -> None:

@@ -31,7 +31,7 @@ from controlplane.store import SqliteStore
 from jobs.common.settings import write_conf_dir
 from tests.support import audit_group, wait_for
 from tools.demo_data import audit_dataset, produce
-from tools.processes import free_ports, pid_alive, signal_group
+from tools.processes import free_ports, pid_alive, signal_group, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,12 +65,7 @@ def control_plane_process(
             wait_for(serving, 60, f"the control plane on {address}")
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                signal_group(proc.pid, signal.SIGKILL)
+        terminate(proc)
 
 
 def stop_applications(launches: dict[str, dict]) -> None:

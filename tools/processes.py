@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -52,6 +53,18 @@ def start_ticks(pid: int) -> int | None:
     # The command name (field 2) may contain spaces; the fields after it follow ") ".
     fields = stat.rpartition(") ")[2].split()
     return int(fields[19]) if len(fields) > 19 else None
+
+
+def terminate(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM a child we started and wait; SIGKILL its whole process group if it lingers."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def read_pid(path: Path) -> int | None:
