@@ -174,7 +174,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
 def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
     """Two replicas on one etcd: one leads and launches; SIGKILL it and the other takes over
     within the leader lease, adopts the running application (no second launch), receives its
-    heartbeats, and stops it when told."""
+    heartbeats, restarts it on an update and stops it when told."""
     from controlplane.etcd_store import EtcdStore
 
     topic = f"ha-{uuid.uuid4().hex[:8]}"
@@ -255,10 +255,21 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 wait_for(statuses_from_the_adopted_worker, 240, "per-partition statuses")
                 assert store.launches()["ha"] == launched
 
+                # The new leader updates (a compare-and-swap on etcd) and relaunches.
+                follower.UpdateJobGroup(
+                    admin_pb2.UpdateJobGroupRequest(job_group=audit_group("ha", topic, rate=300))
+                )
+                updated = wait_for(
+                    lambda: (r := store.launches().get("ha")) and r["pid"] != launched["pid"] and r,
+                    60,
+                    "the relaunch after the update",
+                )
+                assert not pid_alive(launched["pid"])
+
                 follower.UpdateJobGroupState(
                     admin_pb2.UpdateJobGroupStateRequest(id="ha", state=job_pb2.JOB_STATE_CANCELED)
                 )
-                wait_for(lambda: not pid_alive(launched["pid"]), 30, "the application to stop")
+                wait_for(lambda: not pid_alive(updated["pid"]), 30, "the application to stop")
                 follower.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="ha"))
     finally:
         stop_applications(store.launches())
