@@ -37,7 +37,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
 from controlplane import etcd_client as ops
 from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, StaleWrite
-from controlplane.etcd_client import EtcdClient, Json
+from controlplane.etcd_client import EtcdClient, Json, KeyValue
 from controlplane.store import Versioned
 
 Fence = Callable[[], tuple[str, int] | None]
@@ -187,10 +187,20 @@ class EtcdStore:
             ]
         )
 
-    def job_statuses(self) -> dict[int, StoredJobStatus]:
+    def job_statuses(self, job_ids: Iterable[int] | None = None) -> dict[int, StoredJobStatus]:
+        if job_ids is None:
+            found = list(self._etcd.scan(self._statuses, self._page_size))
+        else:  # point reads, batched into transactions
+            keys = [self._statuses + str(i).encode() for i in sorted(set(job_ids))]
+            found = []
+            for i in range(0, len(keys), self._max_txn_ops):
+                answer = self._etcd.txn([], [ops.get(k) for k in keys[i : i + self._max_txn_ops]])
+                for response in answer.get("responses", []):
+                    found.extend(
+                        KeyValue.from_json(kv) for kv in response["response_range"].get("kvs", [])
+                    )
         return {
-            int(kv.key[len(self._statuses) :]): StoredJobStatus.FromString(kv.value)
-            for kv in self._etcd.scan(self._statuses, self._page_size)
+            int(kv.key[len(self._statuses) :]): StoredJobStatus.FromString(kv.value) for kv in found
         }
 
     def delete_job_statuses(self, job_ids: Iterable[int]) -> None:

@@ -211,7 +211,9 @@ class JobGroups:
         self._changed()
 
     def get(self, job_group_id: str) -> StoredJobGroup:
-        return with_actuals(self._get(job_group_id)[0], self._store.job_statuses(), self._fresh())
+        group = self._get(job_group_id)[0]
+        statuses = self._store.job_statuses(j.job.job_id for j in group.jobs)
+        return with_actuals(group, statuses, self._fresh())
 
     def all(self) -> Iterator[StoredJobGroup]:
         statuses, fresh = self._store.job_statuses(), self._fresh()

@@ -1,4 +1,5 @@
-"""The `spark-submit.sh` command line for a stored JobGroup (pure, no shell involved).
+"""The `spark-submit.sh` command line for a stored JobGroup (pure, no shell involved), and
+the per-application folder the file-based launchers (local, standalone) share.
 
 The control plane writes the group's JobGroup JSON to a file and runs exactly what a
 scheduler would run: `spark-submit.sh <file> [--once]`, with the site configuration passed
@@ -11,7 +12,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf import json_format
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
 from jobs.common.settings import PROJECT_ROOT
+
+
+@dataclass(frozen=True)
+class AppFiles:
+    """What a launched application reads from its folder: its JobGroup and its stop file."""
+
+    jobgroup_file: Path
+    stop_file: Path
+
+
+def prepare_app_dir(app_dir: Path, group: JobGroup) -> AppFiles:
+    """Write the group's JobGroup JSON into `app_dir` and clear a stale stop file."""
+    app_dir.mkdir(parents=True, exist_ok=True)
+    files = AppFiles(app_dir / "jobgroup.json", app_dir / "stop")
+    files.jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
+    files.stop_file.unlink(missing_ok=True)
+    return files
 
 
 @dataclass(frozen=True)

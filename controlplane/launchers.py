@@ -25,10 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from controlplane.launch import build_launch
+from controlplane.launch import build_launch, prepare_app_dir
 from tools.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
@@ -58,14 +57,10 @@ class LocalLauncher:
 
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
         app_dir = self.workdir / group.job_group_id
-        app_dir.mkdir(parents=True, exist_ok=True)
-        jobgroup_file = app_dir / "jobgroup.json"
-        jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
-        stop_file = app_dir / "stop"
-        stop_file.unlink(missing_ok=True)
+        files = prepare_app_dir(app_dir, group)
         launch = build_launch(
-            jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
-            stop_file=stop_file,
+            files.jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
+            stop_file=files.stop_file,
         )  # fmt: skip
         with (app_dir / "app.log").open("ab") as out:
             proc = subprocess.Popen(
@@ -83,7 +78,7 @@ class LocalLauncher:
             "pid_start": start_ticks(proc.pid),
             "definition": definition,
             "started_at": time.time(),
-            "stop_file": str(stop_file),
+            "stop_file": str(files.stop_file),
             "log": str(app_dir / "app.log"),
         }
 

@@ -52,10 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
-from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
+from controlplane.launch import prepare_app_dir
 from jobs.common.session import project_jars
 from jobs.common.settings import PROJECT_ROOT
 
@@ -211,11 +211,8 @@ class StandaloneLauncher:
         and the driver it started is not tracked; a retry submits a second one.
         """
         app_dir = (self.workdir / group.job_group_id).resolve()
-        app_dir.mkdir(parents=True, exist_ok=True)
-        jobgroup_file = app_dir / "jobgroup.json"
-        jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
-        stop_file = app_dir / "stop"
-        stop_file.unlink(missing_ok=True)
+        files = prepare_app_dir(app_dir, group)
+        jobgroup_file, stop_file = files.jobgroup_file, files.stop_file
         request = submission_request(
             jobgroup_file,
             app_name=f"uatu-{group.job_group_id}",

@@ -75,7 +75,7 @@ class Store(Protocol):
     def workers(self) -> list[StoredWorker]: ...
     def delete_worker(self, worker_id: int) -> None: ...
     def put_job_statuses(self, statuses: Iterable[StoredJobStatus]) -> None: ...
-    def job_statuses(self) -> dict[int, StoredJobStatus]: ...
+    def job_statuses(self, job_ids: Iterable[int] | None = None) -> dict[int, StoredJobStatus]: ...
     def delete_job_statuses(self, job_ids: Iterable[int]) -> None: ...
     def close(self) -> None: ...
 
@@ -222,9 +222,17 @@ class SqliteStore:
             )
             self._db.execute("COMMIT")
 
-    def job_statuses(self) -> dict[int, StoredJobStatus]:
+    def job_statuses(self, job_ids: Iterable[int] | None = None) -> dict[int, StoredJobStatus]:
+        """Every job's latest status, or only those of `job_ids` (one group's, say)."""
         with self._lock:
-            rows = self._db.execute("SELECT job_id, data FROM job_statuses").fetchall()
+            if job_ids is None:
+                rows = self._db.execute("SELECT job_id, data FROM job_statuses").fetchall()
+            else:
+                rows = self._db.execute(
+                    "SELECT job_id, data FROM job_statuses WHERE job_id IN "
+                    "(SELECT value FROM json_each(?))",
+                    (json.dumps(sorted(set(job_ids))),),
+                ).fetchall()
         return {job_id: StoredJobStatus.FromString(data) for job_id, data in rows}
 
     def delete_job_statuses(self, job_ids: Iterable[int]) -> None:

@@ -204,6 +204,11 @@ def test_job_statuses_put_in_one_batch_overwrite_and_delete(store: Store) -> Non
     assert statuses[5] == status(5, worker_id=3)
     assert statuses[6] == status(6, worker_id=3)
     assert statuses[7] == status(7, worker_id=1)
+    # Only some jobs (one group's): 150 ids, more than one etcd txn; missing ids are absent.
+    some = store.job_statuses([5, 5, 999, *range(100, 250)])
+    assert sorted(some) == [5, *range(100, 250)]
+    assert some[5] == status(5, worker_id=3)
+    assert store.job_statuses([]) == {}
 
     store.delete_job_statuses(range(1, 200))
     store.delete_job_statuses([250, 250, 999])

@@ -29,6 +29,7 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import grpc
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -234,8 +235,6 @@ class ProgressListener(StreamingQueryListener):
 
 
 def _seconds_between(earlier: Mapping, later: Mapping) -> float | None:
-    from datetime import datetime
-
     try:
         start = datetime.fromisoformat(earlier["timestamp"].replace("Z", "+00:00"))
         end = datetime.fromisoformat(later["timestamp"].replace("Z", "+00:00"))
