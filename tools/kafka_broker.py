@@ -495,7 +495,14 @@ def _java() -> str:
     return java
 
 
-def _jvm(jars_dir: Path, log4j: Path, main: str, *args: str, heap: str | None = None) -> list[str]:
+def jvm_command(
+    jars_dir: Path, log4j: Path, main: str, *args: str, heap: str | None = None
+) -> list[str]:
+    """argv running ``main`` on the jars in ``jars_dir``, logging as ``log4j`` says.
+
+    Java comes from ``JAVA_HOME`` or else ``PATH``; ``heap`` (e.g. ``"512m"``) sets both -Xms
+    and -Xmx, None leaves the JVM's default. Shared by the other tools that run Kafka's JVMs.
+    """
     heap_flags = [f"-Xmx{heap}", f"-Xms{heap}"] if heap else []
     return [
         _java(),
@@ -518,7 +525,7 @@ def _format_storage(nodes: Sequence[BrokerNode], cluster_id: str, jars_dir: Path
             log.info("storage in %s already formatted", node.data_path)
             continue
         log.info("formatting storage in %s", node.data_path)
-        cmd = _jvm(
+        cmd = jvm_command(
             jars_dir,
             node.log4j_path,
             "kafka.tools.StorageTool",
@@ -542,7 +549,7 @@ def _format_storage(nodes: Sequence[BrokerNode], cluster_id: str, jars_dir: Path
 
 
 def _launch(node: BrokerNode, jars_dir: Path, heap: str) -> None:
-    cmd = _jvm(jars_dir, node.log4j_path, "kafka.Kafka", str(node.config_path), heap=heap)
+    cmd = jvm_command(jars_dir, node.log4j_path, "kafka.Kafka", str(node.config_path), heap=heap)
     with node.out_path.open("wb") as out:
         node.process = subprocess.Popen(
             cmd,
@@ -569,7 +576,7 @@ def _wait_ready(
                 code = node.process.returncode if node.process else None
                 raise KafkaBrokerError(
                     f"broker {node.node_id} exited with code {code} while starting; "
-                    f"tail of {node.out_path}:\n{_tail(node.out_path)}"
+                    f"tail of {node.out_path}:\n{log_tail(node.out_path)}"
                 )
             probe_timeout = min(_PROBE_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
             if broker_answers(node.address, expected_ids, probe_timeout):
@@ -583,7 +590,7 @@ def _wait_ready(
             raise KafkaBrokerError(
                 f"broker(s) {[n.address for n in pending]} did not list brokers "
                 f"{sorted(expected_ids)} within {timeout:.0f} s; "
-                f"tail of {node.out_path}:\n{_tail(node.out_path)}"
+                f"tail of {node.out_path}:\n{log_tail(node.out_path)}"
             )
         time.sleep(_POLL_INTERVAL_S)
 
@@ -628,7 +635,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file, for error messages; never raises."""
     try:
         with path.open("rb") as f:
             f.seek(max(0, path.stat().st_size - 16384))
