@@ -1,0 +1,360 @@
+"""Consumer-lag status rules after LinkedIn Burrow's evaluator: pure functions, no Spark, no I/O.
+
+The model is Burrow's (`core/internal/storage/inmemory.go`, `core/internal/evaluator/caching.go`):
+
+* Per (group, topic, partition) a *window* of the last `intervals` offset commits, oldest first.
+  Each `Commit` keeps the lag measured when the commit arrived: broker head offset minus the
+  committed offset, clamped at 0. Slots not filled yet are `None` and lead the window.
+  `record_commit` builds windows the way Burrow's storage does.
+* `current_lag`: the latest broker head offset minus the newest committed offset, clamped at 0.
+* `broker_offsets`: the last few broker head offsets fetched for the partition (Burrow keeps
+  `intervals` of them, one per `offset-refresh`).
+
+`partition_status` applies Burrow's rules in Burrow's current order (`calculatePartitionStatus`
+after PRs #292, #338, #591 and #716):
+
+1. `current_lag <= allowed_lag` -> OK. Nothing else is checked.
+2. STOP: `commits_stopped` and not `recent_lag_zero`.
+3. REWIND: `first_rewind_index` finds a backwards step that `rewind_recovered` says was not
+   made good later in the window.
+4. Some stored lag `<= allowed_lag` (`lag_always_above_allowed` is false) -> OK.
+5. STALL: `commits_stalled`.
+6. WARN: `lag_not_decreasing`.
+7. OK.
+
+`legacy_rewind=True` gives the rules as they were before PR #716, which is the revision
+Burrow's published test table was written against. There, REWIND means any backwards step, and
+it is checked only after rule 4, just before STALL. `idle_caught_up_is_ok=True` adds one rule
+(1b) that Burrow does not have; see `partition_status`.
+
+`evaluate_group` aggregates partitions as Burrow's `evaluateConsumerStatus` does and applies the
+storage's `expire-group` purge.
+
+Deliberate departures from Burrow, where Burrow would crash or has no defined answer: a window
+whose slots are all `None` is OK with completeness 0.0, and a `None` after the first commit is
+rejected. `now_ms` is used to the millisecond, while Burrow truncates "now" to whole seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from itertools import pairwise
+
+DEFAULT_INTERVALS = 10
+"""Burrow storage `intervals`: commits kept per partition."""
+
+EXPIRE_GROUP_MS = 604_800_000
+"""Burrow storage `expire-group` (7 days): a group silent for longer is purged (NOTFOUND)."""
+
+
+class Status(IntEnum):
+    """Burrow's `StatusConstant`, same values and names, so `>` ranks severity like Burrow.
+
+    Partitions get OK, WARN, STOP, STALL or REWIND. Groups get NOTFOUND, OK, WARN or ERR.
+    """
+
+    NOTFOUND = 0
+    OK = 1
+    WARN = 2
+    ERR = 3
+    STOP = 4
+    STALL = 5
+    REWIND = 6
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One stored offset commit.
+
+    `lag` is the broker head minus `offset` when the commit was observed, clamped at 0.
+    `None` means no lag was measured for it (Burrow's nil `Lag`). The lag rules skip such entries.
+    """
+
+    offset: int
+    timestamp_ms: int
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """Burrow's `PartitionStatus`. `start`/`end` are the oldest/newest stored commits."""
+
+    topic: str
+    partition: int
+    status: Status
+    start: Commit | None
+    end: Commit | None
+    current_lag: int
+    complete: float
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """Burrow's `ConsumerGroupStatus`. `partitions` may be filtered (`show_all=False`); the
+    totals, completeness and `max_lag_partition` always cover every partition."""
+
+    group: str
+    status: Status
+    complete: float
+    partitions: tuple[PartitionResult, ...]
+    total_lag: int
+    max_lag_partition: PartitionResult | None
+    total_partitions: int
+
+
+# --- Burrow's rule predicates. Each takes the window's commits, oldest first, without the
+# --- leading empty slots, and needs at least one commit.
+
+
+def lag_always_above_allowed(commits: Sequence[Commit], allowed_lag: int = 0) -> bool:
+    """Burrow `isLagAlwaysNotZero` (rule 4 inverted): no stored lag is `<= allowed_lag`.
+
+    Unmeasured lags (`None`) do not count either way.
+    """
+    return not any(c.lag is not None and c.lag <= allowed_lag for c in commits)
+
+
+def first_rewind_index(commits: Sequence[Commit]) -> int | None:
+    """Burrow `checkIfOffsetsRewind` (rule 3, first half): the index of the first commit whose
+    offset is lower than the one before it, or None."""
+    for i in range(1, len(commits)):
+        if commits[i].offset < commits[i - 1].offset:
+            return i
+    return None
+
+
+def rewind_recovered(commits: Sequence[Commit], index: int) -> bool:
+    """Burrow `checkIfRewindRecovered` (rule 3, second half, PR #716): some commit from `index`
+    on gets back to (>=) the offset committed just before the rewind."""
+    before = commits[index - 1].offset
+    return any(c.offset >= before for c in commits[index:])
+
+
+def commits_stopped(commits: Sequence[Commit], now_ms: int) -> bool:
+    """Burrow `checkIfOffsetsStopped` (rule 2): the time since the newest commit is strictly
+    longer than the time the window spans (newest minus oldest commit time)."""
+    first, last = commits[0].timestamp_ms, commits[-1].timestamp_ms
+    return now_ms - last > last - first
+
+
+def commits_stalled(commits: Sequence[Commit]) -> bool:
+    """Burrow `checkIfOffsetsStalled` (rule 5): every commit in the window has the same offset."""
+    return all(c.offset == commits[0].offset for c in commits)
+
+
+def lag_not_decreasing(commits: Sequence[Commit]) -> bool:
+    """Burrow `checkIfLagNotDecreasing` (rule 6): no measured lag is lower than the measured
+    lag before it (unmeasured entries are skipped, not treated as breaks)."""
+    lags = [c.lag for c in commits if c.lag is not None]
+    return all(later >= earlier for earlier, later in pairwise(lags))
+
+
+def recent_lag_zero(commits: Sequence[Commit], broker_offsets: Sequence[int]) -> bool:
+    """Burrow `checkIfRecentLagZero` (rule 2 escape, PR #338): one of the recently fetched broker
+    head offsets is <= the newest committed offset, so the consumer was caught up a few
+    refreshes ago and may not have had a chance to commit for new data yet."""
+    newest = commits[-1].offset
+    return any(head <= newest for head in broker_offsets)
+
+
+# --- Evaluation.
+
+
+def partition_status(
+    commits: Sequence[Commit],
+    current_lag: int,
+    now_ms: int,
+    *,
+    broker_offsets: Sequence[int] = (),
+    allowed_lag: int = 0,
+    legacy_rewind: bool = False,
+    idle_caught_up_is_ok: bool = False,
+    idle_tail_lag: int = 1,
+) -> Status:
+    """Burrow `calculatePartitionStatus`: rules 1-7 of the module docstring, first match wins.
+
+    `commits` is the non-empty window without leading empty slots. `legacy_rewind` reproduces the
+    rules from before PR #716 (see the module docstring).
+
+    `idle_caught_up_is_ok` adds rule 1b, which Burrow does not have. Rule 1b says a partition is
+    OK when nothing has been produced since the consumer's newest commit (its stored lag equals
+    `current_lag`) and it trails the head by at most `allowed_lag + idle_tail_lag`. Burrow
+    already reports OK when `current_lag <= allowed_lag` (rule 1). Its remaining idle blind spot
+    is a tail the consumer can never consume. For example, the commit marker a transactional
+    producer writes after its last record is never handed to the consumer as a record, so an
+    idle, caught-up consumer commits one short of the head and stops committing. Burrow then
+    reports STOP once the silence outlasts the window, or STALL if the consumer keeps
+    re-committing. Its own remedy, `allowed_lag`, hides that much lag on busy partitions too.
+    Rule 1b hides it only while nothing new arrives, so a consumer that dies with more backlog
+    than the tail is still reported STOP.
+    """
+    if current_lag <= allowed_lag:
+        return Status.OK
+    if idle_caught_up_is_ok:
+        newest_lag = commits[-1].lag
+        if newest_lag == current_lag and current_lag <= allowed_lag + idle_tail_lag:
+            return Status.OK
+    # STOP comes before the zero-lag rule because the window can hold days-old zero-lag commits
+    # (issue #290); the broker-offset escape delays it for data that has only just arrived (#303).
+    if commits_stopped(commits, now_ms) and not recent_lag_zero(commits, broker_offsets):
+        return Status.STOP
+    if not legacy_rewind:
+        # Above the zero-lag rule: a consumer reset to earliest usually had zero lag before the
+        # reset, which would otherwise hide it (issue #714).
+        index = first_rewind_index(commits)
+        if index is not None and not rewind_recovered(commits, index):
+            return Status.REWIND
+    if not lag_always_above_allowed(commits, allowed_lag):
+        return Status.OK
+    if legacy_rewind and first_rewind_index(commits) is not None:
+        return Status.REWIND
+    if commits_stalled(commits):
+        return Status.STALL
+    if lag_not_decreasing(commits):
+        return Status.WARN
+    return Status.OK
+
+
+def evaluate_partition(
+    window: Sequence[Commit | None],
+    current_lag: int,
+    now_ms: int,
+    *,
+    topic: str = "",
+    partition: int = 0,
+    broker_offsets: Sequence[int] = (),
+    allowed_lag: int = 0,
+    minimum_complete: float = 0.0,
+    legacy_rewind: bool = False,
+    idle_caught_up_is_ok: bool = False,
+    idle_tail_lag: int = 1,
+) -> PartitionResult:
+    """Burrow `evaluatePartitionStatus`: the window's completeness, then `partition_status`.
+
+    Rule 0 covers the cases where the other rules do not run:
+    * an empty window is OK with completeness 0.0;
+    * otherwise completeness = stored commits / slots;
+    * a partition whose completeness is below `minimum_complete` (Burrow's evaluator
+      `minimum-complete`, default 0) is reported OK.
+    """
+    if current_lag < 0 or allowed_lag < 0 or idle_tail_lag < 0:
+        raise ValueError("lags are non-negative (Burrow clamps a negative lag to 0)")
+    commits = _stored(window)
+    complete = len(commits) / len(window) if commits else 0.0
+    if not commits:
+        return PartitionResult(topic, partition, Status.OK, None, None, current_lag, complete)
+    status = Status.OK
+    if complete >= minimum_complete:
+        status = partition_status(
+            commits,
+            current_lag,
+            now_ms,
+            broker_offsets=broker_offsets,
+            allowed_lag=allowed_lag,
+            legacy_rewind=legacy_rewind,
+            idle_caught_up_is_ok=idle_caught_up_is_ok,
+            idle_tail_lag=idle_tail_lag,
+        )
+    return PartitionResult(topic, partition, status, commits[0], commits[-1], current_lag, complete)
+
+
+def evaluate_group(
+    group: str,
+    partitions: Sequence[PartitionResult] | None,
+    now_ms: int,
+    *,
+    last_commit_ms: int | None = None,
+    expire_group_ms: int = EXPIRE_GROUP_MS,
+    show_all: bool = True,
+) -> GroupResult:
+    """Burrow `evaluateConsumerStatus` plus the storage's lazy `expire-group` purge.
+
+    * NOTFOUND (completeness 1.0, no partitions, no lag): `partitions is None` (unknown group),
+      or the group's last commit is older than `expire_group_ms`, i.e.
+      `now_ms - expire_group_ms > last_commit_ms`. `last_commit_ms` defaults to the newest commit
+      in `partitions`, or 0 when there is none (Burrow likewise purges a group with no commits).
+    * status: the worst partition status, where STOP, STALL and REWIND count as ERR; OK if there
+      are no partitions.
+    * complete: the share of partitions whose completeness is 1.0; 0.0 with no partitions.
+    * total_lag: the sum of `current_lag`.
+    * max_lag_partition: the first partition with the largest `current_lag`.
+    * `show_all=False` keeps only partitions that are not OK in `partitions`, like Burrow's
+      default HTTP view.
+    """
+    if partitions is None:
+        return _not_found(group)
+    if last_commit_ms is None:
+        last_commit_ms = max(
+            (p.end.timestamp_ms for p in partitions if p.end is not None), default=0
+        )
+    if now_ms - expire_group_ms > last_commit_ms:
+        return _not_found(group)
+
+    status = Status.OK
+    max_lag: PartitionResult | None = None
+    complete_count = 0
+    for p in partitions:
+        status = max(status, min(p.status, Status.ERR))
+        if max_lag is None or p.current_lag > max_lag.current_lag:
+            max_lag = p
+        if p.complete == 1.0:
+            complete_count += 1
+    total = len(partitions)
+    shown = tuple(partitions) if show_all else tuple(p for p in partitions if p.status > Status.OK)
+    return GroupResult(
+        group=group,
+        status=status,
+        complete=complete_count / total if total else 0.0,
+        partitions=shown,
+        total_lag=sum(p.current_lag for p in partitions),
+        max_lag_partition=max_lag,
+        total_partitions=total,
+    )
+
+
+def record_commit(
+    window: Sequence[Commit | None],
+    offset: int,
+    timestamp_ms: int,
+    head_offset: int,
+    *,
+    intervals: int = DEFAULT_INTERVALS,
+    min_distance_ms: int = 0,
+) -> tuple[Commit | None, ...]:
+    """Burrow storage `addConsumerOffset`: the window after one more commit.
+
+    The stored lag is `head_offset - offset`, clamped at 0 (the head is only refreshed
+    periodically, so a commit can be ahead of it). A commit that arrives less than
+    `min_distance_ms` after the newest stored one replaces it and keeps the older timestamp, so
+    fast committers do not flush the window and the slot still ages. Returns `intervals` slots,
+    oldest first, with empty slots leading.
+    """
+    if intervals < 1:
+        raise ValueError("intervals must be at least 1")
+    commits = list(_stored(window))
+    lag = max(head_offset - offset, 0)
+    if commits and timestamp_ms - commits[-1].timestamp_ms < min_distance_ms:
+        commits[-1] = Commit(offset, commits[-1].timestamp_ms, lag)
+    else:
+        commits.append(Commit(offset, timestamp_ms, lag))
+    commits = commits[-intervals:]
+    return (None,) * (intervals - len(commits)) + tuple(commits)
+
+
+def _stored(window: Sequence[Commit | None]) -> list[Commit]:
+    """The window without its leading empty slots; an empty slot after a commit is an error."""
+    first = next((i for i, c in enumerate(window) if c is not None), len(window))
+    stored = [c for c in window[first:] if c is not None]
+    if len(stored) != len(window) - first:
+        raise ValueError("empty (None) slots may only lead the window")
+    return stored
+
+
+def _not_found(group: str) -> GroupResult:
+    # Burrow's 404 reply reports completeness 1.0 and no partitions.
+    return GroupResult(group, Status.NOTFOUND, 1.0, (), 0, None, 0)
