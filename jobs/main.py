@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             partitions,
         )
         if args.check:
+            registry.check(job, spec)
             return 0
         reporting = None
         if reporter_config is not None:

@@ -4,6 +4,8 @@ control plane.
 Each job module provides `prepare(group, settings) -> spec` (validation, no Spark),
 `source_topic(spec) -> (field, topic, cluster)` and
 `run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/common/heartbeat.py).
+A module may also provide `check(spec)`: broker checks beyond the source topic's existence
+(the replication job's destination topic and offsets), run by `--check` and by `run` itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from jobs.common.settings import Settings
 
 JOB_MODULES = {
     "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
+    "JOB_TYPE_KAFKA_REPLICATION": "jobs.replication.job",
 }
 
 
@@ -31,3 +34,10 @@ def validate(group: JobGroup, settings: Settings) -> tuple[ModuleType, Any]:
         raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}")
     job = importlib.import_module(JOB_MODULES[type_name])
     return job, job.prepare(group, settings)
+
+
+def check(job: ModuleType, spec: Any) -> None:
+    """The job's own broker checks, if it has any (raises InvalidJobGroup and friends)."""
+    broker_check = getattr(job, "check", None)
+    if broker_check is not None:
+        broker_check(spec)

@@ -52,6 +52,18 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 
 @pytest.fixture(scope="session")
+def kafka_dest(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A second, independent single-broker cluster: the replication tests' destination."""
+    from tools.kafka_broker import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("kafka-dest"), n_brokers=1)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One real single-node etcd on a free loopback port (installed into var/etcd if missing)."""
     from tools.etcd_server import install, start_etcd

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyspark.errors import StreamingQueryException
@@ -39,6 +39,8 @@ class QuerySettings:
     trigger_interval_seconds: int = 10
     poll_seconds: int = 2
     stop_file: str | None = None
+    # Stop once this returns True for the latest progress record (a bounded copy's end).
+    until: Callable[[Mapping], bool] | None = None
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -88,7 +90,10 @@ def run_query(
     try:
         last_batch = -1
         while not query.awaitTermination(settings.poll_seconds):
-            last_batch = _log_progress(query.lastProgress, last_batch)
+            progress = query.lastProgress
+            last_batch = _log_progress(progress, last_batch)
+            if settings.until is not None and progress and settings.until(progress):
+                stop_requested.append("the end of the bounded range")
             if settings.stop_file and os.path.exists(settings.stop_file):
                 stop_requested.append(f"stop file {settings.stop_file}")
             if heartbeater is not None and heartbeater.stop_requested.is_set():

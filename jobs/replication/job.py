@@ -1,0 +1,252 @@
+"""KAFKA_REPLICATION entry module: Kafka topic -> Kafka topic, plus Delta tables
+`replication_stats` and `replication_audit`.
+
+Source: the JobGroup's kafka_consumer_task_group topic (every partition, or those of
+partition_offset_ranges), read by Spark's Kafka source with headers, from the offsets
+`preflight` resolved, at most `max_offsets_per_trigger` records per batch.
+
+Sink: the kafka_dispatcher_task_group topic, through `writer.PartitionWriter` (one Spark task
+per source partition; partition N -> N, or N % count with the modulo mapping). Key, value,
+headers and the source timestamp are kept; every record gets provenance stamps.
+
+Guarantee: no loss (a failed delivery fails the batch, which is replayed), order kept per
+partition, and no duplicate from restarts or task retries: each task skips what its
+destination partition already holds. Stats and audit rows are idempotent Delta appends.
+
+Trigger: every trigger interval; AvailableNow with --once. A bounded copy stops by itself
+once every partition has been read up to its end offset, and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.common.heartbeat import Reporting, committed_offsets, end_offsets, observe_source
+from jobs.common.jobgroup import JobGroup
+from jobs.common.kafka_source import kafka_read_options
+from jobs.common.runner import QuerySettings, run_query, streaming_query_id
+from jobs.common.session import build_session
+from jobs.common.settings import Settings
+from jobs.replication import tables
+from jobs.replication.pacing import Pacer
+from jobs.replication.preflight import ReplicationPlan, preflight
+from jobs.replication.spec import ReplicationSpec, replication_spec
+from jobs.replication.transforms import (
+    reached_offsets,
+    replication_audit,
+    replication_stats,
+    source_records,
+)
+from jobs.replication.writer import (
+    ACK_SCHEMA,
+    ENCODED_FORMAT,
+    ENCODED_SCHEMA_VERSION,
+    DestinationConfig,
+    PartitionWriter,
+)
+
+log = logging.getLogger("uatu.replication")
+
+# One task per Kafka partition and no second attempt racing the first keep per-partition order.
+SESSION_CONF = {"spark.speculation": "false"}
+
+
+def prepare(group: JobGroup, settings: Settings) -> ReplicationSpec:
+    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
+    return replication_spec(group, settings, now_ms=int(time.time() * 1000))
+
+
+def source_topic(spec: ReplicationSpec) -> tuple[str, str, str]:
+    return "kafka_consumer_task_group.topic", spec.source_topic, spec.source_cluster.name
+
+
+def check(spec: ReplicationSpec) -> ReplicationPlan:
+    """Broker checks (destination topic, partitions, offsets) before any record moves."""
+    return preflight(spec)
+
+
+def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> DestinationConfig:
+    extra: tuple[tuple[str, bytes], ...] = ()
+    if spec.encoded_format is not None:
+        name, version = spec.encoded_format
+        extra = ((ENCODED_FORMAT, name.encode()), (ENCODED_SCHEMA_VERSION, str(version).encode()))
+    return DestinationConfig(
+        source_cluster=spec.source_cluster.name,
+        source_topic=spec.source_topic,
+        topic=spec.destination_topic,
+        producer_config=spec.producer_config(),
+        consumer_config={
+            **spec.destination_cluster.client_config(),
+            "group.id": f"uatu-replication-scan-{spec.job_group_id}",
+            "enable.auto.commit": False,
+        },
+        partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
+        extra_headers=extra,
+    )
+
+
+def build_stream(spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPlan) -> DataFrame:
+    options = kafka_read_options(
+        spec.source_cluster,
+        spec.source_topic,
+        starting_offsets=plan.spark_starting_offsets(spec.source_topic),
+        read_committed=spec.read_committed,
+        max_offsets_per_trigger=plan.max_offsets_per_trigger,
+        group_id_prefix=spec.consumer_group,
+        include_headers=True,
+    )
+    if spec.offset_ranges:
+        del options["subscribe"]
+        options["assign"] = plan.spark_assign(spec.source_topic)
+    return (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
+        .transform(observe_source)
+        .transform(source_records, plan.end_offsets)
+    )
+
+
+@dataclass
+class ReplicationBatchWriter:
+    """foreachBatch function: copy one micro-batch, record its stats, pace, commit offsets."""
+
+    spec: ReplicationSpec
+    plan: ReplicationPlan
+    destination: DestinationConfig
+    pacer: Pacer
+    app_id: str = ""
+    _group_consumer: Consumer | None = None
+
+    def labels(self) -> Mapping[str, str]:
+        spec = self.spec
+        return {
+            "job_group_id": spec.job_group_id,
+            "source_cluster": spec.source_cluster.name,
+            "source_topic": spec.source_topic,
+            "destination_cluster": spec.destination_cluster.name,
+            "destination_topic": spec.destination_topic,
+        }
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        spark = batch.sparkSession
+        if not self.app_id:
+            self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the ack
+        # rows, which the two aggregations below then read without re-running the copy.
+        acks = batch.mapInArrow(PartitionWriter(self.destination), ACK_SCHEMA).localCheckpoint()
+        copied = time.time()
+        stats = acks.transform(
+            replication_stats, batch_id, F.current_timestamp(), self.labels()
+        ).localCheckpoint()
+        tables.append_once(stats, self.spec.stats_path, self.app_id, batch_id)
+        audit = acks.transform(
+            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
+        )
+        tables.append_once(audit, self.spec.audit_path, self.app_id, batch_id)
+        totals = stats.agg(
+            F.sum("records_replicated").alias("records"),
+            F.sum("record_bytes_replicated").alias("bytes"),
+        ).first()
+        records = int(totals["records"] or 0) if totals else 0
+        nbytes = int(totals["bytes"] or 0) if totals else 0
+        self._commit_group_offsets(acks)
+        log.info(
+            "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
+            batch_id,
+            records,
+            nbytes,
+            copied - started,
+            time.time() - copied,
+        )
+        wait = self.pacer.delay(started, records, nbytes, time.time())
+        if wait > 0:
+            log.info("flow control: waiting %.2f s", wait)
+            time.sleep(wait)
+
+    def close(self) -> None:
+        if self._group_consumer is not None:
+            self._group_consumer.close()
+            self._group_consumer = None
+
+    def _commit_group_offsets(self, acks: DataFrame) -> None:
+        """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
+        if not self.spec.consumer_group:
+            return
+        reached = reached_offsets(acks).collect()
+        if not reached:
+            return
+        if self._group_consumer is None:
+            self._group_consumer = Consumer(
+                {
+                    **self.spec.source_cluster.client_config(),
+                    "group.id": self.spec.consumer_group,
+                    "enable.auto.commit": False,
+                }
+            )
+        self._group_consumer.commit(
+            offsets=[
+                TopicPartition(self.spec.source_topic, r["partition"], r["next_offset"])
+                for r in reached
+            ],
+            asynchronous=False,
+        )
+
+
+def run(
+    spec: ReplicationSpec,
+    *,
+    once: bool,
+    stop_file: str | None = None,
+    reporting: Reporting | None = None,
+) -> int:
+    plan = check(spec)
+    spark = build_session(spec.query_name, conf=SESSION_CONF)
+    tables.ensure_tables(spark, spec.stats_path, spec.audit_path)
+
+    def copy_complete(progress: Mapping) -> bool:
+        return plan.is_done(end_offsets(progress, spec.source_topic))
+
+    already = committed_offsets(spark, spec.checkpoint_path)
+    if already is not None and copy_complete(already):
+        log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
+        return 0
+    log.info(
+        "replicating %s/%s -> %s/%s (acks=%s), stats in %s",
+        spec.source_cluster.name,
+        spec.source_topic,
+        spec.destination_cluster.name,
+        spec.destination_topic,
+        "all" if spec.acks_all else "1",
+        spec.stats_path,
+    )
+    writer = ReplicationBatchWriter(
+        spec,
+        plan,
+        destination_config(spec, plan),
+        Pacer(spec.max_messages_per_sec, spec.max_bytes_per_sec),
+    )
+    try:
+        return run_query(
+            build_stream(spark, spec, plan),
+            writer,
+            QuerySettings(
+                name=spec.query_name,
+                checkpoint=spec.checkpoint_path,
+                once=once,
+                trigger_interval_seconds=spec.trigger_interval_seconds,
+                stop_file=stop_file,
+                until=None if plan.end_offsets is None else copy_complete,
+            ),
+            reporting,
+        )
+    finally:
+        writer.close()

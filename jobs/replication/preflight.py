@@ -1,0 +1,277 @@
+"""Broker checks and offset resolution before any record moves (no Spark).
+
+`preflight(spec)` asks both clusters what the JobGroup refers to and returns a
+`ReplicationPlan`: which source partitions to copy, where each one goes, from which offset,
+up to which offset (bounded copies), and the per-batch record budget. Every failure is an
+`InvalidJobGroup`/`TopicNotFound`/`ClusterUnreachable` naming the field and value, raised
+before the SparkSession exists. `build_plan` is the pure part and is unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from jobs.common.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
+from jobs.common.kafka_admin import partition_count
+from jobs.common.settings import ClusterConfig
+from jobs.replication.spec import ReplicationSpec
+
+log = logging.getLogger("uatu.replication")
+
+# Spark's startingOffsets JSON spells "earliest" as -2 and "latest" as -1.
+EARLIEST, LATEST = -2, -1
+_SAMPLE_RECORDS = 200
+_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class ReplicationPlan:
+    """What the job will do, resolved against the live clusters."""
+
+    source_partitions: tuple[int, ...]
+    destination_partitions: int
+    modulo: bool
+    starting_offsets: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    # None: continuous. Otherwise the exclusive end offset of each copied partition.
+    end_offsets: Mapping[int, int] | None = None
+    max_offsets_per_trigger: int | None = None
+    mean_record_bytes: float | None = None  # key + value, sampled from the source
+
+    def destination_partition(self, source_partition: int) -> int:
+        if self.modulo:
+            return source_partition % self.destination_partitions
+        return source_partition
+
+    def spark_starting_offsets(self, topic: str) -> str:
+        return json.dumps({topic: {str(p): o for p, o in sorted(self.starting_offsets.items())}})
+
+    def spark_assign(self, topic: str) -> str:
+        return json.dumps({topic: list(self.source_partitions)})
+
+    def is_done(self, reached: Mapping[int, int]) -> bool:
+        """True when a bounded copy has read every partition up to its end offset."""
+        if self.end_offsets is None:
+            return False
+        return all(reached.get(p, -1) >= end for p, end in self.end_offsets.items())
+
+
+def records_per_trigger(spec: ReplicationSpec, mean_record_bytes: float | None) -> int | None:
+    """Records per micro-batch that keep both flow-control caps, or None for no limit.
+
+    Spark's Kafka source limits batches by records only, so the byte cap becomes a record
+    budget through the sampled mean record size; the job's pacer corrects the rest.
+    """
+    budgets = []
+    if spec.max_messages_per_sec > 0:
+        budgets.append(spec.max_messages_per_sec * spec.trigger_interval_seconds)
+    if spec.max_bytes_per_sec > 0:
+        size = mean_record_bytes or 1024.0
+        budgets.append(spec.max_bytes_per_sec * spec.trigger_interval_seconds / size)
+    if not budgets:
+        return None
+    return max(1, int(min(budgets)))
+
+
+def build_plan(
+    spec: ReplicationSpec,
+    *,
+    source_count: int,
+    destination_count: int,
+    starts_by_time: Mapping[int, int] | None = None,
+    ends_by_time: Mapping[int, int] | None = None,
+    high_watermarks: Mapping[int, int] | None = None,
+    mean_record_bytes: float | None = None,
+) -> ReplicationPlan:
+    """Decide partitions and offsets from broker answers (pure)."""
+    if destination_count < source_count and not spec.modulo_partitions:
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.topic",
+            spec.destination_topic,
+            f"has {destination_count} partitions, fewer than the source's {source_count}; "
+            "add partitions, or set extension.replication.partition_mapping to "
+            "PARTITION_MAPPING_MODULO (partition N goes to N % "
+            f"{destination_count})",
+        )
+    ranges = {r.partition: r for r in spec.offset_ranges}
+    for i, r in enumerate(spec.offset_ranges):
+        if r.partition >= source_count:
+            raise InvalidJobGroup(
+                "kafka_consumer_task_group.partition_offset_ranges."
+                f"partition_offset_range[{i}].partition",
+                r.partition,
+                f"topic {spec.source_topic!r} has {source_count} partitions",
+            )
+    partitions = tuple(sorted(ranges)) if ranges else tuple(range(source_count))
+
+    if ranges:
+        starts = {p: r.start for p, r in ranges.items()}
+    elif starts_by_time is not None:
+        # No record at or after the start time yet: start at the end, copy what comes.
+        starts = {p: (o if o >= 0 else LATEST) for p, o in starts_by_time.items()}
+    else:
+        default = LATEST if spec.auto_offset_reset == "latest" else EARLIEST
+        starts = dict.fromkeys(partitions, default)
+
+    ends: dict[int, int] | None = None
+    if ranges:
+        ends = {p: r.end for p, r in ranges.items()}
+    elif not spec.continuous:
+        if high_watermarks is None:
+            raise ValueError("a bounded copy needs the high watermarks")
+        ends = dict(high_watermarks)
+        if ends_by_time is not None:
+            # The first offset at or after the end time ends the copy (exclusive); a partition
+            # with no such record is copied to its current end.
+            ends = {p: (o if o >= 0 else ends[p]) for p, o in ends_by_time.items()}
+
+    return ReplicationPlan(
+        source_partitions=partitions,
+        destination_partitions=destination_count,
+        modulo=spec.modulo_partitions,
+        starting_offsets=MappingProxyType(starts),
+        end_offsets=None if ends is None else MappingProxyType(ends),
+        max_offsets_per_trigger=records_per_trigger(spec, mean_record_bytes),
+        mean_record_bytes=mean_record_bytes,
+    )
+
+
+def preflight(spec: ReplicationSpec) -> ReplicationPlan:
+    """Check both clusters and resolve the plan; creates the destination topic if allowed."""
+    source_count = partition_count(
+        spec.source_cluster, spec.source_topic, "kafka_consumer_task_group.topic"
+    )
+    destination_count = _destination_partitions(spec, source_count)
+    partitions = list(range(source_count))
+    consumer = _consumer(spec.source_cluster, spec.read_committed)
+    try:
+        starts = ends = None
+        if spec.start_timestamp_ms is not None:
+            starts = _offsets_for_time(consumer, spec, partitions, spec.start_timestamp_ms)
+        if spec.end_timestamp_ms is not None:
+            ends = _offsets_for_time(consumer, spec, partitions, spec.end_timestamp_ms)
+        watermarks = _high_watermarks(consumer, spec, partitions)
+        mean_bytes = None
+        if spec.max_bytes_per_sec > 0:
+            mean_bytes = _mean_record_bytes(consumer, spec.source_topic, watermarks)
+    finally:
+        consumer.close()
+    plan = build_plan(
+        spec,
+        source_count=source_count,
+        destination_count=destination_count,
+        starts_by_time=starts,
+        ends_by_time=ends,
+        high_watermarks=watermarks,
+        mean_record_bytes=mean_bytes,
+    )
+    log.info(
+        "plan: partitions %s -> %s/%s (%d partitions%s), %s, record budget per batch %s",
+        list(plan.source_partitions),
+        spec.destination_cluster.name,
+        spec.destination_topic,
+        destination_count,
+        ", modulo" if plan.modulo else "",
+        "continuous" if plan.end_offsets is None else f"ends at {dict(plan.end_offsets)}",
+        plan.max_offsets_per_trigger or "unlimited",
+    )
+    return plan
+
+
+def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:
+    field_name = "kafka_dispatcher_task_group.topic"
+    try:
+        return partition_count(spec.destination_cluster, spec.destination_topic, field_name)
+    except TopicNotFound:
+        if not spec.create_destination_topic:
+            raise TopicNotFound(
+                field_name, spec.destination_topic, spec.destination_cluster.name
+            ) from None
+    log.info(
+        "creating %s/%s with %d partitions (extension.replication.create_destination_topic)",
+        spec.destination_cluster.name,
+        spec.destination_topic,
+        source_count,
+    )
+    admin = AdminClient(spec.destination_cluster.client_config())
+    futures = admin.create_topics(
+        [NewTopic(spec.destination_topic, num_partitions=source_count, replication_factor=-1)]
+    )
+    try:
+        futures[spec.destination_topic].result(timeout=_TIMEOUT_S)
+    except KafkaException as e:
+        raise ClusterUnreachable(
+            spec.destination_cluster.name, spec.destination_cluster.bootstrap_servers, str(e)
+        ) from None
+    return source_count
+
+
+def _consumer(cluster: ClusterConfig, read_committed: bool) -> Consumer:
+    return Consumer(
+        {
+            **cluster.client_config(),
+            "group.id": "uatu-replication-preflight",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        }
+    )
+
+
+def _offsets_for_time(
+    consumer: Consumer, spec: ReplicationSpec, partitions: Sequence[int], ts_ms: int
+) -> dict[int, int]:
+    query = [TopicPartition(spec.source_topic, p, ts_ms) for p in partitions]
+    try:
+        found = consumer.offsets_for_times(query, timeout=_TIMEOUT_S)
+    except KafkaException as e:
+        cluster = spec.source_cluster
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+    return {tp.partition: tp.offset for tp in found}
+
+
+def _high_watermarks(
+    consumer: Consumer, spec: ReplicationSpec, partitions: Sequence[int]
+) -> dict[int, int]:
+    marks = {}
+    for p in partitions:
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(spec.source_topic, p), timeout=_TIMEOUT_S
+            )
+        except KafkaException as e:
+            cluster = spec.source_cluster
+            raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+        marks[p] = high
+    return marks
+
+
+def _mean_record_bytes(
+    consumer: Consumer, topic: str, high_watermarks: Mapping[int, int]
+) -> float | None:
+    """Mean key + value size of up to _SAMPLE_RECORDS recent records per partition."""
+    assignment = [
+        TopicPartition(topic, p, max(0, high - _SAMPLE_RECORDS))
+        for p, high in high_watermarks.items()
+        if high > 0
+    ]
+    if not assignment:
+        return None
+    consumer.assign(assignment)
+    total = count = 0
+    wanted = sum(min(_SAMPLE_RECORDS, high_watermarks[tp.partition]) for tp in assignment)
+    for _ in range(20):
+        for message in consumer.consume(num_messages=1000, timeout=0.5):
+            if message.error():
+                continue
+            total += len(message.key() or b"") + len(message.value() or b"")
+            count += 1
+        if count >= wanted:
+            break
+    return total / count if count else None

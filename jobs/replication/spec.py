@@ -1,0 +1,259 @@
+"""The replication job's settings, derived once from a validated JobGroup (no broker, no Spark).
+
+`replication_spec(group, settings, now_ms)` checks every replication field and returns an
+immutable `ReplicationSpec`. Checks that need a broker (topic existence, partition counts,
+timestamps resolved to offsets) are in `jobs/replication/preflight.py`.
+
+Fields used, and defaults:
+
+======================================  ====================================================
+kafka_consumer_task_group               source cluster, topic, consumer_group (offsets are
+                                        committed there after every batch, for lag tools),
+                                        auto_offset_reset_policy (EARLIEST unless LATEST),
+                                        isolation_level, start/end_timestamp,
+                                        partition_offset_ranges (only those partitions)
+kafka_dispatcher_task_group             destination cluster and topic; is_acks_one false
+                                        (default) = acks=all + idempotent producer;
+                                        encoded_format_info -> record headers
+replication_task_group.is_continuous    true: stream until stopped; false: copy up to the
+                                        end offsets and exit 0. When the group is absent:
+                                        continuous, unless an end is given
+flow_control                            messages_per_sec and bytes_per_sec (key + value
+                                        bytes); 0 = unlimited
+extension.replication                   create_destination_topic (false),
+                                        partition_mapping (identity), audit_interval (60 s)
+extension.trigger.interval_seconds      2
+extension.output                        replication_stats_path, replication_audit_path
+                                        (<warehouse>/replication_stats, ..._audit),
+                                        checkpoint_path (<checkpoints>/<job_group_id>)
+======================================  ====================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uatu.v1 import job_options_pb2
+from uber.data.kafka.datatransfer import job_pb2
+
+from jobs.common.errors import InvalidJobGroup
+from jobs.common.jobgroup import JobGroup, job_options, require_cluster
+from jobs.common.settings import ClusterConfig, Settings
+
+DEFAULT_TRIGGER_SECONDS = 2
+DEFAULT_AUDIT_INTERVAL_SECONDS = 60
+
+_RANGES_FIELD = "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Copy offsets [start, end) of one source partition."""
+
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ReplicationSpec:
+    job_group_id: str
+    source_cluster: ClusterConfig
+    source_topic: str
+    consumer_group: str
+    auto_offset_reset: str  # earliest | latest: where a partition without a range starts
+    read_committed: bool
+    start_timestamp_ms: int | None
+    end_timestamp_ms: int | None
+    offset_ranges: tuple[OffsetRange, ...]  # empty: every partition
+    continuous: bool
+    destination_cluster: ClusterConfig
+    destination_topic: str
+    acks_all: bool
+    encoded_format: tuple[str, int] | None  # (format name, schema version)
+    create_destination_topic: bool
+    modulo_partitions: bool  # False: destination partition = source partition
+    max_messages_per_sec: float  # 0 = unlimited
+    max_bytes_per_sec: float  # 0 = unlimited
+    trigger_interval_seconds: int
+    audit_interval_seconds: int
+    stats_path: str
+    audit_path: str
+    checkpoint_path: str
+
+    @property
+    def query_name(self) -> str:
+        return f"replication-{self.job_group_id}"
+
+    def producer_config(self) -> dict[str, str | int | float | bool]:
+        """librdkafka settings of the destination producer.
+
+        acks=all comes with idempotence, which keeps per-partition order across retries with
+        up to 5 requests in flight. acks=1 cannot be idempotent, so it sends one request at a
+        time per connection to keep order instead.
+        """
+        config: dict[str, str | int | float | bool] = {
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 500_000,
+            "delivery.timeout.ms": 120_000,
+            # The cluster's own client properties (security, timeouts) override the defaults.
+            **self.destination_cluster.client_config(),
+        }
+        if self.acks_all:
+            config.update({"acks": "all", "enable.idempotence": True})
+        else:
+            config.update(
+                {
+                    "acks": "1",
+                    "enable.idempotence": False,
+                    "max.in.flight.requests.per.connection": 1,
+                }
+            )
+        return config
+
+
+def _timestamp_ms(group_field: str, value: object, present: bool) -> int | None:
+    if not present:
+        return None
+    ms = value.ToMilliseconds()  # type: ignore[attr-defined]
+    if ms < 0:
+        raise InvalidJobGroup(group_field, ms, "must not be before 1970")
+    return int(ms)
+
+
+def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
+    source = group.kafka_consumer_task_group
+    if not source.HasField("partition_offset_ranges"):
+        return ()
+    ranges: list[OffsetRange] = []
+    for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
+        if r.end_offset < r.start_offset:
+            raise InvalidJobGroup(
+                f"{_RANGES_FIELD}[{i}].end_offset",
+                r.end_offset,
+                f"ends before its start_offset {r.start_offset}",
+            )
+        if any(prev.partition == r.partition for prev in ranges):
+            raise InvalidJobGroup(f"{_RANGES_FIELD}[{i}].partition", r.partition, "listed twice")
+        ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
+    if not ranges:
+        raise InvalidJobGroup(_RANGES_FIELD, [], "set but empty")
+    return tuple(ranges)
+
+
+def _is_continuous(group: JobGroup, has_end: bool) -> bool:
+    if not group.HasField("replication_task_group"):
+        return not has_end
+    continuous = group.replication_task_group.is_continuous
+    if continuous and has_end:
+        raise InvalidJobGroup(
+            "replication_task_group.is_continuous",
+            True,
+            "a continuous copy has no end; unset end_timestamp/partition_offset_ranges "
+            "or set is_continuous false",
+        )
+    return continuous
+
+
+def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> ReplicationSpec:
+    """Validate the replication-specific parts of `group` (common checks already passed)."""
+    source = group.kafka_consumer_task_group
+    source_cluster = require_cluster(
+        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
+    )
+    dispatcher = group.kafka_dispatcher_task_group
+    destination_cluster = require_cluster(
+        "kafka_dispatcher_task_group.cluster", dispatcher.cluster, settings.clusters
+    )
+    destination_topic = dispatcher.topic.strip()
+    if not destination_topic:
+        raise InvalidJobGroup("kafka_dispatcher_task_group.topic", dispatcher.topic, "required")
+    same_cluster = (
+        source_cluster.name == destination_cluster.name
+        or source_cluster.bootstrap_servers == destination_cluster.bootstrap_servers
+    )
+    if same_cluster and destination_topic == source.topic:
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.topic",
+            destination_topic,
+            f"is the source topic on the same cluster ({destination_cluster.name}); "
+            "a topic cannot be replicated onto itself",
+        )
+
+    start_ms = _timestamp_ms(
+        "kafka_consumer_task_group.start_timestamp",
+        source.start_timestamp,
+        source.HasField("start_timestamp"),
+    )
+    end_ms = _timestamp_ms(
+        "kafka_consumer_task_group.end_timestamp",
+        source.end_timestamp,
+        source.HasField("end_timestamp"),
+    )
+    if start_ms is not None and end_ms is not None and end_ms < start_ms:
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.end_timestamp",
+            end_ms,
+            f"is before start_timestamp {start_ms}",
+        )
+    if end_ms is not None and end_ms > now_ms:
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.end_timestamp",
+            end_ms,
+            f"is in the future (now {now_ms}); a bounded copy needs an end that has passed",
+        )
+    ranges = _offset_ranges(group)
+    if ranges and (start_ms is not None or end_ms is not None):
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.partition_offset_ranges",
+            "set",
+            "give either offset ranges or start/end timestamps, not both",
+        )
+    continuous = _is_continuous(group, has_end=bool(ranges) or end_ms is not None)
+
+    options = job_options(group)
+    replication = options.replication
+    trigger_seconds = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
+    if trigger_seconds < 0:
+        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger_seconds, "must be > 0")
+    audit_seconds = replication.audit_interval_seconds or DEFAULT_AUDIT_INTERVAL_SECONDS
+    if audit_seconds < 0:
+        raise InvalidJobGroup(
+            "extension.replication.audit_interval_seconds", audit_seconds, "must be > 0"
+        )
+    encoded = None
+    if dispatcher.encoded_format_info.encoded_format_type != job_pb2.ENCODED_FORMAT_TYPE_INVALID:
+        info = dispatcher.encoded_format_info
+        encoded = (job_pb2.EncodedFormatType.Name(info.encoded_format_type), info.schema_version)
+
+    output = options.output
+    return ReplicationSpec(
+        job_group_id=group.job_group_id,
+        source_cluster=source_cluster,
+        source_topic=source.topic,
+        consumer_group=source.consumer_group,
+        auto_offset_reset=(
+            "latest"
+            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
+            else "earliest"
+        ),
+        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+        start_timestamp_ms=start_ms,
+        end_timestamp_ms=end_ms,
+        offset_ranges=ranges,
+        continuous=continuous,
+        destination_cluster=destination_cluster,
+        destination_topic=destination_topic,
+        acks_all=not dispatcher.is_acks_one,
+        encoded_format=encoded,
+        create_destination_topic=replication.create_destination_topic,
+        modulo_partitions=replication.partition_mapping == job_options_pb2.PARTITION_MAPPING_MODULO,
+        max_messages_per_sec=group.flow_control.messages_per_sec,
+        max_bytes_per_sec=group.flow_control.bytes_per_sec,
+        trigger_interval_seconds=trigger_seconds,
+        audit_interval_seconds=audit_seconds,
+        stats_path=output.replication_stats_path or f"{settings.warehouse}/replication_stats",
+        audit_path=output.replication_audit_path or f"{settings.warehouse}/replication_audit",
+        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
+    )

@@ -1,0 +1,382 @@
+"""The replication job end to end between two real single-broker clusters.
+
+Every expectation is computed in plain Python from the records the test produced; the
+destination is read back with a plain Kafka consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from pyspark.sql import functions as F
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from jobs.common.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
+from jobs.common.settings import load_settings, write_conf_dir
+from jobs.replication import job as replication
+from jobs.replication.writer import STAMP_CLUSTER, STAMP_OFFSET, STAMP_PARTITION, STAMP_TOPIC
+from tests.conftest import ROOT
+from tests.support import wait_for
+from tools.processes import signal_group
+from tools.topic_data import Record, count_records, produce_records, read_partitions
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+# Source timestamps: an hour ago (recent enough for the broker's 7-day retention, which would
+# delete older records under the test's feet), 1 s apart per record of a partition.
+T0_MS = (int(time.time()) - 3600) * 1000
+
+
+def dataset(n: int, topic_tag: str = "") -> list[Record]:
+    """`n` records over 4 partitions; every third carries a header of its own."""
+    records = []
+    for i in range(n):
+        p = i % PARTITIONS
+        headers = (("trace", f"t{i}".encode()),) if i % 3 == 0 else ()
+        key = None if i % 7 == 0 else f"k{topic_tag}{i}".encode()
+        records.append(
+            Record(p, key, f"value-{i}".encode(), T0_MS + (i // PARTITIONS) * 1000, headers)
+        )
+    return records
+
+
+def by_partition(records: list[Record]) -> dict[int, list[Record]]:
+    out: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+    for r in records:
+        out[r.partition].append(r)
+    return out
+
+
+def assert_exact_copy(
+    expected: dict[int, list[Record]], copied: dict[int, list[Record]], source_topic: str
+) -> None:
+    """Each destination partition holds exactly its source records, in order, stamped."""
+    for p, records in expected.items():
+        got = copied.get(p, [])
+        assert len(got) == len(records), f"partition {p}: {len(got)} records, want {len(records)}"
+        for want, have in zip(records, got, strict=True):
+            assert (have.key, have.value, have.timestamp_ms) == (
+                want.key,
+                want.value,
+                want.timestamp_ms,
+            )
+            own = tuple(h for h in have.headers if not h[0].startswith("uatu."))
+            assert own == want.headers
+            stamps = dict(h for h in have.headers if h[0].startswith("uatu.src."))
+            assert stamps[STAMP_CLUSTER] == b"src"
+            assert stamps[STAMP_TOPIC] == source_topic.encode()
+            assert stamps[STAMP_PARTITION] == str(p).encode()
+        offsets = [int(dict(h.headers)[STAMP_OFFSET]) for h in got]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+@pytest.fixture()
+def conf_dir(tmp_path: Path, kafka, kafka_dest) -> Path:
+    return write_conf_dir(
+        tmp_path / "conf",
+        kafka.bootstrap_servers,
+        tmp_path / "wh",
+        tmp_path / "ck",
+        more_clusters={
+            "src": {"bootstrap_servers": kafka.bootstrap_servers},
+            # Short delivery timeout: the acks=all test expects a delivery to fail quickly.
+            "dst": {
+                "bootstrap_servers": kafka_dest.bootstrap_servers,
+                "properties": {"delivery.timeout.ms": "8000"},
+            },
+        },
+    )
+
+
+def group_json(
+    group_id: str, source: str, destination: str, *, continuous: bool | None = None, **extra
+) -> dict:
+    data: dict = {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "src",
+            "topic": source,
+            "consumerGroup": f"{group_id}-cg",
+        },
+        "kafkaDispatcherTaskGroup": {"cluster": "dst", "topic": destination},
+        "extension": {
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "trigger": {"intervalSeconds": 1},
+            **extra.pop("extension", {}),
+        },
+    }
+    if continuous is not None:
+        data["replicationTaskGroup"] = {"isContinuous": continuous}
+    for key, value in extra.items():
+        section, _, field = key.partition("__")
+        if field:
+            data.setdefault(section, {})[field] = value
+        else:
+            data[section] = value
+    return data
+
+
+def spec_of(data: dict, conf_dir: Path):
+    group = json_format.ParseDict(data, JobGroup())
+    return replication.prepare(group, load_settings(conf_dir))
+
+
+def run_once(data: dict, conf_dir: Path) -> int:
+    return replication.run(spec_of(data, conf_dir), once=False)
+
+
+def test_bounded_copy_keeps_records_headers_timestamps_and_order(
+    spark, kafka, kafka_dest, conf_dir, tmp_path
+) -> None:
+    kafka.create_topic("rep-bounded", PARTITIONS, 1)
+    kafka_dest.create_topic("rep-bounded-copy", PARTITIONS, 1)
+    records = dataset(400)
+    produce_records(kafka.bootstrap_servers, "rep-bounded", records)
+
+    status = run_once(
+        group_json("bounded", "rep-bounded", "rep-bounded-copy", continuous=False), conf_dir
+    )
+
+    assert status == EXIT_OK
+    copied = read_partitions(kafka_dest.bootstrap_servers, "rep-bounded-copy", PARTITIONS)
+    assert_exact_copy(by_partition(records), copied, "rep-bounded")
+    stats = spark.read.format("delta").load(str(tmp_path / "wh" / "replication_stats"))
+    totals = stats.groupBy("partition").agg(
+        F.sum("records_replicated").alias("n"), F.sum("bytes_replicated").alias("b")
+    )
+    expected = {
+        p: (len(rs), sum(len(r.value or b"") for r in rs))
+        for p, rs in by_partition(records).items()
+    }
+    assert {r["partition"]: (r["n"], r["b"]) for r in totals.collect()} == expected
+    latency = stats.agg(F.min("replication_latency_ms_min"), F.min("record_age_ms_min")).first()
+    # Source timestamps are fixed in the past, so both ages are at least "now - T0".
+    assert latency[0] > 0 and latency[1] > 0
+    audit = spark.read.format("delta").load(str(tmp_path / "wh" / "replication_audit"))
+    by_window = audit.agg(F.sum("records_read"), F.sum("records_written")).first()
+    assert (by_window[0], by_window[1]) == (400, 400)
+
+
+def test_bounded_copy_by_offset_ranges(spark, kafka, kafka_dest, conf_dir) -> None:
+    kafka.create_topic("rep-ranges", PARTITIONS, 1)
+    kafka_dest.create_topic("rep-ranges-copy", PARTITIONS, 1)
+    records = dataset(200)
+    produce_records(kafka.bootstrap_servers, "rep-ranges", records)
+    ranges = [
+        {"partition": 0, "startOffset": 5, "endOffset": 25},
+        {"partition": 2, "startOffset": 0, "endOffset": 3},
+    ]
+    data = group_json(
+        "ranges",
+        "rep-ranges",
+        "rep-ranges-copy",
+        continuous=False,
+        kafkaConsumerTaskGroup__partitionOffsetRanges={"partitionOffsetRange": ranges},
+    )
+
+    assert run_once(data, conf_dir) == EXIT_OK
+
+    source = by_partition(records)
+    expected = {0: source[0][5:25], 1: [], 2: source[2][0:3], 3: []}
+    assert_exact_copy(
+        expected, read_partitions(kafka_dest.bootstrap_servers, "rep-ranges-copy", 4), "rep-ranges"
+    )
+
+
+def test_bounded_copy_by_timestamps(spark, kafka, kafka_dest, conf_dir) -> None:
+    kafka.create_topic("rep-times", PARTITIONS, 1)
+    kafka_dest.create_topic("rep-times-copy", PARTITIONS, 1)
+    records = dataset(200)
+    produce_records(kafka.bootstrap_servers, "rep-times", records)
+    start_ms, end_ms = T0_MS + 10_000, T0_MS + 20_000  # [start, end): 10 records per partition
+    data = group_json(
+        "times",
+        "rep-times",
+        "rep-times-copy",
+        continuous=False,
+        kafkaConsumerTaskGroup__startTimestamp=_rfc3339(start_ms),
+        kafkaConsumerTaskGroup__endTimestamp=_rfc3339(end_ms),
+    )
+
+    assert run_once(data, conf_dir) == EXIT_OK
+
+    expected = {
+        p: [r for r in rs if start_ms <= r.timestamp_ms < end_ms]
+        for p, rs in by_partition(records).items()
+    }
+    assert all(len(rs) == 10 for rs in expected.values())
+    assert_exact_copy(
+        expected, read_partitions(kafka_dest.bootstrap_servers, "rep-times-copy", 4), "rep-times"
+    )
+
+
+def _rfc3339(ms: int) -> str:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    ts = Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts.ToJsonString()
+
+
+def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) -> None:
+    """Destination topic with replication factor 3 and min.insync.replicas=3, one of its three
+    brokers down: acks=all cannot be satisfied (the job fails, nothing is written), acks=1 can.
+    """
+    from tools.kafka_broker import start_cluster
+
+    kafka.create_topic("rep-acks", PARTITIONS, 1)
+    records = dataset(40)
+    produce_records(kafka.bootstrap_servers, "rep-acks", records)
+    with start_cluster(tmp_path / "three-brokers", n_brokers=3) as trio:
+        for name in ("rep-acks-all", "rep-acks-one"):
+            trio.create_topic(name, PARTITIONS, 3, config={"min.insync.replicas": "3"})
+        trio.kill_broker(2)
+        survivor = trio.brokers[0].address
+
+        def isr_shrunk() -> bool:
+            # Once the controller fences the dead broker, it leaves every ISR: acks=all then
+            # fails at once (NOT_ENOUGH_REPLICAS) and acks=1 records become visible.
+            topics = trio.admin().list_topics(timeout=10).topics
+            return all(
+                len(p.isrs) == 2
+                for name in ("rep-acks-all", "rep-acks-one")
+                for p in topics[name].partitions.values()
+            )
+
+        wait_for(isr_shrunk, 60, "broker 2 to leave the ISRs")
+        conf = write_conf_dir(
+            tmp_path / "conf",
+            kafka.bootstrap_servers,
+            tmp_path / "wh",
+            tmp_path / "ck",
+            more_clusters={
+                "src": {"bootstrap_servers": kafka.bootstrap_servers},
+                "dst": {
+                    "bootstrap_servers": survivor,
+                    "properties": {"delivery.timeout.ms": "8000"},
+                },
+            },
+        )
+        all_status = run_once(
+            group_json("acks-all", "rep-acks", "rep-acks-all", continuous=False), conf
+        )
+        one = group_json(
+            "acks-one",
+            "rep-acks",
+            "rep-acks-one",
+            continuous=False,
+            kafkaDispatcherTaskGroup__isAcksOne=True,
+        )
+        one_status = run_once(one, conf)
+
+        assert all_status == EXIT_FAILED
+        assert count_records(survivor, "rep-acks-all", PARTITIONS) == 0
+        assert one_status == EXIT_OK
+        # acks=1 was acknowledged by the leaders alone. Kafka 3.9 moves a partition's high
+        # watermark only while its ISR is at least min.insync.replicas, so consumers see the
+        # records once the third broker is back.
+        trio.restart_broker(2)
+        wait_for(
+            lambda: count_records(survivor, "rep-acks-one", PARTITIONS) == 40, 90, "40 records"
+        )
+        assert_exact_copy(
+            by_partition(records), read_partitions(survivor, "rep-acks-one", 4), "rep-acks"
+        )
+
+
+def test_destination_checks_before_any_record_moves(kafka, kafka_dest, conf_dir) -> None:
+    kafka.create_topic("rep-checks", PARTITIONS, 1)
+    kafka_dest.create_topic("rep-checks-small", 2, 1)
+    produce_records(kafka.bootstrap_servers, "rep-checks", dataset(20))
+
+    with pytest.raises(TopicNotFound, match="rep-checks-missing"):
+        replication.check(spec_of(group_json("c1", "rep-checks", "rep-checks-missing"), conf_dir))
+    with pytest.raises(InvalidJobGroup, match="fewer than the source's 4"):
+        replication.check(spec_of(group_json("c2", "rep-checks", "rep-checks-small"), conf_dir))
+    assert count_records(kafka_dest.bootstrap_servers, "rep-checks-small", 2) == 0
+
+    created = group_json(
+        "c3",
+        "rep-checks",
+        "rep-checks-created",
+        extension={"replication": {"createDestinationTopic": True}},
+    )
+    plan = replication.check(spec_of(created, conf_dir))
+    assert plan.destination_partitions == PARTITIONS
+    modulo = group_json(
+        "c4",
+        "rep-checks",
+        "rep-checks-small",
+        extension={"replication": {"partitionMapping": "PARTITION_MAPPING_MODULO"}},
+    )
+    plan = replication.check(spec_of(modulo, conf_dir))
+    assert [plan.destination_partition(p) for p in range(4)] == [0, 1, 0, 1]
+
+
+def submit(data: dict, workdir: Path, conf_dir: Path) -> subprocess.Popen:
+    path = workdir / f"{data['jobGroupId']}.json"
+    path.write_text(json.dumps(data))
+    log = (workdir / f"{data['jobGroupId']}.log").open("ab")
+    return subprocess.Popen(
+        [str(ROOT / "spark-submit.sh"), str(path)],
+        env={**os.environ, "UATU_CONF_DIR": str(conf_dir), "UATU_DRIVER_MEMORY": "1g"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
+    kafka, kafka_dest, conf_dir, tmp_path
+) -> None:
+    """Kill -9 the whole application mid-copy, restart it: every record exactly once, in order."""
+    kafka.create_topic("rep-crash", PARTITIONS, 1)
+    kafka_dest.create_topic("rep-crash-copy", PARTITIONS, 1)
+    first, second = dataset(6000), dataset(2000, topic_tag="b")
+    produce_records(kafka.bootstrap_servers, "rep-crash", first)
+    # 1000 records/s (250 per partition per 1 s batch) makes the copy last long enough to kill.
+    data = group_json("crash", "rep-crash", "rep-crash-copy", flowControl={"messagesPerSec": 1000})
+
+    proc = submit(data, tmp_path, conf_dir)
+    try:
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= 1500
+            ),
+            180,
+            "the first records in the destination",
+        )
+        signal_group(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        copied_before = count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS)
+        assert 0 < copied_before < len(first)
+
+        proc = submit(data, tmp_path, conf_dir)
+        produce_records(kafka.bootstrap_servers, "rep-crash", second)  # continuous: new data too
+        total = len(first) + len(second)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= total
+            ),
+            240,
+            f"{total} records in the destination",
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == EXIT_OK
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+    expected = by_partition(first + second)
+    copied = read_partitions(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS)
+    assert_exact_copy(expected, copied, "rep-crash")

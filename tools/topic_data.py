@@ -1,0 +1,128 @@
+"""Produce a known set of records and read a topic back, partition by partition.
+
+The replication tests and benchmark produce `Record`s with explicit partition, timestamp and
+headers, and compare what the destination holds against them in plain Python.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+    offset: int = -1  # set on records read back
+
+
+def produce_records(bootstrap_servers: str, topic: str, records: Iterable[Record]) -> int:
+    """Produce `records` in order (idempotent producer, acks=all); return how many."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    count = 0
+    for r in records:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    r.value,
+                    r.key,
+                    r.partition,
+                    on_delivery,
+                    timestamp=r.timestamp_ms,
+                    headers=list(r.headers) or None,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        if count % 10_000 == 0:
+            producer.poll(0)
+    producer.flush()
+    if failures:
+        raise RuntimeError(f"{len(failures)} records not produced to {topic}: {failures[0]}")
+    return count
+
+
+def read_partitions(
+    bootstrap_servers: str, topic: str, partitions: int, timeout_s: float = 60.0
+) -> dict[int, list[Record]]:
+    """Every record of `topic`, per partition in offset order (reads up to the current end)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"read-partitions-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        ends = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = (low, high)
+        consumer.assign(
+            [TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low]
+        )
+        out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+        pending = {p for p, (low, high) in ends.items() if high > low}
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+            for m in messages:
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading {topic}: {m.error()}")
+                    continue
+                p = m.partition()
+                out[p].append(
+                    Record(
+                        p,
+                        m.key(),
+                        m.value(),
+                        m.timestamp()[1],
+                        tuple((k, v or b"") for k, v in (m.headers() or ())),
+                        m.offset(),
+                    )
+                )
+                if m.offset() >= ends[p][1] - 1:
+                    pending.discard(p)
+        if pending:
+            raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} not read to the end")
+        return out
+    finally:
+        consumer.close()
+
+
+def count_records(bootstrap_servers: str, topic: str, partitions: int) -> int:
+    """Records in `topic` by offsets (high - low watermark), without reading them."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "count-records"})
+    try:
+        total = 0
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
