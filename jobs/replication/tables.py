@@ -21,7 +21,7 @@ record_age_ms_min/_avg/_max      num        MM2 record-age-ms: read time - sourc
 replication_latency_ms_min/...   num        MM2 replication-latency-ms: destination ack time
                                             - source timestamp (min, avg, max, p99)
 replication_latency_kll_sketch   binary     KLL sketch of the latencies; merge across batches
-                                            with kll_sketch_merge_bigint for any percentile
+                                            with kll_merge_agg_bigint for any percentile
 ===============================  =========  ================================================
 
 `replication_audit`: per batch, source partition and window of source timestamps

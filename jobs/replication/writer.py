@@ -73,9 +73,8 @@ def stamp_headers(
     """Source headers, then the fixed stamps (cluster, topic, partition, format), then offset."""
     headers: Headers = []
     if source_headers:
-        headers = [
-            (h["key"], h["value"] if h["value"] is not None else b"") for h in source_headers
-        ]
+        # A header may have a null value; it is copied as null.
+        headers = [(h["key"], h["value"]) for h in source_headers]
     headers.extend(fixed)
     headers.append((STAMP_OFFSET, str(offset).encode()))
     return headers

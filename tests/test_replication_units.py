@@ -1,0 +1,423 @@
+"""The replication job's pure parts: JobGroup validation, planning, pacing, stamps, transforms."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from google.protobuf import json_format
+from pyspark.sql import functions as F
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from jobs.common.errors import InvalidJobGroup, UnknownCluster
+from jobs.common.settings import load_settings, write_conf_dir
+from jobs.replication.pacing import Pacer
+from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
+from jobs.replication.spec import ReplicationSpec, replication_spec
+from jobs.replication.transforms import (
+    reached_offsets,
+    replication_audit,
+    replication_stats,
+    source_records,
+)
+from jobs.replication.writer import (
+    STAMP_OFFSET,
+    stamp_headers,
+    stamped_source,
+)
+
+NOW_MS = 1_800_000_000_000
+
+
+@pytest.fixture()
+def settings(tmp_path: Path):
+    conf = write_conf_dir(
+        tmp_path / "conf",
+        "127.0.0.1:9",
+        tmp_path / "wh",
+        tmp_path / "ck",
+        more_clusters={
+            "src": {"bootstrap_servers": "127.0.0.1:9"},
+            "dst": {"bootstrap_servers": "127.0.0.1:10"},
+        },
+    )
+    return load_settings(conf)
+
+
+def group(**overrides) -> JobGroup:
+    data: dict = {
+        "jobGroupId": "copy",
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {"cluster": "src", "topic": "orders"},
+        "kafkaDispatcherTaskGroup": {"cluster": "dst", "topic": "orders"},
+    }
+    for path, value in overrides.items():
+        node = data
+        *parents, leaf = path.split(".")
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = value
+    return json_format.ParseDict(data, JobGroup())
+
+
+def spec(settings, **overrides) -> ReplicationSpec:
+    return replication_spec(group(**overrides), settings, NOW_MS)
+
+
+def ts(ms: int) -> str:
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    t = Timestamp()
+    t.FromMilliseconds(ms)
+    return t.ToJsonString()
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def test_defaults(settings) -> None:
+    s = spec(settings)
+    assert (s.continuous, s.acks_all, s.modulo_partitions, s.auto_offset_reset) == (
+        True,
+        True,
+        False,
+        "earliest",
+    )
+    assert s.producer_config()["acks"] == "all"
+    assert s.producer_config()["enable.idempotence"] is True
+    assert s.stats_path.endswith("/replication_stats")
+    assert s.trigger_interval_seconds == 2
+
+
+def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flight(
+    settings,
+) -> None:
+    config = spec(settings, **{"kafkaDispatcherTaskGroup.isAcksOne": True}).producer_config()
+    assert (config["acks"], config["enable.idempotence"]) == ("1", False)
+    assert config["max.in.flight.requests.per.connection"] == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        (
+            {"kafkaDispatcherTaskGroup.cluster": "nowhere"},
+            "kafka_dispatcher_task_group.cluster",
+            "unknown",
+        ),
+        ({"kafkaDispatcherTaskGroup.topic": " "}, "kafka_dispatcher_task_group.topic", "required"),
+        (
+            {"kafkaDispatcherTaskGroup.cluster": "src"},
+            "kafka_dispatcher_task_group.topic",
+            "onto itself",
+        ),
+        (
+            {
+                "kafkaConsumerTaskGroup.startTimestamp": ts(NOW_MS - 1000),
+                "kafkaConsumerTaskGroup.endTimestamp": ts(NOW_MS - 2000),
+            },
+            "kafka_consumer_task_group.end_timestamp",
+            "before start_timestamp",
+        ),
+        (
+            {"kafkaConsumerTaskGroup.endTimestamp": ts(NOW_MS + 60_000)},
+            "kafka_consumer_task_group.end_timestamp",
+            "in the future",
+        ),
+        (
+            {
+                "kafkaConsumerTaskGroup.partitionOffsetRanges": {
+                    "partitionOffsetRange": [{"partition": 1, "startOffset": 9, "endOffset": 3}]
+                }
+            },
+            "partition_offset_range[0].end_offset",
+            "before its start_offset 9",
+        ),
+        (
+            {
+                "kafkaConsumerTaskGroup.partitionOffsetRanges": {
+                    "partitionOffsetRange": [
+                        {"partition": 1, "endOffset": 3},
+                        {"partition": 1, "endOffset": 5},
+                    ]
+                }
+            },
+            "partition_offset_range[1].partition",
+            "listed twice",
+        ),
+        (
+            {
+                "kafkaConsumerTaskGroup.endTimestamp": ts(NOW_MS - 1),
+                "replicationTaskGroup.isContinuous": True,
+            },
+            "replication_task_group.is_continuous",
+            "has no end",
+        ),
+        (
+            {
+                "extension": {
+                    "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                    "replication": {"auditIntervalSeconds": -5},
+                }
+            },
+            "extension.replication.audit_interval_seconds",
+            "> 0",
+        ),
+    ],
+)
+def test_bad_input_names_field_and_value(settings, overrides, field, fragment) -> None:
+    with pytest.raises(InvalidJobGroup) as error:
+        spec(settings, **overrides)
+    assert field in error.value.field
+    assert fragment in str(error.value)
+
+
+def test_unknown_destination_cluster_is_its_own_error(settings) -> None:
+    with pytest.raises(UnknownCluster, match="nowhere"):
+        spec(settings, **{"kafkaDispatcherTaskGroup.cluster": "nowhere"})
+
+
+def test_same_topic_on_another_cluster_is_fine(settings) -> None:
+    assert spec(settings).destination_topic == "orders"
+
+
+def test_an_end_makes_a_group_without_replication_task_group_bounded(settings) -> None:
+    assert (
+        spec(settings, **{"kafkaConsumerTaskGroup.endTimestamp": ts(NOW_MS - 1)}).continuous
+        is False
+    )
+    assert spec(settings, **{"replicationTaskGroup.isContinuous": False}).continuous is False
+
+
+def test_encoded_format_becomes_headers(settings) -> None:
+    s = spec(
+        settings,
+        **{
+            "kafkaDispatcherTaskGroup.encodedFormatInfo": {
+                "encodedFormatType": "ENCODED_FORMAT_TYPE_PROTOBUF",
+                "schemaVersion": 7,
+            }
+        },
+    )
+    assert s.encoded_format == ("ENCODED_FORMAT_TYPE_PROTOBUF", 7)
+
+
+# --- planning and flow control ------------------------------------------------------------
+
+
+def test_plan_refuses_fewer_destination_partitions_unless_modulo(settings) -> None:
+    with pytest.raises(InvalidJobGroup, match="fewer than the source's 4"):
+        build_plan(spec(settings), source_count=4, destination_count=2)
+    modulo = spec(
+        settings,
+        extension={
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "replication": {"partitionMapping": "PARTITION_MAPPING_MODULO"},
+        },
+    )
+    plan = build_plan(modulo, source_count=4, destination_count=3)
+    assert [plan.destination_partition(p) for p in range(4)] == [0, 1, 2, 0]
+
+
+def test_plan_for_offset_ranges_copies_only_those_partitions(settings) -> None:
+    ranges = {
+        "partitionOffsetRange": [
+            {"partition": 2, "startOffset": 5, "endOffset": 9},
+            {"partition": 0, "endOffset": 4},
+        ]
+    }
+    s = spec(settings, **{"kafkaConsumerTaskGroup.partitionOffsetRanges": ranges})
+    plan = build_plan(s, source_count=3, destination_count=3)
+    assert plan.source_partitions == (0, 2)
+    assert dict(plan.starting_offsets) == {0: 0, 2: 5}
+    assert plan.end_offsets is not None and dict(plan.end_offsets) == {0: 4, 2: 9}
+    assert plan.spark_assign("orders") == '{"orders": [0, 2]}'
+    assert not plan.is_done({0: 4, 2: 8})
+    assert plan.is_done({0: 4, 2: 9})
+
+
+def test_plan_range_on_a_missing_partition_is_an_error(settings) -> None:
+    ranges = {"partitionOffsetRange": [{"partition": 7, "endOffset": 4}]}
+    s = spec(settings, **{"kafkaConsumerTaskGroup.partitionOffsetRanges": ranges})
+    with pytest.raises(InvalidJobGroup, match="has 3 partitions"):
+        build_plan(s, source_count=3, destination_count=3)
+
+
+def test_plan_by_timestamps_uses_the_found_offsets_else_the_ends(settings) -> None:
+    s = spec(
+        settings,
+        **{
+            "kafkaConsumerTaskGroup.startTimestamp": ts(NOW_MS - 5000),
+            "kafkaConsumerTaskGroup.endTimestamp": ts(NOW_MS - 1000),
+        },
+    )
+    plan = build_plan(
+        s,
+        source_count=2,
+        destination_count=2,
+        starts_by_time={0: 10, 1: -1},
+        ends_by_time={0: 20, 1: -1},
+        high_watermarks={0: 30, 1: 40},
+    )
+    assert dict(plan.starting_offsets) == {0: 10, 1: LATEST}
+    assert plan.end_offsets is not None and dict(plan.end_offsets) == {0: 20, 1: 40}
+
+
+def test_plan_continuous_default_starts_earliest_and_never_ends(settings) -> None:
+    plan = build_plan(spec(settings), source_count=2, destination_count=2)
+    assert dict(plan.starting_offsets) == {0: EARLIEST, 1: EARLIEST}
+    assert plan.end_offsets is None and not plan.is_done({0: 10**9, 1: 10**9})
+    assert plan.spark_starting_offsets("orders") == '{"orders": {"0": -2, "1": -2}}'
+
+
+def test_record_budget_from_both_caps(settings) -> None:
+    def with_caps(msgs: float, nbytes: float) -> ReplicationSpec:
+        flow = {"messagesPerSec": msgs, "bytesPerSec": nbytes}
+        return spec(settings, flowControl=flow)
+
+    assert records_per_trigger(with_caps(0, 0), 200.0) is None
+    assert records_per_trigger(with_caps(1000, 0), None) == 2000  # 2 s trigger
+    assert records_per_trigger(with_caps(0, 100_000), 200.0) == 1000
+    assert records_per_trigger(with_caps(1000, 100_000), 50.0) == 2000  # messages bind
+    assert records_per_trigger(with_caps(0, 100_000), None) == 195  # 1 KiB assumed
+
+
+def test_pacer_waits_out_whichever_cap_binds() -> None:
+    pacer = Pacer(max_records_per_sec=1000, max_bytes_per_sec=10_000)
+    # 1000 records of 5 bytes: the record cap binds (1 s); the batch took 0.25 s.
+    assert pacer.delay(100.0, 1000, 5000, now=100.25) == pytest.approx(0.75)
+    # Next batch starts at 101.0: 500 records but 20 kB, the byte cap binds (2 s).
+    assert pacer.delay(101.0, 500, 20_000, now=101.5) == pytest.approx(1.5)
+    # After idling, no credit accumulates: a batch at 200 s is judged on its own.
+    assert pacer.delay(200.0, 100, 100, now=200.2) == pytest.approx(0.0, abs=1e-9)
+    assert Pacer(0, 0).delay(0.0, 10**9, 10**12, now=0.0) == 0.0
+
+
+# --- stamps -------------------------------------------------------------------------------
+
+
+def test_stamps_keep_source_headers_and_last_stamp_wins() -> None:
+    fixed = [("uatu.src.cluster", b"a"), ("uatu.src.topic", b"t"), ("uatu.src.partition", b"3")]
+    headers = stamp_headers(
+        [{"key": "trace", "value": b"x"}, {"key": "nil", "value": None}], fixed, 42
+    )
+    assert headers[:2] == [("trace", b"x"), ("nil", None)]
+    assert headers[-1] == (STAMP_OFFSET, b"42")
+    # A record replicated twice (A -> B -> C) carries both hops; the last one describes C's source.
+    again = stamp_headers(
+        [{"key": k, "value": v} for k, v in headers],
+        [("uatu.src.cluster", b"b"), ("uatu.src.topic", b"t2"), ("uatu.src.partition", b"0")],
+        7,
+    )
+    assert stamped_source(again) == {
+        "uatu.src.cluster": b"b",
+        "uatu.src.topic": b"t2",
+        "uatu.src.partition": b"0",
+        STAMP_OFFSET: b"7",
+    }
+    assert stamp_headers(None, [], 1) == [(STAMP_OFFSET, b"1")]
+
+
+# --- transforms ---------------------------------------------------------------------------
+
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key:string,value:binary>>"
+)
+ACKS_SCHEMA = (
+    "partition int, offset long, timestamp_ms long, destination_partition int, value_bytes long, "
+    "record_bytes long, replicated boolean, read_ms long, acked_ms long"
+)
+
+
+def test_source_records_drops_offsets_past_the_end(spark) -> None:
+    from datetime import datetime
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        (b"k", b"v", "t", p, o, t, 0, None)
+        for p, o in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 5), (2, 0)]
+    ]
+    df = spark.createDataFrame(rows, KAFKA_SCHEMA)
+    out = df.transform(source_records, {0: 2, 1: 6})
+    ms = int(t.timestamp() * 1000)
+    expected = spark.createDataFrame(
+        [(b"k", b"v", p, o, ms, None) for p, o in [(0, 0), (0, 1), (1, 0), (1, 5)]],
+        "key binary, value binary, partition int, offset long, timestamp_ms long, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
+    assert df.transform(source_records, None).count() == 6
+
+
+def acks_frame(spark):
+    # partition 0: three records, the first already in the destination (a crashed run wrote it)
+    # partition 1: two records, both written.
+    rows = [
+        (0, 10, 1_000, 0, 4, 6, False, 1_500, None),
+        (0, 11, 61_000, 0, 6, 8, True, 61_100, 61_300),
+        (0, 12, 62_000, 0, 2, 3, True, 62_500, 62_600),
+        (1, 3, 5_000, 1, 10, 10, True, 5_020, 5_070),
+        (1, 4, 6_000, 1, 10, 12, True, 6_000, 6_010),
+    ]
+    return spark.createDataFrame(rows, ACKS_SCHEMA)
+
+
+def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
+    labels = {"job_group_id": "g", "source_topic": "t"}
+    stats = acks_frame(spark).transform(replication_stats, 7, F.lit(None).cast("timestamp"), labels)
+    got = {
+        r["partition"]: r.asDict()
+        for r in stats.drop("replication_latency_kll_sketch", "batch_time").collect()
+    }
+    assert got[0] == {
+        "job_group_id": "g",
+        "source_topic": "t",
+        "batch_id": 7,
+        "partition": 0,
+        "destination_partition": 0,
+        "records_read": 3,
+        "records_replicated": 2,
+        "records_already_present": 1,
+        "bytes_replicated": 8,
+        "record_bytes_replicated": 11,
+        "first_offset": 10,
+        "last_offset": 12,
+        "record_age_ms_min": 100,
+        "record_age_ms_avg": pytest.approx((500 + 100 + 500) / 3),
+        "record_age_ms_max": 500,
+        "replication_latency_ms_min": 300,
+        "replication_latency_ms_avg": 450.0,
+        "replication_latency_ms_max": 600,
+        "replication_latency_ms_p99": 600,
+    }
+    assert got[1]["replication_latency_ms_min"] == 10
+    assert got[1]["replication_latency_ms_max"] == 70
+    merged = stats.agg(
+        F.kll_sketch_get_quantile_bigint(
+            F.kll_merge_agg_bigint("replication_latency_kll_sketch"), F.lit(1.0)
+        )
+    ).first()
+    assert merged is not None and merged[0] == 600
+
+
+def test_replication_audit_counts_per_window(spark) -> None:
+    audit = acks_frame(spark).transform(replication_audit, 60, 7, {"job_group_id": "g"})
+    got = sorted(
+        (
+            r["partition"],
+            r["window_start"].timestamp(),
+            r["records_read"],
+            r["records_written"],
+            r["records_already_present"],
+        )
+        for r in audit.collect()
+    )
+    assert got == [(0, 0.0, 1, 0, 1), (0, 60.0, 2, 2, 0), (1, 0.0, 2, 2, 0)]
+
+
+def test_reached_offsets(spark) -> None:
+    got = {r["partition"]: r["next_offset"] for r in reached_offsets(acks_frame(spark)).collect()}
+    assert got == {0: 13, 1: 5}
