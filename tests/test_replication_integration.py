@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -164,6 +165,19 @@ def test_bounded_copy_keeps_records_headers_timestamps_and_order(
     audit = spark.read.format("delta").load(str(tmp_path / "wh" / "replication_audit"))
     by_window = audit.agg(F.sum("records_read"), F.sum("records_written")).first()
     assert (by_window[0], by_window[1]) == (400, 400)
+    # The copied offsets are committed to the JobGroup's consumer group, for lag monitors.
+    assert committed(kafka.bootstrap_servers, "bounded-cg", "rep-bounded") == {
+        p: 100 for p in range(PARTITIONS)
+    }
+
+
+def committed(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
+    try:
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], 10)
+        return {tp.partition: tp.offset for tp in offsets}
+    finally:
+        consumer.close()
 
 
 def test_bounded_copy_by_offset_ranges(spark, kafka, kafka_dest, conf_dir) -> None:
