@@ -79,22 +79,26 @@ def assert_exact_copy(
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
 
 
-@pytest.fixture()
-def conf_dir(tmp_path: Path, kafka, kafka_dest) -> Path:
+def two_cluster_conf(tmp_path: Path, source: str, destination: str) -> Path:
+    """Clusters `src` and `dst`; a short delivery timeout so a failing acks=all run ends soon."""
     return write_conf_dir(
         tmp_path / "conf",
-        kafka.bootstrap_servers,
+        source,
         tmp_path / "wh",
         tmp_path / "ck",
         more_clusters={
-            "src": {"bootstrap_servers": kafka.bootstrap_servers},
-            # Short delivery timeout: the acks=all test expects a delivery to fail quickly.
+            "src": {"bootstrap_servers": source},
             "dst": {
-                "bootstrap_servers": kafka_dest.bootstrap_servers,
+                "bootstrap_servers": destination,
                 "properties": {"delivery.timeout.ms": "8000"},
             },
         },
     )
+
+
+@pytest.fixture()
+def conf_dir(tmp_path: Path, kafka, kafka_dest) -> Path:
+    return two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
 
 
 def group_json(
@@ -267,19 +271,7 @@ def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) ->
             )
 
         wait_for(isr_shrunk, 60, "broker 2 to leave the ISRs")
-        conf = write_conf_dir(
-            tmp_path / "conf",
-            kafka.bootstrap_servers,
-            tmp_path / "wh",
-            tmp_path / "ck",
-            more_clusters={
-                "src": {"bootstrap_servers": kafka.bootstrap_servers},
-                "dst": {
-                    "bootstrap_servers": survivor,
-                    "properties": {"delivery.timeout.ms": "8000"},
-                },
-            },
-        )
+        conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, survivor)
         all_status = run_once(
             group_json("acks-all", "rep-acks", "rep-acks-all", continuous=False), conf
         )
