@@ -10,7 +10,7 @@ MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
 PROTOS      := $(shell find controlplane/proto -name '*.proto')
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-controlplane clean
+.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 
 jars: var/jars/.installed ## Spark Kafka connector, Delta and the Kafka broker from Maven Central
 
-var/jars/.installed: jvm/pom.xml jvm/settings.xml $(VENV)/.installed
+var/jars/.installed: jvm/pom.xml jvm/settings.xml | $(VENV)/.installed
 	@echo ">> resolving JVM artifacts from Maven Central (jvm/pom.xml)"
 	rm -rf var/jars/spark var/jars/kafka
 	$(MVN) -P spark-jars dependency:copy-dependencies
@@ -90,6 +90,9 @@ format: venv ## apply ruff fixes and formatting
 
 bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M records
 	$(PY) -m bench.audit_bench
+
+bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
+	$(PY) -m bench.replication_bench
 
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench

@@ -1,0 +1,1074 @@
+"""Replication throughput, correctness, latency and flow control: our Spark replication job
+against Apache Kafka MirrorMaker 2 and Kafka's own perf tools, between two private clusters.
+
+Setup: two fresh single-broker clusters (source, destination; heap 1g) under var/bench/. The
+source topic (--partitions, default 4) gets N records (--records) of --record-size bytes, no
+key, record i in partition i % partitions; each value starts with a fixed-width ASCII header
+``seq=000000123 ts=1795000000000 `` (sequence number, produce time in epoch ms) padded with dots,
+and the record timestamp is that produce time. Every destination topic is created beforehand
+with the source's partition count and ``message.timestamp.type=LogAppendTime``, so a copied
+record's timestamp is when the destination broker appended it.
+
+What is measured, in this order:
+
+1. Ceilings: Kafka's ConsumerPerformance reading the N source records (fetch.nMsg.sec, which
+   leaves out the group join) and ProducerPerformance writing N records of the same size to a
+   scratch topic on the destination with the Spark job's producer settings (acks=all,
+   idempotent, linger.ms=20, batch.size=1 MiB; see spec.producer_config). The smaller of the
+   two is "the ceiling" of a copy on this machine.
+2. The Spark job, a bounded copy (replicationTaskGroup.isContinuous=false) of the source topic
+   to ``copy-spark``, run with ./spark-submit.sh (local[2], 2g driver); MirrorMaker 2
+   (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions, target producers with
+   the same settings, max.in.flight 5) copying it to a topic of the same name. For each:
+   launch-to-done wall time (launch until every record is in the destination; for the Spark
+   job also until it exits), and copy throughput: the destination's record count is polled
+   every 0.25 s, and throughput = records added between the first poll that sees records and
+   the poll that sees all N, over that time (JVM start, planning and topic discovery left out).
+3. Correctness of every copy: the source and each copy are read back per partition; a copy is
+   exact when every destination partition holds its source partition's sequence numbers in the
+   same order. Lost, duplicated and unexpected records are counted.
+4. Latency: destination LogAppendTime - produce time in the value, p50/p99 over every copied
+   record. In the backlog copy above this is mostly time spent waiting in the backlog. Then a
+   steady-rate phase per tool: the tool runs continuously (our job: trigger interval 1 s) on
+   its own source topic while records are produced at --steady-rate for --steady-seconds (after
+   a slow warm-up trickle that shows the tool is copying); p50/p99 over the steady records.
+   Our job is stopped with SIGTERM and must exit 0.
+5. Flow control: bounded copies of the first min(N, 200,000) source records with
+   flowControl.messagesPerSec (--flow-messages, 20,000), then bytesPerSec (--flow-bytes,
+   4,000,000, ~20,000 records/s of 200 bytes), default 2 s trigger. From the job's
+   replication_stats table: achieved rate = records (bytes) of the batches after the first /
+   (batch_time of the last batch - batch_time of the first), compared with the cap (it must
+   not be above 1.10x). The job's "flow control: waiting" lines tell whether the cap bound.
+6. The job's own view from replication_stats: records replicated and replication-latency-ms
+   quantiles from the merged per-batch KLL sketches (kll_merge_agg_bigint).
+
+A summary table closes the output; it also goes to var/bench/replication-bench-result.json,
+job logs to var/bench/replication-<job>.log, MM2 logs to var/bench/replication-mm2-*.log.
+Nothing here asserts a duration: the exit status is 1 only if a copy lost, duplicated or
+reordered records, or a run failed. BENCH_SPARK_SUBMIT_ARGS, if set, is passed to the job as
+UATU_SPARK_SUBMIT_ARGS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+from jobs.common.settings import write_conf_dir
+from tools.kafka_broker import KafkaCluster, start_cluster
+from tools.kafka_perf import consumer_perf, producer_perf
+from tools.mirror_maker import MirrorMakerProcess, start_mirror_maker
+from tools.processes import signal_group
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "var" / "bench"
+RESULT_PATH = BENCH_DIR / "replication-bench-result.json"
+
+SOURCE_TOPIC = "bench-src"
+SPARK_COPY = "copy-spark"
+SCRATCH_TOPIC = "perf-scratch"
+LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+
+# The Spark job's destination producer (spec.producer_config), given to the other writers.
+PRODUCER_SETTINGS = {
+    "acks": "all",
+    "enable.idempotence": "true",
+    "linger.ms": "20",
+    "batch.size": "1048576",
+}
+MM2_EXTRA = {
+    f"target.producer.{k}": v
+    for k, v in {**PRODUCER_SETTINGS, "max.in.flight.requests.per.connection": "5"}.items()
+}
+
+HEADER = b"seq=%09d ts=%013d "  # 31 bytes
+HEADER_LEN = len(HEADER % (0, 0))
+SEQ, TS = slice(4, 13), slice(17, 30)
+
+POLL_S = 0.25
+WARMUP_RATE = 200  # records/s before a steady phase, until the tool is seen copying
+WARMUP_AFTER_S = 3.0  # and this long after that
+FLOW_RECORDS = 200_000
+FLOW_MESSAGES_PER_S = 20_000
+FLOW_BYTES_PER_S = 4_000_000
+FLOW_LIMIT = 1.10  # achieved / cap must not be above this
+QUICK = {"records": 100_000, "steady_rate": 2_000, "steady_seconds": 10}
+
+
+def say(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+# --- producing -------------------------------------------------------------------------------
+
+
+class SeqProducer:
+    """Record `seq` goes to partition seq % partitions with the header value; its timestamp is
+    the produce time written in the header."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, size: int, linger_ms: int
+    ) -> None:
+        self.topic, self.partitions, self.size = topic, partitions, size
+        self.failures: list[str] = []
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": linger_ms,
+                "batch.size": 1 << 20,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self.failures.append(str(err))
+
+    def send(self, seq: int) -> None:
+        now_ms = time.time_ns() // 1_000_000
+        value = (HEADER % (seq, now_ms)).ljust(self.size, b".")
+        while True:
+            try:
+                self.producer.produce(
+                    self.topic,
+                    value,
+                    partition=seq % self.partitions,
+                    timestamp=now_ms,
+                    on_delivery=self._delivered,
+                )
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        left = self.producer.flush(120)
+        if left or self.failures:
+            raise RuntimeError(
+                f"producing to {self.topic}: {left} records unsent, {len(self.failures)} failed "
+                f"{self.failures[:1]}"
+            )
+
+
+def produce_backlog(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> float:
+    """Produce records 0..n-1 as fast as possible; return records/s."""
+    producer = SeqProducer(bootstrap, topic, partitions, size, linger_ms=20)
+    started = time.monotonic()
+    for seq in range(n):
+        producer.send(seq)
+        if seq % 10_000 == 0:
+            producer.poll()
+    producer.flush()
+    return n / (time.monotonic() - started)
+
+
+def send_at_rate(producer: SeqProducer, first_seq: int, rate: float, seconds: float) -> int:
+    """Send rate x seconds records from `first_seq`, evenly spread; return the next seq."""
+    total = int(rate * seconds)
+    started = time.monotonic()
+    seq = first_seq
+    while seq < first_seq + total:
+        due = first_seq + min(total, int((time.monotonic() - started) * rate) + 1)
+        while seq < due:
+            producer.send(seq)
+            seq += 1
+        producer.poll()
+        time.sleep(0.001)
+    return seq
+
+
+# --- reading back and checking ---------------------------------------------------------------
+
+
+@dataclass
+class TopicScan:
+    """A topic read back: per partition in offset order, the sequence numbers and latencies
+    (record timestamp - produce time in the value, ms)."""
+
+    seqs: dict[int, array]
+    latency_ms: dict[int, array]
+    not_log_append_time: int = 0  # records whose timestamp is not the broker's append time
+
+    def flat(self, what: dict[int, array]) -> np.ndarray:
+        parts = [np.frombuffer(what[p], dtype=np.int64) for p in sorted(what)]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def latencies(self, min_seq: int = 0) -> np.ndarray:
+        return self.flat(self.latency_ms)[self.flat(self.seqs) >= min_seq]
+
+
+def scan_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 900) -> TopicScan:
+    """Read every record of `topic` up to its current end, one pass, nothing kept but ints."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-scan-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    scan = TopicScan({p: array("q") for p in range(partitions)}, {})
+    scan.latency_ms = {p: array("q") for p in range(partitions)}
+    try:
+        ends, starts = {}, []
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+                starts.append(TopicPartition(topic, p, low))
+        consumer.assign(starts)
+        pending = set(ends)
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
+            for m in messages:
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading {topic}: {m.error()}")
+                    continue
+                p, value = m.partition(), m.value()
+                ts_type, ts = m.timestamp()
+                scan.seqs[p].append(int(value[SEQ]))
+                scan.latency_ms[p].append(ts - int(value[TS]))
+                scan.not_log_append_time += ts_type != TIMESTAMP_LOG_APPEND_TIME
+                if m.offset() >= ends[p] - 1:
+                    pending.discard(p)
+        if pending:
+            raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} not read to the end")
+        return scan
+    finally:
+        consumer.close()
+
+
+@dataclass
+class CopyCheck:
+    expected: int
+    copied: int
+    lost: int
+    duplicated: int
+    unexpected: int  # records in the copy that the source range does not hold
+    partitions_not_identical: int  # sequence differs from the source's (order, loss, dups)
+
+    @property
+    def ok(self) -> bool:
+        bad = self.lost + self.duplicated + self.unexpected + self.partitions_not_identical
+        return bad == 0 and self.copied == self.expected
+
+
+def check_copy(source: Mapping[int, array], copy: Mapping[int, array]) -> CopyCheck:
+    """Compare a copy with the source, partition by partition."""
+    want = np.concatenate([np.frombuffer(a, dtype=np.int64) for a in source.values()])
+    got = np.concatenate([np.frombuffer(a, dtype=np.int64) for a in copy.values()])
+    got_distinct = np.unique(got)
+    return CopyCheck(
+        expected=len(want),
+        copied=len(got),
+        lost=int(np.setdiff1d(want, got_distinct).size),
+        duplicated=len(got) - len(got_distinct),
+        unexpected=int(np.setdiff1d(got_distinct, want).size),
+        partitions_not_identical=sum(copy.get(p, array("q")) != s for p, s in source.items()),
+    )
+
+
+def prefix(scan: TopicScan, ends: Mapping[int, int]) -> dict[int, array]:
+    """The first ends[p] records of each partition."""
+    return {p: scan.seqs[p][:end] for p, end in ends.items()}
+
+
+def quantiles(values: np.ndarray) -> dict[str, float] | None:
+    if not values.size:
+        return None
+    p50, p99 = np.percentile(values, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "max": float(values.max())}
+
+
+# --- watching a copy -------------------------------------------------------------------------
+
+
+class RecordCounter:
+    """Records in a topic (sum of high - low watermarks), through one long-lived consumer."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-counter"})
+        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def count(self) -> int:
+        return sum(high - low for low, high in map(self._watermarks, self.partitions))
+
+    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        # Right after a topic is created the client's metadata can lag behind the broker's
+        # (NOT_LEADER_FOR_PARTITION, UNKNOWN_TOPIC_OR_PART): transient, ask again.
+        for attempt in range(20):
+            try:
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                return int(low), int(high)
+            except KafkaException:
+                if attempt == 19:
+                    raise
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class CopyTiming:
+    launch_to_first_s: float | None = None  # the first poll that saw records
+    first_count: int = 0
+    launch_to_copied_s: float | None = None  # the poll that saw all of them
+    records_per_s: float | None = None  # between those two polls
+    error: str = ""
+
+
+def watch_copy(
+    counter: RecordCounter,
+    n: int,
+    launched: float,
+    running: Callable[[], bool],
+    timeout_s: float,
+) -> CopyTiming:
+    """Poll the destination every POLL_S until it holds n records, the tool stops or time is up."""
+    timing = CopyTiming()
+    next_poll = time.monotonic()
+    while True:
+        count = counter.count()
+        now = time.monotonic()
+        if count and timing.launch_to_first_s is None:
+            timing.launch_to_first_s, timing.first_count = now - launched, count
+        if count >= n:
+            timing.launch_to_copied_s = now - launched
+            span = timing.launch_to_copied_s - (timing.launch_to_first_s or 0.0)
+            timing.records_per_s = (count - timing.first_count) / span if span > 0 else None
+            return timing
+        if not running() and counter.count() < n:
+            timing.error = f"stopped with {count:,} of {n:,} records copied"
+            return timing
+        if now - launched > timeout_s:
+            timing.error = f"{count:,} of {n:,} records copied after {timeout_s:.0f} s"
+            return timing
+        next_poll += POLL_S
+        time.sleep(max(0.0, next_poll - time.monotonic()))
+
+
+# --- the tools -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    workdir: Path
+    source: KafkaCluster
+    destination: KafkaCluster
+    partitions: int
+    record_size: int
+    conf: Path = Path()
+
+    def stats_path(self, job: str) -> Path:
+        return self.workdir / "wh" / job / "replication_stats"
+
+    def copy_timeout_s(self, n: int) -> float:
+        return max(600.0, n / 1000)
+
+
+def job_group(
+    name: str,
+    source_topic: str,
+    destination_topic: str,
+    bench: Bench,
+    *,
+    continuous: bool,
+    trigger_s: int | None = None,
+    flow_control: Mapping[str, float] | None = None,
+    ends: Mapping[int, int] | None = None,
+) -> dict[str, Any]:
+    """A KAFKA_REPLICATION JobGroup (protobuf JSON) from cluster src to dst, own tables."""
+    extension: dict[str, Any] = {
+        "@type": "type.googleapis.com/uatu.v1.JobOptions",
+        "output": {
+            "replicationStatsPath": str(bench.stats_path(name)),
+            "replicationAuditPath": str(bench.workdir / "wh" / name / "replication_audit"),
+        },
+    }
+    if trigger_s:
+        extension["trigger"] = {"intervalSeconds": trigger_s}
+    source: dict[str, Any] = {
+        "cluster": "src",
+        "topic": source_topic,
+        "consumerGroup": f"bench-{name}",
+    }
+    if ends is not None:
+        ranges = [{"partition": p, "startOffset": 0, "endOffset": e} for p, e in ends.items()]
+        source["partitionOffsetRanges"] = {"partitionOffsetRange": ranges}
+    return {
+        "jobGroupId": name,
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": source,
+        "kafkaDispatcherTaskGroup": {"cluster": "dst", "topic": destination_topic},
+        "replicationTaskGroup": {"isContinuous": continuous},
+        "flowControl": dict(flow_control or {}),
+        "extension": extension,
+    }
+
+
+@contextmanager
+def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Popen[bytes]]:
+    """./spark-submit.sh GROUP in its own process group; killed if still running at the end."""
+    name = group["jobGroupId"]
+    path = bench.workdir / f"{name}.json"
+    path.write_text(json.dumps(group, indent=2))
+    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
+    env.update(UATU_CONF_DIR=str(bench.conf), UATU_DRIVER_MEMORY="2g")
+    if "BENCH_SPARK_SUBMIT_ARGS" in os.environ:
+        env["UATU_SPARK_SUBMIT_ARGS"] = os.environ["BENCH_SPARK_SUBMIT_ARGS"]
+    with spark_log(name).open("wb") as log:
+        proc = subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), str(path)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def spark_log(name: str) -> Path:
+    return BENCH_DIR / f"replication-{name}.log"
+
+
+def print_job_lines(name: str, limit: int = 12) -> None:
+    """The job's per-batch lines (and errors) from its log, indented."""
+    lines = spark_log(name).read_text(errors="replace").splitlines()
+    wanted = [
+        line
+        for line in lines
+        if re.search(r"uatu\.replication: (batch|plan)", line) or " ERROR " in line
+    ]
+    for line in wanted[:limit]:
+        print(f"  | {line}", flush=True)
+    if len(wanted) > limit:
+        print(f"  | ... {len(wanted) - limit} more in {spark_log(name)}", flush=True)
+
+
+@dataclass
+class CopyRun:
+    tool: str
+    destination_topic: str
+    expected: int
+    job: str = ""  # JobGroup id of a Spark run
+    timing: CopyTiming = field(default_factory=CopyTiming)
+    exit_code: int | None = None
+    launch_to_exit_s: float | None = None
+    check: CopyCheck | None = None
+    latency_ms: dict[str, float] | None = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.check is not None and self.check.ok
+
+
+def run_spark_bounded(bench: Bench, name: str, group: Mapping[str, Any], n: int) -> CopyRun:
+    """A bounded copy: watch the destination fill up, then wait for the job to exit."""
+    run = CopyRun("spark", group["kafkaDispatcherTaskGroup"]["topic"], n, job=name)
+    counter = RecordCounter(
+        bench.destination.bootstrap_servers, run.destination_topic, bench.partitions
+    )
+    launched = time.monotonic()
+    try:
+        with spark_job(bench, group) as proc:
+            run.timing = watch_copy(
+                counter, n, launched, lambda: proc.poll() is None, bench.copy_timeout_s(n)
+            )
+            try:
+                run.exit_code = proc.wait(300)
+            except subprocess.TimeoutExpired:
+                run.error = "still running 300 s after the copy was complete; killed"
+            run.launch_to_exit_s = time.monotonic() - launched
+    finally:
+        counter.close()
+    if run.exit_code not in (0, None):
+        run.error = f"exited {run.exit_code}"
+    run.error = run.error or run.timing.error
+    print_job_lines(name)
+    return run
+
+
+def run_mm2_bounded(bench: Bench, topic: str, n: int) -> CopyRun:
+    """MM2 copies `topic` (same name on the destination) until the destination holds n."""
+    run = CopyRun("mm2", topic, n)
+    counter = RecordCounter(bench.destination.bootstrap_servers, topic, bench.partitions)
+    launched = time.monotonic()
+    try:
+        with mirror_maker(bench, topic) as mm2:
+            run.timing = watch_copy(counter, n, launched, mm2.is_running, bench.copy_timeout_s(n))
+            run.error = run.timing.error
+        save_mm2_log(mm2, topic)
+    finally:
+        counter.close()
+    return run
+
+
+def report_copy(run: CopyRun) -> None:
+    t = run.timing
+    if run.error:
+        say(f"  {run.tool} FAILED: {run.error}")
+    rate = f"{t.records_per_s:,.0f} records/s" if t.records_per_s else "n/a"
+    exit_part = ""
+    if run.launch_to_exit_s is not None:
+        exit_part = f", exit {run.exit_code} at {run.launch_to_exit_s:.1f} s"
+    say(
+        f"  {run.tool}: first records at {_s(t.launch_to_first_s)}, all {run.expected:,} at "
+        f"{_s(t.launch_to_copied_s)}{exit_part}; copy throughput {rate}"
+    )
+
+
+def _s(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds:.1f} s"
+
+
+# --- phases ----------------------------------------------------------------------------------
+
+
+def ceilings(bench: Bench, n: int) -> dict[str, Any]:
+    say("ceiling: ConsumerPerformance on the source topic")
+    c = consumer_perf(bench.source.bootstrap_servers, SOURCE_TOPIC, n, timeout_ms=30_000)
+    if c.records < n:
+        raise RuntimeError(f"ConsumerPerformance read {c.records} of {n} records")
+    say(
+        f"  {c.records_per_s:,.0f} records/s with the group join, {c.fetch_records_per_s:,.0f} "
+        f"records/s fetch time only ({c.fetch_mb_per_s:.1f} MB/s)"
+    )
+    say("ceiling: ProducerPerformance to a scratch topic on the destination, the job's settings")
+    bench.destination.create_topic(SCRATCH_TOPIC, bench.partitions, 1)
+    p = producer_perf(
+        bench.destination.bootstrap_servers,
+        SCRATCH_TOPIC,
+        n,
+        bench.record_size,
+        acks="all",
+        extra_props=PRODUCER_SETTINGS,
+    )
+    say(
+        f"  {p.records_per_s:,.0f} records/s ({p.mb_per_s:.1f} MB/s), send-to-ack p99 {p.p99_ms} ms"
+    )
+    return {"consumer": asdict(c), "producer": asdict(p)}
+
+
+def backlog_copies(bench: Bench, n: int) -> list[CopyRun]:
+    say(f"Spark job: bounded copy {SOURCE_TOPIC} -> {SPARK_COPY}")
+    bench.destination.create_topic(SPARK_COPY, bench.partitions, 1, LOG_APPEND_TIME)
+    group = job_group("backlog", SOURCE_TOPIC, SPARK_COPY, bench, continuous=False, trigger_s=1)
+    spark = run_spark_bounded(bench, "backlog", group, n)
+    report_copy(spark)
+    say(f"MirrorMaker 2: {SOURCE_TOPIC} -> {SOURCE_TOPIC} on the destination")
+    bench.destination.create_topic(SOURCE_TOPIC, bench.partitions, 1, LOG_APPEND_TIME)
+    mm2 = run_mm2_bounded(bench, SOURCE_TOPIC, n)
+    report_copy(mm2)
+    return [spark, mm2]
+
+
+def check_backlog(bench: Bench, runs: list[CopyRun]) -> TopicScan:
+    say("correctness: reading the source and both copies back")
+    started = time.monotonic()
+    source = scan_topic(bench.source.bootstrap_servers, SOURCE_TOPIC, bench.partitions)
+    for run in runs:
+        copy = scan_topic(
+            bench.destination.bootstrap_servers, run.destination_topic, bench.partitions
+        )
+        finish_check(run, source.seqs, copy)
+    say(f"  read {len(runs) + 1} topics in {time.monotonic() - started:.1f} s")
+    return source
+
+
+def finish_check(
+    run: CopyRun, source: Mapping[int, array], copy: TopicScan, min_seq: int = 0
+) -> None:
+    run.check = check_copy(source, copy.seqs)
+    run.latency_ms = quantiles(copy.latencies(min_seq))
+    c = run.check
+    say(
+        f"  {run.tool} -> {run.destination_topic}: {c.copied:,} of {c.expected:,} records, "
+        f"lost {c.lost}, duplicated {c.duplicated}, unexpected {c.unexpected}, partitions not "
+        f"identical to the source {c.partitions_not_identical} -> {'OK' if c.ok else 'BAD'}"
+    )
+    if copy.not_log_append_time:
+        say(f"  WARNING: {copy.not_log_append_time} records without LogAppendTime timestamps")
+    if run.latency_ms:
+        lat = run.latency_ms
+        say(f"  latency p50 {lat['p50']:,.0f} ms, p99 {lat['p99']:,.0f} ms, max {lat['max']:,.0f}")
+
+
+def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
+    """MM2 copying `topic` (same name on the destination) with the job's producer settings."""
+    return start_mirror_maker(
+        bench.workdir / f"mm2-{topic}",
+        bench.source.bootstrap_servers,
+        bench.destination.bootstrap_servers,
+        re.escape(topic),
+        tasks=bench.partitions,
+        extra=MM2_EXTRA,
+    )
+
+
+def save_mm2_log(mm2: MirrorMakerProcess, topic: str) -> None:
+    shutil.copy(mm2.log_path, BENCH_DIR / f"replication-mm2-{topic}.log")
+
+
+def start_continuous(
+    stack: ExitStack, bench: Bench, tool: str, topic: str
+) -> tuple[Callable[[], bool], Callable[[], int | None]]:
+    """Start `tool` copying `topic` until stopped; return (is it running, stop it -> exit code)."""
+    if tool == "spark":
+        group = job_group(topic, topic, topic, bench, continuous=True, trigger_s=1)
+        proc = stack.enter_context(spark_job(bench, group))
+
+        def stop_spark() -> int | None:
+            proc.send_signal(signal.SIGTERM)  # spark-submit.sh creates the job's stop file
+            return proc.wait(120)
+
+        return (lambda: proc.poll() is None), stop_spark
+    mm2 = stack.enter_context(mirror_maker(bench, topic))
+
+    def stop_mm2() -> None:
+        mm2.stop()
+        save_mm2_log(mm2, topic)
+
+    return mm2.is_running, stop_mm2
+
+
+def warm_up(
+    producer: SeqProducer, counter: RecordCounter, running: Callable[[], bool], timeout_s: float
+) -> int | None:
+    """Trickle WARMUP_RATE records/s until the first copies arrive, then WARMUP_AFTER_S more;
+    return the next sequence number, None if nothing arrived."""
+    started, seq = time.monotonic(), 0
+    while counter.count() == 0:
+        if not running() or time.monotonic() - started > timeout_s:
+            return None
+        seq = send_at_rate(producer, seq, WARMUP_RATE, 0.5)
+    say(f"  first copies after {time.monotonic() - started:.1f} s")
+    return send_at_rate(producer, seq, WARMUP_RATE, WARMUP_AFTER_S)
+
+
+def steady_phase(bench: Bench, tool: str, rate: float, seconds: float) -> CopyRun:
+    """One tool copying continuously while records arrive at `rate`; latency of those records."""
+    topic = f"steady-{tool}"
+    bench.source.create_topic(topic, bench.partitions, 1)
+    bench.destination.create_topic(topic, bench.partitions, 1, LOG_APPEND_TIME)
+    run = CopyRun(tool, topic, 0, job=topic if tool == "spark" else "")
+    producer = SeqProducer(
+        bench.source.bootstrap_servers, topic, bench.partitions, bench.record_size, linger_ms=5
+    )
+    counter = RecordCounter(bench.destination.bootstrap_servers, topic, bench.partitions)
+    with ExitStack() as stack:
+        stack.callback(counter.close)
+        running, stop = start_continuous(stack, bench, tool, topic)
+        launched = time.monotonic()
+        steady_from = warm_up(producer, counter, running, bench.copy_timeout_s(0))
+        if steady_from is None:
+            run.error = "nothing copied during the warm-up"
+            return run
+        say(f"  producing {rate:,.0f} records/s for {seconds:.0f} s")
+        run.expected = send_at_rate(producer, steady_from, rate, seconds)
+        producer.flush()
+        run.timing = watch_copy(counter, run.expected, launched, running, 600)
+        run.exit_code = stop()
+        if run.exit_code is not None:
+            say(f"  SIGTERM -> exit {run.exit_code}")
+        run.error = run.timing.error or ("" if run.exit_code in (0, None) else "bad exit")
+    source = scan_topic(bench.source.bootstrap_servers, topic, bench.partitions)
+    copy = scan_topic(bench.destination.bootstrap_servers, topic, bench.partitions)
+    finish_check(run, source.seqs, copy, min_seq=steady_from)
+    return run
+
+
+@dataclass
+class FlowRun:
+    job: str
+    cap_name: str  # messagesPerSec | bytesPerSec
+    cap: float
+    copy: CopyRun
+    ends: dict[int, int]
+    batches: list[tuple[int, float, int, int]] = field(default_factory=list)
+    achieved: float | None = None  # records/s or bytes/s over the batches after the first
+    pacer_waits: list[float] = field(default_factory=list)  # "flow control: waiting S s"
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.achieved is None else self.achieved / self.cap
+
+
+def flow_runs(
+    bench: Bench, source: TopicScan, records: int, caps: Mapping[str, float]
+) -> list[FlowRun]:
+    """Bounded copies of the first `records` source records, one per flow-control cap."""
+    per_partition = records // bench.partitions
+    ends = {p: min(per_partition, len(source.seqs[p])) for p in range(bench.partitions)}
+    runs = []
+    for cap_name, cap in caps.items():
+        name = f"flow-{cap_name.removesuffix('PerSec')}"
+        say(f"flow control: bounded copy of {sum(ends.values()):,} records, {cap_name}={cap:,}")
+        bench.destination.create_topic(name, bench.partitions, 1, LOG_APPEND_TIME)
+        group = job_group(
+            name,
+            SOURCE_TOPIC,
+            name,
+            bench,
+            continuous=False,
+            flow_control={cap_name: cap},
+            ends=ends,
+        )
+        run = run_spark_bounded(bench, name, group, sum(ends.values()))
+        report_copy(run)
+        copy = scan_topic(bench.destination.bootstrap_servers, name, bench.partitions)
+        finish_check(run, prefix(source, ends), copy)
+        waits = re.findall(r"flow control: waiting ([\d.]+) s", spark_log(name).read_text())
+        runs.append(FlowRun(name, cap_name, cap, run, ends, pacer_waits=[float(w) for w in waits]))
+    return runs
+
+
+# --- the job's own tables --------------------------------------------------------------------
+
+
+def local_session(workdir: Path) -> Any:
+    from jobs.common.session import build_session, project_jars
+
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
+        "spark.driver.memory": "1g",
+    }
+    spark = build_session(
+        "uatu-replication-bench", master="local[2]", jars=project_jars(), conf=conf
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def job_stats(spark: Any, path: Path) -> dict[str, Any]:
+    """Records and replication-latency-ms quantiles (merged KLL sketches) of one job."""
+    from pyspark.sql import functions as F
+
+    stats = spark.read.format("delta").load(str(path))
+    sketch = F.kll_merge_agg_bigint("replication_latency_kll_sketch")
+    row = (
+        stats.agg(
+            F.sum("records_replicated").alias("records"),
+            F.sum("records_already_present").alias("already_present"),
+            F.countDistinct("batch_id").alias("batches"),
+            F.max("replication_latency_ms_p99").alias("max_batch_p99"),
+            sketch.alias("sketch"),
+        )
+        .select(
+            "records",
+            "already_present",
+            "batches",
+            "max_batch_p99",
+            F.kll_sketch_get_quantile_bigint("sketch", F.lit(0.5)).alias("p50"),
+            F.kll_sketch_get_quantile_bigint("sketch", F.lit(0.99)).alias("p99"),
+        )
+        .first()
+    )
+    return row.asDict() if row else {}
+
+
+def flow_batches(spark: Any, path: Path) -> list[tuple[int, float, int, int]]:
+    """(batch_id, batch_time epoch s, records, record bytes) per batch that copied records."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.format("delta")
+        .load(str(path))
+        .groupBy("batch_id")
+        .agg(
+            F.min(F.unix_micros("batch_time")).alias("t"),
+            F.sum("records_replicated").alias("records"),
+            F.sum("record_bytes_replicated").alias("bytes"),
+        )
+        .where("records > 0")
+        .orderBy("batch_id")
+        .collect()
+    )
+    return [(r["batch_id"], r["t"] / 1e6, r["records"], r["bytes"]) for r in rows]
+
+
+def achieved_rate(run: FlowRun) -> float | None:
+    """Records (or bytes) of the batches after the first over the time between their ends."""
+    if len(run.batches) < 2:
+        return None
+    span = run.batches[-1][1] - run.batches[0][1]
+    column = 2 if run.cap_name == "messagesPerSec" else 3
+    amount = sum(b[column] for b in run.batches[1:])
+    return amount / span if span > 0 else None
+
+
+def read_job_tables(bench: Bench, flows: list[FlowRun], copies: list[CopyRun]) -> dict[str, Any]:
+    """replication_stats of the backlog and steady copies (`job` names them) and flow runs."""
+    say("reading the jobs' replication_stats tables (local SparkSession)")
+    spark = local_session(bench.workdir)
+    try:
+        stats = {run.job: job_stats(spark, bench.stats_path(run.job)) for run in copies}
+        for flow in flows:
+            flow.batches = flow_batches(spark, bench.stats_path(flow.job))
+            flow.achieved = achieved_rate(flow)
+    finally:
+        spark.stop()
+    for run in copies:
+        s = stats[run.job]
+        copied = run.check.copied if run.check else None
+        say(
+            f"  {run.job}: {s.get('records')} records replicated (destination holds {copied}), "
+            f"{s.get('already_present')} already present, {s.get('batches')} batches; "
+            f"replication-latency-ms p50 {s.get('p50')}, p99 {s.get('p99')} (merged KLL "
+            f"sketches), largest per-batch p99 {s.get('max_batch_p99')}"
+        )
+        if copied is not None and s.get("records") != copied:
+            say("  NOTE: the table does not count every copied record (a batch cut short?)")
+    for flow in flows:
+        report_flow(flow)
+    return stats
+
+
+def report_flow(flow: FlowRun) -> None:
+    unit = "records/s" if flow.cap_name == "messagesPerSec" else "bytes/s"
+    steps = [(b[2], round(b[1] - prev[1], 1)) for prev, b in pairwise(flow.batches)]
+    first = flow.batches[0][2] if flow.batches else 0
+    achieved = "n/a" if flow.achieved is None else f"{flow.achieved:,.0f} {unit}"
+    say(
+        f"  {flow.cap_name}={flow.cap:,.0f}: first batch {first} records, then (records, "
+        f"s since the previous batch) {steps}; achieved {achieved} = "
+        f"{_ratio(flow.ratio)} of the cap; the pacer waited {len(flow.pacer_waits)} times, "
+        f"{sum(flow.pacer_waits):.1f} s in all"
+    )
+    if not flow.pacer_waits:
+        say("  NOTE: the cap never bound: every batch took longer than its allowance")
+
+
+# --- summary ---------------------------------------------------------------------------------
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def _pair(latency: dict[str, float] | None) -> str:
+    return "n/a" if latency is None else f"{latency['p50']:,.0f} / {latency['p99']:,.0f}"
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def summarize(
+    ceiling: dict[str, Any],
+    backlog: list[CopyRun],
+    steady: list[CopyRun],
+    flows: list[FlowRun],
+    stats: dict[str, Any],
+) -> None:
+    consumer = ceiling["consumer"]["fetch_records_per_s"]
+    producer = ceiling["producer"]["records_per_s"]
+    limit = min(consumer, producer)
+    by_tool = {r.tool: r for r in backlog}
+    steady_by_tool = {r.tool: r for r in steady}
+    print(
+        f"\n{'':34} {'records/s':>11} {'x ceiling':>9} {'launch->done':>13} {'lost':>5} "
+        f"{'dup':>5} {'backlog p99':>12} {'steady p50/p99 ms':>18}"
+    )
+    print(f"{'consumer-perf ceiling (fetch)':34} {_rate(consumer):>11} {consumer / limit:>8.2f}x")
+    print(f"{'producer-perf ceiling':34} {_rate(producer):>11} {producer / limit:>8.2f}x")
+    labels = {"spark": "Spark replication job", "mm2": "MirrorMaker 2"}
+    for tool, run in by_tool.items():
+        rate = run.timing.records_per_s
+        done = run.timing.launch_to_copied_s
+        if run.launch_to_exit_s is not None:
+            done_text = f"{_s(done)} ({run.launch_to_exit_s:.0f})"
+        else:
+            done_text = _s(done)
+        c = run.check
+        st = steady_by_tool.get(tool)
+        st_lat = st.latency_ms if st else None
+        print(
+            f"{labels[tool]:34} {_rate(rate):>11} "
+            f"{_ratio(rate / limit if rate else None):>9} {done_text:>13} "
+            f"{c.lost if c else 'n/a':>5} {c.duplicated if c else 'n/a':>5} "
+            f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>12} "
+            f"{_pair(st_lat):>18}"
+        )
+    print("(launch->done: until every record was in the destination; in brackets the job's exit)")
+    spark, mm2 = by_tool.get("spark"), by_tool.get("mm2")
+    if spark and mm2 and spark.timing.records_per_s and mm2.timing.records_per_s:
+        ratio = spark.timing.records_per_s / mm2.timing.records_per_s
+        print(f"Spark / MM2 copy throughput: {ratio:.2f}x")
+    if spark and spark.timing.records_per_s:
+        print(
+            f"Spark / ceiling: {spark.timing.records_per_s / limit:.2f}x "
+            f"(ceiling = min(consumer fetch, producer) = {limit:,.0f} records/s)"
+        )
+    for flow in flows:
+        verdict = "n/a"
+        if flow.ratio is not None:
+            verdict = "within" if flow.ratio <= FLOW_LIMIT else "ABOVE"
+            verdict += f" the {FLOW_LIMIT:.2f}x limit; {1 - flow.ratio:.1%} below the cap"
+        print(
+            f"flow control {flow.cap_name}={flow.cap:,.0f}: achieved {_ratio(flow.ratio)} "
+            f"of the cap ({verdict})"
+        )
+    for job, s in stats.items():
+        print(f"job stats {job}: replication-latency-ms p50 {s.get('p50')} p99 {s.get('p99')}")
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]]:
+    n = args.records
+    with ExitStack() as stack:
+        say("starting two single-broker clusters")
+        src = stack.enter_context(start_cluster(workdir / "kafka-source", heap="1g"))
+        dst = stack.enter_context(start_cluster(workdir / "kafka-destination", heap="1g"))
+        b = Bench(workdir, src, dst, args.partitions, args.record_size)
+        b.conf = write_conf_dir(
+            workdir / "conf",
+            src.bootstrap_servers,
+            workdir / "wh",
+            workdir / "ck",
+            more_clusters={
+                "src": {"bootstrap_servers": src.bootstrap_servers},
+                "dst": {"bootstrap_servers": dst.bootstrap_servers},
+            },
+        )
+        src.create_topic(SOURCE_TOPIC, args.partitions, 1)
+        say(f"source {src.bootstrap_servers}, destination {dst.bootstrap_servers}; producing")
+        rate = produce_backlog(
+            src.bootstrap_servers, SOURCE_TOPIC, n, args.record_size, args.partitions
+        )
+        say(f"  {n:,} records of {args.record_size} bytes at {rate:,.0f} records/s")
+        ceiling = ceilings(b, n)
+        backlog = backlog_copies(b, n)
+        source = check_backlog(b, backlog)
+        say("(backlog latency = destination append time - produce time: mostly backlog wait)")
+        steady = []
+        if args.steady_seconds > 0:
+            for tool in ("spark", "mm2"):
+                say(f"steady rate, {tool}: continuous copy of steady-{tool}")
+                steady.append(steady_phase(b, tool, args.steady_rate, args.steady_seconds))
+        caps = {"messagesPerSec": args.flow_messages, "bytesPerSec": args.flow_bytes}
+        flows = flow_runs(b, source, min(n, FLOW_RECORDS), caps)
+        say("stopping the clusters")
+    copies = [r for r in (*backlog, *steady) if r.tool == "spark"]
+    stats = read_job_tables(b, flows, copies)
+    summarize(ceiling, backlog, steady, flows, stats)
+    runs = [*backlog, *steady, *(f.copy for f in flows)]
+    failed = [r for r in runs if not r.ok]
+    for run in failed:
+        say(f"FAILED: {run.tool} -> {run.destination_topic}: {run.error or run.check}")
+    result = {
+        "records": n,
+        "record_size": args.record_size,
+        "partitions": args.partitions,
+        "ceiling": ceiling,
+        "backlog": [asdict(r) for r in backlog],
+        "steady": [asdict(r) for r in steady],
+        "flow_control": [{**asdict(f), "ratio": f.ratio} for f in flows],
+        "job_stats": stats,
+    }
+    return not failed, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.replication_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--records", type=int, default=1_000_000, help="records in the source topic"
+    )
+    parser.add_argument("--record-size", type=int, default=200, help="value bytes per record")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    parser.add_argument("--steady-rate", type=float, default=5_000, help="records/s, steady phase")
+    parser.add_argument(
+        "--steady-seconds", type=float, default=30, help="steady phase length per tool (0: skip)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run, other defaults: --records {records} --steady-rate {steady_rate} "
+        "--steady-seconds {steady_seconds}".format(**QUICK),
+    )
+    parser.add_argument(
+        "--flow-messages",
+        type=float,
+        default=FLOW_MESSAGES_PER_S,
+        help="flowControl.messagesPerSec of the first flow-control run",
+    )
+    parser.add_argument(
+        "--flow-bytes",
+        type=float,
+        default=FLOW_BYTES_PER_S,
+        help="flowControl.bytesPerSec of the second flow-control run",
+    )
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**QUICK)  # explicit options still win
+    args = parser.parse_args(argv)
+    if args.record_size < HEADER_LEN:
+        parser.error(f"--record-size must be at least {HEADER_LEN} (the seq/ts header)")
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    zip_path = ROOT / "build" / "uatu-jobs.zip"
+    if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
+        say(f"WARNING: {zip_path} is older than jobs/ and is what the job runs; `make build`")
+    workdir = Path(tempfile.mkdtemp(prefix="replication-", dir=BENCH_DIR))
+    say(
+        f"bench dir {workdir}: {args.records:,} records of {args.record_size} bytes, "
+        f"{args.partitions} partitions"
+    )
+    started = time.monotonic()
+    try:
+        ok, result = bench(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["wall_s"] = time.monotonic() - started
+    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    say(f"whole bench {result['wall_s']:.0f} s; result written to {RESULT_PATH}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
