@@ -349,8 +349,9 @@ def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
     kafka_dest.create_topic("rep-crash-copy", PARTITIONS, 1)
     first, second = dataset(6000), dataset(2000, topic_tag="b")
     produce_records(kafka.bootstrap_servers, "rep-crash", first)
-    # 1000 records/s (250 per partition per 1 s batch) makes the copy last long enough to kill.
-    data = group_json("crash", "rep-crash", "rep-crash-copy", flowControl={"messagesPerSec": 1000})
+    # 200 records/s: batches of 2000 (the 10 s flow window), so the copy lasts long enough to
+    # kill it half way.
+    data = group_json("crash", "rep-crash", "rep-crash-copy", flowControl={"messagesPerSec": 200})
 
     proc = submit(data, tmp_path, conf_dir)
     try:

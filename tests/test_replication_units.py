@@ -278,10 +278,10 @@ def test_record_budget_from_both_caps(settings) -> None:
         return spec(settings, flowControl=flow)
 
     assert records_per_trigger(with_caps(0, 0), 200.0) is None
-    assert records_per_trigger(with_caps(1000, 0), None) == 2000  # 2 s trigger
-    assert records_per_trigger(with_caps(0, 100_000), 200.0) == 1000
-    assert records_per_trigger(with_caps(1000, 100_000), 50.0) == 2000  # messages bind
-    assert records_per_trigger(with_caps(0, 100_000), None) == 195  # 1 KiB assumed
+    assert records_per_trigger(with_caps(1000, 0), None) == 10_000  # 10 s flow window
+    assert records_per_trigger(with_caps(0, 100_000), 200.0) == 5000
+    assert records_per_trigger(with_caps(1000, 100_000), 50.0) == 10_000  # messages bind
+    assert records_per_trigger(with_caps(0, 100_000), None) == 976  # 1 KiB assumed
 
 
 def test_pacer_waits_out_whichever_cap_binds() -> None:

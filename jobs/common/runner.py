@@ -5,7 +5,8 @@ outcome into an exit status (0 finished or stopped, 1 failed). With `once=True` 
 is AvailableNow: everything available when the query starts is processed, then the query ends
 by itself.
 
-Graceful stop: the query is stopped (within `poll_seconds`) when the stop file appears
+Graceful stop: the query is stopped between two micro-batches (after `poll_seconds`, and
+waiting up to `stop_grace_seconds` for a running batch to finish) when the stop file appears
 (`spark-submit.sh` creates it when it receives SIGTERM or SIGINT) or when the Python driver
 itself is sent SIGTERM/SIGINT; a micro-batch cut short is replayed on the next start. A signal
 to the whole process group also reaches the driver's JVM, which then dies at once; that is
@@ -17,11 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from jobs.common.errors import EXIT_FAILED, EXIT_OK
 from jobs.common.heartbeat import Reporting
@@ -41,6 +44,8 @@ class QuerySettings:
     stop_file: str | None = None
     # Stop once this returns True for the latest progress record (a bounded copy's end).
     until: Callable[[Mapping], bool] | None = None
+    # How long a graceful stop waits for the running micro-batch to finish.
+    stop_grace_seconds: float = 60.0
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -100,6 +105,7 @@ def run_query(
                 stop_requested.append("CANCEL from the control plane")
             if stop_requested:
                 log.info("received %s, stopping query %s", stop_requested[0], settings.name)
+                _wait_between_batches(query, settings.stop_grace_seconds)
                 query.stop()
         _log_progress(query.lastProgress, last_batch)
     except StreamingQueryException as e:
@@ -112,6 +118,20 @@ def run_query(
             heartbeater.stop()
     log.info("query %s finished", settings.name)
     return EXIT_OK
+
+
+def _wait_between_batches(query: StreamingQuery, grace_seconds: float) -> None:
+    """Wait until no micro-batch runs, so stop() does not cut one short.
+
+    A batch cut short is replayed on the next start, which is correct, but its side outputs
+    (the replication job's stats rows) would then describe the replay, not the first write.
+    After `grace_seconds` the query is stopped regardless.
+    """
+    deadline = time.monotonic() + grace_seconds
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive", False):
+            return
+        time.sleep(0.1)
 
 
 def _log_progress(progress: dict | None, last_batch: int) -> int:

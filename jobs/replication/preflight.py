@@ -62,18 +62,26 @@ class ReplicationPlan:
         return all(reached.get(p, -1) >= end for p, end in self.end_offsets.items())
 
 
+# Flow control plans a batch for at least this long: a micro-batch here costs a few seconds
+# of fixed work (stats, Delta commits), so a budget of rate x a 2 s trigger would never reach
+# the cap. The pacer sleeps off what a batch does faster than its allowance.
+FLOW_WINDOW_SECONDS = 10
+
+
 def records_per_trigger(spec: ReplicationSpec, mean_record_bytes: float | None) -> int | None:
     """Records per micro-batch that keep both flow-control caps, or None for no limit.
 
-    Spark's Kafka source limits batches by records only, so the byte cap becomes a record
-    budget through the sampled mean record size; the job's pacer corrects the rest.
+    The budget is the caps times max(trigger interval, FLOW_WINDOW_SECONDS). Spark's Kafka
+    source limits batches by records only, so the byte cap becomes a record budget through
+    the sampled mean record size; the job's pacer enforces both caps over time.
     """
+    window = max(spec.trigger_interval_seconds, FLOW_WINDOW_SECONDS)
     budgets = []
     if spec.max_messages_per_sec > 0:
-        budgets.append(spec.max_messages_per_sec * spec.trigger_interval_seconds)
+        budgets.append(spec.max_messages_per_sec * window)
     if spec.max_bytes_per_sec > 0:
         size = mean_record_bytes or 1024.0
-        budgets.append(spec.max_bytes_per_sec * spec.trigger_interval_seconds / size)
+        budgets.append(spec.max_bytes_per_sec * window / size)
     if not budgets:
         return None
     return max(1, int(min(budgets)))
