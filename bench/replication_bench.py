@@ -84,6 +84,7 @@ from tools.kafka_broker import KafkaCluster, start_cluster
 from tools.kafka_perf import consumer_perf, producer_perf
 from tools.mirror_maker import MirrorMakerProcess, start_mirror_maker
 from tools.processes import signal_group
+from tools.topic_data import iter_messages
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "var" / "bench"
@@ -228,45 +229,15 @@ class TopicScan:
 
 def scan_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 900) -> TopicScan:
     """Read every record of `topic` up to its current end, one pass, nothing kept but ints."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-scan-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
     scan = TopicScan({p: array("q") for p in range(partitions)}, {})
     scan.latency_ms = {p: array("q") for p in range(partitions)}
-    try:
-        ends, starts = {}, []
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-                starts.append(TopicPartition(topic, p, low))
-        consumer.assign(starts)
-        pending = set(ends)
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
-            for m in messages:
-                if m.error():
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic}: {m.error()}")
-                    continue
-                p, value = m.partition(), m.value()
-                ts_type, ts = m.timestamp()
-                scan.seqs[p].append(int(value[SEQ]))
-                scan.latency_ms[p].append(ts - int(value[TS]))
-                scan.not_log_append_time += ts_type != TIMESTAMP_LOG_APPEND_TIME
-                if m.offset() >= ends[p] - 1:
-                    pending.discard(p)
-        if pending:
-            raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} not read to the end")
-        return scan
-    finally:
-        consumer.close()
+    for m in iter_messages(bootstrap, topic, partitions, timeout_s):
+        p, value = m.partition(), m.value()
+        ts_type, ts = m.timestamp()
+        scan.seqs[p].append(int(value[SEQ]))
+        scan.latency_ms[p].append(ts - int(value[TS]))
+        scan.not_log_append_time += ts_type != TIMESTAMP_LOG_APPEND_TIME
+    return scan
 
 
 @dataclass

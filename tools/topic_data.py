@@ -7,7 +7,7 @@ headers, and compare what the destination holds against them in plain Python.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,28 +65,31 @@ def produce_records(bootstrap_servers: str, topic: str, records: Iterable[Record
     return count
 
 
-def read_partitions(
+def iter_messages(
     bootstrap_servers: str, topic: str, partitions: int, timeout_s: float = 60.0
-) -> dict[int, list[Record]]:
-    """Every record of `topic`, per partition in offset order (reads up to the current end)."""
+) -> Iterator[Any]:
+    """Every message of `topic` up to its end when called, in offset order per partition.
+
+    Raises RuntimeError on a read error, or when `timeout_s` passes before every partition
+    was read to its end.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap_servers,
-            "group.id": f"read-partitions-{time.time_ns()}",
+            "group.id": f"read-topic-{time.time_ns()}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
     try:
-        ends = {}
+        ends, starts = {}, []
         for p in range(partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = (low, high)
-        consumer.assign(
-            [TopicPartition(topic, p, low) for p, (low, high) in ends.items() if high > low]
-        )
-        out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
-        pending = {p for p, (low, high) in ends.items() if high > low}
+            if high > low:
+                ends[p] = high
+                starts.append(TopicPartition(topic, p, low))
+        consumer.assign(starts)
+        pending = set(ends)
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
             messages: list[Any] = consumer.consume(num_messages=10_000, timeout=0.5)
@@ -95,24 +98,26 @@ def read_partitions(
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"reading {topic}: {m.error()}")
                     continue
-                p = m.partition()
-                out[p].append(
-                    Record(
-                        p,
-                        m.key(),
-                        m.value(),
-                        m.timestamp()[1],
-                        tuple((k, v or b"") for k, v in (m.headers() or ())),
-                        m.offset(),
-                    )
-                )
-                if m.offset() >= ends[p][1] - 1:
-                    pending.discard(p)
+                yield m
+                if m.offset() >= ends[m.partition()] - 1:
+                    pending.discard(m.partition())
         if pending:
             raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} not read to the end")
-        return out
     finally:
         consumer.close()
+
+
+def read_partitions(
+    bootstrap_servers: str, topic: str, partitions: int, timeout_s: float = 60.0
+) -> dict[int, list[Record]]:
+    """Every record of `topic`, per partition in offset order (reads up to the current end)."""
+    out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
+    for m in iter_messages(bootstrap_servers, topic, partitions, timeout_s):
+        headers = tuple((k, v or b"") for k, v in (m.headers() or ()))
+        out[m.partition()].append(
+            Record(m.partition(), m.key(), m.value(), m.timestamp()[1], headers, m.offset())
+        )
+    return out
 
 
 def count_records(bootstrap_servers: str, topic: str, partitions: int) -> int:
