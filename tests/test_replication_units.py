@@ -421,3 +421,26 @@ def test_replication_audit_counts_per_window(spark) -> None:
 def test_reached_offsets(spark) -> None:
     got = {r["partition"]: r["next_offset"] for r in reached_offsets(acks_frame(spark)).collect()}
     assert got == {0: 13, 1: 5}
+
+
+def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> None:
+    import pyarrow as pa
+
+    from jobs.replication.writer import DestinationConfig, PartitionWriter
+
+    nowhere = {"bootstrap.servers": "127.0.0.1:9"}
+    config = DestinationConfig("c", "t", "d", nowhere, {**nowhere, "group.id": "x"}, {0: 0})
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    empty = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([], pa.binary()),
+            "value": pa.array([], pa.binary()),
+            "partition": pa.array([], pa.int32()),
+            "offset": pa.array([], pa.int64()),
+            "timestamp_ms": pa.array([], pa.int64()),
+            "headers": pa.array([], pa.list_(header)),
+        }
+    )
+    (acks,) = list(PartitionWriter(config)(iter([empty, empty])))
+    assert acks.num_rows == 0
+    assert acks.schema.names[-1] == "acked_ms"

@@ -199,6 +199,8 @@ class PartitionWriter:
         done_up_to = -1
         rows: list[tuple] = []  # per input record, ack filled in after the flush
         for batch in batches:
+            if batch.num_rows == 0:
+                continue  # nothing to write, and no partition to look up yet
             read_ms = time.time_ns() // 1_000_000
             columns = {name: batch.column(name).to_pylist() for name in INPUT_COLUMNS}
             for p in columns["partition"]:
