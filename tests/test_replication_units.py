@@ -17,7 +17,6 @@ from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
 from jobs.replication.spec import ReplicationSpec, replication_spec
 from jobs.replication.transforms import (
-    reached_offsets,
     replication_audit,
     replication_stats,
     source_records,
@@ -416,11 +415,6 @@ def test_replication_audit_counts_per_window(spark) -> None:
         for r in audit.collect()
     )
     assert got == [(0, 0.0, 1, 0, 1), (0, 60.0, 2, 2, 0), (1, 0.0, 2, 2, 0)]
-
-
-def test_reached_offsets(spark) -> None:
-    got = {r["partition"]: r["next_offset"] for r in reached_offsets(acks_frame(spark)).collect()}
-    assert got == {0: 13, 1: 5}
 
 
 def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> None:

@@ -38,12 +38,7 @@ from jobs.replication import tables
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, preflight
 from jobs.replication.spec import ReplicationSpec, replication_spec
-from jobs.replication.transforms import (
-    reached_offsets,
-    replication_audit,
-    replication_stats,
-    source_records,
-)
+from jobs.replication.transforms import replication_audit, replication_stats, source_records
 from jobs.replication.writer import (
     ACK_SCHEMA,
     ENCODED_FORMAT,
@@ -152,13 +147,13 @@ class ReplicationBatchWriter:
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
         tables.append_once(audit, self.spec.audit_path, self.app_id, batch_id)
-        totals = stats.agg(
-            F.sum("records_replicated").alias("records"),
-            F.sum("record_bytes_replicated").alias("bytes"),
-        ).first()
-        records = int(totals["records"] or 0) if totals else 0
-        nbytes = int(totals["bytes"] or 0) if totals else 0
-        self._commit_group_offsets(acks)
+        # One row per partition: the pacer's totals and the group offsets come from it.
+        per_partition = stats.select(
+            "partition", "last_offset", "records_replicated", "record_bytes_replicated"
+        ).collect()
+        records = sum(r["records_replicated"] for r in per_partition)
+        nbytes = sum(r["record_bytes_replicated"] for r in per_partition)
+        self._commit_group_offsets({r["partition"]: r["last_offset"] + 1 for r in per_partition})
         log.info(
             "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
             batch_id,
@@ -177,12 +172,9 @@ class ReplicationBatchWriter:
             self._group_consumer.close()
             self._group_consumer = None
 
-    def _commit_group_offsets(self, acks: DataFrame) -> None:
+    def _commit_group_offsets(self, next_offsets: Mapping[int, int]) -> None:
         """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
-        if not self.spec.consumer_group:
-            return
-        reached = reached_offsets(acks).collect()
-        if not reached:
+        if not self.spec.consumer_group or not next_offsets:
             return
         if self._group_consumer is None:
             self._group_consumer = Consumer(
@@ -194,8 +186,8 @@ class ReplicationBatchWriter:
             )
         self._group_consumer.commit(
             offsets=[
-                TopicPartition(self.spec.source_topic, r["partition"], r["next_offset"])
-                for r in reached
+                TopicPartition(self.spec.source_topic, p, offset)
+                for p, offset in sorted(next_offsets.items())
             ],
             asynchronous=False,
         )

@@ -122,8 +122,3 @@ def replication_audit(
             "records_already_present",
         )
     )
-
-
-def reached_offsets(acks: DataFrame) -> DataFrame:
-    """Per source partition, the next offset after the highest one in `acks`."""
-    return acks.groupBy("partition").agg((F.max("offset") + 1).alias("next_offset"))
