@@ -113,13 +113,15 @@ class ReplicationSpec:
         return config
 
 
-def _timestamp_ms(group_field: str, value: object, present: bool) -> int | None:
-    if not present:
+def _timestamp_ms(group: JobGroup, name: str) -> int | None:
+    """kafka_consumer_task_group.<name> (a Timestamp) in epoch ms, None when unset."""
+    source = group.kafka_consumer_task_group
+    if not source.HasField(name):
         return None
-    ms = value.ToMilliseconds()  # type: ignore[attr-defined]
+    ms = int(getattr(source, name).ToMilliseconds())
     if ms < 0:
-        raise InvalidJobGroup(group_field, ms, "must not be before 1970")
-    return int(ms)
+        raise InvalidJobGroup(f"kafka_consumer_task_group.{name}", ms, "must not be before 1970")
+    return ms
 
 
 def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
@@ -181,16 +183,8 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
             "a topic cannot be replicated onto itself",
         )
 
-    start_ms = _timestamp_ms(
-        "kafka_consumer_task_group.start_timestamp",
-        source.start_timestamp,
-        source.HasField("start_timestamp"),
-    )
-    end_ms = _timestamp_ms(
-        "kafka_consumer_task_group.end_timestamp",
-        source.end_timestamp,
-        source.HasField("end_timestamp"),
-    )
+    start_ms = _timestamp_ms(group, "start_timestamp")
+    end_ms = _timestamp_ms(group, "end_timestamp")
     if start_ms is not None and end_ms is not None and end_ms < start_ms:
         raise InvalidJobGroup(
             "kafka_consumer_task_group.end_timestamp",
