@@ -420,7 +420,7 @@ def test_replication_audit_counts_per_window(spark) -> None:
 def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> None:
     import pyarrow as pa
 
-    from jobs.replication.writer import DestinationConfig, PartitionWriter
+    from jobs.replication.writer import DestinationConfig, PartitionWriter, close_clients
 
     nowhere = {"bootstrap.servers": "127.0.0.1:9"}
     config = DestinationConfig("c", "t", "d", nowhere, {**nowhere, "group.id": "x"}, {0: 0})
@@ -435,6 +435,9 @@ def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> No
             "headers": pa.array([], pa.list_(header)),
         }
     )
-    (acks,) = list(PartitionWriter(config)(iter([empty, empty])))
+    try:
+        (acks,) = list(PartitionWriter(config)(iter([empty, empty])))
+    finally:
+        close_clients()  # they would retry 127.0.0.1:9 for the rest of the session
     assert acks.num_rows == 0
     assert acks.schema.names[-1] == "acked_ms"

@@ -167,6 +167,14 @@ _PRODUCERS: dict[tuple, Producer] = {}
 _CONSUMERS: dict[tuple, Consumer] = {}
 
 
+def close_clients() -> None:
+    """Close the cached clients (a process that runs the writer in-process, like a test)."""
+    for consumer in _CONSUMERS.values():
+        consumer.close()
+    _CONSUMERS.clear()
+    _PRODUCERS.clear()  # a Producer is released when its last reference goes
+
+
 def _cached(cache: dict, cls: type, config: Mapping[str, Any]) -> Any:
     key = tuple(sorted((k, str(v)) for k, v in config.items()))
     if key not in cache:
