@@ -325,12 +325,6 @@ KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
-ACKS_SCHEMA = (
-    "partition int, offset long, timestamp_ms long, destination_partition int, value_bytes long, "
-    "record_bytes long, replicated boolean, read_ms long, acked_ms long"
-)
-
-
 def test_source_records_drops_offsets_past_the_end(spark) -> None:
     from datetime import datetime
 
@@ -351,22 +345,98 @@ def test_source_records_drops_offsets_past_the_end(spark) -> None:
     assert df.transform(source_records, None).count() == 6
 
 
-def acks_frame(spark):
-    # partition 0: three records, the first already in the destination (a crashed run wrote it)
-    # partition 1: two records, both written.
-    rows = [
-        (0, 10, 1_000, 0, 4, 6, False, 1_500, None),
-        (0, 11, 61_000, 0, 6, 8, True, 61_100, 61_300),
-        (0, 12, 62_000, 0, 2, 3, True, 62_500, 62_600),
-        (1, 3, 5_000, 1, 10, 10, True, 5_020, 5_070),
-        (1, 4, 6_000, 1, 10, 12, True, 6_000, 6_010),
+def per_record(rows):
+    """Per-record arrays for `summarize`, from (offset, timestamp_ms, value_bytes, key_bytes,
+    replicated, read_ms, acked_ms) tuples."""
+    import numpy as np
+
+    names = ("offsets", "timestamp_ms", "value_bytes", "key_bytes", "replicated", "read_ms")
+    arrays = {n: np.array([r[i] for r in rows]) for i, n in enumerate(names)}
+    arrays["acked_ms"] = np.array([r[6] or 0 for r in rows])
+    return arrays
+
+
+def summaries_frame(spark):
+    """What two writer tasks return, built by the writer's own `summarize`.
+
+    partition 0 (-> 0): three records, the first already in the destination (a crashed run
+    wrote it); partition 1 (-> 1): two records, both written. Audit windows of 60 s.
+    """
+    from jobs.replication.writer import SUMMARY_SCHEMA, summarize
+
+    p0 = [
+        (10, 1_000, 4, 2, False, 1_500, None),
+        (11, 61_000, 6, 2, True, 61_100, 61_300),
+        (12, 62_000, 2, 1, True, 62_500, 62_600),
     ]
-    return spark.createDataFrame(rows, ACKS_SCHEMA)
+    p1 = [(3, 5_000, 10, 0, True, 5_020, 5_070), (4, 6_000, 10, 2, True, 6_000, 6_010)]
+    batches = [summarize(0, 0, 60_000, **per_record(p0)), summarize(1, 1, 60_000, **per_record(p1))]
+    rows = [row for b in batches for row in b.to_pylist()]
+    return spark.createDataFrame(rows, SUMMARY_SCHEMA)
+
+
+def test_summarize_gives_one_row_per_window_with_every_written_latency() -> None:
+    from jobs.replication.writer import summarize
+
+    rows = [
+        (10, 1_000, 4, 2, False, 1_500, None),
+        (11, 61_000, 6, 2, True, 61_100, 61_300),
+        (12, 2_000, 1, 0, True, 2_100, 2_600),  # out of timestamp order, back in window 0
+        (13, 62_000, 2, 1, True, 62_500, 62_600),
+    ]
+    got = summarize(0, 3, 60_000, **per_record(rows)).to_pylist()
+    assert got == [
+        {
+            "partition": 0,
+            "destination_partition": 3,
+            "window_start_ms": 0,
+            "records_read": 2,
+            "records_replicated": 1,
+            "records_already_present": 1,
+            "bytes_replicated": 1,
+            "record_bytes_replicated": 1,
+            "first_offset": 10,
+            "last_offset": 12,
+            "record_age_ms_min": 100,
+            "record_age_ms_sum": 600,
+            "record_age_ms_max": 500,
+            "replication_latency_ms": [600],
+        },
+        {
+            "partition": 0,
+            "destination_partition": 3,
+            "window_start_ms": 60_000,
+            "records_read": 2,
+            "records_replicated": 2,
+            "records_already_present": 0,
+            "bytes_replicated": 8,
+            "record_bytes_replicated": 11,
+            "first_offset": 11,
+            "last_offset": 13,
+            "record_age_ms_min": 100,
+            "record_age_ms_sum": 600,
+            "record_age_ms_max": 500,
+            "replication_latency_ms": [300, 600],
+        },
+    ]
+
+
+def test_ack_clock_dates_each_record_by_the_first_observation_that_counted_it() -> None:
+    from jobs.replication.writer import AckClock
+
+    clock = AckClock()
+    # (time, produced, outstanding): 0 delivered, then 2, then 2 again, then all 5.
+    for t, produced, outstanding in [(100, 3, 3), (110, 4, 2), (120, 5, 3), (130, 5, 0)]:
+        clock.observe(produced, outstanding)
+        clock.times_ms[-1] = t  # observe stamps the wall clock; pin it to compare
+    assert clock.ack_times_ms(5).tolist() == [110, 110, 130, 130, 130]
+    with pytest.raises(ValueError, match="deliveries observed"):
+        clock.ack_times_ms(6)
 
 
 def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
     labels = {"job_group_id": "g", "source_topic": "t"}
-    stats = acks_frame(spark).transform(replication_stats, 7, F.lit(None).cast("timestamp"), labels)
+    stats = summaries_frame(spark).transform(replication_stats, 7, F.lit(None).cast("timestamp"), labels)
     got = {
         r["partition"]: r.asDict()
         for r in stats.drop("replication_latency_kll_sketch", "batch_time").collect()
@@ -403,7 +473,7 @@ def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
 
 
 def test_replication_audit_counts_per_window(spark) -> None:
-    audit = acks_frame(spark).transform(replication_audit, 60, 7, {"job_group_id": "g"})
+    audit = summaries_frame(spark).transform(replication_audit, 60, 7, {"job_group_id": "g"})
     got = sorted(
         (
             r["partition"],
@@ -440,4 +510,4 @@ def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> No
     finally:
         close_clients()  # they would retry 127.0.0.1:9 for the rest of the session
     assert acks.num_rows == 0
-    assert acks.schema.names[-1] == "acked_ms"
+    assert acks.schema.names[-1] == "replication_latency_ms"

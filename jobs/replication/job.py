@@ -40,17 +40,22 @@ from jobs.replication.preflight import ReplicationPlan, preflight
 from jobs.replication.spec import ReplicationSpec, replication_spec
 from jobs.replication.transforms import replication_audit, replication_stats, source_records
 from jobs.replication.writer import (
-    ACK_SCHEMA,
     ENCODED_FORMAT,
     ENCODED_SCHEMA_VERSION,
+    SUMMARY_SCHEMA,
     DestinationConfig,
     PartitionWriter,
 )
 
 log = logging.getLogger("uatu.replication")
 
-# One task per Kafka partition and no second attempt racing the first keep per-partition order.
-SESSION_CONF = {"spark.speculation": "false"}
+SESSION_CONF = {
+    # One task per Kafka partition and no second attempt racing the first keep order.
+    "spark.speculation": "false",
+    # Arrow batches of 10,000 Kafka rows (the default) went to the Python sink at half the
+    # speed of batches of 2,000 (1M rows with headers: 8.5 s against 4.7 s, 2-core VM).
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
+}
 
 
 def prepare(group: JobGroup, settings: Settings) -> ReplicationSpec:
@@ -84,6 +89,7 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
         },
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
+        audit_interval_ms=spec.audit_interval_seconds * 1000,
     )
 
 
@@ -135,15 +141,17 @@ class ReplicationBatchWriter:
         spark = batch.sparkSession
         if not self.app_id:
             self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
-        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the ack
+        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
         # rows, which the two aggregations below then read without re-running the copy.
-        acks = batch.mapInArrow(PartitionWriter(self.destination), ACK_SCHEMA).localCheckpoint()
+        summaries = batch.mapInArrow(
+            PartitionWriter(self.destination), SUMMARY_SCHEMA
+        ).localCheckpoint()
         copied = time.time()
-        stats = acks.transform(
+        stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
         tables.append_once(stats, self.spec.stats_path, self.app_id, batch_id)
-        audit = acks.transform(
+        audit = summaries.transform(
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
         tables.append_once(audit, self.spec.audit_path, self.app_id, batch_id)
