@@ -34,8 +34,9 @@ What is measured, in this order:
    a slow warm-up trickle that shows the tool is copying); p50/p99 over the steady records.
    Our job is stopped with SIGTERM and must exit 0.
 5. Flow control: bounded copies of the first min(N, 200,000) source records with
-   flowControl.messagesPerSec (--flow-messages, 20,000), then bytesPerSec (--flow-bytes,
-   4,000,000, ~20,000 records/s of 200 bytes), default 2 s trigger. From the job's
+   flowControl.messagesPerSec (--flow-messages, 5,000), then bytesPerSec (--flow-bytes,
+   1,000,000, ~5,000 records/s of 200 bytes), default 2 s trigger: the job's record budget
+   covers 10 s, so 200,000 records take four batches. From the job's
    replication_stats table: achieved rate = records (bytes) of the batches after the first /
    (batch_time of the last batch - batch_time of the first), compared with the cap (it must
    not be above 1.10x). The job's "flow control: waiting" lines tell whether the cap bound.
@@ -115,8 +116,8 @@ POLL_S = 0.25
 WARMUP_RATE = 200  # records/s before a steady phase, until the tool is seen copying
 WARMUP_AFTER_S = 3.0  # and this long after that
 FLOW_RECORDS = 200_000
-FLOW_MESSAGES_PER_S = 20_000
-FLOW_BYTES_PER_S = 4_000_000
+FLOW_MESSAGES_PER_S = 5_000
+FLOW_BYTES_PER_S = 1_000_000
 FLOW_LIMIT = 1.10  # achieved / cap must not be above this
 QUICK = {"records": 100_000, "steady_rate": 2_000, "steady_seconds": 10}
 

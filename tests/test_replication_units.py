@@ -325,6 +325,8 @@ KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
+
+
 def test_source_records_drops_offsets_past_the_end(spark) -> None:
     from datetime import datetime
 
@@ -436,7 +438,9 @@ def test_ack_clock_dates_each_record_by_the_first_observation_that_counted_it() 
 
 def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
     labels = {"job_group_id": "g", "source_topic": "t"}
-    stats = summaries_frame(spark).transform(replication_stats, 7, F.lit(None).cast("timestamp"), labels)
+    stats = summaries_frame(spark).transform(
+        replication_stats, 7, F.lit(None).cast("timestamp"), labels
+    )
     got = {
         r["partition"]: r.asDict()
         for r in stats.drop("replication_latency_kll_sketch", "batch_time").collect()

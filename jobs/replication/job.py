@@ -147,6 +147,11 @@ class ReplicationBatchWriter:
             PartitionWriter(self.destination), SUMMARY_SCHEMA
         ).localCheckpoint()
         copied = time.time()
+        if summaries.isEmpty():
+            # Nothing read (a bounded copy past its ends, or an idle topic): no rows to record,
+            # and two Delta commits of nothing would cost a second or two per trigger.
+            log.info("batch %d: no records", batch_id)
+            return
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
