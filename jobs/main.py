@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         reporter_config = ReporterConfig.from_env(os.environ)
         type_name = job_type_name(group)
         field, topic, cluster = job.source_topic(spec)
+        registry.ensure_source(job, spec)
         partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
         log.info(
             "JobGroup %s is valid: %s on %s/%s (%d partitions)",

@@ -5,7 +5,9 @@ Each job module provides `prepare(group, settings) -> spec` (validation, no Spar
 `source_topic(spec) -> (field, topic, cluster)` and
 `run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/common/heartbeat.py).
 A module may also provide `check(spec)`: broker checks beyond the source topic's existence
-(the replication job's destination topic and offsets), run by `--check` and by `run` itself.
+(the replication job's destination topic and offsets), run by `--check` and by `run` itself,
+and `ensure_source(spec)`: make the source topic exist before it is checked (the availability
+job's `__consumer_offsets`, which Kafka creates on first use).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from jobs.common.settings import Settings
 JOB_MODULES = {
     "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
     "JOB_TYPE_KAFKA_REPLICATION": "jobs.replication.job",
+    "JOB_TYPE_KAFKA_AVAILABILITY": "jobs.availability.job",
 }
 
 
@@ -41,3 +44,10 @@ def check(job: ModuleType, spec: Any) -> None:
     broker_check = getattr(job, "check", None)
     if broker_check is not None:
         broker_check(spec)
+
+
+def ensure_source(job: ModuleType, spec: Any) -> None:
+    """Let the job create its source topic if the broker makes it on demand."""
+    ensure = getattr(job, "ensure_source", None)
+    if ensure is not None:
+        ensure(spec)

@@ -321,7 +321,7 @@ def record_commit(
     window: Sequence[Commit | None],
     offset: int,
     timestamp_ms: int,
-    head_offset: int,
+    head_offset: int | None,
     *,
     intervals: int = DEFAULT_INTERVALS,
     min_distance_ms: int = 0,
@@ -329,7 +329,8 @@ def record_commit(
     """Burrow storage `addConsumerOffset`: the window after one more commit.
 
     The stored lag is `head_offset - offset`, clamped at 0 (the head is only refreshed
-    periodically, so a commit can be ahead of it). A commit that arrives less than
+    periodically, so a commit can be ahead of it), or None without a head offset (a commit
+    replayed from history, whose lag at the time is unknown). A commit that arrives less than
     `min_distance_ms` after the newest stored one replaces it and keeps the older timestamp, so
     fast committers do not flush the window and the slot still ages. Returns `intervals` slots,
     oldest first, with empty slots leading.
@@ -337,7 +338,7 @@ def record_commit(
     if intervals < 1:
         raise ValueError("intervals must be at least 1")
     commits = list(_stored(window))
-    lag = max(head_offset - offset, 0)
+    lag = None if head_offset is None else max(head_offset - offset, 0)
     if commits and timestamp_ms - commits[-1].timestamp_ms < min_distance_ms:
         commits[-1] = Commit(offset, commits[-1].timestamp_ms, lag)
     else:

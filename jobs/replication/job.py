@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.common.delta_tables import append_once
 from jobs.common.heartbeat import Reporting, committed_offsets, end_offsets, observe_source
 from jobs.common.jobgroup import JobGroup
 from jobs.common.kafka_source import kafka_read_options
@@ -155,11 +156,11 @@ class ReplicationBatchWriter:
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
-        tables.append_once(stats, self.spec.stats_path, self.app_id, batch_id)
+        append_once(stats, self.spec.stats_path, self.app_id, batch_id)
         audit = summaries.transform(
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
-        tables.append_once(audit, self.spec.audit_path, self.app_id, batch_id)
+        append_once(audit, self.spec.audit_path, self.app_id, batch_id)
         # One row per partition: the pacer's totals and the group offsets come from it.
         per_partition = stats.select(
             "partition", "last_offset", "records_replicated", "record_bytes_replicated"

@@ -34,8 +34,7 @@ query id, txnVersion = batch id), so a batch replayed after a crash is not recor
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
     DoubleType,
@@ -46,6 +45,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from jobs.common.delta_tables import ensure_table
 
 LABELS = (
     "job_group_id",
@@ -103,15 +104,4 @@ AUDIT_SCHEMA = StructType(
 
 def ensure_tables(spark: SparkSession, stats_path: str, audit_path: str) -> None:
     for path, schema in ((stats_path, STATS_SCHEMA), (audit_path, AUDIT_SCHEMA)):
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
-
-
-def append_once(rows: DataFrame, path: str, app_id: str, batch_id: int) -> None:
-    """Append a batch's rows unless this (app_id, batch_id) was committed before."""
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(path)
-    )
+        ensure_table(spark, path, schema)

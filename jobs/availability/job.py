@@ -1,0 +1,429 @@
+"""KAFKA_AVAILABILITY entry module: cluster samplers -> Delta `topic_availability`,
+`consumer_offset_commits` and `consumer_group_status`.
+
+Source: the cluster's `__consumer_offsets` topic (every offset commit of every group, as
+Burrow reads it), read by Spark's Kafka source from the earliest retained record, united with
+Spark's `rate` source, whose ticks make a micro-batch run every trigger interval even when no
+group commits (a stopped consumer is exactly when nobody commits).
+
+Every micro-batch, on the driver:
+1. metadata snapshot -> `topic_availability` (leader, ISR vs replication factor, offline and
+   under-replicated partitions), unless skipped;
+2. commits decoded (`offsets_topic`) -> the lag windows (`lag_tracker`) and
+   `consumer_offset_commits`; head offsets of every committed partition refreshed; every
+   group evaluated with Burrow's rules -> `consumer_group_status`, with lag in messages and in
+   time (now - timestamp of the group's next unconsumed record), unless skipped.
+
+Guarantee: each append is idempotent per batch (txnAppId + batch id), so a replayed batch
+writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start.
+The probes (availability_job_type) are not implemented yet: the job says so and runs the
+samplers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from jobs.availability import tables
+from jobs.availability.lag_rules import GroupResult
+from jobs.availability.lag_tracker import GroupPartition, LagTracker
+from jobs.availability.offsets_topic import (
+    OFFSETS_TOPIC,
+    OffsetCommit,
+    OffsetDeleted,
+    UndecodableRecord,
+    decode,
+)
+from jobs.availability.spec import AvailabilitySpec, availability_spec
+from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
+from jobs.common.delta_tables import append_once
+from jobs.common.errors import ClusterUnreachable
+from jobs.common.heartbeat import Reporting
+from jobs.common.jobgroup import JobGroup
+from jobs.common.kafka_source import kafka_read_options
+from jobs.common.runner import QuerySettings, run_query, streaming_query_id
+from jobs.common.session import build_session
+from jobs.common.settings import Settings
+
+log = logging.getLogger("uatu.availability")
+
+ADMIN_TIMEOUT_S = 10.0
+
+
+def prepare(group: JobGroup, settings: Settings) -> AvailabilitySpec:
+    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
+    return availability_spec(group, settings)
+
+
+def source_topic(spec: AvailabilitySpec) -> tuple[str, str, str]:
+    return "kafka_consumer_task_group.cluster", OFFSETS_TOPIC, spec.cluster.name
+
+
+def ensure_source(spec: AvailabilitySpec) -> None:
+    """Make the broker create `__consumer_offsets` if no group has used the cluster yet.
+
+    Kafka creates the topic on the first group-coordinator lookup, which an offsets request
+    for an unknown group makes.
+    """
+    consumer = Consumer(
+        {**spec.cluster.client_config(), "group.id": f"uatu-availability-{spec.job_group_id}"}
+    )
+    try:
+        consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as e:
+        raise ClusterUnreachable(spec.cluster.name, spec.cluster.bootstrap_servers, str(e)) from e
+    finally:
+        consumer.close()
+
+
+def build_stream(spark: SparkSession, spec: AvailabilitySpec) -> DataFrame:
+    options = kafka_read_options(spec.cluster, OFFSETS_TOPIC, group_id_prefix=spec.query_name)
+    # Compaction and retention delete old commits; a monitor reads what is there.
+    options["failOnDataLoss"] = "false"
+    commits = (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .load()
+        .select("key", "value", "partition", "offset")
+    )
+    ticks = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 1)
+        .load()
+        .select(
+            F.lit(None).cast("binary").alias("key"),
+            F.lit(None).cast("binary").alias("value"),
+            F.lit(None).cast("int").alias("partition"),
+            F.col("value").alias("offset"),
+        )
+    )
+    return commits.unionByName(ticks)
+
+
+# --- talking to the cluster (driver side) -------------------------------------------------
+
+
+def metadata_snapshot(admin: AdminClient) -> tuple[list[PartitionState], list[int]]:
+    """Every partition's leader, replicas and ISR, and the ids of the live brokers."""
+    metadata = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+    states = [
+        PartitionState(
+            topic=name,
+            partition=p.id,
+            leader=p.leader if p.leader >= 0 else NO_LEADER,
+            replicas=tuple(p.replicas),
+            isr=tuple(p.isrs),
+        )
+        for name, topic in metadata.topics.items()
+        if not name.startswith("__")
+        for p in topic.partitions.values()
+    ]
+    return states, sorted(metadata.brokers)
+
+
+def head_offsets(
+    admin: AdminClient, partitions: set[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """The latest offset of each partition; partitions that fail to answer are left out."""
+    if not partitions:
+        return {}
+    request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in sorted(partitions)}
+    heads = {}
+    for tp, future in admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            heads[(tp.topic, tp.partition)] = future.result().offset
+        except KafkaException as e:
+            log.warning("head offset of %s[%d] unavailable: %s", tp.topic, tp.partition, e)
+    return heads
+
+
+def next_record_times(
+    consumer: Consumer, positions: Mapping[tuple[str, int], int], timeout_s: float = 5.0
+) -> dict[tuple[str, int], int]:
+    """Timestamp (ms) of the record at each (topic, partition) position, as far as it answers."""
+    if not positions:
+        return {}
+    consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+    found: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(found) < len(positions) and time.monotonic() < deadline:
+        for message in consumer.consume(num_messages=len(positions), timeout=0.5):
+            topic, partition = message.topic(), message.partition()
+            if message.error() is None and topic is not None and partition is not None:
+                found.setdefault((topic, partition), message.timestamp()[1])
+    consumer.unassign()
+    return found
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+def status_rows(
+    cluster: str,
+    evaluated_at: datetime,
+    results: list[GroupResult],
+    time_lags: Mapping[GroupPartition, int],
+) -> list[dict[str, Any]]:
+    """`consumer_group_status` rows from the evaluator's results (`tables.STATUS_DDL`)."""
+    rows = []
+    for result in results:
+        partitions = [
+            {
+                "topic": p.topic,
+                "partition": p.partition,
+                "status": p.status.name,
+                "current_lag": p.current_lag,
+                "time_lag_ms": time_lags.get((result.group, p.topic, p.partition)),
+                "complete": p.complete,
+                "start_offset": p.start.offset if p.start else None,
+                "end_offset": p.end.offset if p.end else None,
+                "end_commit_time": _time(p.end.timestamp_ms) if p.end else None,
+            }
+            for p in result.partitions
+        ]
+        worst = result.max_lag_partition
+        group_time_lags = [t for t in (p["time_lag_ms"] for p in partitions) if t is not None]
+        rows.append(
+            {
+                "cluster": cluster,
+                "evaluated_at": evaluated_at,
+                "group": result.group,
+                "status": result.status.name,
+                "complete": result.complete,
+                "total_lag": result.total_lag,
+                "max_lag_topic": worst.topic if worst else None,
+                "max_lag_partition": worst.partition if worst else None,
+                "max_lag": worst.current_lag if worst else None,
+                "max_time_lag_ms": max(group_time_lags, default=None),
+                "total_partitions": result.total_partitions,
+                "partitions": partitions,
+            }
+        )
+    return rows
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+# --- the micro-batch ------------------------------------------------------------------------
+
+
+@dataclass
+class AvailabilityBatchWriter:
+    """foreachBatch function: sample the cluster, evaluate every group, append the rows."""
+
+    spec: AvailabilitySpec
+    tracker: LagTracker
+    started_ms: int
+    app_id: str = ""
+    _admin: AdminClient | None = None
+    _consumer: Consumer | None = None
+    _undecodable: int = field(default=0)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        if not self.app_id:
+            self.app_id = (
+                f"uatu-availability-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+            )
+        now = datetime.now(tz=UTC)
+        admin = self._admin_client()
+        if self.spec.topic_availability:
+            states, brokers = metadata_snapshot(admin)
+            rows = [
+                {"cluster": self.spec.cluster.name, "sampled_at": now, **row}
+                for row in partition_availability(states, brokers)
+            ]
+            frame = spark.createDataFrame(rows, tables.TOPIC_DDL)
+            append_once(frame, self.spec.topic_availability_path, self.app_id, batch_id)
+            offline = sum(r["offline"] for r in rows)
+            under = sum(r["under_replicated"] for r in rows)
+            log.info(
+                "batch %d: %d partitions on brokers %s, %d offline, %d under-replicated",
+                batch_id,
+                len(rows),
+                brokers,
+                offline,
+                under,
+            )
+        if self.spec.consumer_lag:
+            self._evaluate_groups(batch, batch_id, now)
+
+    def _evaluate_groups(self, batch: DataFrame, batch_id: int, now: datetime) -> None:
+        spark = batch.sparkSession
+        records = batch.where(F.col("key").isNotNull()).collect()
+        events = []
+        for record in records:
+            try:
+                event = decode(record["key"], record["value"])
+            except UndecodableRecord as e:
+                # Kept visible, never fatal: one odd record must not blind the monitor.
+                self._undecodable += 1
+                log.warning(
+                    "%s[%d] offset %d: not decoded (%s)",
+                    OFFSETS_TOPIC,
+                    record["partition"],
+                    record["offset"],
+                    e,
+                )
+                continue
+            if event is not None:
+                events.append(event)
+        commits = [e for e in events if isinstance(e, OffsetCommit)]
+        wanted = self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
+        heads = head_offsets(self._admin_client(), wanted)
+        self.tracker.refresh_heads(heads)
+        stored = []
+        for event in events:
+            if isinstance(event, OffsetDeleted):
+                self.tracker.forget(event.group, event.topic, event.partition)
+                continue
+            head = heads.get((event.topic, event.partition))
+            # A commit made before the job started is history: its lag back then is unknown.
+            lag = None if head is None or event.commit_ms < self.started_ms else head - event.offset
+            commit = self.tracker.record(
+                event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
+            )
+            stored.append(
+                {
+                    "cluster": self.spec.cluster.name,
+                    "group": event.group,
+                    "topic": event.topic,
+                    "partition": event.partition,
+                    "offset": event.offset,
+                    "commit_time": _time(event.commit_ms),
+                    "lag": commit.lag,
+                }
+            )
+        if stored:
+            frame = spark.createDataFrame(stored, tables.COMMITS_DDL)
+            append_once(frame, self.spec.commits_path, self.app_id, batch_id)
+        now_ms = int(now.timestamp() * 1000)
+        results = self.tracker.evaluate(now_ms)
+        lagging = {
+            key: offset
+            for key, offset in self.tracker.committed().items()
+            if self.tracker.current_lag(key) > 0
+        }
+        positions = {(t, p): o for (_, t, p), o in lagging.items()}
+        record_ms = next_record_times(self._client_consumer(), positions)
+        time_lags = {
+            key: max(now_ms - record_ms[(key[1], key[2])], 0)
+            for key in lagging
+            if (key[1], key[2]) in record_ms
+        }
+        rows = status_rows(self.spec.cluster.name, now, results, time_lags)
+        if rows:
+            frame = spark.createDataFrame(rows, tables.STATUS_DDL)
+            append_once(frame, self.spec.status_path, self.app_id, batch_id)
+        log.info(
+            "batch %d: %d commits read, %d groups evaluated (%s)%s",
+            batch_id,
+            len(commits),
+            len(results),
+            ", ".join(f"{r.group}={r.status.name}" for r in results[:10]),
+            f", {self._undecodable} undecodable records so far" if self._undecodable else "",
+        )
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.spec.cluster.client_config())
+        return self._admin
+
+    def _client_consumer(self) -> Consumer:
+        """Reads single records to date the oldest unconsumed one; never joins a group."""
+        if self._consumer is None:
+            self._consumer = Consumer(
+                {
+                    **self.spec.cluster.client_config(),
+                    "group.id": f"uatu-availability-{self.spec.job_group_id}",
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                }
+            )
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracker) -> int:
+    """Replay the newest stored commits of every partition into `tracker`; returns how many."""
+    keep = spec.lag.intervals
+    newest_first = Window.partitionBy("group", "topic", "partition").orderBy(F.desc("commit_time"))
+    rows = (
+        spark.read.format("delta")
+        .load(spec.commits_path)
+        .where(F.col("cluster") == spec.cluster.name)
+        .withColumn("rank", F.row_number().over(newest_first))
+        .where(F.col("rank") <= keep)
+        .orderBy("commit_time")
+        .collect()
+    )
+    for r in rows:
+        commit_ms = int(r["commit_time"].timestamp() * 1000)
+        tracker.record(r["group"], r["topic"], r["partition"], r["offset"], commit_ms, r["lag"])
+    return len(rows)
+
+
+def run(
+    spec: AvailabilitySpec,
+    *,
+    once: bool,
+    stop_file: str | None = None,
+    reporting: Reporting | None = None,
+) -> int:
+    log.warning(
+        "%s probes are not implemented yet; running the cluster samplers only (%s)",
+        spec.probe_type,
+        ", ".join(
+            name
+            for name, on in (
+                ("topic availability", spec.topic_availability),
+                ("consumer lag", spec.consumer_lag),
+            )
+            if on
+        ),
+    )
+    spark = build_session(spec.query_name)
+    tables.ensure_tables(
+        spark,
+        [
+            (spec.topic_availability_path, tables.TOPIC_DDL),
+            (spec.commits_path, tables.COMMITS_DDL),
+            (spec.status_path, tables.STATUS_DDL),
+        ],
+    )
+    tracker = LagTracker(spec.lag)
+    if spec.consumer_lag:
+        loaded = load_windows(spark, spec, tracker)
+        log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
+    writer = AvailabilityBatchWriter(spec, tracker, started_ms=int(time.time() * 1000))
+    try:
+        return run_query(
+            build_stream(spark, spec),
+            writer,
+            QuerySettings(
+                name=spec.query_name,
+                checkpoint=spec.checkpoint_path,
+                once=once,
+                trigger_interval_seconds=spec.trigger_interval_seconds,
+                stop_file=stop_file,
+            ),
+            reporting,
+        )
+    finally:
+        writer.close()

@@ -1,0 +1,105 @@
+"""Offset commits read from Kafka's internal `__consumer_offsets` topic: pure decoding, no I/O.
+
+Every commit a consumer group makes is a record there (this is what Burrow reads): the key
+names the group, topic and partition, the value holds the offset and the commit time. The
+layouts are Kafka's generated `OffsetCommitKey` (versions 0 and 1) and `OffsetCommitValue`
+(versions 0 to 4; 4 is a "flexible" version with compact strings and tagged fields). Keys of
+version 2 are group metadata (members, assignments), not commits. A record with a null value
+is a tombstone: the group deleted that offset.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class UndecodableRecord(ValueError):
+    """A `__consumer_offsets` record this decoder does not understand (named by its caller)."""
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    group: str
+    topic: str
+    partition: int
+    offset: int  # the next offset the group will read
+    commit_ms: int  # when the coordinator accepted the commit
+
+
+@dataclass(frozen=True)
+class OffsetDeleted:
+    """A tombstone: the group's offset for this partition was deleted or expired."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise UndecodableRecord(f"{len(self.data)} bytes end inside a field at byte {self.at}")
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return int(value)
+
+    def string(self) -> str:
+        return self._text(self.take(">h"))
+
+    def compact_string(self) -> str:
+        return self._text(self.uvarint() - 1)
+
+    def uvarint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            byte = self.take(">B")
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise UndecodableRecord(f"varint longer than 5 bytes at byte {self.at}")
+
+    def _text(self, length: int) -> str:
+        if length < 0:
+            return ""  # a null string: metadata may be null
+        if self.at + length > len(self.data):
+            raise UndecodableRecord(f"a {length}-byte string runs past the record's end")
+        text = self.data[self.at : self.at + length].decode("utf-8", errors="replace")
+        self.at += length
+        return text
+
+
+def decode(key: bytes | None, value: bytes | None) -> OffsetCommit | OffsetDeleted | None:
+    """A commit, a tombstone, or None for group metadata; UndecodableRecord otherwise."""
+    if not key:
+        raise UndecodableRecord("a record without a key")
+    keys = _Reader(key)
+    key_version = keys.take(">h")
+    if key_version == 2:
+        return None  # GroupMetadataKey
+    if key_version not in (0, 1):
+        raise UndecodableRecord(f"key version {key_version} (known: 0, 1, 2)")
+    group, topic, partition = keys.string(), keys.string(), keys.take(">i")
+    if value is None:
+        return OffsetDeleted(group, topic, partition)
+    values = _Reader(value)
+    value_version = values.take(">h")
+    if value_version not in (0, 1, 2, 3, 4):
+        raise UndecodableRecord(f"value version {value_version} (known: 0 to 4)")
+    offset = values.take(">q")
+    if value_version >= 3:
+        values.take(">i")  # leader epoch
+    if value_version == 4:
+        values.compact_string()  # metadata
+    else:
+        values.string()
+    commit_ms = values.take(">q")
+    return OffsetCommit(group, topic, partition, offset, commit_ms)

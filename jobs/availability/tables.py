@@ -1,0 +1,63 @@
+"""The availability job's Delta tables: one row per sample, appended exactly once per batch.
+
+`topic_availability`, one row per trigger and partition of the cluster:
+
+=====================  ===========  ==========================================================
+cluster, sampled_at    string, ts   the cluster and when its metadata was read
+topic, partition       string, int
+leader                 int          broker id; null when the partition is offline
+replication_factor     int          replicas assigned
+isr_size               int          replicas in sync
+replicas, isr          array<int>   broker ids
+offline_replicas       array<int>   assigned replicas on brokers that are not alive
+has_leader, offline    boolean      offline = no leader: nobody can produce or consume
+under_replicated       boolean      isr_size < replication_factor
+=====================  ===========  ==========================================================
+
+`consumer_offset_commits`: every commit the job read from `__consumer_offsets` (cluster, group,
+topic, partition, offset, commit_time, lag = broker head - offset when the job saw it, null
+when unknown). It is the persisted lag window: a restarted job replays it.
+
+`consumer_group_status`, one row per trigger and consumer group (Burrow's group status):
+cluster, evaluated_at, group, status (NOTFOUND, OK, WARN, ERR), complete, total_lag,
+max_lag_topic/_partition, max_lag, max_time_lag_ms (now - timestamp of the oldest unconsumed
+record, over the group's partitions), total_partitions, and `partitions`: topic, partition,
+status (OK, WARN, STOP, STALL, REWIND), current_lag, time_lag_ms, complete, the window's
+start/end offsets and end commit time.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from jobs.common.delta_tables import ensure_table
+
+TOPIC_COLUMNS = (
+    "topic string, partition int, leader int, replication_factor int, isr_size int, "
+    "replicas array<int>, isr array<int>, offline_replicas array<int>, has_leader boolean, "
+    "offline boolean, under_replicated boolean"
+)
+TOPIC_DDL = f"cluster string, sampled_at timestamp, {TOPIC_COLUMNS}"
+COMMITS_DDL = (
+    "cluster string, group string, topic string, partition int, offset long, "
+    "commit_time timestamp, lag long"
+)
+PARTITION_STATUS_DDL = (
+    "topic string, partition int, status string, current_lag long, time_lag_ms long, "
+    "complete double, start_offset long, end_offset long, end_commit_time timestamp"
+)
+STATUS_DDL = (
+    "cluster string, evaluated_at timestamp, group string, status string, complete double, "
+    "total_lag long, max_lag_topic string, max_lag_partition int, max_lag long, "
+    f"max_time_lag_ms long, total_partitions int, partitions array<struct<{PARTITION_STATUS_DDL}>>"
+)
+
+
+def schema(spark: SparkSession, ddl: str) -> StructType:
+    return spark.createDataFrame([], ddl).schema
+
+
+def ensure_tables(spark: SparkSession, paths_and_ddls: list[tuple[str, str]]) -> None:
+    for path, ddl in paths_and_ddls:
+        ensure_table(spark, path, schema(spark, ddl))

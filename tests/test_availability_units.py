@@ -1,0 +1,223 @@
+"""The availability job's pure parts: offsets-topic decoding, topic health, the lag tracker,
+JobGroup validation and the status rows."""
+
+from __future__ import annotations
+
+import struct
+from datetime import UTC, datetime
+
+import pytest
+from google.protobuf import json_format
+from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from jobs.availability.job import status_rows
+from jobs.availability.lag_tracker import LagSettings, LagTracker
+from jobs.availability.offsets_topic import (
+    OffsetCommit,
+    OffsetDeleted,
+    UndecodableRecord,
+    decode,
+)
+from jobs.availability.spec import availability_spec
+from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
+from jobs.common.errors import InvalidJobGroup, UnknownCluster
+from jobs.common.settings import load_settings, write_conf_dir
+
+# Recorded from Apache Kafka 3.9.2: group g1 committed offset 42 of t[1] (key v1, value v3).
+KAFKA_KEY = b"\x00\x01\x00\x02g1\x00\x01t\x00\x00\x00\x01"
+KAFKA_VALUE = (
+    b"\x00\x03\x00\x00\x00\x00\x00\x00\x00*\xff\xff\xff\xff\x00\x00\x00\x00\x01\xa1\xfd\xdb\x93$"
+)
+
+
+def string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def test_decodes_a_commit_as_kafka_writes_it() -> None:
+    assert decode(KAFKA_KEY, KAFKA_VALUE) == OffsetCommit("g1", "t", 1, 42, 1795260388132)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        struct.pack(">hq", 0, 7) + string("m") + struct.pack(">q", 1000),
+        struct.pack(">hq", 1, 7) + string("m") + struct.pack(">qq", 1000, 9999),
+        struct.pack(">hq", 2, 7) + string("") + struct.pack(">q", 1000),
+        struct.pack(">hqi", 3, 7, 5) + struct.pack(">h", -1) + struct.pack(">q", 1000),
+        # v4 is flexible: compact string (length + 1 as a varint), then tagged fields.
+        struct.pack(">hqi", 4, 7, 5) + bytes([3]) + b"md" + struct.pack(">q", 1000) + b"\x00",
+    ],
+    ids=["v0", "v1", "v2", "v3-null-metadata", "v4"],
+)
+def test_decodes_every_value_version(value: bytes) -> None:
+    key = struct.pack(">h", 0) + string("grp") + string("topic") + struct.pack(">i", 3)
+    assert decode(key, value) == OffsetCommit("grp", "topic", 3, 7, 1000)
+
+
+def test_group_metadata_is_not_a_commit_and_a_tombstone_deletes() -> None:
+    assert decode(struct.pack(">h", 2) + string("g1"), b"\x00\x03anything") is None
+    assert decode(KAFKA_KEY, None) == OffsetDeleted("g1", "t", 1)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        (None, KAFKA_VALUE, "without a key"),
+        (struct.pack(">h", 9), KAFKA_VALUE, "key version 9"),
+        (KAFKA_KEY, struct.pack(">h", 7), "value version 7"),
+        (KAFKA_KEY, KAFKA_VALUE[:12], "end inside a field"),
+        (KAFKA_KEY[:5], KAFKA_VALUE, "string runs past"),
+    ],
+)
+def test_undecodable_records_say_why(key, value, fragment) -> None:
+    with pytest.raises(UndecodableRecord, match=fragment):
+        decode(key, value)
+
+
+def test_partition_availability_flags_offline_and_under_replicated() -> None:
+    states = [
+        PartitionState("b", 0, 1, (1, 2, 3), (1, 2, 3)),
+        PartitionState("a", 1, 2, (1, 2, 3), (2, 3)),
+        PartitionState("a", 0, NO_LEADER, (1,), (1,)),
+    ]
+    rows = partition_availability(states, live_brokers=[2, 3])
+    assert [(r["topic"], r["partition"]) for r in rows] == [("a", 0), ("a", 1), ("b", 0)]
+    offline, under, healthy = rows
+    assert offline["offline"] and not offline["has_leader"] and offline["leader"] is None
+    assert offline["offline_replicas"] == [1] and not offline["under_replicated"]
+    assert under["under_replicated"] and not under["offline"]
+    assert (under["replication_factor"], under["isr_size"]) == (3, 2)
+    assert healthy["offline_replicas"] == [1] and not healthy["under_replicated"]
+
+
+# --- the lag tracker ------------------------------------------------------------------------
+
+
+def tracked(settings: LagSettings | None = None) -> LagTracker:
+    """Group g commits t[0] three times, 10 s apart, each 10 behind a head that moves."""
+    tracker = LagTracker(settings or LagSettings(intervals=3))
+    for i, offset in enumerate((100, 200, 300)):
+        tracker.refresh_heads({("t", 0): offset + 10})
+        tracker.record("g", "t", 0, offset, 10_000 * (i + 1), lag=10)
+    return tracker
+
+
+def test_lag_is_recomputed_from_new_heads_without_a_commit() -> None:
+    tracker = tracked()
+    assert tracker.current_lag(("g", "t", 0)) == 10
+    tracker.refresh_heads({("t", 0): 1_000})
+    (result,) = tracker.evaluate(now_ms=31_000)
+    assert result.total_lag == 700  # Burrow would still say 10: it recomputes on commit only
+
+
+def test_silence_longer_than_the_window_is_stop_and_the_group_err() -> None:
+    tracker = tracked()
+    for head in (400, 500, 600):  # production goes on; none of these heads was caught up
+        tracker.refresh_heads({("t", 0): head})
+    (result,) = tracker.evaluate(now_ms=30_000 + 20_001)  # window spans 20 s
+    assert result.partitions[0].status.name == "STOP" and result.status.name == "ERR"
+    (result,) = tracker.evaluate(now_ms=30_000 + 20_000)  # strictly greater, as Burrow
+    assert result.partitions[0].status.name == "WARN"  # lag never went down
+
+
+def test_a_caught_up_consumer_on_an_idle_tail_is_ok_unless_burrow_strict() -> None:
+    for strict, expected in ((False, "OK"), (True, "STOP")):
+        tracker = LagTracker(LagSettings(intervals=3, burrow_strict=strict))
+        for i in range(3):
+            # A transaction marker after offset 49 leaves lag 1 that no consumer can read.
+            tracker.refresh_heads({("t", 0): 51})
+            tracker.record("g", "t", 0, 50, 1_000 * (i + 1), lag=1)
+        (result,) = tracker.evaluate(now_ms=600_000)
+        assert result.partitions[0].status.name == expected, strict
+
+
+def test_forget_unknown_groups_and_replay_without_lag() -> None:
+    tracker = tracked()
+    tracker.record("h", "t", 0, 5, 1_000, lag=None)  # replayed history: lag unknown
+    assert tracker.current_lag(("h", "t", 0)) == 305  # from the head, not the stored None
+    assert {r.group for r in tracker.evaluate(31_000)} == {"g", "h"}
+    tracker.forget("h", "t", 0)
+    assert [r.status.name for r in tracker.evaluate(31_000, groups=["h"])] == ["NOTFOUND"]
+    assert tracker.topic_partitions() == {("t", 0)}
+
+
+def test_status_rows_carry_group_and_partition_verdicts() -> None:
+    tracker = tracked()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    (row,) = status_rows("c1", at, tracker.evaluate(31_000), {("g", "t", 0): 4_000})
+    assert (row["cluster"], row["group"], row["status"], row["total_lag"]) == (
+        "c1",
+        "g",
+        "WARN",
+        10,
+    )
+    assert (row["max_lag_topic"], row["max_lag_partition"], row["max_time_lag_ms"]) == (
+        "t",
+        0,
+        4_000,
+    )
+    (p,) = row["partitions"]
+    assert (p["status"], p["start_offset"], p["end_offset"], p["complete"]) == (
+        "WARN",
+        100,
+        300,
+        1.0,
+    )
+
+
+# --- JobGroup validation --------------------------------------------------------------------
+
+
+@pytest.fixture()
+def settings(tmp_path):
+    return load_settings(write_conf_dir(tmp_path, "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck"))
+
+
+def group(**availability) -> JobGroup:
+    data = {
+        "jobGroupId": "avail",
+        "type": "JOB_TYPE_KAFKA_AVAILABILITY",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "probe"},
+        "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
+        "extension": {
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "availability": availability,
+        },
+    }
+    return json_format.ParseDict(data, JobGroup())
+
+
+def test_defaults(settings) -> None:
+    spec = availability_spec(group(), settings)
+    assert spec.lag == LagSettings()
+    assert spec.topic_availability and spec.consumer_lag and spec.trigger_interval_seconds == 10
+    assert spec.status_path.endswith("/consumer_group_status")
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"lagWindowCommits": -1}, "extension.availability.lag_window_commits"),
+        ({"lagWindowCommits": 5000}, "extension.availability.lag_window_commits"),
+        ({"lagMinDistanceSeconds": -2}, "extension.availability.lag_min_distance_seconds"),
+        ({"lagAllowedMessages": "-1"}, "extension.availability.lag_allowed_messages"),
+        ({"skipTopicAvailability": True, "skipConsumerLag": True}, "extension.availability"),
+    ],
+)
+def test_bad_options_name_the_field(settings, options, field) -> None:
+    with pytest.raises(InvalidJobGroup) as e:
+        availability_spec(group(**options), settings)
+    assert e.value.field == field
+
+
+def test_probe_type_and_cluster_are_required(settings) -> None:
+    g = group()
+    g.availability_task_group.Clear()
+    with pytest.raises(InvalidJobGroup, match="availability_job_type"):
+        availability_spec(g, settings)
+    g = group()
+    g.kafka_consumer_task_group.cluster = "nowhere"
+    with pytest.raises(UnknownCluster, match="nowhere"):
+        availability_spec(g, settings)
