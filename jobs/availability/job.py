@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -59,6 +59,13 @@ log = logging.getLogger("uatu.availability")
 
 ADMIN_TIMEOUT_S = 10.0
 
+SESSION_CONF = {
+    # Spark 4.2's AdminClient-based offset reader finds no records in __consumer_offsets
+    # (a batch read of a topic holding 3 commits counted 0, by subscribe and by assign); the
+    # consumer-based reader reads them (3).
+    "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true",
+}
+
 
 def prepare(group: JobGroup, settings: Settings) -> AvailabilitySpec:
     """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
@@ -78,12 +85,29 @@ def ensure_source(spec: AvailabilitySpec) -> None:
     consumer = Consumer(
         {**spec.cluster.client_config(), "group.id": f"uatu-availability-{spec.job_group_id}"}
     )
+    deadline = time.monotonic() + 60
     try:
-        consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=ADMIN_TIMEOUT_S)
-    except KafkaException as e:
-        raise ClusterUnreachable(spec.cluster.name, spec.cluster.bootstrap_servers, str(e)) from e
+        while True:
+            try:
+                consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=ADMIN_TIMEOUT_S)
+                return
+            except KafkaException as e:
+                # While the topic is being created the coordinator is not there yet.
+                waiting = e.args[0].code() in _COORDINATOR_STARTING
+                if not waiting or time.monotonic() > deadline:
+                    raise ClusterUnreachable(
+                        spec.cluster.name, spec.cluster.bootstrap_servers, str(e)
+                    ) from e
+                time.sleep(0.5)
     finally:
         consumer.close()
+
+
+_COORDINATOR_STARTING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+}
 
 
 def build_stream(spark: SparkSession, spec: AvailabilitySpec) -> DataFrame:
@@ -229,7 +253,9 @@ class AvailabilityBatchWriter:
     app_id: str = ""
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
-    _undecodable: int = field(default=0)
+    _undecodable: int = 0
+    _previous_heads: dict[tuple[str, int], int] = field(default_factory=dict)
+    _previous_heads_ms: int = 0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -284,12 +310,13 @@ class AvailabilityBatchWriter:
         wanted = self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
         heads = head_offsets(self._admin_client(), wanted)
         self.tracker.refresh_heads(heads)
+        now_ms = int(now.timestamp() * 1000)
         stored = []
         for event in events:
             if isinstance(event, OffsetDeleted):
                 self.tracker.forget(event.group, event.topic, event.partition)
                 continue
-            head = heads.get((event.topic, event.partition))
+            head = self._head_at(event.topic, event.partition, event.commit_ms, heads, now_ms)
             # A commit made before the job started is history: its lag back then is unknown.
             lag = None if head is None or event.commit_ms < self.started_ms else head - event.offset
             commit = self.tracker.record(
@@ -309,7 +336,7 @@ class AvailabilityBatchWriter:
         if stored:
             frame = spark.createDataFrame(stored, tables.COMMITS_DDL)
             append_once(frame, self.spec.commits_path, self.app_id, batch_id)
-        now_ms = int(now.timestamp() * 1000)
+        self._previous_heads, self._previous_heads_ms = heads, now_ms
         results = self.tracker.evaluate(now_ms)
         lagging = {
             key: offset
@@ -335,6 +362,29 @@ class AvailabilityBatchWriter:
             ", ".join(f"{r.group}={r.status.name}" for r in results[:10]),
             f", {self._undecodable} undecodable records so far" if self._undecodable else "",
         )
+
+    def _head_at(
+        self,
+        topic: str,
+        partition: int,
+        commit_ms: int,
+        heads: Mapping[tuple[str, int], int],
+        now_ms: int,
+    ) -> int | None:
+        """The partition's head offset when the commit was made, interpolated between the
+        previous trigger's head and this one's.
+
+        Using this trigger's head for every commit of the batch would make two commits of one
+        batch look like falling lag (same head, higher offset), which hides a consumer that is
+        falling behind whenever it commits more often than the trigger interval.
+        """
+        tp = (topic, partition)
+        head = heads.get(tp)
+        before = self._previous_heads.get(tp)
+        if head is None or before is None or not self._previous_heads_ms < commit_ms < now_ms:
+            return head
+        share = (commit_ms - self._previous_heads_ms) / (now_ms - self._previous_heads_ms)
+        return before + round((head - before) * share)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
@@ -398,7 +448,7 @@ def run(
             if on
         ),
     )
-    spark = build_session(spec.query_name)
+    spark = build_session(spec.query_name, conf=SESSION_CONF)
     tables.ensure_tables(
         spark,
         [

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -91,7 +92,11 @@ def run_query(
     def request_stop(signum: int, _frame: object) -> None:
         stop_requested.append(signal.Signals(signum).name)
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Python only lets the main thread install handlers; a job run in another thread (a test,
+    # an embedding application) is stopped by the stop file or the control plane instead.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         last_batch = -1
         while not query.awaitTermination(settings.poll_seconds):
