@@ -371,10 +371,7 @@ class PartitionWriter:
         for key, value, offset, ts, headers in rows:
             if offset <= done_up_to:
                 continue
-            if headers is None:  # the common case, without stamp_headers' copy of the list
-                stamped = [*fixed, (STAMP_OFFSET, b"%d" % offset)]
-            else:
-                stamped = stamp_headers(headers, fixed, offset)
+            stamped = stamp_headers(headers, fixed, offset)
             while True:
                 try:
                     produce(
