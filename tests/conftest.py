@@ -74,3 +74,15 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One real standalone ZooKeeper (from Kafka's jars) for kafka-pixy and Burrow."""
+    from tools.zookeeper import start_zookeeper
+
+    server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        yield server
+    finally:
+        server.stop()
