@@ -3,14 +3,18 @@ and Burrow's group statuses for consumer groups whose commits the test makes its
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import NewTopic
 from delta.tables import DeltaTable
 from google.protobuf import json_format
 from pyspark.sql import functions as F
@@ -26,13 +30,23 @@ from tools.topic_data import Record, produce_records
 pytestmark = pytest.mark.integration
 
 
-def spec_for(tmp_path: Path, bootstrap: str, group_id: str, **availability_options):
+def spec_for(
+    tmp_path: Path,
+    bootstrap: str,
+    group_id: str,
+    probe_type: str = "NATIVE_PRODUCER",
+    zone_isolated: bool = False,
+    **availability_options,
+):
     conf = write_conf_dir(tmp_path / "conf", bootstrap, tmp_path / "wh", tmp_path / "ck")
     data = {
         "jobGroupId": group_id,
         "type": "JOB_TYPE_KAFKA_AVAILABILITY",
         "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "probe"},
-        "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
+        "availabilityTaskGroup": {
+            "availabilityJobType": f"AVAILABILITY_JOB_TYPE_{probe_type}",
+            "zoneIsolated": zone_isolated,
+        },
         "extension": {
             "@type": "type.googleapis.com/uatu.v1.JobOptions",
             "trigger": {"intervalSeconds": 1},
@@ -68,7 +82,13 @@ def test_topic_availability_shows_under_replicated_then_offline(spark, tmp_path)
     with start_cluster(tmp_path / "kafka", n_brokers=3) as cluster:
         cluster.create_topic("replicated", 3, 3)
         cluster.create_topic("single", 3, 1)  # one replica each: one per broker
-        spec = spec_for(tmp_path, cluster.bootstrap_servers, "avail-topics", skipConsumerLag=True)
+        spec = spec_for(
+            tmp_path,
+            cluster.bootstrap_servers,
+            "avail-topics",
+            skipConsumerLag=True,
+            skipProbes=True,
+        )
         table = spec.topic_availability_path
 
         def samples_after(t: float):
@@ -138,7 +158,7 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
         records = [Record(0, None, b"x", t0_ms + i * 1000) for i in range(20)]
         produce_records(bootstrap, f"lag-{name}", records)
     committers = {name: Committer(bootstrap, f"g-{name}", f"lag-{name}") for name in scenarios}
-    spec = spec_for(tmp_path, bootstrap, "avail-lag", skipTopicAvailability=True)
+    spec = spec_for(tmp_path, bootstrap, "avail-lag", skipTopicAvailability=True, skipProbes=True)
     committers["stopped"].commit(1)
     committers["stopped"].commit(2)
     committers["stopped"].commit(3)
@@ -232,3 +252,110 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
     (partition,) = first["partitions"]
     assert (partition["start_offset"], partition["end_offset"]) == (1, 3)
     assert partition["status"] == "STOP"
+
+
+# --- probes -----------------------------------------------------------------------------------
+
+
+def probe_records_per_window(bootstrap: str, topic: str, window_ms: int) -> Counter:
+    """(partition, window start) -> distinct probes on the topic, read independently."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "probe-reader", "enable.auto.commit": False}
+    )
+    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends = {}
+    for p in metadata.partitions:
+        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    seen: set[tuple[int, str, int]] = set()
+    counts: Counter = Counter()
+    done = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + 30
+    while len(done) < len(ends) and time.monotonic() < deadline:
+        for m in consumer.consume(500, timeout=1):
+            if m.error() is not None:
+                continue
+            probe = json.loads(m.value())
+            key = (m.partition(), probe["instance"], probe["seq"])
+            if key not in seen:
+                seen.add(key)
+                counts[(m.partition(), probe["sent_ms"] - probe["sent_ms"] % window_ms)] += 1
+            if m.offset() + 1 >= ends[m.partition()]:
+                done.add(m.partition())
+    consumer.close()
+    return counts
+
+
+def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> None:
+    """Three brokers in zones a, b, c; the probe topic starts with one partition, led by
+    broker 0, so the job must add partitions for brokers 1 and 2. While all are up every
+    window shows every probe produced and read back, matching the probe records on the topic.
+    After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %."""
+    from tools.kafka_broker import start_cluster
+
+    with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
+        admin = cluster.admin()
+        admin.create_topics([NewTopic("probe", 1, replica_assignment=[[0]])])["probe"].result()
+        spec = spec_for(
+            tmp_path,
+            cluster.bootstrap_servers,
+            "avail-probes",
+            zone_isolated=True,
+            skipConsumerLag=True,
+            skipTopicAvailability=True,
+            probeIntervalMs=200,
+            probeWindowSeconds=2,
+            probeAckSlaMs=1000,
+            probeRoundtripSlaMs=4000,
+        )
+        window_ms = 2000
+
+        def rows(where: str):
+            if not DeltaTable.isDeltaTable(spark, spec.probes_path):
+                return []
+            return spark.read.format("delta").load(spec.probes_path).where(where).collect()
+
+        def healthy_windows():
+            found = rows("broker IS NOT NULL AND produce_success_ratio = 1")
+            by_window: dict = {}
+            for r in found:
+                by_window.setdefault(r["window_start"], []).append(r)
+            full = [ws for ws in by_window.values() if len(ws) == 3]
+            return full if len(full) >= 2 else None
+
+        with running(spec, tmp_path / "stop"):
+            windows = wait_for(healthy_windows, 120, "two windows with all three brokers healthy")
+            assignment = {
+                p.id: p.replicas
+                for p in admin.list_topics("probe").topics["probe"].partitions.values()
+            }
+            assert sorted(r[0] for r in assignment.values()) == [0, 1, 2], assignment
+            on_topic = probe_records_per_window(cluster.bootstrap_servers, "probe", window_ms)
+            for window in windows:
+                for r in window:
+                    assert r["zone"] == "abc"[r["broker"]] and r["lost"] == 0
+                    assert r["consumed"] == r["produced"] == r["probes"]
+                    assert 8 <= r["probes"] <= 12, r  # one per 200 ms in 2 s
+                    start_ms = int(r["window_start"].timestamp() * 1000)
+                    on_disk = sum(on_topic[(p, start_ms)] for p in r["partitions"])
+                    assert on_disk == r["probes"], (r, on_topic)
+                    assert r["ack_latency_p50_ms"] <= r["e2e_latency_p99_ms"]
+                zones = rows(f"broker IS NULL AND window_start = '{window[0]['window_start']}'")
+                assert sorted((z["zone"], z["probes"]) for z in zones) == sorted(
+                    (r["zone"], r["probes"]) for r in window
+                )
+
+            killed_at = time.time()
+            cluster.kill_broker(2)
+
+            def dead_window():
+                after = f"window_start >= '{datetime.fromtimestamp(killed_at, UTC).isoformat()}'"
+                dead = rows(f"broker = 2 AND produce_success_ratio = 0 AND {after}")
+                return dead or None
+
+            dead = wait_for(dead_window, 60, "a window where broker 2 produced nothing")
+            assert dead[0]["zone"] == "c" and dead[0]["sample_error"]
+            later = dead[0]["window_start"]
+            survivors = rows(f"broker IN (0, 1) AND window_start = '{later}'")
+            assert len(survivors) == 2
+            assert all(r["produce_success_ratio"] == 1.0 for r in survivors), survivors

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from google.protobuf import json_format
 from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
+from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from jobs.availability.job import status_rows
@@ -19,7 +20,7 @@ from jobs.availability.offsets_topic import (
     UndecodableRecord,
     decode,
 )
-from jobs.availability.spec import availability_spec
+from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.common.errors import InvalidJobGroup, UnknownCluster
 from jobs.common.settings import load_settings, write_conf_dir
@@ -192,8 +193,10 @@ def group(**availability) -> JobGroup:
 def test_defaults(settings) -> None:
     spec = availability_spec(group(), settings)
     assert spec.lag == LagSettings()
-    assert spec.topic_availability and spec.consumer_lag and spec.trigger_interval_seconds == 10
+    assert spec.topic_availability and spec.consumer_lag and spec.trigger_interval_seconds == 5
     assert spec.status_path.endswith("/consumer_group_status")
+    assert spec.probes and spec.probe == ProbeSettings(1000, 10_000, 5000, 20_000, 1)
+    assert spec.probes_path.endswith("/availability_probes") and spec.probe_topic == "probe"
 
 
 @pytest.mark.parametrize(
@@ -203,13 +206,41 @@ def test_defaults(settings) -> None:
         ({"lagWindowCommits": 5000}, "extension.availability.lag_window_commits"),
         ({"lagMinDistanceSeconds": -2}, "extension.availability.lag_min_distance_seconds"),
         ({"lagAllowedMessages": "-1"}, "extension.availability.lag_allowed_messages"),
-        ({"skipTopicAvailability": True, "skipConsumerLag": True}, "extension.availability"),
+        (
+            {"skipTopicAvailability": True, "skipConsumerLag": True, "skipProbes": True},
+            "extension.availability",
+        ),
+        ({"probeIntervalMs": 5}, "extension.availability.probe_interval_ms"),
+        ({"probeWindowSeconds": -1}, "extension.availability.probe_window_seconds"),
+        ({"probeAckSlaMs": 50}, "extension.availability.probe_ack_sla_ms"),
+        (
+            {"probeAckSlaMs": 8000, "probeRoundtripSlaMs": 6000},
+            "extension.availability.probe_roundtrip_sla_ms",
+        ),
+        ({"probeReplicationFactor": -3}, "extension.availability.probe_replication_factor"),
     ],
 )
 def test_bad_options_name_the_field(settings, options, field) -> None:
     with pytest.raises(InvalidJobGroup) as e:
         availability_spec(group(**options), settings)
     assert e.value.field == field
+
+
+def test_probes_need_a_topic_and_proxy_probes_a_proxy(settings, tmp_path) -> None:
+    g = group()
+    g.kafka_consumer_task_group.topic = ""
+    with pytest.raises(InvalidJobGroup) as e:
+        availability_spec(g, settings)
+    assert e.value.field == "kafka_consumer_task_group.topic"
+    assert not availability_spec(group(skipProbes=True), settings).probes
+    g = group()
+    g.availability_task_group.availability_job_type = job_pb2.AVAILABILITY_JOB_TYPE_PROXY_CONSUMER
+    with pytest.raises(InvalidJobGroup, match=r"no proxy\.grpc_address"):
+        availability_spec(g, settings)
+    proxied = {"local": {"bootstrap_servers": "127.0.0.1:9", "proxy": {"grpc_address": "h:1"}}}
+    conf = write_conf_dir(tmp_path / "p", "x", tmp_path, tmp_path, more_clusters=proxied)
+    spec = availability_spec(g, load_settings(conf))
+    assert spec.cluster.proxy_grpc_address == "h:1" and spec.cluster.proxy_cluster == "default"
 
 
 def test_probe_type_and_cluster_are_required(settings) -> None:

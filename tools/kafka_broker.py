@@ -73,6 +73,7 @@ class BrokerNode:
     port: int
     controller_port: int
     dir: Path
+    rack: str | None = None  # broker.rack, the zone probes are tagged with
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -239,8 +240,11 @@ def start_cluster(
     jars_dir: Path = DEFAULT_JARS_DIR,
     heap: str = "512m",
     timeout: float = READY_TIMEOUT_S,
+    racks: Sequence[str] | None = None,
 ) -> KafkaCluster:
     """Start ``n_brokers`` combined broker+controller nodes under ``data_dir`` and wait for them.
+
+    ``racks`` gives each node its ``broker.rack`` (one per broker), None none.
 
     Broker ports are ``base_port``, ``base_port + 1``, ... or free ports when ``base_port`` is
     None; controller ports are always free ports. A data dir that already holds a cluster is
@@ -260,6 +264,11 @@ def start_cluster(
         raise KafkaBrokerError(f"brokers from {data_dir} are already running (pids {live})")
 
     nodes = _plan_nodes(data_dir, n_brokers, base_port)
+    if racks is not None:
+        if len(racks) != n_brokers:
+            raise ValueError(f"racks must name one rack per broker, got {list(racks)}")
+        for node, rack in zip(nodes, racks, strict=True):
+            node.rack = rack
     for port in [p for n in nodes for p in (n.port, n.controller_port)]:
         if not _port_free(port):
             raise KafkaBrokerError(f"port {HOST}:{port} is already in use")
@@ -422,6 +431,8 @@ def _server_properties(node: BrokerNode, nodes: Sequence[BrokerNode]) -> str:
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
     }
+    if node.rack is not None:
+        props["broker.rack"] = node.rack
     lines = [f"{k}={_escape(str(v))}" for k, v in props.items()]
     return (
         "# Written by tools/kafka_broker.py on every start; edits are lost.\n"

@@ -1,5 +1,9 @@
-"""KAFKA_AVAILABILITY entry module: cluster samplers -> Delta `topic_availability`,
-`consumer_offset_commits` and `consumer_group_status`.
+"""KAFKA_AVAILABILITY entry module: round-trip probes and cluster samplers -> Delta
+`availability_probes`, `topic_availability`, `consumer_offset_commits` and
+`consumer_group_status`.
+
+The probes (`probers`) run on the driver in two threads from start to stop: one probe per
+probe partition every probe interval, read back by a consumer, booked in a `ProbeLedger`.
 
 Source: the cluster's `__consumer_offsets` topic (every offset commit of every group, as
 Burrow reads it), read by Spark's Kafka source from the earliest retained record, united with
@@ -7,6 +11,8 @@ Spark's `rate` source, whose ticks make a micro-batch run every trigger interval
 group commits (a stopped consumer is exactly when nobody commits).
 
 Every micro-batch, on the driver:
+0. the probe windows whose outcome is final -> `availability_probes` (`probe_stats`), and the
+   probe topic's coverage checked (a new broker gets a partition), unless skipped;
 1. metadata snapshot -> `topic_availability` (leader, ISR vs replication factor, offline and
    under-replicated partitions), unless skipped;
 2. commits decoded (`offsets_topic`) -> the lag windows (`lag_tracker`) and
@@ -16,14 +22,16 @@ Every micro-batch, on the driver:
 
 Guarantee: each append is idempotent per batch (txnAppId + batch id), so a replayed batch
 writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start.
-The probes (availability_job_type) are not implemented yet: the job says so and runs the
-samplers.
+Probes still open when the job stops are not written (a restarted job starts new probes).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +52,8 @@ from jobs.availability.offsets_topic import (
     UndecodableRecord,
     decode,
 )
+from jobs.availability.probe_stats import PROBE_OUTCOME_DDL, probe_window_stats
+from jobs.availability.probers import NativeReceiver, NativeSender, Prober
 from jobs.availability.spec import AvailabilitySpec, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.common.delta_tables import append_once
@@ -250,6 +260,7 @@ class AvailabilityBatchWriter:
     spec: AvailabilitySpec
     tracker: LagTracker
     started_ms: int
+    prober: Prober | None = None
     app_id: str = ""
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
@@ -264,7 +275,9 @@ class AvailabilityBatchWriter:
                 f"uatu-availability-{streaming_query_id(spark, self.spec.checkpoint_path)}"
             )
         now = datetime.now(tz=UTC)
-        admin = self._admin_client()
+        admin = self.admin_client()
+        if self.prober is not None:
+            self._write_probes(spark, batch_id, now)
         if self.spec.topic_availability:
             states, brokers = metadata_snapshot(admin)
             rows = [
@@ -285,6 +298,35 @@ class AvailabilityBatchWriter:
             )
         if self.spec.consumer_lag:
             self._evaluate_groups(batch, batch_id, now)
+
+    def _write_probes(self, spark: SparkSession, batch_id: int, now: datetime) -> None:
+        assert self.prober is not None
+        try:
+            self.prober.refresh(self.admin_client())
+        except (KafkaException, ClusterUnreachable) as e:
+            # The probes keep going to the partitions known; failing here would blind the
+            # monitor exactly when the cluster is in trouble.
+            log.warning("probe topic coverage not checked: %s", e)
+        rows = self.prober.take_final(int(now.timestamp() * 1000))
+        if not rows:
+            return
+        frame = spark.createDataFrame(rows, PROBE_OUTCOME_DDL).transform(
+            probe_window_stats,
+            self.spec.cluster.name,
+            self.spec.probe_type,
+            self.spec.zone_isolated,
+        )
+        append_once(frame, self.spec.probes_path, self.app_id, batch_id)
+        failed = sum(not r["produced"] for r in rows)
+        lost = sum(r["produced"] and r["copies"] == 0 for r in rows)
+        log.info(
+            "batch %d: %d probes final, %d failed to produce, %d lost, %d still open",
+            batch_id,
+            len(rows),
+            failed,
+            lost,
+            self.prober.ledger.open_count(),
+        )
 
     def _evaluate_groups(self, batch: DataFrame, batch_id: int, now: datetime) -> None:
         spark = batch.sparkSession
@@ -308,7 +350,7 @@ class AvailabilityBatchWriter:
                 events.append(event)
         commits = [e for e in events if isinstance(e, OffsetCommit)]
         wanted = self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
-        heads = head_offsets(self._admin_client(), wanted)
+        heads = head_offsets(self.admin_client(), wanted)
         self.tracker.refresh_heads(heads)
         now_ms = int(now.timestamp() * 1000)
         stored = []
@@ -386,7 +428,7 @@ class AvailabilityBatchWriter:
         share = (commit_ms - self._previous_heads_ms) / (now_ms - self._previous_heads_ms)
         return before + round((head - before) * share)
 
-    def _admin_client(self) -> AdminClient:
+    def admin_client(self) -> AdminClient:
         if self._admin is None:
             self._admin = AdminClient(self.spec.cluster.client_config())
         return self._admin
@@ -429,6 +471,14 @@ def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracke
     return len(rows)
 
 
+def build_prober(spec: AvailabilitySpec) -> Prober:
+    """The prober for the job's availability_job_type (see `probers` for who sends and reads)."""
+    instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    sender = NativeSender(spec.cluster, spec.probe_topic, spec.probe.ack_sla_ms)
+    receiver = NativeReceiver(spec.cluster, spec.probe_topic, f"uatu-probe-{instance_id}")
+    return Prober(spec.cluster, spec.probe_topic, spec.probe, instance_id, sender, receiver)
+
+
 def run(
     spec: AvailabilitySpec,
     *,
@@ -436,12 +486,14 @@ def run(
     stop_file: str | None = None,
     reporting: Reporting | None = None,
 ) -> int:
-    log.warning(
-        "%s probes are not implemented yet; running the cluster samplers only (%s)",
-        spec.probe_type,
+    log.info(
+        "availability job %s on cluster %s: %s",
+        spec.job_group_id,
+        spec.cluster.name,
         ", ".join(
             name
             for name, on in (
+                (f"{spec.probe_type} probes on {spec.probe_topic}", spec.probes),
                 ("topic availability", spec.topic_availability),
                 ("consumer lag", spec.consumer_lag),
             )
@@ -452,6 +504,7 @@ def run(
     tables.ensure_tables(
         spark,
         [
+            (spec.probes_path, tables.PROBES_DDL),
             (spec.topic_availability_path, tables.TOPIC_DDL),
             (spec.commits_path, tables.COMMITS_DDL),
             (spec.status_path, tables.STATUS_DDL),
@@ -461,7 +514,10 @@ def run(
     if spec.consumer_lag:
         loaded = load_windows(spark, spec, tracker)
         log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
-    writer = AvailabilityBatchWriter(spec, tracker, started_ms=int(time.time() * 1000))
+    prober = build_prober(spec) if spec.probes else None
+    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober)
+    if prober is not None:
+        prober.start(writer.admin_client())
     try:
         return run_query(
             build_stream(spark, spec),
@@ -476,4 +532,6 @@ def run(
             reporting,
         )
     finally:
+        if prober is not None:
+            prober.stop()
         writer.close()

@@ -4,17 +4,24 @@ Fields used, and defaults:
 
 ==========================================  ================================================
 kafka_consumer_task_group.cluster           the cluster watched
-kafka_consumer_task_group.topic             the probe topic (probes: not implemented yet)
-availability_task_group                     availability_job_type (required), zone_isolated
-extension.availability                      skip_topic_availability (false),
+kafka_consumer_task_group.topic             the probe topic (created if missing)
+availability_task_group                     availability_job_type (required): which half of
+                                            the probe round trip goes through kafka-pixy
+                                            (`probers`); zone_isolated: roll-ups per zone
+extension.availability                      skip_probes (false), probe_interval_ms (1000),
+                                            probe_window_seconds (10), probe_ack_sla_ms
+                                            (5000), probe_roundtrip_sla_ms (20000),
+                                            probe_replication_factor (1),
+                                            skip_topic_availability (false),
                                             skip_consumer_lag (false), lag_window_commits
                                             (10), lag_min_distance_seconds (0),
                                             lag_allowed_messages (0),
                                             lag_expire_group_seconds (604800),
                                             lag_burrow_strict (false)
-extension.trigger.interval_seconds          10: metadata, head offsets and every group's
-                                            status are sampled this often
-extension.output                            topic_availability_path,
+extension.trigger.interval_seconds          5: metadata, head offsets and every group's
+                                            status are sampled, and final probe windows
+                                            written, this often
+extension.output                            availability_probes_path, topic_availability_path,
                                             consumer_offset_commits_path,
                                             consumer_group_status_path (<warehouse>/<name>),
                                             checkpoint_path (<checkpoints>/<job_group_id>)
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from uatu.v1 import job_options_pb2
 from uber.data.kafka.datatransfer import job_pb2
 
 from jobs.availability.lag_rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
@@ -33,7 +41,19 @@ from jobs.common.errors import InvalidJobGroup
 from jobs.common.jobgroup import JobGroup, job_options, require_cluster
 from jobs.common.settings import ClusterConfig, Settings
 
-DEFAULT_TRIGGER_SECONDS = 10
+DEFAULT_TRIGGER_SECONDS = 5
+PROXY_TYPES = ("AVAILABILITY_JOB_TYPE_PROXY_PRODUCER", "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    interval_ms: int = 1000
+    window_ms: int = 10_000
+    ack_sla_ms: int = 5000  # KMinion's ackSla
+    roundtrip_sla_ms: int = 20_000  # KMinion's roundtripSla
+    replication_factor: int = 1
+
+
 MAX_WINDOW_COMMITS = 1000
 
 
@@ -44,10 +64,13 @@ class AvailabilitySpec:
     probe_type: str  # AvailabilityJobType name
     zone_isolated: bool
     probe_topic: str
+    probes: bool
+    probe: ProbeSettings
     topic_availability: bool
     consumer_lag: bool
     lag: LagSettings
     trigger_interval_seconds: int
+    probes_path: str
     topic_availability_path: str
     commits_path: str
     status_path: str
@@ -64,22 +87,37 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
     cluster = require_cluster(
         "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
     )
-    probe = group.availability_task_group.availability_job_type
-    if probe == job_pb2.AVAILABILITY_JOB_TYPE_INVALID:
+    probe_type_number = group.availability_task_group.availability_job_type
+    if probe_type_number == job_pb2.AVAILABILITY_JOB_TYPE_INVALID:
         raise InvalidJobGroup(
             "availability_task_group.availability_job_type",
-            job_pb2.AvailabilityJobType.Name(probe),
+            job_pb2.AvailabilityJobType.Name(probe_type_number),
             "a probe type is required (NATIVE_PRODUCER, NATIVE_CONSUMER, PROXY_PRODUCER or "
             "PROXY_CONSUMER)",
         )
     options = job_options(group)
     available = options.availability
-    if available.skip_topic_availability and available.skip_consumer_lag:
+    if available.skip_probes and available.skip_topic_availability and available.skip_consumer_lag:
         raise InvalidJobGroup(
             "extension.availability",
-            "skip_topic_availability and skip_consumer_lag",
-            "nothing left to run: the probes are not implemented yet",
+            "skip_probes, skip_topic_availability and skip_consumer_lag",
+            "nothing left to run",
         )
+    probe = _probe_settings(available)
+    probe_type = job_pb2.AvailabilityJobType.Name(probe_type_number)
+    if not available.skip_probes:
+        if not source.topic:
+            raise InvalidJobGroup(
+                "kafka_consumer_task_group.topic",
+                source.topic,
+                "the probe topic is required unless extension.availability.skip_probes is set",
+            )
+        if probe_type in PROXY_TYPES and not cluster.proxy_grpc_address:
+            raise InvalidJobGroup(
+                "availability_task_group.availability_job_type",
+                probe_type,
+                f"cluster {cluster.name!r} has no proxy.grpc_address in clusters.yaml",
+            )
     trigger_seconds = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
     _at_least("extension.trigger.interval_seconds", trigger_seconds, 1)
     window = available.lag_window_commits or DEFAULT_INTERVALS
@@ -97,9 +135,11 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
     return AvailabilitySpec(
         job_group_id=group.job_group_id,
         cluster=cluster,
-        probe_type=job_pb2.AvailabilityJobType.Name(probe),
+        probe_type=probe_type,
         zone_isolated=group.availability_task_group.zone_isolated,
         probe_topic=source.topic,
+        probes=not available.skip_probes,
+        probe=probe,
         topic_availability=not available.skip_topic_availability,
         consumer_lag=not available.skip_consumer_lag,
         lag=LagSettings(
@@ -110,6 +150,7 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
             burrow_strict=available.lag_burrow_strict,
         ),
         trigger_interval_seconds=trigger_seconds,
+        probes_path=output.availability_probes_path or f"{settings.warehouse}/availability_probes",
         topic_availability_path=(
             output.topic_availability_path or f"{settings.warehouse}/topic_availability"
         ),
@@ -120,6 +161,23 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
             output.consumer_group_status_path or f"{settings.warehouse}/consumer_group_status"
         ),
         checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
+    )
+
+
+def _probe_settings(available: job_options_pb2.AvailabilityOptions) -> ProbeSettings:
+    default = ProbeSettings()
+    interval_ms = available.probe_interval_ms or default.interval_ms
+    _at_least("extension.availability.probe_interval_ms", interval_ms, 10)
+    window_s = available.probe_window_seconds or default.window_ms // 1000
+    _at_least("extension.availability.probe_window_seconds", window_s, 1)
+    ack_sla_ms = available.probe_ack_sla_ms or default.ack_sla_ms
+    _at_least("extension.availability.probe_ack_sla_ms", ack_sla_ms, 100)
+    roundtrip_sla_ms = available.probe_roundtrip_sla_ms or default.roundtrip_sla_ms
+    _at_least("extension.availability.probe_roundtrip_sla_ms", roundtrip_sla_ms, ack_sla_ms)
+    replication_factor = available.probe_replication_factor or default.replication_factor
+    _at_least("extension.availability.probe_replication_factor", replication_factor, 1)
+    return ProbeSettings(
+        interval_ms, window_s * 1000, ack_sla_ms, roundtrip_sla_ms, replication_factor
     )
 
 

@@ -24,6 +24,27 @@ max_lag_topic/_partition, max_lag, max_time_lag_ms (now - timestamp of the oldes
 record, over the group's partitions), total_partitions, and `partitions`: topic, partition,
 status (OK, WARN, STOP, STALL, REWIND), current_lag, time_lag_ms, complete, the window's
 start/end offsets and end commit time.
+
+`availability_probes`, one row per probe window, broker and zone (`probe_stats`), plus
+roll-ups with broker null (per zone when zone-isolated, else the whole cluster):
+
+========================  ===========  ======================================================
+cluster, probe_type       string       probe_type: the JobGroup's availability_job_type
+window_start, window_end  timestamp    the window of the probes' send times
+broker, zone              int, string  the probe partitions' preferred leader and its rack
+partitions                array<int>   the probe partitions of the row
+probes, produced          long         probes sent; acknowledged within the ack SLA
+produce_failed            long         probes - produced
+produce_success_ratio     double       produced / probes
+consumed, lost            long         produced probes read back / not read back within the
+                                       round-trip SLA
+consume_success_ratio     double       consumed / produced; null when nothing was produced
+duplicated                long         probes read back more than once
+sample_error              string       one produce error of the row, for the operator
+ack_latency_p50/p99/p999  double       ms from send to acknowledgement
+e2e_latency_p50/p99/p999  double       ms from send to first read back
+ack/e2e_latency_kll       binary       the KLL doubles sketches behind them (mergeable)
+========================  ===========  ======================================================
 """
 
 from __future__ import annotations
@@ -51,6 +72,16 @@ STATUS_DDL = (
     "cluster string, evaluated_at timestamp, group string, status string, complete double, "
     "total_lag long, max_lag_topic string, max_lag_partition int, max_lag long, "
     f"max_time_lag_ms long, total_partitions int, partitions array<struct<{PARTITION_STATUS_DDL}>>"
+)
+
+PROBES_DDL = (
+    "cluster string, window_start timestamp, window_end timestamp, probe_type string, "
+    "broker int, zone string, partitions array<int>, probes long, produced long, "
+    "produce_failed long, produce_success_ratio double, consumed long, "
+    "consume_success_ratio double, lost long, duplicated long, sample_error string, "
+    "ack_latency_p50_ms double, ack_latency_p99_ms double, ack_latency_p999_ms double, "
+    "e2e_latency_p50_ms double, e2e_latency_p99_ms double, e2e_latency_p999_ms double, "
+    "ack_latency_kll binary, e2e_latency_kll binary"
 )
 
 

@@ -15,6 +15,9 @@ Loaded once, before any Spark work, into frozen dataclasses:
             security.protocol: PLAINTEXT
           admin_properties: {}   # optional: librdkafka names for the pre-start topic check,
                                  # when they differ from the Java ones (e.g. sasl.jaas.config)
+          proxy:                 # optional: the cluster's kafka-pixy, for PROXY_* probes
+            grpc_address: 127.0.0.1:19091
+            cluster: default     # the cluster's name in kafka-pixy's own config
 
 The conf folder is `$UATU_CONF_DIR` if set, else `<project root>/conf`.
 """
@@ -42,6 +45,8 @@ class ClusterConfig:
     bootstrap_servers: str
     properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     admin_properties: Mapping[str, str] | None = None  # None: the same as `properties`
+    proxy_grpc_address: str | None = None  # kafka-pixy in front of the cluster
+    proxy_cluster: str = "default"  # the cluster's name in kafka-pixy's config
 
     def spark_kafka_options(self) -> dict[str, str]:
         """Options for Spark's Kafka source/sink: client properties get the `kafka.` prefix."""
@@ -106,6 +111,9 @@ def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
         for key, value in (("properties", props), ("admin_properties", admin_props or {})):
             if not isinstance(value, dict):
                 raise ConfigError(source, f"clusters.{name}.{key} must be a mapping")
+        proxy = spec.get("proxy") or {}
+        if not isinstance(proxy, dict) or not isinstance(proxy.get("grpc_address", ""), str):
+            raise ConfigError(source, f"clusters.{name}.proxy must map grpc_address to host:port")
         parsed[str(name)] = ClusterConfig(
             name=str(name),
             bootstrap_servers=servers.strip(),
@@ -113,6 +121,8 @@ def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
             admin_properties=None
             if admin_props is None
             else MappingProxyType({str(k): str(v) for k, v in admin_props.items()}),
+            proxy_grpc_address=proxy.get("grpc_address") or None,
+            proxy_cluster=str(proxy.get("cluster") or "default"),
         )
     return parsed
 

@@ -1,0 +1,322 @@
+"""The round-trip prober: a sender thread and a receiver thread around a `ProbeLedger`.
+
+Every `interval_ms` the sender sends one probe to each probe partition; the receiver reads
+the probe topic back. Each side talks to Kafka natively (librdkafka) or through kafka-pixy's
+gRPC API, as the JobGroup's availability_job_type says:
+
+=================  ==================  ===================================
+job type           sends with          reads back with
+=================  ==================  ===================================
+NATIVE_PRODUCER    librdkafka          librdkafka
+NATIVE_CONSUMER    librdkafka          librdkafka
+PROXY_PRODUCER     kafka-pixy Produce  librdkafka
+PROXY_CONSUMER     librdkafka          kafka-pixy ConsumeNAck + Ack
+=================  ==================  ===================================
+
+so a proxy job measures the proxy's own half against a native other half. A probe's value is
+JSON: the prober's instance id, its sequence number and its send time; several probers can
+share a topic and each counts its own probes only.
+
+The prober runs on the Spark driver; clients only ever touch the probe topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from jobs.availability.probe_ledger import ProbeLedger, ProbeTarget
+from jobs.availability.probe_topic import broker_zones, ensure_probe_topic, probe_targets
+from jobs.availability.spec import ProbeSettings
+from jobs.common.settings import ClusterConfig
+
+log = logging.getLogger("uatu.availability")
+
+
+def probe_value(instance_id: str, seq: int, sent_ms: int) -> bytes:
+    return json.dumps({"instance": instance_id, "seq": seq, "sent_ms": sent_ms}).encode()
+
+
+def parse_probe(value: bytes | None) -> tuple[str, int] | None:
+    """(instance id, sequence number) of a probe value; None when it is not one of ours."""
+    try:
+        data = json.loads(value or b"")
+        return str(data["instance"]), int(data["seq"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Sender(Protocol):
+    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
+        """Send one probe; call `done(None)` on acknowledgement, `done(error)` on failure."""
+
+    def serve(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s`, delivering outcomes meanwhile."""
+
+    def close(self) -> None: ...
+
+
+class Receiver(Protocol):
+    def assign(self, partitions: Sequence[int]) -> None:
+        """Read these partitions too (from their end); a group consumer may ignore it."""
+
+    def receive(self, timeout_s: float) -> list[bytes]:
+        """Probe values read since the last call (waits up to `timeout_s` for one)."""
+
+    def close(self) -> None: ...
+
+
+class NativeSender:
+    """librdkafka producer, acks=all; a probe not acknowledged within the ack SLA fails."""
+
+    def __init__(self, cluster: ClusterConfig, topic: str, ack_sla_ms: int) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {
+                **cluster.client_config(),
+                "acks": "all",
+                "linger.ms": 0,
+                "message.timeout.ms": ack_sla_ms,
+                # Retries would turn a broker's failure into a late success or a duplicate
+                # inside the SLA; the probes should see the failure.
+                "enable.idempotence": False,
+                # Leaders move when brokers die; the probes should follow within seconds.
+                "topic.metadata.refresh.interval.ms": 10_000,
+            }
+        )
+        self.known_partitions: set[int] = set()
+
+    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            done(None if err is None else err.str())
+
+        if target.partition not in self.known_partitions:
+            # librdkafka fails a record for a partition it has not seen in its metadata at
+            # once, and would not look again for minutes: a partition just added needs this.
+            metadata = self.producer.list_topics(self.topic, timeout=5)
+            self.known_partitions = set(metadata.topics[self.topic].partitions)
+        try:
+            self.producer.produce(
+                self.topic, value, partition=target.partition, on_delivery=delivered
+            )
+        except Exception as e:  # any refusal is a failed probe
+            done(f"produce refused: {e}")
+
+    def serve(self, timeout_s: float) -> None:
+        self.producer.poll(timeout_s)
+
+    def close(self) -> None:
+        self.producer.flush(5)
+
+
+class NativeReceiver:
+    """librdkafka consumer assigned every probe partition from its end; never commits."""
+
+    def __init__(self, cluster: ClusterConfig, topic: str, group_id: str) -> None:
+        self.topic = topic
+        self.consumer = Consumer(
+            {
+                **cluster.client_config(),
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        self.assigned: set[int] = set()
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        """Read new partitions from their current end, so only probes sent from now on count."""
+        new = sorted(set(partitions) - self.assigned)
+        if not new:
+            return
+        self.consumer.list_topics(self.topic, timeout=10)  # learn new partitions' leaders
+        start = []
+        for p in new:
+            try:
+                _, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=5
+                )
+            except KafkaException as e:
+                # Its leader is down or unknown yet: tried again next round; meanwhile the
+                # partition's probes cannot be read back and count as lost.
+                log.info("probe partition %s[%d] not readable yet: %s", self.topic, p, e)
+                continue
+            start.append(TopicPartition(self.topic, p, high if high >= 0 else OFFSET_END))
+        if start:
+            self.consumer.incremental_assign(start)
+            self.assigned.update(tp.partition for tp in start)
+
+    def receive(self, timeout_s: float) -> list[bytes]:
+        messages = self.consumer.consume(num_messages=500, timeout=timeout_s)
+        return [m.value() or b"" for m in messages if m.error() is None]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class ProbeLoop:
+    """Runs a sender and a receiver in two daemon threads until `stop`."""
+
+    ledger: ProbeLedger
+    sender: Sender
+    receiver: Receiver
+    interval_ms: int
+    # Replaced as a whole when coverage changes; both threads read it every round.
+    targets: list[ProbeTarget]
+    malformed: int = 0
+
+    def start(self) -> None:
+        self._stopping = threading.Event()
+        self.crash: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._guarded(self._send_loop), name="probe-sender"),
+            threading.Thread(target=self._guarded(self._receive_loop), name="probe-receiver"),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(30)
+        self.sender.close()
+        self.receiver.close()
+
+    def _guarded(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as e:
+                # Kept for the micro-batch to raise: a prober that died must fail the job,
+                # not leave it writing no probe rows.
+                self.crash = e
+                log.exception("%s died", threading.current_thread().name)
+
+        return run
+
+    def _send_loop(self) -> None:
+        next_round = time.monotonic()
+        while not self._stopping.is_set():
+            for target in self.targets:
+                sent = now_ms()
+                seq = self.ledger.send(target, sent)
+                value = probe_value(self.ledger.instance_id, seq, sent)
+                self.sender.send(target, value, self._done(seq))
+            next_round += self.interval_ms / 1000
+            # Outcomes are delivered while waiting for the next round.
+            while (left := next_round - time.monotonic()) > 0 and not self._stopping.is_set():
+                self.sender.serve(min(left, 0.2))
+            if next_round < time.monotonic() - 1:
+                next_round = time.monotonic()  # fell behind (a long stall): do not burst
+
+    def _done(self, seq: int) -> Callable[[str | None], None]:
+        def done(error: str | None) -> None:
+            if error is None:
+                self.ledger.acked(seq, now_ms())
+            else:
+                self.ledger.failed(seq, error)
+
+        return done
+
+    def _receive_loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.receiver.assign([t.partition for t in self.targets])
+                values = self.receiver.receive(0.2)
+            except Exception as e:  # a failed read shows as lost probes
+                log.warning("probe receiver: %s", e)
+                time.sleep(0.5)
+                continue
+            received = now_ms()
+            for value in values:
+                probe = parse_probe(value)
+                if probe is None:
+                    self.malformed += 1
+                    continue
+                self.ledger.received(probe[0], probe[1], received)
+
+
+@dataclass
+class Prober:
+    """One prober instance: keeps the probe topic covered and the probe loop running."""
+
+    cluster: ClusterConfig
+    topic: str
+    settings: ProbeSettings
+    instance_id: str
+    sender: Sender
+    receiver: Receiver
+    _zones: dict[int, str | None] = field(default_factory=dict)
+
+    def start(self, admin: AdminClient) -> None:
+        self.ledger = ProbeLedger(
+            self.instance_id,
+            self.settings.window_ms,
+            self.settings.ack_sla_ms,
+            self.settings.roundtrip_sla_ms,
+        )
+        self.loop = ProbeLoop(
+            self.ledger, self.sender, self.receiver, self.settings.interval_ms, []
+        )
+        self.refresh(admin)
+        # Assigned before the first probe is sent, so the first probes are read back too.
+        self.receiver.assign([t.partition for t in self.loop.targets])
+        self.loop.start()
+        log.info(
+            "prober %s: one probe every %d ms to each of %s",
+            self.instance_id,
+            self.settings.interval_ms,
+            ", ".join(
+                f"{self.topic}[{t.partition}] (broker {t.broker}, zone {t.zone})"
+                for t in self.loop.targets
+            ),
+        )
+
+    def refresh(self, admin: AdminClient) -> None:
+        """Cover new brokers and pick up zones; called every trigger."""
+        assignment = ensure_probe_topic(
+            admin, self.cluster, self.topic, self.settings.replication_factor
+        )
+        self._zones.update(broker_zones(admin))  # a dead broker keeps its last known zone
+        targets = probe_targets(assignment, self._zones)
+        if targets != self.loop.targets:
+            self.loop.targets = targets
+
+    def take_final(self, now: int) -> list[dict[str, Any]]:
+        """The rows of every probe window now final; raises if a probe thread died."""
+        if self.loop.crash is not None:
+            raise RuntimeError(f"prober {self.instance_id} stopped") from self.loop.crash
+        rows = self.ledger.take_final(now)
+        if self.ledger.late_copies or self.loop.malformed:
+            log.warning(
+                "prober %s: %d copies read after their window was written, "
+                "%d values on the probe topic that are not probes",
+                self.instance_id,
+                self.ledger.late_copies,
+                self.loop.malformed,
+            )
+        return rows
+
+    def stop(self) -> None:
+        self.loop.stop()
