@@ -53,8 +53,17 @@ from jobs.availability.offsets_topic import (
     decode,
 )
 from jobs.availability.probe_stats import PROBE_OUTCOME_DDL, probe_window_stats
-from jobs.availability.probers import NativeReceiver, NativeSender, Prober
-from jobs.availability.spec import AvailabilitySpec, availability_spec
+from jobs.availability.probers import (
+    NativeReceiver,
+    NativeSender,
+    Prober,
+    ProxyReceiver,
+    ProxySender,
+    Receiver,
+    Sender,
+)
+from jobs.availability.proxy_client import PixyClient
+from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.common.delta_tables import append_once
 from jobs.common.errors import ClusterUnreachable
@@ -474,8 +483,17 @@ def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracke
 def build_prober(spec: AvailabilitySpec) -> Prober:
     """The prober for the job's availability_job_type (see `probers` for who sends and reads)."""
     instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    sender = NativeSender(spec.cluster, spec.probe_topic, spec.probe.ack_sla_ms)
-    receiver = NativeReceiver(spec.cluster, spec.probe_topic, f"uatu-probe-{instance_id}")
+    group_id = f"uatu-probe-{instance_id}"
+    cluster, topic = spec.cluster, spec.probe_topic
+    sender: Sender = NativeSender(cluster, topic, spec.probe.ack_sla_ms)
+    receiver: Receiver = NativeReceiver(cluster, topic, group_id)
+    if spec.probe_type in PROXY_TYPES:
+        assert cluster.proxy_grpc_address is not None  # checked by availability_spec
+        proxy = PixyClient(cluster.proxy_grpc_address, cluster.proxy_cluster)
+        if spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
+            sender = ProxySender(proxy, topic, spec.probe.ack_sla_ms)
+        else:
+            receiver = ProxyReceiver(proxy, cluster, topic, group_id)
     return Prober(spec.cluster, spec.probe_topic, spec.probe, instance_id, sender, receiver)
 
 

@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,6 +44,7 @@ from confluent_kafka.admin import AdminClient
 
 from jobs.availability.probe_ledger import ProbeLedger, ProbeTarget
 from jobs.availability.probe_topic import broker_zones, ensure_probe_topic, probe_targets
+from jobs.availability.proxy_client import PixyClient, ProxyError, ProxyMessage, key_for_partition
 from jobs.availability.spec import ProbeSettings
 from jobs.common.settings import ClusterConfig
 
@@ -72,6 +74,9 @@ class Sender(Protocol):
 
     def serve(self, timeout_s: float) -> None:
         """Wait up to `timeout_s`, delivering outcomes meanwhile."""
+
+    def topic_changed(self, partition_count: int) -> None:
+        """The probe topic now has this many partitions."""
 
     def close(self) -> None: ...
 
@@ -125,8 +130,47 @@ class NativeSender:
     def serve(self, timeout_s: float) -> None:
         self.producer.poll(timeout_s)
 
+    def topic_changed(self, partition_count: int) -> None:
+        pass  # `send` refreshes the metadata itself when it meets a partition it does not know
+
     def close(self) -> None:
         self.producer.flush(5)
+
+
+class ProxySender:
+    """kafka-pixy's Produce in synchronous mode, from a thread pool so that a broker that
+    hangs holds up its own probes only. kafka-pixy cannot be told a partition: the key is
+    chosen so that its hash partitioner picks the target's (`key_for_partition`)."""
+
+    def __init__(self, client: PixyClient, topic: str, ack_sla_ms: int) -> None:
+        self.client = client
+        self.topic = topic
+        self.timeout_s = ack_sla_ms / 1000
+        self.partition_count = 0
+        self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="probe-proxy")
+
+    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
+        key = key_for_partition(target.partition, self.partition_count)
+
+        def produce() -> None:
+            try:
+                partition, _ = self.client.produce(self.topic, key, value, self.timeout_s)
+            except ProxyError as e:
+                done(str(e))
+                return
+            wrong = partition != target.partition
+            done(f"kafka-pixy wrote to partition {partition}" if wrong else None)
+
+        self.pool.submit(produce)
+
+    def serve(self, timeout_s: float) -> None:
+        time.sleep(timeout_s)  # outcomes arrive from the pool's threads
+
+    def topic_changed(self, partition_count: int) -> None:
+        self.partition_count = partition_count
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class NativeReceiver:
@@ -172,6 +216,50 @@ class NativeReceiver:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+class ProxyReceiver:
+    """kafka-pixy's ConsumeNAck for a group of this prober's own, acknowledging each probe
+    with the next call.
+
+    A group new to kafka-pixy would start at the end of each partition at some moment after
+    its first request, missing the probes sent before; so the group's offsets are committed
+    at the partitions' ends (natively) before kafka-pixy first sees it."""
+
+    def __init__(
+        self, client: PixyClient, cluster: ClusterConfig, topic: str, group_id: str
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.group_id = group_id
+        self.committer = Consumer(
+            {**cluster.client_config(), "group.id": group_id, "enable.auto.commit": False}
+        )
+        self.assigned: set[int] = set()
+        self.unacked: ProxyMessage | None = None
+
+    def assign(self, partitions: Sequence[int]) -> None:
+        new = sorted(set(partitions) - self.assigned)
+        if not new:
+            return
+        ends = []
+        for p in new:
+            _, high = self.committer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5)
+            ends.append(TopicPartition(self.topic, p, max(high, 0)))
+        self.committer.commit(offsets=ends, asynchronous=False)
+        self.assigned.update(new)
+
+    def receive(self, timeout_s: float) -> list[bytes]:
+        # kafka-pixy long-polls (consumer.long_polling_timeout) whatever the timeout here.
+        message = self.client.consume(self.topic, self.group_id, self.unacked, timeout_s + 10)
+        # A call that found nothing still applied the ack it carried.
+        self.unacked = message
+        return [] if message is None else [message.value]
+
+    def close(self) -> None:
+        if self.unacked is not None:
+            self.client.ack(self.group_id, self.unacked, 5)
+        self.committer.close()
 
 
 @dataclass
@@ -301,6 +389,7 @@ class Prober:
         self._zones.update(broker_zones(admin))  # a dead broker keeps its last known zone
         targets = probe_targets(assignment, self._zones)
         if targets != self.loop.targets:
+            self.sender.topic_changed(len(assignment))
             self.loop.targets = targets
 
     def take_final(self, now: int) -> list[dict[str, Any]]:
