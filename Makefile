@@ -10,12 +10,12 @@ MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
 PROTOS      := $(shell find controlplane/proto -name '*.proto')
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-setup: venv jars proto build etcd ## install everything: Python venv, JVM jars, generated protos, job zip, etcd
+setup: venv jars proto build etcd kafka-pixy burrow ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow
 
 venv: $(VENV)/.installed ## Python virtual environment with the pinned dependencies
 
@@ -53,13 +53,25 @@ build/gen/.generated: $(PROTOS) $(VENV)/.installed
 build: build/uatu-jobs.zip ## zip of jobs/ and the generated protos for spark-submit --py-files
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs -name '*.py')
-	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu
+	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
 
 etcd: var/etcd/bin/etcd ## etcd binary from Debian's etcd-server .deb into var/etcd/bin (no system install)
 
 var/etcd/bin/etcd: | $(VENV)/.installed
 	@echo ">> fetching etcd (apt-get download etcd-server, unpacked into var/etcd)"
 	$(PY) -m tools.etcd_server install
+
+kafka-pixy: var/kafka-pixy/bin/kafka-pixy ## kafka-pixy (gRPC proxy for Kafka) built from source with Go into var/kafka-pixy/bin
+
+var/kafka-pixy/bin/kafka-pixy: | $(VENV)/.installed
+	@echo ">> building kafka-pixy (go mod download + go build -p 1, into var/kafka-pixy)"
+	$(PY) -m tools.kafka_pixy install
+
+burrow: var/burrow/bin/burrow ## LinkedIn Burrow 1.2.1 from Debian's burrow .deb into var/burrow/bin (side-by-side lag tests)
+
+var/burrow/bin/burrow: | $(VENV)/.installed
+	@echo ">> fetching Burrow (apt-get download burrow, unpacked into var/burrow)"
+	$(PY) -m tools.burrow install
 
 kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)
 	$(PY) -m tools.kafka_broker up --dir var/kafka --port 9092
@@ -96,6 +108,10 @@ bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafk
 
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
+
+.PHONY: bench-availability
+bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s
+	$(PY) -m bench.availability_bench
 
 clean: ## remove build output and local data (keeps the venv and the jars)
 	rm -rf build var/warehouse var/checkpoints var/kafka var/demo

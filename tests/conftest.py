@@ -86,3 +86,43 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_pixy(tmp_path_factory: pytest.TempPathFactory, kafka, zookeeper) -> Iterator:
+    """One real kafka-pixy in front of `kafka` (groups in `zookeeper`), cluster name "local";
+    built into var/kafka-pixy if missing (1 to 2 minutes with a cold Go cache)."""
+    from tools.kafka_pixy import install, start_kafka_pixy
+
+    install()
+    pixy = start_kafka_pixy(
+        tmp_path_factory.mktemp("kafka-pixy"),
+        kafka.bootstrap_servers,
+        zookeeper.connect,
+        cluster="local",
+    )
+    try:
+        yield pixy
+    finally:
+        pixy.stop()
+
+
+@pytest.fixture(scope="session")
+def burrow(tmp_path_factory: pytest.TempPathFactory, kafka, zookeeper) -> Iterator:
+    """LinkedIn Burrow 1.2.1 (Debian's package, installed into var/burrow if missing) watching
+    `kafka` as cluster "local": a 5-commit window, head offsets every second, a 1 s status
+    cache. Returns once it reads new commits (15-20 s after it starts)."""
+    from tools.burrow import BurrowSettings, install, start_burrow
+
+    install()
+    server = start_burrow(
+        tmp_path_factory.mktemp("burrow"),
+        kafka.bootstrap_servers,
+        zookeeper.connect,
+        cluster="local",
+        settings=BurrowSettings(intervals=5),
+    )
+    try:
+        yield server
+    finally:
+        server.stop()

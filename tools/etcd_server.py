@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tools import cli
+from tools.debian_package import DebPackageError, install_from_deb
 from tools.processes import free_ports, pid_alive, read_pid, signal_pid, wait_gone
 
 log = logging.getLogger("uatu.etcd")
@@ -48,7 +47,6 @@ STOP_TIMEOUT_S = 10.0
 _PACKAGE = "etcd-server"
 _POLL_INTERVAL_S = 0.1
 _PROBE_TIMEOUT_S = 1.0
-_APT_TIMEOUT_S = 300.0
 
 
 class EtcdServerError(RuntimeError):
@@ -106,38 +104,12 @@ def install(binary: Path = DEFAULT_BINARY) -> Path:
     """Put Debian's etcd binary at ``binary`` unless it is already there; return its path.
 
     Downloads the ``etcd-server`` .deb with ``apt-get download`` (no root needed, nothing is
-    installed system-wide) and unpacks it with ``dpkg-deb -x``. ``apt-get update`` runs only
-    if the first download fails, since stale package lists are the usual reason.
+    installed system-wide) and unpacks it with ``dpkg-deb -x`` (``tools.debian_package``).
     """
-    if binary.exists():
-        return binary
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            raise EtcdServerError(f"{tool} not found: install etcd by hand at {binary}")
-    with tempfile.TemporaryDirectory(prefix="etcd-deb-") as tmp:
-        work = Path(tmp)
-        # apt drops privileges to _apt for downloads; a private temp dir would make it warn.
-        work.chmod(0o755)
-        if not _apt(["apt-get", "download", _PACKAGE], work):
-            log.info("apt-get download failed; running apt-get update and retrying")
-            _apt(["apt-get", "update"], work, check=True)
-            _apt(["apt-get", "download", _PACKAGE], work, check=True)
-        debs = sorted(work.glob(f"{_PACKAGE}_*.deb"))
-        if not debs:
-            raise EtcdServerError(f"apt-get download left no {_PACKAGE}_*.deb in {work}")
-        unpacked = work / "root"
-        _apt(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], work, check=True)
-        found = unpacked / "usr" / "bin" / "etcd"
-        if not found.exists():
-            raise EtcdServerError(f"{debs[0].name} has no usr/bin/etcd")
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        # Copy under a temporary name and rename: an interrupted copy never looks installed.
-        partial = binary.with_suffix(".partial")
-        shutil.copy(found, partial)
-        partial.chmod(0o755)
-        partial.replace(binary)
-        log.info("installed %s from %s", binary, debs[0].name)
-    return binary
+    try:
+        return install_from_deb(_PACKAGE, "usr/bin/etcd", binary)
+    except DebPackageError as e:
+        raise EtcdServerError(str(e)) from e
 
 
 def start_etcd(
@@ -263,21 +235,6 @@ def _is_our_etcd(pid: int, data_dir: Path) -> bool:
     except OSError:
         return False
     return f"--data-dir={data_dir.resolve() / 'data'}".encode() in cmdline
-
-
-def _apt(cmd: list[str], cwd: Path, check: bool = False) -> bool:
-    log.info("running %s", " ".join(cmd))
-    try:
-        proc = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=_APT_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired as e:
-        raise EtcdServerError(f"{' '.join(cmd)} took more than {_APT_TIMEOUT_S:.0f} s") from e
-    if proc.returncode != 0 and check:
-        raise EtcdServerError(
-            f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr.strip()}"
-        )
-    return proc.returncode == 0
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -2,6 +2,7 @@
 
 Usage: python -m tools.pyfiles_zip OUT.zip ROOT:PACKAGE [ROOT:PACKAGE ...]
 Each PACKAGE folder under ROOT is stored with paths relative to ROOT (only *.py files).
+PACKAGE may also be a top-level module file (e.g. kafkapixy_pb2.py), stored as is.
 """
 
 from __future__ import annotations
@@ -16,11 +17,16 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     out = Path(argv[0])
+    specs = [(Path(root), package) for root, _, package in (s.partition(":") for s in argv[1:])]
+    missing = [str(base / package) for base, package in specs if not (base / package).exists()]
+    if missing:
+        print(f"pyfiles_zip: not found: {', '.join(missing)}", file=sys.stderr)
+        return 1
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for spec in argv[1:]:
-            root, _, package = spec.partition(":")
-            base = Path(root)
-            for path in sorted((base / package).rglob("*.py")):
+        for base, package in specs:
+            target = base / package
+            paths = [target] if target.is_file() else sorted(target.rglob("*.py"))
+            for path in paths:
                 archive.write(path, path.relative_to(base))
     return 0
 
