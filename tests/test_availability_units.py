@@ -252,3 +252,20 @@ def test_probe_type_and_cluster_are_required(settings) -> None:
     g.kafka_consumer_task_group.cluster = "nowhere"
     with pytest.raises(UnknownCluster, match="nowhere"):
         availability_spec(g, settings)
+
+
+def test_head_history_interpolates_between_samples_around_a_commit() -> None:
+    from jobs.availability.head_sampler import HeadHistory
+
+    history = HeadHistory(keep_ms=10_000)
+    tp = ("t", 0)
+    history.add(1000, {tp: 100})
+    history.add(2000, {tp: 200, ("t", 1): 7})
+    assert history.at(tp, 999) is None  # before the first sample: unknown, as Burrow has it
+    assert history.at(tp, 1000) == 100 and history.at(tp, 1250) == 125
+    assert history.at(tp, 5000) == 200  # after the newest: the newest
+    assert history.latest() == {tp: 200, ("t", 1): 7}
+    history.add(20_000, {tp: 300})
+    history.add(21_000, {tp: 400})
+    assert history.at(tp, 1500) is None  # older samples dropped after keep_ms
+    assert history.known() == {tp, ("t", 1)}

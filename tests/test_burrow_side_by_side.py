@@ -54,14 +54,6 @@ Where ours differs from Burrow 1.2.1, ours is right by design:
 One documented difference does not show against Burrow 1.2.1: it recomputes a stopped
 group's current lag from the newest head offsets at every evaluation, as we do
 (`lag_tracker`), so the stopped group's total lag matches in both.
-
-Not by design, and known: the job can store a commit's lag wrong (the lag Burrow stores is
-checked exact here). It fetches the head offsets only after collecting the micro-batch, seconds
-after the batch's start time that it times them with, and interpolates each commit's head
-between two such samples, so a commit can get a head from after it. A caught-up consumer then
-shows lag > 0 and can be WARN, one falling behind a falling lag and OK. When the only
-mismatches are such lag-trend statuses (OK vs WARN) of groups whose stored lags are wrong, the
-test reports them as an expected failure (xfail); any other mismatch fails it.
 """
 
 from __future__ import annotations
@@ -437,7 +429,6 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
     # statuses differ only where the scenario says ours is right (the module docstring).
     lines: list[str] = []
     failures: list[str] = []
-    stale_heads: list[str] = []
     for s in SCENARIOS:
         ours_wrong_lags = stored_lag_errors(s, ours_stored[s.name], commit_at)
         for ph in s.phases:
@@ -456,9 +447,7 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
             elif set(seen_o) - {ph.ours}:
                 wrong = f"{line} (want ours {ph.ours}; ours stored lags (tick, offset, lag, truth) "
                 wrong += f"{ours_wrong_lags})"
-                # A lag-trend status (OK vs WARN) from lags stored wrong: the known issue below.
-                trend = set(seen_o) | {ph.ours} <= {"OK/OK", "WARN/WARN"}
-                (stale_heads if trend and ours_wrong_lags else failures).append(wrong)
+                failures.append(wrong)
     for s in SCENARIOS:
         b, o = last[s.name]
         lines.append(
@@ -470,7 +459,7 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
             failures.append(lines[-1])
     report = "\n".join(lines)
     print(f"\nBurrow 1.2.1 and the availability job, evaluations per status:\n{report}")
-    assert not failures, "\n".join(failures + stale_heads)
+    assert not failures, "\n".join(failures)
 
     # Burrow 1.2.1 recomputes a stopped consumer's lag from new head offsets too: the lag it
     # reports grew past the lag it stored with the consumer's last commit.
@@ -478,18 +467,6 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
     stopped = next(s for s in SCENARIOS if s.name == "stopped")
     assert b_stopped.stored_lag is not None
     assert b_stopped.total_lag == stopped.final_lag > b_stopped.stored_lag
-
-    if stale_heads:
-        # Not by design. The job stamps the head offsets it fetches with the micro-batch's
-        # start time, but fetches them only after collecting the batch (seconds later on a
-        # loaded machine), and interpolates each commit's head between two such samples. A
-        # commit made in between gets a head from after it: a caught-up consumer gets lag > 0
-        # (WARN instead of OK), a falling-behind one a falling lag (OK instead of WARN).
-        pytest.xfail(
-            "known issue in jobs/availability/job.py (head offsets timed by the batch start, "
-            "fetched later): ours stored wrong lags and so gave a wrong lag trend:\n"
-            + "\n".join(stale_heads)
-        )
 
 
 def our_stored_lags(

@@ -16,9 +16,10 @@ Every micro-batch, on the driver:
 1. metadata snapshot -> `topic_availability` (leader, ISR vs replication factor, offline and
    under-replicated partitions), unless skipped;
 2. commits decoded (`offsets_topic`) -> the lag windows (`lag_tracker`) and
-   `consumer_offset_commits`; head offsets of every committed partition refreshed; every
-   group evaluated with Burrow's rules -> `consumer_group_status`, with lag in messages and in
-   time (now - timestamp of the group's next unconsumed record), unless skipped.
+   `consumer_offset_commits`, each commit's lag from the head offset at its time (sampled
+   every second by `head_sampler`); every group evaluated with Burrow's rules ->
+   `consumer_group_status`, with lag in messages and in time (now - timestamp of the group's
+   next unconsumed record), unless skipped.
 
 Guarantee: each append is idempotent per batch (txnAppId + batch id), so a replayed batch
 writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start.
@@ -33,16 +34,17 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jobs.availability import tables
+from jobs.availability.head_sampler import HeadSampler
 from jobs.availability.lag_rules import GroupResult
 from jobs.availability.lag_tracker import GroupPartition, LagTracker
 from jobs.availability.offsets_topic import (
@@ -174,24 +176,8 @@ def metadata_snapshot(admin: AdminClient) -> tuple[list[PartitionState], list[in
     return states, sorted(metadata.brokers)
 
 
-def head_offsets(
-    admin: AdminClient, partitions: set[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
-    """The latest offset of each partition; partitions that fail to answer are left out."""
-    if not partitions:
-        return {}
-    request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in sorted(partitions)}
-    heads = {}
-    for tp, future in admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).items():
-        try:
-            heads[(tp.topic, tp.partition)] = future.result().offset
-        except KafkaException as e:
-            log.warning("head offset of %s[%d] unavailable: %s", tp.topic, tp.partition, e)
-    return heads
-
-
 def next_record_times(
-    consumer: Consumer, positions: Mapping[tuple[str, int], int], timeout_s: float = 5.0
+    consumer: Consumer, positions: Mapping[tuple[str, int], int], timeout_s: float = 1.0
 ) -> dict[tuple[str, int], int]:
     """Timestamp (ms) of the record at each (topic, partition) position, as far as it answers."""
     if not positions:
@@ -270,12 +256,11 @@ class AvailabilityBatchWriter:
     tracker: LagTracker
     started_ms: int
     prober: Prober | None = None
+    heads: HeadSampler | None = None
     app_id: str = ""
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
     _undecodable: int = 0
-    _previous_heads: dict[tuple[str, int], int] = field(default_factory=dict)
-    _previous_heads_ms: int = 0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -358,18 +343,21 @@ class AvailabilityBatchWriter:
             if event is not None:
                 events.append(event)
         commits = [e for e in events if isinstance(e, OffsetCommit)]
-        wanted = self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
-        heads = head_offsets(self.admin_client(), wanted)
-        self.tracker.refresh_heads(heads)
+        assert self.heads is not None
+        self.heads.watch(
+            self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
+        )
+        self.tracker.refresh_heads(self.heads.history.latest())
         now_ms = int(now.timestamp() * 1000)
         stored = []
         for event in events:
             if isinstance(event, OffsetDeleted):
                 self.tracker.forget(event.group, event.topic, event.partition)
                 continue
-            head = self._head_at(event.topic, event.partition, event.commit_ms, heads, now_ms)
+            head = self.heads.history.at((event.topic, event.partition), event.commit_ms)
             # A commit made before the job started is history: its lag back then is unknown.
-            lag = None if head is None or event.commit_ms < self.started_ms else head - event.offset
+            known = head is not None and event.commit_ms >= self.started_ms
+            lag = max(head - event.offset, 0) if known and head is not None else None
             commit = self.tracker.record(
                 event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
             )
@@ -387,7 +375,6 @@ class AvailabilityBatchWriter:
         if stored:
             frame = spark.createDataFrame(stored, tables.COMMITS_DDL)
             append_once(frame, self.spec.commits_path, self.app_id, batch_id)
-        self._previous_heads, self._previous_heads_ms = heads, now_ms
         results = self.tracker.evaluate(now_ms)
         lagging = {
             key: offset
@@ -413,29 +400,6 @@ class AvailabilityBatchWriter:
             ", ".join(f"{r.group}={r.status.name}" for r in results[:10]),
             f", {self._undecodable} undecodable records so far" if self._undecodable else "",
         )
-
-    def _head_at(
-        self,
-        topic: str,
-        partition: int,
-        commit_ms: int,
-        heads: Mapping[tuple[str, int], int],
-        now_ms: int,
-    ) -> int | None:
-        """The partition's head offset when the commit was made, interpolated between the
-        previous trigger's head and this one's.
-
-        Using this trigger's head for every commit of the batch would make two commits of one
-        batch look like falling lag (same head, higher offset), which hides a consumer that is
-        falling behind whenever it commits more often than the trigger interval.
-        """
-        tp = (topic, partition)
-        head = heads.get(tp)
-        before = self._previous_heads.get(tp)
-        if head is None or before is None or not self._previous_heads_ms < commit_ms < now_ms:
-            return head
-        share = (commit_ms - self._previous_heads_ms) / (now_ms - self._previous_heads_ms)
-        return before + round((head - before) * share)
 
     def admin_client(self) -> AdminClient:
         if self._admin is None:
@@ -533,9 +497,12 @@ def run(
         loaded = load_windows(spark, spec, tracker)
         log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
     prober = build_prober(spec) if spec.probes else None
-    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober)
+    heads = HeadSampler(spec.cluster) if spec.consumer_lag else None
+    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober, heads)
     if prober is not None:
         prober.start(writer.admin_client())
+    if heads is not None:
+        heads.start()
     try:
         return run_query(
             build_stream(spark, spec),
@@ -552,4 +519,6 @@ def run(
     finally:
         if prober is not None:
             prober.stop()
+        if heads is not None:
+            heads.stop()
         writer.close()

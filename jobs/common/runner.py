@@ -126,17 +126,27 @@ def run_query(
 
 
 def _wait_between_batches(query: StreamingQuery, grace_seconds: float) -> None:
-    """Wait until no micro-batch runs, so stop() does not cut one short.
+    """Wait until the running micro-batch has finished, so stop() does not cut it short.
 
     A batch cut short is replayed on the next start, which is correct, but its side outputs
     (the replication job's stats rows) would then describe the replay, not the first write.
-    After `grace_seconds` the query is stopped regardless.
+    Returns when no batch runs, or when a batch newer than the one running at the call has
+    started: a query whose batches outlast the trigger runs them back to back, and stopping
+    one that has only just started costs nothing. After `grace_seconds` the query is stopped
+    regardless.
     """
     deadline = time.monotonic() + grace_seconds
+    running = _current_batch(query)
     while query.isActive and time.monotonic() < deadline:
-        if not query.status.get("isTriggerActive", False):
+        if not query.status.get("isTriggerActive", False) or _current_batch(query) != running:
             return
         time.sleep(0.1)
+
+
+def _current_batch(query: StreamingQuery) -> int:
+    """The id of the batch now running or last run (the one after the last progress)."""
+    progress = query.lastProgress
+    return int(progress["batchId"]) + 1 if progress else 0
 
 
 def _log_progress(progress: dict | None, last_batch: int) -> int:

@@ -1,0 +1,124 @@
+"""Broker head offsets, sampled every second in a driver thread, each sample stamped with the
+time it was fetched (Burrow's `offset-refresh`, at 1 s instead of its default 10 s).
+
+A commit's lag is the partition's head when the commit was made minus the committed offset.
+The micro-batch sees commits seconds after they were made, so it asks `HeadHistory.at` for
+the head at the commit's time: interpolated between the samples just before and just after
+it, which are a second apart. A commit older than the first sample of its partition has no
+known lag (None), which is what Burrow does with a commit it has no head for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from jobs.common.settings import ClusterConfig
+
+log = logging.getLogger("uatu.availability")
+
+TopicPartitionKey = tuple[str, int]
+
+ADMIN_TIMEOUT_S = 10.0
+REFRESH_S = 1.0
+KEEP_MS = 300_000  # longer than any trigger interval a job would use
+
+
+def head_offsets(
+    admin: AdminClient, partitions: Iterable[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
+    """The latest offset of each partition; partitions that fail to answer are left out."""
+    request = {TopicPartition(t, p): OffsetSpec.latest() for t, p in sorted(partitions)}
+    if not request:
+        return {}
+    heads = {}
+    for tp, future in admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            heads[(tp.topic, tp.partition)] = future.result().offset
+        except KafkaException as e:
+            log.warning("head offset of %s[%d] unavailable: %s", tp.topic, tp.partition, e)
+    return heads
+
+
+class HeadHistory:
+    """Timed head samples per partition, the last `keep_ms` of them. Thread-safe."""
+
+    def __init__(self, keep_ms: int = KEEP_MS) -> None:
+        self.keep_ms = keep_ms
+        self._samples: dict[TopicPartitionKey, deque[tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, at_ms: int, heads: Mapping[TopicPartitionKey, int]) -> None:
+        with self._lock:
+            for tp, head in heads.items():
+                samples = self._samples.setdefault(tp, deque())
+                samples.append((at_ms, head))
+                while len(samples) > 2 and samples[0][0] < at_ms - self.keep_ms:
+                    samples.popleft()
+
+    def at(self, tp: TopicPartitionKey, at_ms: int) -> int | None:
+        """The head at `at_ms`: interpolated between the samples around it, the newest sample
+        when it is later than all, None when it is earlier than all."""
+        with self._lock:
+            samples = list(self._samples.get(tp, ()))
+        before = [(ms, head) for ms, head in samples if ms <= at_ms]
+        if not before:
+            return None
+        after = [(ms, head) for ms, head in samples if ms > at_ms]
+        (t0, h0), (t1, h1) = before[-1], after[0] if after else before[-1]
+        if t1 == t0:
+            return h0
+        return h0 + round((h1 - h0) * (at_ms - t0) / (t1 - t0))
+
+    def latest(self) -> dict[TopicPartitionKey, int]:
+        with self._lock:
+            return {tp: samples[-1][1] for tp, samples in self._samples.items() if samples}
+
+    def known(self) -> set[TopicPartitionKey]:
+        with self._lock:
+            return set(self._samples)
+
+
+class HeadSampler:
+    """Samples the heads of the watched partitions every `refresh_s` into `history`."""
+
+    def __init__(self, cluster: ClusterConfig, refresh_s: float = REFRESH_S) -> None:
+        self.admin = AdminClient(cluster.client_config())
+        self.refresh_s = refresh_s
+        self.history = HeadHistory()
+        self._watched: set[TopicPartitionKey] = set()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="head-sampler", daemon=True)
+
+    def watch(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Sample these partitions from now on; ones never sampled are sampled at once."""
+        new = set(partitions) - self._watched
+        self._watched = self._watched | new
+        if new:
+            self.sample(new)
+
+    def sample(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        start = time.time()
+        heads = head_offsets(self.admin, partitions)
+        # The broker answered somewhere between request and response.
+        self.history.add(int((start + time.time()) / 2 * 1000), heads)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(ADMIN_TIMEOUT_S + self.refresh_s)
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.refresh_s):
+            try:
+                self.sample(self._watched)
+            except KafkaException as e:
+                log.warning("head offsets not sampled: %s", e)
