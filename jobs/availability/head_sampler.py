@@ -10,10 +10,10 @@ known lag (None), which is what Burrow does with a commit it has no head for.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -47,42 +47,54 @@ def head_offsets(
 
 
 class HeadHistory:
-    """Timed head samples per partition, the last `keep_ms` of them. Thread-safe."""
+    """Timed head samples per partition, the last `keep_ms` of them. Thread-safe.
+
+    Samples arrive in time order, so each partition keeps two sorted lists and `at` is a
+    binary search: it runs once per commit, with hundreds of samples kept per partition.
+    """
 
     def __init__(self, keep_ms: int = KEEP_MS) -> None:
         self.keep_ms = keep_ms
-        self._samples: dict[TopicPartitionKey, deque[tuple[int, int]]] = {}
+        self._times: dict[TopicPartitionKey, list[int]] = {}
+        self._heads: dict[TopicPartitionKey, list[int]] = {}
         self._lock = threading.Lock()
 
     def add(self, at_ms: int, heads: Mapping[TopicPartitionKey, int]) -> None:
         with self._lock:
             for tp, head in heads.items():
-                samples = self._samples.setdefault(tp, deque())
-                samples.append((at_ms, head))
-                while len(samples) > 2 and samples[0][0] < at_ms - self.keep_ms:
-                    samples.popleft()
+                times = self._times.setdefault(tp, [])
+                values = self._heads.setdefault(tp, [])
+                times.append(at_ms)
+                values.append(head)
+                # Always keep two, so a quiet partition can still be interpolated.
+                old = min(bisect.bisect_left(times, at_ms - self.keep_ms), len(times) - 2)
+                if old > 0:
+                    del times[:old], values[:old]
 
     def at(self, tp: TopicPartitionKey, at_ms: int) -> int | None:
         """The head at `at_ms`: interpolated between the samples around it, the newest sample
         when it is later than all, None when it is earlier than all."""
         with self._lock:
-            samples = list(self._samples.get(tp, ()))
-        before = [(ms, head) for ms, head in samples if ms <= at_ms]
-        if not before:
-            return None
-        after = [(ms, head) for ms, head in samples if ms > at_ms]
-        (t0, h0), (t1, h1) = before[-1], after[0] if after else before[-1]
-        if t1 == t0:
-            return h0
+            times = self._times.get(tp)
+            if not times:
+                return None
+            values = self._heads[tp]
+            i = bisect.bisect_right(times, at_ms)
+            if i == 0:
+                return None
+            t0, h0 = times[i - 1], values[i - 1]
+            if i == len(times) or times[i] == t0:
+                return h0
+            t1, h1 = times[i], values[i]
         return h0 + round((h1 - h0) * (at_ms - t0) / (t1 - t0))
 
     def latest(self) -> dict[TopicPartitionKey, int]:
         with self._lock:
-            return {tp: samples[-1][1] for tp, samples in self._samples.items() if samples}
+            return {tp: values[-1] for tp, values in self._heads.items() if values}
 
     def known(self) -> set[TopicPartitionKey]:
         with self._lock:
-            return set(self._samples)
+            return set(self._times)
 
 
 class HeadSampler:

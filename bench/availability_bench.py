@@ -1,0 +1,1246 @@
+"""Availability job: how fast a dead broker shows in `availability_probes`, and how many
+offset commits per second the consumer-lag evaluator gets through.
+
+1. detection (a real job on a real 3-broker cluster). Three KRaft brokers in racks a, b, c
+   under var/bench/; the availability job (`jobs.availability.job.run`, NATIVE_PRODUCER) runs
+   in a thread of this process with a stop file, on a local[2] SparkSession built like the
+   tests' (`tests/conftest.py`), with the JobGroup's required fields only, so every setting is
+   the default: one probe per second to each probe partition, 10 s probe windows, 5 s ack
+   SLA, 20 s round-trip SLA, a 5 s trigger, topic availability and consumer lag on. Once every
+   broker has two healthy windows (every probe produced and read back), each trial SIGKILLs
+   one broker (`KafkaCluster.kill_broker`; trial k kills broker 2, 1, 0, 2, ...) and polls
+   `availability_probes` with spark.read (every 0.5 s, a query whenever the Delta log has a
+   new version) for the first row of that broker, window ending after the kill, with
+   (a) produce_failed > 0 and (b) produce_success_ratio = 0. Detection = when the row became
+   visible - the kill: "visible" is the modification time of the Delta log version that added
+   the row's file (found with `_metadata.file_path`), "seen" the poll that first returned it.
+   Also reported: the row's window_start - the kill (where the kill fell in the window) and
+   the row's visibility - its window_end. The broker is then restarted
+   (`KafkaCluster.restart_broker`), and the trial waits for the first window that starts
+   after the restart with every probe to it produced and read back (recovery visible -
+   restart done). Each trial also lists the job's micro-batches from the kill on, from the
+   query's progress records: Spark's durationMs.latestOffset (the Kafka source asking
+   `__consumer_offsets`' leaders for their end offsets) and addBatch (the job's foreachBatch,
+   which writes the probe rows first). Targets: detection under 30 s. KMinion's round-trip
+   SLA (20 s) is shown as a reference only: KMinion is not run here. Job log lines go to
+   var/bench/availability-job.log, the process's stderr (Spark, librdkafka) to
+   var/bench/availability-stderr.log.
+
+2. throughput (the lag evaluator, in process, single thread, no broker while measuring).
+   Recording, on a 1-broker cluster: --groups consumer groups (default 200, bench-g000...)
+   commit explicit offsets with confluent_kafka (`Consumer.commit(offsets=..., asynchronous=
+   True)`, every callback awaited) for every partition of one of --topics topics of
+   --partitions partitions (group g reads topic g % topics), one commit per group per round,
+   records produced before each round so the heads advance. The groups behave differently
+   (g % 10): 0-4 keep up, 5 falls further behind, 6 commits one offset, 7 jumps back now and
+   then, 8 stops halfway, 9 keeps up at a random distance, so the rules do real work. Rounds
+   go on until --commits commit records are made (default 200,000; --quick 20,000). Then
+   `__consumer_offsets` is read back raw from offset 0 (confluent_kafka, every partition: the
+   active segment is never compacted) and saved with the head offsets after each round and
+   the last offset committed per group/partition to var/bench/commit-stream.bin
+   (commit-stream-quick.bin with --quick); `--replay FILE` measures a saved stream again
+   without a broker. Replay, single thread, records in commit-time order:
+
+   a. decode only: `offsets_topic.decode` of every record;
+   b. decode + record: per batch of --batch-sizes records (default 1,000 and 10,000), what
+      `job._evaluate_groups` does before it evaluates: decode, `LagTracker.refresh_heads`
+      with the newest recorded heads as of the batch's newest commit, each commit's head at
+      its time from `HeadHistory.at` and `LagTracker.record`. The history is the one the
+      job's head sampler fills (every second, kept 5 min), filled beforehand with the
+      recorded heads at their times and, before them, older samples up to --head-samples per
+      partition (default 300: what a job keeps after 5 minutes; `at` looks through them all);
+   c. b + evaluation per batch, two ways: (affected) `LagTracker.evaluate(now, groups=the
+      groups that committed in the batch)`, Burrow's incremental shape; (job) everything
+      `_evaluate_groups` does in Python: the commit rows for Delta, `evaluate(now)` of every
+      group, the lagging partitions, `job.status_rows`;
+   d. one `LagTracker.evaluate(now)` of every group with full windows (median of 5).
+
+   Out of the replay: Spark's Kafka source and the `collect()` of the batch, the head
+   sampler's thread and its requests to Kafka, the next-record-time requests, and the Delta
+   appends. `HeadHistory.at` alone is timed too (us per call). Each figure is the median of
+   --repeats runs, taken round-robin over the variants (best shown too). Commits/s = commit
+   records / seconds, against Burrow's published 40,000-50,000 offsets/s on 2 cores
+   (linkedin/Burrow#539, measured by KMinion's author; that figure includes Burrow's consuming
+   of `__consumer_offsets`, which this replay does not); the ratio uses 40,000. Checked: the
+   decoded commits equal the commits recorded, the broker's committed offsets equal the
+   recorder's last ones, and after every replay the tracker's newest committed offset of
+   every group/partition equals the recorder's last.
+
+The summary goes to stdout and var/bench/availability-bench-result.json. Nothing here
+asserts a duration; the exit status is 1 only when a check fails or a measurement is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import heapq
+import json
+import logging
+import os
+import random
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from jobs.availability.head_sampler import KEEP_MS, REFRESH_S, HeadHistory
+from jobs.availability.lag_tracker import LagSettings, LagTracker
+from jobs.availability.offsets_topic import (
+    OFFSETS_TOPIC,
+    OffsetCommit,
+    OffsetDeleted,
+    UndecodableRecord,
+    decode,
+)
+from tools.kafka_broker import start_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DIR = ROOT / "var" / "bench"
+RESULT_PATH = BENCH_DIR / "availability-bench-result.json"
+JOB_LOG = BENCH_DIR / "availability-job.log"
+STDERR_LOG = BENCH_DIR / "availability-stderr.log"
+DETECTION_TARGET_S = 30.0
+KMINION_ROUNDTRIP_SLA_S = 20.0
+BURROW_LOW, BURROW_HIGH = 40_000, 50_000  # offsets/s on 2 cores, linkedin/Burrow#539
+PROBE_TOPIC = "bench-probe"
+STREAM_MAGIC = b"UATU-COMMIT-STREAM-1\n"
+
+log = logging.getLogger("uatu.bench")
+
+
+def say(msg: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+# === Part 1: detection ======================================================================
+
+
+@dataclass
+class Sighting:
+    """One availability_probes row as the bench found it."""
+
+    window_start_ms: int
+    window_end_ms: int
+    probes: int
+    produce_failed: int
+    produce_success_ratio: float | None
+    consume_success_ratio: float | None
+    sample_error: str | None
+    visible_ms: int | None  # mtime of the Delta log version that added the row's file
+    seen_ms: int  # the poll that first returned it
+
+
+@dataclass
+class Trial:
+    broker: int
+    killed_ms: int
+    first_failed: Sighting | None = None
+    all_failed: Sighting | None = None
+    restart_started_ms: int = 0
+    restart_done_ms: int = 0
+    recovered: Sighting | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)  # `batch_progress`
+
+    def since_kill(self, s: Sighting | None) -> dict[str, float | None]:
+        if s is None:
+            return dict.fromkeys(("visible_s", "seen_s", "window_start_s", "after_window_end_s"))
+        return {
+            "visible_s": None if s.visible_ms is None else (s.visible_ms - self.killed_ms) / 1000,
+            "seen_s": (s.seen_ms - self.killed_ms) / 1000,
+            "window_start_s": (s.window_start_ms - self.killed_ms) / 1000,
+            "after_window_end_s": (
+                None if s.visible_ms is None else (s.visible_ms - s.window_end_ms) / 1000
+            ),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        recovery = None
+        if self.recovered is not None:
+            at = self.recovered.visible_ms or self.recovered.seen_ms
+            recovery = (at - self.restart_done_ms) / 1000
+        return {
+            "broker": self.broker,
+            "first_failed": self.since_kill(self.first_failed),
+            "all_failed": self.since_kill(self.all_failed),
+            "restart_s": (self.restart_done_ms - self.restart_started_ms) / 1000,
+            "recovery_visible_s": recovery,
+        }
+
+
+class DeltaLog:
+    """File name -> (version, modification time) of the version that added it, read from the
+    table's _delta_log JSON commits (cheap to poll, no Spark)."""
+
+    def __init__(self, table: Path) -> None:
+        self.log_dir = table / "_delta_log"
+        self.added: dict[str, tuple[int, int]] = {}
+        self.versions: set[int] = set()
+
+    def refresh(self) -> bool:
+        """Read versions not seen yet; True when there were any."""
+        if not self.log_dir.is_dir():
+            return False
+        new = False
+        for path in self.log_dir.glob("*.json"):
+            if not path.stem.isdigit() or int(path.stem) in self.versions:
+                continue
+            version = int(path.stem)
+            mtime_ms = path.stat().st_mtime_ns // 1_000_000
+            for line in path.read_text().splitlines():
+                action = json.loads(line)
+                if "add" in action:
+                    name = Path(urllib.parse.unquote(action["add"]["path"])).name
+                    self.added[name] = (version, mtime_ms)
+            self.versions.add(version)
+            new = True
+        return new
+
+    def visible_ms(self, file_path: str) -> int | None:
+        name = Path(urllib.parse.unquote(urllib.parse.urlparse(file_path).path)).name
+        found = self.added.get(name)
+        return found[1] if found else None
+
+
+class ProbeTable:
+    """Polls availability_probes: spark.read whenever the Delta log has a new version."""
+
+    def __init__(self, spark: Any, path: str) -> None:
+        self.spark = spark
+        self.path = path
+        self.log = DeltaLog(Path(path))
+        self.rows: list[Sighting] = []
+        self._brokers: dict[int, list[Sighting]] = {}
+        self._seen: set[tuple[int, int]] = set()
+
+    def poll(self) -> bool:
+        """Read the table if it changed; True when it did."""
+        if not self.log.refresh():
+            return False
+        from pyspark.sql import functions as F
+
+        found = (
+            self.spark.read.format("delta")
+            .load(self.path)
+            .where(F.col("broker").isNotNull())
+            .select(
+                "broker",
+                F.expr("unix_millis(window_start)").alias("ws"),
+                F.expr("unix_millis(window_end)").alias("we"),
+                "probes",
+                "produce_failed",
+                "produce_success_ratio",
+                "consume_success_ratio",
+                "sample_error",
+                F.col("_metadata.file_path").alias("file"),
+            )
+            .collect()
+        )
+        seen_ms = now_ms()
+        self.log.refresh()  # the read may have seen a version written since the listing
+        for r in found:
+            key = (r["broker"], r["ws"])
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            sighting = Sighting(
+                r["ws"],
+                r["we"],
+                r["probes"],
+                r["produce_failed"],
+                r["produce_success_ratio"],
+                r["consume_success_ratio"],
+                r["sample_error"],
+                self.log.visible_ms(r["file"]),
+                seen_ms,
+            )
+            self._brokers.setdefault(r["broker"], []).append(sighting)
+        for rows in self._brokers.values():
+            rows.sort(key=lambda s: s.window_start_ms)
+        return True
+
+    def of(self, broker: int) -> list[Sighting]:
+        return self._brokers.get(broker, [])
+
+    def wait(
+        self, what: str, found: Callable[[], Any], timeout_s: float, poll_s: float = 0.5
+    ) -> Any:
+        """Poll until `found()` returns something; None after `timeout_s` (noted)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            result = found()
+            if result:
+                return result
+            time.sleep(poll_s)
+        say(f"  NOTE: no {what} within {timeout_s:.0f} s")
+        return None
+
+
+def _healthy(s: Sighting) -> bool:
+    return s.produce_success_ratio == 1.0 and s.consume_success_ratio == 1.0
+
+
+def batch_progress(spark: Any, query_name: str, since_ms: int) -> list[dict[str, Any]]:
+    """The job's micro-batches that started at or after `since_ms`, from the query's
+    progress records: id, start, duration and where it went (Spark's durationMs: latestOffset
+    is the Kafka source asking the brokers for offsets, addBatch the job's foreachBatch)."""
+    query = next((q for q in spark.streams.active if q.name == query_name), None)
+    batches = []
+    for p in query.recentProgress if query is not None else []:
+        start = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+        start_ms = int(start.timestamp() * 1000)
+        if start_ms >= since_ms:
+            batches.append(
+                {
+                    "batch": p["batchId"],
+                    "start_ms": start_ms,
+                    "rows": p.get("numInputRows", 0),
+                    "duration_ms": p.get("batchDuration"),
+                    "phases_ms": p.get("durationMs", {}),
+                }
+            )
+    return batches
+
+
+def describe_batch(b: dict[str, Any], since_ms: int) -> str:
+    offsets_s = b["phases_ms"].get("latestOffset", 0) / 1000
+    add_s = b["phases_ms"].get("addBatch", 0) / 1000
+    return (
+        f"#{b['batch']} at {(b['start_ms'] - since_ms) / 1000:+.1f} s: "
+        f"{(b['duration_ms'] or 0) / 1000:.1f} s (latestOffset {offsets_s:.1f}, "
+        f"addBatch {add_s:.1f})"
+    )
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Point fd 2 (this process and the JVM it starts) at a file; restore it afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def bench_session(workdir: Path) -> Any:
+    """local[2] with the project's jars, as tests/conftest.py builds its `spark` fixture."""
+    from jobs.common.session import build_session, project_jars
+
+    os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+    spark = build_session(
+        "uatu-availability-bench",
+        master="local[2]",
+        jars=project_jars(),
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.enabled": "false",
+            "spark.databricks.delta.snapshotPartitions": "1",
+            "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
+            "spark.driver.memory": "2g",
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def availability_spec(workdir: Path, bootstrap: str) -> Any:
+    """The job's spec from a JobGroup with the required fields only: every setting default."""
+    from google.protobuf import json_format
+    from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions)
+    from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+    from jobs.availability import job
+    from jobs.common.settings import load_settings, write_conf_dir
+
+    conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", workdir / "ck")
+    data = {
+        "jobGroupId": "bench-availability",
+        "type": "JOB_TYPE_KAFKA_AVAILABILITY",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": PROBE_TOPIC},
+        "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
+    }
+    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
+    spec = job.prepare(json_format.ParseDict(data, JobGroup()), load_settings(conf, env))
+    job.ensure_source(spec)
+    return spec
+
+
+def detection(trials: int, workdir: Path, late: contextlib.ExitStack) -> dict[str, Any]:
+    """3 brokers, the job with default settings, `trials` kills; see the module docstring.
+
+    The brokers are stopped, and stderr given back, when `late` closes: the job's admin client
+    and producer stay referenced after the job ends (py4j keeps the foreachBatch function),
+    and they retry stopped brokers on stderr twice a second until the process exits.
+    """
+    from jobs.availability import job
+
+    file_log = logging.FileHandler(JOB_LOG, mode="w")
+    file_log.setFormatter(
+        logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s", "%X")
+    )
+    uatu = logging.getLogger("uatu")
+    uatu.setLevel(logging.INFO)
+    uatu.addHandler(file_log)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    STDERR_LOG.write_bytes(b"")
+    result: dict[str, Any] = {"settings": {}, "trials": []}
+    status: list[int] = []
+    stop_file = workdir / "stop"
+    thread: threading.Thread | None = None
+    spark = None
+    # librdkafka's complaints about the killed broker and Spark's warnings go to the file.
+    late.enter_context(stderr_to(STDERR_LOG))
+    cluster = start_cluster(workdir / "kafka-3", n_brokers=3, racks=["a", "b", "c"])
+    late.callback(cluster.stop)
+    say(f"3 brokers up on {cluster.bootstrap_servers} (racks a, b, c); starting Spark")
+    try:
+        spark = bench_session(workdir)
+        spec = availability_spec(workdir, cluster.bootstrap_servers)
+        p = spec.probe
+        result["settings"] = {
+            "probe_interval_ms": p.interval_ms,
+            "probe_window_ms": p.window_ms,
+            "ack_sla_ms": p.ack_sla_ms,
+            "roundtrip_sla_ms": p.roundtrip_sla_ms,
+            "trigger_interval_seconds": spec.trigger_interval_seconds,
+            "topic_availability": spec.topic_availability,
+            "consumer_lag": spec.consumer_lag,
+        }
+        say(f"  job settings (all defaults): {result['settings']}")
+        started = time.monotonic()
+        thread = threading.Thread(
+            target=lambda: status.append(job.run(spec, once=False, stop_file=str(stop_file))),
+            name="availability-job",
+        )
+        thread.start()
+        table = ProbeTable(spark, spec.probes_path)
+
+        def all_healthy() -> bool:
+            return all(sum(map(_healthy, table.of(b))) >= 2 for b in range(3))
+
+        if not table.wait("two healthy windows for every broker", all_healthy, 240):
+            raise RuntimeError("the job never showed healthy windows; see " + str(JOB_LOG))
+        result["startup_to_healthy_s"] = time.monotonic() - started
+        say(f"  every broker healthy after {result['startup_to_healthy_s']:.1f} s")
+        for k in range(trials):
+            if status:
+                raise RuntimeError(f"the job stopped (exit {status[0]}); see {JOB_LOG}")
+            trial = run_trial(cluster, table, broker=(2 - k) % 3)
+            # From the batch running at the kill on.
+            trial.batches = [
+                b
+                for b in batch_progress(spark, spec.query_name, trial.killed_ms - 60_000)
+                if b["start_ms"] + (b["duration_ms"] or 0) > trial.killed_ms
+            ]
+            result["trials"].append({**trial.summary(), "detail": asdict(trial)})
+            print_trial(k + 1, trial)
+    finally:
+        if thread is not None:
+            stop_file.touch()
+            thread.join(180)
+            if thread.is_alive():
+                say("  WARNING: the job did not stop within 180 s")
+        if spark is not None:
+            spark.stop()
+        uatu.removeHandler(file_log)
+        file_log.close()
+    result["job_exit"] = status[0] if status else None
+    result["summary"] = detection_summary(result["trials"])
+    return result
+
+
+def run_trial(cluster: Any, table: ProbeTable, broker: int) -> Trial:
+    say(f"trial: SIGKILL broker {broker}")
+    cluster.kill_broker(broker)
+    trial = Trial(broker, now_ms())
+
+    def after_kill(want: Callable[[Sighting], bool]) -> Callable[[], Sighting | None]:
+        def find() -> Sighting | None:
+            rows = [s for s in table.of(broker) if s.window_end_ms > trial.killed_ms]
+            return next((s for s in rows if want(s)), None)
+
+        return find
+
+    trial.first_failed = table.wait(
+        "row with produce_failed > 0", after_kill(lambda s: s.produce_failed > 0), 120
+    )
+    trial.all_failed = table.wait(
+        "row with produce_success_ratio = 0",
+        after_kill(lambda s: s.produce_success_ratio == 0.0),
+        120,
+    )
+    trial.restart_started_ms = now_ms()
+    cluster.restart_broker(broker)
+    trial.restart_done_ms = now_ms()
+    restart_s = (trial.restart_done_ms - trial.restart_started_ms) / 1000
+    say(f"  broker {broker} back after {restart_s:.1f} s")
+
+    def recovered() -> Sighting | None:
+        rows = table.of(broker)
+        return next(
+            (s for s in rows if s.window_start_ms >= trial.restart_started_ms and _healthy(s)),
+            None,
+        )
+
+    trial.recovered = table.wait("healthy window after the restart", recovered, 180)
+    return trial
+
+
+def print_trial(n: int, trial: Trial) -> None:
+    s = trial.summary()
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.1f} s"
+
+    for label, key in (("produce_failed > 0", "first_failed"), ("success ratio 0", "all_failed")):
+        d = s[key]
+        say(
+            f"  trial {n}, broker {trial.broker}, first row with {label}: visible "
+            f"{fmt(d['visible_s'])} after the kill (seen by the poll {fmt(d['seen_s'])}); its "
+            f"window starts {fmt(d['window_start_s'])} from the kill, visible "
+            f"{fmt(d.get('after_window_end_s'))} after its end"
+        )
+    say(
+        f"  trial {n}: restart {s['restart_s']:.1f} s, then a healthy window visible "
+        f"{fmt(s['recovery_visible_s'])} after the broker was back"
+    )
+    say("  the job's micro-batches from the kill on (start relative to the kill):")
+    for b in trial.batches:
+        say(f"    {describe_batch(b, trial.killed_ms)}")
+
+
+def detection_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for key in ("first_failed", "all_failed"):
+        visible = [t[key]["visible_s"] for t in trials if t[key]["visible_s"] is not None]
+        missing = len(trials) - len(visible)
+        med, worst = _median(visible), max(visible, default=None)
+        summary[key] = {
+            "visible_s": visible,
+            "missing": missing,
+            "median_s": med,
+            "max_s": worst,
+            "median_x_target": med / DETECTION_TARGET_S if med is not None else None,
+            "max_x_target": worst / DETECTION_TARGET_S if worst is not None else None,
+            "median_x_kminion_sla": med / KMINION_ROUNDTRIP_SLA_S if med is not None else None,
+            "max_x_kminion_sla": worst / KMINION_ROUNDTRIP_SLA_S if worst is not None else None,
+            "target_met": bool(visible)
+            and not missing
+            and worst is not None
+            and worst < DETECTION_TARGET_S,
+        }
+    recoveries = [t["recovery_visible_s"] for t in trials if t["recovery_visible_s"] is not None]
+    summary["recovery_visible_s"] = {
+        "values": recoveries,
+        "median_s": _median(recoveries),
+        "max_s": max(recoveries, default=None),
+    }
+    return summary
+
+
+def print_detection(result: dict[str, Any]) -> None:
+    s = result["summary"]
+    print(f"\ndetection, {len(result['trials'])} trial(s), default settings {result['settings']}")
+    print(
+        f"{'first row of the killed broker with':38} {'runs (s)':>22} {'median':>8} {'max':>8}"
+        f" {'x 30 s':>7} {'x 20 s':>7}  target < 30 s"
+    )
+    for key, label in (
+        ("first_failed", "produce_failed > 0"),
+        ("all_failed", "produce_success_ratio = 0"),
+    ):
+        d = s[key]
+        runs = ", ".join(f"{v:.1f}" for v in d["visible_s"]) + (
+            f" +{d['missing']} missing" if d["missing"] else ""
+        )
+        cells = ["n/a" if d[k] is None else f"{d[k]:.1f}" for k in ("median_s", "max_s")] + [
+            "n/a" if d[k] is None else f"{d[k]:.2f}"
+            for k in ("median_x_target", "median_x_kminion_sla")
+        ]
+        verdict = "MET" if d["target_met"] else "NOT MET"
+        numbers = f"{cells[0]:>8} {cells[1]:>8} {cells[2]:>7} {cells[3]:>7}"
+        print(f"{label:38} {runs:>22} {numbers}  {verdict}")
+    r = s["recovery_visible_s"]
+    if r["values"]:
+        print(
+            f"recovery: a healthy window visible {', '.join(f'{v:.1f}' for v in r['values'])} s "
+            "after the restarted broker answered"
+        )
+    print(
+        "x 20 s: against KMinion's default round-trip SLA (a published setting, not a run: "
+        "KMinion is not run here)"
+    )
+
+
+# === Part 2: the lag evaluator's throughput =================================================
+
+
+@dataclass
+class Recording:
+    """A recorded `__consumer_offsets` stream plus what the recorder knows about it."""
+
+    records: list[tuple[bytes, bytes | None, int]]  # key, value, timestamp ms; commit order
+    commits: int  # commit records the recorder made (one per partition per commit call)
+    last: dict[tuple[str, str, int], int]  # (group, topic, partition) -> last committed offset
+    heads: list[tuple[int, dict[tuple[str, int], int]]]  # (ms, head offsets) after each round
+    meta: dict[str, Any]
+
+    def save(self, path: Path) -> None:
+        header = {
+            **self.meta,
+            "commits": self.commits,
+            "last": [[g, t, p, o] for (g, t, p), o in sorted(self.last.items())],
+            "heads": [
+                [ms, [[t, p, h] for (t, p), h in sorted(hs.items())]] for ms, hs in self.heads
+            ],
+        }
+        blob = json.dumps(header).encode()
+        with path.open("wb") as f:
+            f.write(STREAM_MAGIC + struct.pack(">I", len(blob)) + blob)
+            f.write(struct.pack(">I", len(self.records)))
+            for key, value, ts in self.records:
+                size = -1 if value is None else len(value)
+                f.write(struct.pack(">qii", ts, len(key), size) + key + (value or b""))
+
+    @classmethod
+    def load(cls, path: Path) -> Recording:
+        data = path.read_bytes()
+        if not data.startswith(STREAM_MAGIC):
+            raise ValueError(f"{path} is not a commit stream written by this bench")
+        at = len(STREAM_MAGIC)
+        (size,) = struct.unpack_from(">I", data, at)
+        header = json.loads(data[at + 4 : at + 4 + size])
+        at += 4 + size
+        (count,) = struct.unpack_from(">I", data, at)
+        at += 4
+        records: list[tuple[bytes, bytes | None, int]] = []
+        for _ in range(count):
+            ts, klen, vlen = struct.unpack_from(">qii", data, at)
+            at += 16
+            key = data[at : at + klen]
+            at += klen
+            value = None if vlen < 0 else data[at : at + vlen]
+            at += max(vlen, 0)
+            records.append((key, value, ts))
+        last = {(g, t, p): o for g, t, p, o in header.pop("last")}
+        heads = [(ms, {(t, p): h for t, p, h in hs}) for ms, hs in header.pop("heads")]
+        commits = header.pop("commits")
+        return cls(records, commits, last, heads, header)
+
+
+def record_stream(
+    workdir: Path, n_commits: int, n_groups: int, n_topics: int, n_partitions: int
+) -> Recording:
+    """Make the commits on a fresh 1-broker cluster and read `__consumer_offsets` back."""
+    cluster = start_cluster(workdir / "kafka-1", n_brokers=1)
+    try:
+        topics = [f"bench-lag-{t}" for t in range(n_topics)]
+        for topic in topics:
+            cluster.create_topic(topic, n_partitions)
+        say(f"broker up on {cluster.bootstrap_servers}; {n_groups} groups commit")
+        started = time.monotonic()
+        commits, last, heads, rounds = _commit_rounds(
+            cluster.bootstrap_servers, topics, n_partitions, n_groups, n_commits
+        )
+        commit_s = time.monotonic() - started
+        say(f"  {commits:,} commit records in {rounds} rounds, {commit_s:.1f} s; reading back")
+        started = time.monotonic()
+        records = _read_offsets_topic(cluster.bootstrap_servers)
+        read_s = time.monotonic() - started
+        say(f"  read {len(records):,} records of {OFFSETS_TOPIC} in {read_s:.1f} s")
+    finally:
+        cluster.stop()
+    meta = {
+        "groups": n_groups,
+        "topics": n_topics,
+        "partitions_per_topic": n_partitions,
+        "rounds": rounds,
+        "commit_seconds": commit_s,
+        "read_seconds": read_s,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return Recording(records, commits, last, heads, meta)
+
+
+def _commit_rounds(
+    bootstrap: str, topics: list[str], n_partitions: int, n_groups: int, n_commits: int
+) -> tuple[int, dict[tuple[str, str, int], int], list[tuple[int, dict[tuple[str, int], int]]], int]:
+    """Produce, snapshot the heads, let every group commit; until n_commits records."""
+    rng = random.Random(7)
+    per_round = 10  # records produced to every partition per round
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    outcomes = {"done": 0, "errors": 0}
+    first_error: list[str] = []
+
+    def on_commit(err: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+        outcomes["done"] += 1
+        if err is not None:
+            outcomes["errors"] += 1
+            first_error.append(str(err))
+
+    groups = [f"bench-g{g:03d}" for g in range(n_groups)]
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": name,
+                "enable.auto.commit": False,
+                "on_commit": on_commit,
+            }
+        )
+        for name in groups
+    ]
+    _find_coordinators(consumers, topics[0])
+    head = {(t, p): 0 for t in topics for p in range(n_partitions)}
+    last: dict[tuple[str, str, int], int] = {}
+    heads: list[tuple[int, dict[tuple[str, int], int]]] = []
+    issued = commits = rounds = 0
+    rounds_planned = -(-n_commits // (n_groups * n_partitions))  # before the stoppers stop
+    try:
+        while commits < n_commits:
+            for (topic, partition), _ in head.items():
+                for _ in range(per_round):
+                    producer.produce(topic, b"x" * 64, partition=partition)
+            producer.flush(30)
+            for tp in head:
+                head[tp] += per_round
+            heads.append((now_ms(), dict(head)))
+            for g, (name, consumer) in enumerate(zip(groups, consumers, strict=True)):
+                topic = topics[g % len(topics)]
+                offsets = []
+                for p in range(n_partitions):
+                    offset = _next_offset(
+                        g % 10,
+                        rounds,
+                        rounds_planned,
+                        head[(topic, p)],
+                        last.get((name, topic, p)),
+                        rng,
+                    )
+                    if offset is not None:
+                        offsets.append(TopicPartition(topic, p, offset))
+                if not offsets:
+                    continue
+                consumer.commit(offsets=offsets, asynchronous=True)
+                issued += 1
+                for committed in offsets:
+                    last[(name, committed.topic, committed.partition)] = committed.offset
+                commits += len(offsets)
+                if commits >= n_commits:
+                    break
+            rounds += 1
+            _serve(consumers, outcomes, issued, backlog=4 * n_groups)
+        _serve(consumers, outcomes, issued, backlog=0)
+        if outcomes["errors"]:
+            raise RuntimeError(f"{outcomes['errors']} async commits failed: {first_error[0]}")
+        _check_committed(consumers, groups, last)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+        producer.flush(10)
+    return commits, last, heads, rounds
+
+
+def _find_coordinators(consumers: list[Consumer], topic: str) -> None:
+    """Ask every group's coordinator for its offsets until it answers: on a fresh broker
+    `__consumer_offsets` is created by the first such request and its partitions load for a
+    moment, and an async commit sent meanwhile fails with NOT_COORDINATOR (not retried)."""
+    starting = {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+    deadline = time.monotonic() + 60
+    for consumer in consumers:
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=10)
+                break
+            except KafkaException as e:
+                if e.args[0].code() not in starting or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+def _next_offset(
+    kind: int, rnd: int, rounds: int, head: int, previous: int | None, rng: random.Random
+) -> int | None:
+    """The offset a group of this kind commits this round; None: it does not commit."""
+    if kind == 5:  # falls further behind: half the production rate
+        return head // 2
+    if kind == 6:  # stalled on one offset
+        return previous if previous is not None else max(head - 5, 0)
+    if kind == 7 and rnd % 25 == 12:  # jumps back, then catches up
+        return max(head - 60, 0)
+    if kind == 8 and rnd >= rounds // 2:  # stopped halfway
+        return None
+    if kind == 9:
+        return head - rng.randint(0, 10)
+    return head - rng.randint(0, 2)
+
+
+def _serve(consumers: list[Consumer], outcomes: dict[str, int], issued: int, backlog: int) -> None:
+    """Serve commit callbacks until at most `backlog` async commits are outstanding."""
+    deadline = time.monotonic() + 120
+    while issued - outcomes["done"] > backlog:
+        for consumer in consumers:
+            consumer.poll(0)
+        if issued - outcomes["done"] > backlog:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{issued - outcomes['done']} commits still unanswered")
+            time.sleep(0.005)
+
+
+def _check_committed(
+    consumers: list[Consumer], groups: list[str], last: dict[tuple[str, str, int], int]
+) -> None:
+    """The broker's committed offsets must be the last ones the recorder committed."""
+    wrong = 0
+    for name, consumer in zip(groups, consumers, strict=True):
+        mine = {(t, p): o for (g, t, p), o in last.items() if g == name}
+        tps = [TopicPartition(t, p) for t, p in mine]
+        for tp in consumer.committed(tps, timeout=30):
+            wrong += tp.offset != mine[(tp.topic, tp.partition)]
+    if wrong:
+        raise RuntimeError(f"{wrong} group partitions: broker's committed offset != last commit")
+    say(f"  broker's committed offsets = the recorder's last commits ({len(last):,} partitions)")
+
+
+def _read_offsets_topic(bootstrap: str) -> list[tuple[bytes, bytes | None, int]]:
+    """Every record of `__consumer_offsets`, merged across partitions by timestamp (each
+    partition's own order kept, as the job sees it)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-offsets-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = (
+            consumer.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions
+        )
+        ends = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=30)
+            if high > low:
+                ends[p] = (low, high)
+        consumer.assign([TopicPartition(OFFSETS_TOPIC, p, low) for p, (low, _) in ends.items()])
+        per_partition: dict[int, list[tuple[int, bytes, bytes | None]]] = {p: [] for p in ends}
+        done: set[int] = set()
+        deadline = time.monotonic() + 300
+        while len(done) < len(ends):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{OFFSETS_TOPIC}: partitions {set(ends) - done} not read")
+            for m in consumer.consume(10_000, timeout=1):
+                if m.error() is not None:
+                    continue
+                p = m.partition()
+                assert p is not None
+                per_partition[p].append((m.timestamp()[1], m.key() or b"", m.value()))
+                if (m.offset() or 0) + 1 >= ends[p][1]:
+                    done.add(p)
+    finally:
+        consumer.close()
+    merged = heapq.merge(*per_partition.values(), key=lambda r: r[0])
+    return [(key, value, ts) for ts, key, value in merged]
+
+
+@dataclass
+class Replay:
+    mode: str
+    batch_size: int
+    seconds: list[float] = field(default_factory=list)
+    commits: int = 0
+    batches: int = 0
+    groups_evaluated: int = 0  # per run
+    correct: bool = True
+
+    def rate(self, seconds: float | None) -> float | None:
+        return self.commits / seconds if seconds else None
+
+
+def decode_all(records: list[tuple[bytes, bytes | None, int]]) -> tuple[float, Counter[str]]:
+    kinds: Counter[str] = Counter()
+    started = time.perf_counter()
+    for key, value, _ in records:
+        try:
+            event = decode(key, value)
+        except UndecodableRecord:
+            kinds["undecodable"] += 1
+            continue
+        kinds[type(event).__name__] += 1
+    return time.perf_counter() - started, kinds
+
+
+def _commits(rec: Recording, n: int) -> list[OffsetCommit]:
+    events = (decode(key, value) for key, value, _ in rec.records[:n])
+    return [e for e in events if isinstance(e, OffsetCommit)]
+
+
+def head_history(rec: Recording, samples: int) -> tuple[HeadHistory, int]:
+    """The job's `HeadHistory` as its head sampler would have filled it: the recorded heads at
+    their times, after `samples` - (recorded ones) older samples one second apart (heads 0,
+    before anything was produced), so that every partition holds `samples` of them as in a
+    job running for `KEEP_MS` (5 min) with its 1 s refresh. The older samples change no
+    commit's head, only how many samples `HeadHistory.at` looks through."""
+    history = HeadHistory()
+    first_ms, first = rec.heads[0]
+    zero = dict.fromkeys(first, 0)
+    for k in range(max(samples - len(rec.heads), 0), 0, -1):
+        history.add(first_ms - k * 1000, zero)
+    for ms, heads in rec.heads:
+        history.add(ms, heads)
+    return history, max(samples, len(rec.heads))
+
+
+def replay(
+    rec: Recording, history: HeadHistory, batch_size: int, mode: str
+) -> tuple[float, LagTracker, int, int]:
+    """One replay (mode "record", "affected" or "job"); returns seconds, the tracker, the
+    number of batches and of group evaluations. Mirrors `job._evaluate_groups` per batch;
+    the head sampler's thread is replaced by `history`, filled beforehand."""
+    from jobs.availability.job import status_rows
+
+    tracker = LagTracker(LagSettings())
+    records = rec.records
+    head_times = [ms for ms, _ in rec.heads]
+    batches = evaluated = 0
+    started = time.perf_counter()
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        batches += 1
+        events: list[OffsetCommit | OffsetDeleted] = []
+        for key, value, _ in chunk:
+            try:
+                event = decode(key, value)
+            except UndecodableRecord:
+                continue
+            if event is not None:
+                events.append(event)
+        batch_ms = max(ts for _, _, ts in chunk)
+        commits = [e for e in events if isinstance(e, OffsetCommit)]
+        # The job hands these to `HeadSampler.watch` (a Kafka request for new ones only).
+        _watch = tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
+        # `HeadHistory.latest()` as of the batch: the newest recorded heads by then.
+        at = bisect.bisect_right(head_times, batch_ms) - 1
+        tracker.refresh_heads(dict(rec.heads[at][1]) if at >= 0 else {})
+        stored = []
+        for event in events:
+            if isinstance(event, OffsetDeleted):
+                tracker.forget(event.group, event.topic, event.partition)
+                continue
+            head = history.at((event.topic, event.partition), event.commit_ms)
+            lag = max(head - event.offset, 0) if head is not None else None
+            commit = tracker.record(
+                event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
+            )
+            if mode == "job":
+                stored.append(
+                    {
+                        "cluster": "bench",
+                        "group": event.group,
+                        "topic": event.topic,
+                        "partition": event.partition,
+                        "offset": event.offset,
+                        "commit_time": datetime.fromtimestamp(event.commit_ms / 1000, tz=UTC),
+                        "lag": commit.lag,
+                    }
+                )
+        if mode == "affected":
+            evaluated += len(tracker.evaluate(batch_ms, {c.group for c in commits}))
+        elif mode == "job":
+            results = tracker.evaluate(batch_ms)
+            evaluated += len(results)
+            lagging = {
+                key: offset
+                for key, offset in tracker.committed().items()
+                if tracker.current_lag(key) > 0
+            }
+            # The job dates these with a Kafka read (next_record_times): left out here.
+            _positions = {(t, p): o for (_, t, p), o in lagging.items()}
+            status_rows("bench", datetime.fromtimestamp(batch_ms / 1000, tz=UTC), results, {})
+    return time.perf_counter() - started, tracker, batches, evaluated
+
+
+def throughput(
+    rec: Recording, batch_sizes: list[int], repeats: int, head_samples: int
+) -> tuple[bool, dict[str, Any]]:
+    """Replays (a)-(d) of the module docstring; returns (all checks passed, result)."""
+    ok = True
+    history, kept = head_history(rec, head_samples)
+    say(
+        f"replaying {len(rec.records):,} records ({rec.commits:,} commits recorded), "
+        f"{repeats} run(s) each, single thread; {kept} head samples per partition"
+    )
+    # What one `HeadHistory.at` costs with that many samples (once per commit in the job).
+    probes = [(r.topic, r.partition, r.commit_ms) for r in _commits(rec, 20_000)]
+    started = time.perf_counter()
+    for topic, partition, commit_ms in probes:
+        history.at((topic, partition), commit_ms)
+    head_at_us = (time.perf_counter() - started) / len(probes) * 1e6
+    say(f"  HeadHistory.at: {head_at_us:.1f} us per call")
+    decode_runs = []
+    kinds: Counter[str] = Counter()
+    for _ in range(repeats):
+        seconds, kinds = decode_all(rec.records)
+        decode_runs.append(seconds)
+    decoded = kinds["OffsetCommit"]
+    checks = {
+        "decoded_commits": decoded,
+        "recorded_commits": rec.commits,
+        "decoded_equals_recorded": decoded == rec.commits,
+        "record_kinds": dict(kinds),
+    }
+    if decoded != rec.commits:
+        ok = False
+        say(f"  MISMATCH: decoded {decoded:,} commits, recorded {rec.commits:,}")
+    else:
+        say(f"  decoded commits = recorded commits = {decoded:,} (record kinds: {dict(kinds)})")
+    rows: list[dict[str, Any]] = [
+        _rate_row("a. decode only", "decode", 0, decoded, decode_runs, 0, 0)
+    ]
+    final_tracker: LagTracker | None = None
+    modes = (
+        ("record", "b. decode + record"),
+        ("affected", "c. + evaluate groups in the batch"),
+        ("job", "c. + the job's per-batch work (all groups)"),
+    )
+    variants = [(size, mode, label) for size in batch_sizes for mode, label in modes]
+    runs: dict[tuple[int, str], list[float]] = {(size, mode): [] for size, mode, _ in variants}
+    shape: dict[tuple[int, str], tuple[int, int]] = {}
+    correct = dict.fromkeys(runs, True)
+    # Round-robin, so that drift in the machine's load hits every variant alike.
+    for _ in range(repeats):
+        for size, mode, _label in variants:
+            seconds, tracker, batches, evaluated = replay(rec, history, size, mode)
+            runs[(size, mode)].append(seconds)
+            shape[(size, mode)] = (batches, evaluated)
+            correct[(size, mode)] &= tracker.committed() == rec.last
+            final_tracker = tracker
+    for size, mode, label in variants:
+        batches, evaluated = shape[(size, mode)]
+        if not correct[(size, mode)]:
+            ok = False
+            say(f"  MISMATCH: {mode} at {size}: committed offsets != recorder's last")
+        row = _rate_row(label, mode, size, decoded, runs[(size, mode)], batches, evaluated)
+        row["committed_offsets_match"] = correct[(size, mode)]
+        if mode != "record":
+            # What the evaluation adds to each batch over decode + record: the median of the
+            # differences between runs of the same round.
+            paired = zip(runs[(size, mode)], runs[(size, "record")], strict=True)
+            extra = statistics.median(full - base for full, base in paired)
+            row["extra_ms_per_batch"] = extra / batches * 1000
+        rows.append(row)
+        say(
+            f"  {label:45} batch {size:>6,}: {row['median_commits_per_s']:>10,.0f} "
+            f"commits/s (best {row['best_commits_per_s']:,.0f}), {batches} batches, "
+            f"{evaluated:,} group evaluations per run"
+        )
+    assert final_tracker is not None
+    checks["tracker_committed_equals_last"] = all(
+        r.get("committed_offsets_match", True) for r in rows
+    )
+    end_ms = max(ts for _, _, ts in rec.records)
+    full_runs = []
+    results = []
+    for _ in range(5):
+        started = time.perf_counter()
+        results = final_tracker.evaluate(end_ms)
+        full_runs.append(time.perf_counter() - started)
+    partitions = sum(r.total_partitions for r in results)
+    statuses = Counter(r.status.name for r in results)
+    partition_statuses = Counter(p.status.name for r in results for p in r.partitions)
+    full: dict[str, Any] = {
+        "groups": len(results),
+        "group_partitions": partitions,
+        "median_s": statistics.median(full_runs),
+        "best_s": min(full_runs),
+        "groups_per_s": len(results) / statistics.median(full_runs),
+        "group_partitions_per_s": partitions / statistics.median(full_runs),
+        "group_statuses": dict(statuses),
+        "partition_statuses": dict(partition_statuses),
+    }
+    say(
+        f"  d. evaluate all {len(results)} groups ({partitions:,} partitions): "
+        f"{full['median_s'] * 1000:.1f} ms (best {full['best_s'] * 1000:.1f} ms); statuses "
+        f"{dict(statuses)}, partitions {dict(partition_statuses)}"
+    )
+    result = {
+        "recording": rec.meta,
+        "checks": checks,
+        "head_samples_per_partition": kept,
+        "head_at_us": head_at_us,
+        "rates": rows,
+        "full_evaluation": full,
+    }
+    return ok, result
+
+
+def _rate_row(
+    label: str,
+    mode: str,
+    batch_size: int,
+    commits: int,
+    runs: list[float],
+    batches: int,
+    evaluated: int,
+) -> dict[str, Any]:
+    median, best = statistics.median(runs), min(runs)
+    rate = commits / median
+    return {
+        "what": label,
+        "mode": mode,
+        "batch_records": batch_size,
+        "runs_s": runs,
+        "median_s": median,
+        "median_commits_per_s": rate,
+        "best_commits_per_s": commits / best,
+        "x_burrow_40k": rate / BURROW_LOW,
+        "x_burrow_50k": rate / BURROW_HIGH,
+        "batches": batches,
+        "group_evaluations": evaluated,
+    }
+
+
+def print_throughput(result: dict[str, Any]) -> None:
+    c = result["checks"]
+    print(
+        f"\nlag evaluator, single thread, {c['decoded_commits']:,} commits replayed "
+        f"(Burrow: {BURROW_LOW:,}-{BURROW_HIGH:,}/s on 2 cores, linkedin/Burrow#539)"
+    )
+    print(
+        f"{'what':46} {'batch':>7} {'commits/s':>11} {'best':>11} {'x 40k':>6} {'x 50k':>6}"
+        f" {'+ms/batch':>10}"
+    )
+    for r in result["rates"]:
+        batch = f"{r['batch_records']:,}" if r["batch_records"] else ""
+        extra = f"{r['extra_ms_per_batch']:.1f}" if "extra_ms_per_batch" in r else ""
+        print(
+            f"{r['what']:46} {batch:>7} {r['median_commits_per_s']:>11,.0f} "
+            f"{r['best_commits_per_s']:>11,.0f} {r['x_burrow_40k']:>6.2f} {r['x_burrow_50k']:>6.2f}"
+            f" {extra:>10}"
+        )
+    f = result["full_evaluation"]
+    print(
+        f"d. one evaluation of all {f['groups']} groups ({f['group_partitions']:,} partitions): "
+        f"{f['median_s'] * 1000:.1f} ms, {f['group_partitions_per_s']:,.0f} partitions/s"
+    )
+    print(
+        "commits/s: median of the runs; x 40k / x 50k: against Burrow's figure; +ms/batch: what "
+        "the evaluation adds to each batch (the job evaluates every group every micro-batch)"
+    )
+    print(
+        f"checks: decoded = recorded commits: {c['decoded_equals_recorded']}; tracker's committed "
+        f"offsets = recorder's last: {c['tracker_committed_equals_last']}"
+    )
+
+
+# === main ===================================================================================
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.availability_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="1 trial and 20,000 commits")
+    parser.add_argument("--only", choices=("detection", "throughput"), help="run one part only")
+    parser.add_argument("--trials", type=int, help="broker kills (default 3; --quick 1)")
+    parser.add_argument("--commits", type=int, help="commits to record (default 200,000)")
+    parser.add_argument("--groups", type=int, default=200, help="consumer groups")
+    parser.add_argument("--topics", type=int, default=4, help="topics the groups commit to")
+    parser.add_argument("--partitions", type=int, default=8, help="partitions per topic")
+    parser.add_argument(
+        "--batch-sizes", default="1000,10000", help="records per replayed batch, comma-separated"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="replays of each kind; median")
+    parser.add_argument(
+        "--head-samples",
+        type=int,
+        default=KEEP_MS // int(REFRESH_S * 1000),
+        help="head samples per partition in the replayed HeadHistory (default: what the job "
+        "keeps after 5 minutes)",
+    )
+    parser.add_argument("--replay", type=Path, help="replay this saved stream, record nothing")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (brokers' data)")
+    args = parser.parse_args(argv)
+    trials = args.trials or (1 if args.quick else 3)
+    n_commits = args.commits or (20_000 if args.quick else 200_000)
+    batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
+    stream_path = BENCH_DIR / ("commit-stream-quick.bin" if args.quick else "commit-stream.bin")
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="availability-", dir=BENCH_DIR))
+    say(f"bench dir {workdir}")
+    result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    ok = True
+    started = time.monotonic()
+    try:
+        with contextlib.ExitStack() as late:
+            if args.only != "detection":
+                if args.replay:
+                    rec = Recording.load(args.replay)
+                    say(f"loaded {len(rec.records):,} records from {args.replay}")
+                else:
+                    rec = record_stream(
+                        workdir, n_commits, args.groups, args.topics, args.partitions
+                    )
+                    rec.save(stream_path)
+                    size = stream_path.stat().st_size / 2**20
+                    say(f"  saved to {stream_path} ({size:.1f} MiB)")
+                part_ok, result["throughput"] = throughput(
+                    rec, batch_sizes, args.repeats, args.head_samples
+                )
+                ok &= part_ok
+            if args.only != "throughput":
+                result["detection"] = detection(trials, workdir, late)
+                d = result["detection"]
+                ok &= d["job_exit"] == 0 and all(
+                    d["summary"][k]["missing"] == 0 for k in ("first_failed", "all_failed")
+                )
+            result["seconds"] = time.monotonic() - started
+            result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            if "throughput" in result:
+                print_throughput(result["throughput"])
+            if "detection" in result:
+                print_detection(result["detection"])
+            say(f"bench took {result['seconds']:.0f} s; result written to {RESULT_PATH}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
