@@ -72,7 +72,6 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -80,7 +79,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from tools import cli
 from tools.debian_package import DebPackageError, install_from_deb
 from tools.kafka_broker import HOST, log_tail
-from tools.processes import free_ports, terminate
+from tools.processes import StopOnExit, free_ports, terminate
 
 log = logging.getLogger("uatu.burrow")
 
@@ -122,7 +121,7 @@ class BurrowSettings:
 
 
 @dataclass
-class Burrow:
+class Burrow(StopOnExit):
     """One Burrow process started by :func:`start_burrow`; it runs until :meth:`stop`."""
 
     dir: Path
@@ -141,17 +140,6 @@ class Burrow:
     @property
     def log_path(self) -> Path:
         return self.dir / "burrow.out"
-
-    def __enter__(self) -> Burrow:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM Burrow, SIGKILL its process group after ``timeout`` seconds; idempotent."""

@@ -29,11 +29,10 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from tools import cli
 from tools.debian_package import DebPackageError, install_from_deb
-from tools.processes import free_ports, pid_alive, read_pid, signal_pid, wait_gone
+from tools.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_pid, wait_gone
 
 log = logging.getLogger("uatu.etcd")
 
@@ -54,7 +53,7 @@ class EtcdServerError(RuntimeError):
 
 
 @dataclass
-class EtcdServer:
+class EtcdServer(StopOnExit):
     """One etcd process started by :func:`start_etcd`; it runs until :meth:`stop`."""
 
     dir: Path
@@ -73,17 +72,6 @@ class EtcdServer:
     @property
     def pid_path(self) -> Path:
         return self.dir / "etcd.pid"
-
-    def __enter__(self) -> EtcdServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM etcd, SIGKILL it after ``timeout`` seconds; idempotent."""

@@ -38,12 +38,11 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import yaml
 
 from tools import cli
-from tools.processes import free_ports, terminate
+from tools.processes import StopOnExit, free_ports, terminate
 
 log = logging.getLogger("uatu.kafka_pixy")
 
@@ -73,7 +72,7 @@ class KafkaPixyError(RuntimeError):
 
 
 @dataclass
-class KafkaPixy:
+class KafkaPixy(StopOnExit):
     """One kafka-pixy process started by :func:`start_kafka_pixy`; it runs until :meth:`stop`."""
 
     dir: Path
@@ -106,17 +105,6 @@ class KafkaPixy:
             # terminate() SIGKILLs the process group (its own, see start_new_session) if
             # kafka-pixy lingers.
             terminate(proc, timeout=timeout)
-
-    def __enter__(self) -> KafkaPixy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 # --- install ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Self
 
 
 def pid_alive(pid: int) -> bool:
@@ -134,3 +135,16 @@ def group_pids(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return sorted(members)
+
+
+class StopOnExit:
+    """Mixin for a started service: `with start_x(...) as x:` stops it when the block ends."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

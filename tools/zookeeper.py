@@ -16,10 +16,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from tools.kafka_broker import DEFAULT_JARS_DIR, HOST, jvm_command, log_tail
-from tools.processes import free_ports, terminate
+from tools.processes import StopOnExit, free_ports, terminate
 
 READY_TIMEOUT_S = 30.0
 
@@ -29,7 +28,7 @@ class ZooKeeperError(RuntimeError):
 
 
 @dataclass
-class ZooKeeper:
+class ZooKeeper(StopOnExit):
     """One ZooKeeper JVM started by :func:`start_zookeeper`; it runs until :meth:`stop`."""
 
     port: int
@@ -42,17 +41,6 @@ class ZooKeeper:
 
     def stop(self) -> None:
         terminate(self.process, timeout=10.0)
-
-    def __enter__(self) -> ZooKeeper:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def start_zookeeper(server_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR) -> ZooKeeper:
