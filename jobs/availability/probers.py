@@ -356,6 +356,7 @@ class Prober:
     sender: Sender
     receiver: Receiver
     _zones: dict[int, str | None] = field(default_factory=dict)
+    _strays_logged: tuple[int, int] = (0, 0)
 
     def start(self, admin: AdminClient) -> None:
         self.ledger = ProbeLedger(
@@ -397,13 +398,14 @@ class Prober:
         if self.loop.crash is not None:
             raise RuntimeError(f"prober {self.instance_id} stopped") from self.loop.crash
         rows = self.ledger.take_final(now)
-        if self.ledger.late_copies or self.loop.malformed:
+        strays = (self.ledger.late_copies, self.loop.malformed)
+        if strays != self._strays_logged:
+            self._strays_logged = strays
             log.warning(
                 "prober %s: %d copies read after their window was written, "
-                "%d values on the probe topic that are not probes",
+                "%d values on the probe topic that are not probes (totals so far)",
                 self.instance_id,
-                self.ledger.late_copies,
-                self.loop.malformed,
+                *strays,
             )
         return rows
 
