@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Self
@@ -137,11 +138,12 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(members)
 
 
-class StopOnExit:
-    """Mixin for a started service: `with start_x(...) as x:` stops it when the block ends."""
+class StopOnExit(ABC):
+    """Base of a started service: `with start_x(...) as x:` stops it when the block ends."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop the service; idempotent."""
 
     def __enter__(self) -> Self:
         return self
