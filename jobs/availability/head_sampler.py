@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from jobs.common.settings import ClusterConfig
-
 log = logging.getLogger("uatu.availability")
 
 TopicPartitionKey = tuple[str, int]
@@ -100,8 +98,8 @@ class HeadHistory:
 class HeadSampler:
     """Samples the heads of the watched partitions every `refresh_s` into `history`."""
 
-    def __init__(self, cluster: ClusterConfig, refresh_s: float = REFRESH_S) -> None:
-        self.admin = AdminClient(cluster.client_config())
+    def __init__(self, admin: AdminClient, refresh_s: float = REFRESH_S) -> None:
+        self.admin = admin  # librdkafka clients are thread-safe: the job's own is shared
         self.refresh_s = refresh_s
         self.history = HeadHistory()
         self._watched: set[TopicPartitionKey] = set()

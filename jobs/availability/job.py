@@ -497,8 +497,8 @@ def run(
         loaded = load_windows(spark, spec, tracker)
         log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
     prober = build_prober(spec) if spec.probes else None
-    heads = HeadSampler(spec.cluster) if spec.consumer_lag else None
-    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober, heads)
+    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober)
+    heads = writer.heads = HeadSampler(writer.admin_client()) if spec.consumer_lag else None
     if prober is not None:
         prober.start(writer.admin_client())
     if heads is not None:
