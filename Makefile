@@ -50,7 +50,16 @@ build/gen/.generated: $(PROTOS) $(VENV)/.installed
 	find build/gen -type d -exec touch {}/__init__.py \;
 	touch $@
 
-build: build/uatu-jobs.zip ## zip of jobs/ and the generated protos for spark-submit --py-files
+build: build/uatu-jobs.zip build/uatu-jvm.jar ## job zip (jobs/, generated protos) for --py-files, and the project's jar
+
+# The project's own Java (the replication sink), compiled against the exact jars Spark runs
+# with: pyspark's and those `make jars` fetched. Nothing to resolve, so no Maven build.
+JAVA_SOURCES := $(shell find jvm/src -name '*.java')
+build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
+	@echo ">> compiling jvm/src into $@"
+	rm -rf build/jvm-classes && mkdir -p build/jvm-classes
+	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*' $(JAVA_SOURCES)
+	jar --create --file $@ -C build/jvm-classes .
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs -name '*.py')
 	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py

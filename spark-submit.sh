@@ -21,7 +21,7 @@ VENV="${UATU_VENV:-$ROOT/.venv}"
 PY_FILES="$ROOT/build/uatu-jobs.zip"
 JAR_DIR="$ROOT/var/jars/spark"
 
-if [[ ! -x "$VENV/bin/spark-submit" || ! -f "$PY_FILES" || ! -d "$JAR_DIR" ]]; then
+if [[ ! -x "$VENV/bin/spark-submit" || ! -f "$PY_FILES" || ! -d "$JAR_DIR" || ! -f "$ROOT/build/uatu-jvm.jar" ]]; then
   echo "error: the project is not built; run 'make setup' in $ROOT first" >&2
   exit 2
 fi
@@ -34,7 +34,7 @@ for arg in "$@"; do
 done
 
 export UATU_CONF_DIR="${UATU_CONF_DIR:-$ROOT/conf}"
-JARS="$(find "$JAR_DIR" -name '*.jar' | sort | paste -sd, -)"
+JARS="$(find "$JAR_DIR" "$ROOT/build/uatu-jvm.jar" -name '*.jar' | sort | paste -sd, -)"
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 

@@ -90,7 +90,8 @@ def two_cluster_conf(tmp_path: Path, source: str, destination: str) -> Path:
             "src": {"bootstrap_servers": source},
             "dst": {
                 "bootstrap_servers": destination,
-                "properties": {"delivery.timeout.ms": "8000"},
+                # The Java producer wants delivery.timeout.ms >= linger.ms + request.timeout.ms.
+                "properties": {"delivery.timeout.ms": "8000", "request.timeout.ms": "5000"},
             },
         },
     )

@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.errors import InvalidJobGroup, UnknownCluster
+from jobs.common.errors import ConfigError, InvalidJobGroup, UnknownCluster
 from jobs.common.settings import load_settings, write_conf_dir
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
@@ -22,9 +22,11 @@ from jobs.replication.transforms import (
     source_records,
 )
 from jobs.replication.writer import (
-    STAMP_OFFSET,
-    stamp_headers,
-    stamped_source,
+    INPUT_COLUMNS,
+    SUMMARY_SCHEMA,
+    DestinationConfig,
+    check_clients,
+    copy_records,
 )
 
 NOW_MS = 1_800_000_000_000
@@ -85,7 +87,7 @@ def test_defaults(settings) -> None:
         "earliest",
     )
     assert s.producer_config()["acks"] == "all"
-    assert s.producer_config()["enable.idempotence"] is True
+    assert s.producer_config()["enable.idempotence"] == "true"
     assert s.stats_path.endswith("/replication_stats")
     assert s.trigger_interval_seconds == 2
 
@@ -94,8 +96,8 @@ def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flig
     settings,
 ) -> None:
     config = spec(settings, **{"kafkaDispatcherTaskGroup.isAcksOne": True}).producer_config()
-    assert (config["acks"], config["enable.idempotence"]) == ("1", False)
-    assert config["max.in.flight.requests.per.connection"] == 1
+    assert (config["acks"], config["enable.idempotence"]) == ("1", "false")
+    assert config["max.in.flight.requests.per.connection"] == "1"
 
 
 @pytest.mark.parametrize(
@@ -294,31 +296,6 @@ def test_pacer_waits_out_whichever_cap_binds() -> None:
     assert Pacer(0, 0).delay(0.0, 10**9, 10**12, now=0.0) == 0.0
 
 
-# --- stamps -------------------------------------------------------------------------------
-
-
-def test_stamps_keep_source_headers_and_last_stamp_wins() -> None:
-    fixed = [("uatu.src.cluster", b"a"), ("uatu.src.topic", b"t"), ("uatu.src.partition", b"3")]
-    headers = stamp_headers(
-        [{"key": "trace", "value": b"x"}, {"key": "nil", "value": None}], fixed, 42
-    )
-    assert headers[:2] == [("trace", b"x"), ("nil", None)]
-    assert headers[-1] == (STAMP_OFFSET, b"42")
-    # A record replicated twice (A -> B -> C) carries both hops; the last one describes C's source.
-    again = stamp_headers(
-        [{"key": k, "value": v} for k, v in headers],
-        [("uatu.src.cluster", b"b"), ("uatu.src.topic", b"t2"), ("uatu.src.partition", b"0")],
-        7,
-    )
-    assert stamped_source(again) == {
-        "uatu.src.cluster": b"b",
-        "uatu.src.topic": b"t2",
-        "uatu.src.partition": b"0",
-        STAMP_OFFSET: b"7",
-    }
-    assert stamp_headers(None, [], 1) == [(STAMP_OFFSET, b"1")]
-
-
 # --- transforms ---------------------------------------------------------------------------
 
 KAFKA_SCHEMA = (
@@ -347,47 +324,72 @@ def test_source_records_drops_offsets_past_the_end(spark) -> None:
     assert df.transform(source_records, None).count() == 6
 
 
-def per_record(rows):
-    """Per-record arrays for `summarize`, from (offset, timestamp_ms, value_bytes, key_bytes,
-    replicated, read_ms, acked_ms) tuples."""
-    import numpy as np
+SUMMARY_COLUMNS = [part.split()[0] for part in SUMMARY_SCHEMA.split(", ")]
 
-    names = ("offsets", "timestamp_ms", "value_bytes", "key_bytes", "replicated", "read_ms")
-    arrays = {n: np.array([r[i] for r in rows]) for i, n in enumerate(names)}
-    arrays["acked_ms"] = np.array([r[6] or 0 for r in rows])
-    return arrays
+
+def window_summaries(spark, partition: int, destination: int, interval_ms: int, records):
+    """Summary rows as dicts, computed by the JVM sink's own `WindowSummaries`, from records
+    (offset, timestamp_ms, value_bytes, key_bytes, replicated, read_ms, acked_ms)."""
+    jvm = spark.sparkContext._jvm
+    summaries = jvm.dev.uatu.replication.WindowSummaries(interval_ms)
+    acked: list[int] = []
+    for offset, ts, value_bytes, key_bytes, replicated, read_ms, acked_ms in records:
+        summaries.add(offset, ts, read_ms, key_bytes, value_bytes, len(acked) if replicated else -1)
+        if replicated:
+            acked.append(acked_ms)
+    ack_times = spark.sparkContext._gateway.new_array(jvm.long, len(acked))
+    for i, t in enumerate(acked):
+        ack_times[i] = t
+    rows = []
+    for row in summaries.rows(partition, destination, ack_times):
+        values = [row.get(i) for i in range(len(SUMMARY_COLUMNS))]
+        values[-1] = list(values[-1])
+        rows.append(dict(zip(SUMMARY_COLUMNS, values, strict=True)))
+    return rows
 
 
 def summaries_frame(spark):
-    """What two writer tasks return, built by the writer's own `summarize`.
+    """What two sink tasks return, built by the sink's own `WindowSummaries`.
 
     partition 0 (-> 0): three records, the first already in the destination (a crashed run
     wrote it); partition 1 (-> 1): two records, both written. Audit windows of 60 s.
     """
-    from jobs.replication.writer import SUMMARY_SCHEMA, summarize
-
     p0 = [
         (10, 1_000, 4, 2, False, 1_500, None),
         (11, 61_000, 6, 2, True, 61_100, 61_300),
         (12, 62_000, 2, 1, True, 62_500, 62_600),
     ]
     p1 = [(3, 5_000, 10, 0, True, 5_020, 5_070), (4, 6_000, 10, 2, True, 6_000, 6_010)]
-    batches = [summarize(0, 0, 60_000, **per_record(p0)), summarize(1, 1, 60_000, **per_record(p1))]
-    rows = [row for b in batches for row in b.to_pylist()]
+    rows = window_summaries(spark, 0, 0, 60_000, p0) + window_summaries(spark, 1, 1, 60_000, p1)
     return spark.createDataFrame(rows, SUMMARY_SCHEMA)
 
 
-def test_summarize_gives_one_row_per_window_with_every_written_latency() -> None:
-    from jobs.replication.writer import summarize
-
+def test_window_summaries_give_one_row_per_window_with_every_written_latency(spark) -> None:
     rows = [
         (10, 1_000, 4, 2, False, 1_500, None),
         (11, 61_000, 6, 2, True, 61_100, 61_300),
         (12, 2_000, 1, 0, True, 2_100, 2_600),  # out of timestamp order, back in window 0
         (13, 62_000, 2, 1, True, 62_500, 62_600),
+        (14, -1, 3, 0, True, 900, 1_000),  # no source timestamp (-1): the window before 0
     ]
-    got = summarize(0, 3, 60_000, **per_record(rows)).to_pylist()
+    got = window_summaries(spark, 0, 3, 60_000, rows)
     assert got == [
+        {
+            "partition": 0,
+            "destination_partition": 3,
+            "window_start_ms": -60_000,
+            "records_read": 1,
+            "records_replicated": 1,
+            "records_already_present": 0,
+            "bytes_replicated": 3,
+            "record_bytes_replicated": 3,
+            "first_offset": 14,
+            "last_offset": 14,
+            "record_age_ms_min": 901,
+            "record_age_ms_sum": 901,
+            "record_age_ms_max": 901,
+            "replication_latency_ms": [1_001],
+        },
         {
             "partition": 0,
             "destination_partition": 3,
@@ -421,19 +423,6 @@ def test_summarize_gives_one_row_per_window_with_every_written_latency() -> None
             "replication_latency_ms": [300, 600],
         },
     ]
-
-
-def test_ack_clock_dates_each_record_by_the_first_observation_that_counted_it() -> None:
-    from jobs.replication.writer import AckClock
-
-    clock = AckClock()
-    # (time, produced, outstanding): 0 delivered, then 2, then 2 again, then all 5.
-    for t, produced, outstanding in [(100, 3, 3), (110, 4, 2), (120, 5, 3), (130, 5, 0)]:
-        clock.observe(produced, outstanding)
-        clock.times_ms[-1] = t  # observe stamps the wall clock; pin it to compare
-    assert clock.ack_times_ms(5).tolist() == [110, 110, 130, 130, 130]
-    with pytest.raises(ValueError, match="deliveries observed"):
-        clock.ack_times_ms(6)
 
 
 def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
@@ -491,27 +480,29 @@ def test_replication_audit_counts_per_window(spark) -> None:
     assert got == [(0, 0.0, 1, 0, 1), (0, 60.0, 2, 2, 0), (1, 0.0, 2, 2, 0)]
 
 
-def test_writer_with_only_empty_input_writes_nothing_and_needs_no_broker() -> None:
-    import pyarrow as pa
-
-    from jobs.replication.writer import DestinationConfig, PartitionWriter, close_clients
-
+def test_sink_with_only_empty_input_writes_nothing_and_needs_no_broker(spark) -> None:
     nowhere = {"bootstrap.servers": "127.0.0.1:9"}
-    config = DestinationConfig("c", "t", "d", nowhere, {**nowhere, "group.id": "x"}, {0: 0})
-    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
-    empty = pa.RecordBatch.from_pydict(
-        {
-            "key": pa.array([], pa.binary()),
-            "value": pa.array([], pa.binary()),
-            "partition": pa.array([], pa.int32()),
-            "offset": pa.array([], pa.int64()),
-            "timestamp_ms": pa.array([], pa.int64()),
-            "headers": pa.array([], pa.list_(header)),
-        }
+    config = DestinationConfig("c", "t", "dst", "d", nowhere, nowhere, {0: 0})
+    schema = (
+        "key binary, value binary, partition int, offset long, timestamp_ms long, "
+        "headers array<struct<key:string,value:binary>>"
     )
-    try:
-        (acks,) = list(PartitionWriter(config)(iter([empty, empty])))
-    finally:
-        close_clients()  # they would retry 127.0.0.1:9 for the rest of the session
-    assert acks.num_rows == 0
-    assert acks.schema.names[-1] == "replication_latency_ms"
+    empty = spark.createDataFrame([], schema).repartition(2)
+    assert tuple(empty.columns) == INPUT_COLUMNS
+    summaries = copy_records(empty, config)
+    assert summaries.count() == 0
+    assert summaries.columns == SUMMARY_COLUMNS
+
+
+def test_a_setting_the_java_producer_refuses_is_a_config_error_naming_the_cluster(spark) -> None:
+    nowhere = {"bootstrap.servers": "127.0.0.1:9"}
+    # The Java producer needs delivery.timeout.ms >= linger.ms + request.timeout.ms.
+    refused = {
+        **nowhere,
+        "linger.ms": "20",
+        "request.timeout.ms": "30000",
+        "delivery.timeout.ms": "1000",
+    }
+    config = DestinationConfig("c", "t", "dst", "d", refused, nowhere, {0: 0})
+    with pytest.raises(ConfigError, match=r"clusters\.dst\.properties.*delivery\.timeout\.ms"):
+        check_clients(spark, config)

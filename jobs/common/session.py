@@ -1,8 +1,8 @@
 """The one place a SparkSession is built, for jobs and tests alike.
 
-Jars (Spark's Kafka connector and Delta) are on the classpath already: `spark-submit.sh`
-passes them with --jars, and tests pass `jars=` (a glob in `spark.jars`). Nothing is fetched at
-run time.
+Jars (Spark's Kafka connector, Delta and the project's own, build/uatu-jvm.jar) are on the
+classpath already: `spark-submit.sh` passes them with --jars, and tests pass `jars=` (the files
+in `spark.jars`). Nothing is fetched at run time.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from pyspark.sql import SparkSession
 from jobs.common.settings import PROJECT_ROOT
 
 SPARK_JARS_DIR = PROJECT_ROOT / "var" / "jars" / "spark"
+PROJECT_JAR = PROJECT_ROOT / "build" / "uatu-jvm.jar"
 
 
 def project_jars() -> list[str]:
-    """The jars `make jars` put in var/jars/spark (Kafka connector, Delta), for `jars=`."""
-    return sorted(str(p) for p in SPARK_JARS_DIR.glob("*.jar"))
+    """For `jars=`: what `make jars` put in var/jars/spark (Kafka connector, Delta) and the
+    project's jar (the replication sink) that `make build` compiles."""
+    return sorted(str(p) for p in [*SPARK_JARS_DIR.glob("*.jar"), PROJECT_JAR] if p.exists())
 
 
 # Settings every session of the suite needs; a caller's `conf` wins over these.

@@ -54,6 +54,10 @@ class ClusterConfig:
         options["kafka.bootstrap.servers"] = self.bootstrap_servers
         return options
 
+    def java_client_config(self) -> dict[str, str]:
+        """Configuration for a Java Kafka client (the replication sink's producer)."""
+        return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
+
     def client_config(self) -> dict[str, str | int | float | bool]:
         """Configuration for a librdkafka client (the admin client that checks topics)."""
         props = self.properties if self.admin_properties is None else self.admin_properties

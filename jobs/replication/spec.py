@@ -85,29 +85,29 @@ class ReplicationSpec:
     def query_name(self) -> str:
         return f"replication-{self.job_group_id}"
 
-    def producer_config(self) -> dict[str, str | int | float | bool]:
-        """librdkafka settings of the destination producer.
+    def producer_config(self) -> dict[str, str]:
+        """Java Kafka client settings of the destination producer (the JVM sink's).
 
         acks=all comes with idempotence, which keeps per-partition order across retries with
         up to 5 requests in flight. acks=1 cannot be idempotent, so it sends one request at a
         time per connection to keep order instead.
         """
-        config: dict[str, str | int | float | bool] = {
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.messages": 500_000,
-            "delivery.timeout.ms": 120_000,
+        config = {
+            "linger.ms": "20",
+            "batch.size": str(1 << 20),
+            "buffer.memory": str(64 << 20),
+            "delivery.timeout.ms": "120000",
             # The cluster's own client properties (security, timeouts) override the defaults.
-            **self.destination_cluster.client_config(),
+            **self.destination_cluster.java_client_config(),
         }
         if self.acks_all:
-            config.update({"acks": "all", "enable.idempotence": True})
+            config.update({"acks": "all", "enable.idempotence": "true"})
         else:
             config.update(
                 {
                     "acks": "1",
-                    "enable.idempotence": False,
-                    "max.in.flight.requests.per.connection": 1,
+                    "enable.idempotence": "false",
+                    "max.in.flight.requests.per.connection": "1",
                 }
             )
         return config

@@ -1,0 +1,64 @@
+package dev.uatu.replication;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.producer.Callback;
+
+/**
+ * When each record a task sent was acknowledged, and the first failure.
+ *
+ * <p>The task thread numbers its records ({@link #next}); the producer's I/O thread writes each
+ * ack time into that slot. Slots are in chunks that only the task thread allocates, so the I/O
+ * thread never sees a resize. The times are read after {@code flush()}, which waits for every
+ * callback.
+ */
+final class AckTimes {
+  private static final int CHUNK = 1 << 16;
+
+  private final List<long[]> chunks = new ArrayList<>();
+  private final AtomicReference<Exception> firstError = new AtomicReference<>();
+  private final AtomicLong failures = new AtomicLong();
+  private int count;
+
+  /** A callback for the next record, which records its ack time or its failure. */
+  Callback next() {
+    final int index = count++;
+    if (index / CHUNK == chunks.size()) {
+      chunks.add(new long[CHUNK]);
+    }
+    final long[] chunk = chunks.get(index / CHUNK);
+    final int slot = index % CHUNK;
+    return (metadata, exception) -> {
+      if (exception != null) {
+        failures.incrementAndGet();
+        firstError.compareAndSet(null, exception);
+      } else {
+        chunk[slot] = System.currentTimeMillis();
+      }
+    };
+  }
+
+  /** Number of records handed out so far. */
+  int count() {
+    return count;
+  }
+
+  /** Ack time of record {@code index} (valid after a flush without failures). */
+  long at(int index) {
+    return chunks.get(index / CHUNK)[index % CHUNK];
+  }
+
+  boolean failed() {
+    return firstError.get() != null;
+  }
+
+  long failures() {
+    return failures.get();
+  }
+
+  Exception firstError() {
+    return firstError.get();
+  }
+}

@@ -1,0 +1,65 @@
+package dev.uatu.replication;
+
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Queue;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+/**
+ * Kafka clients that live as long as the executor JVM. Spark runs many short tasks (one per
+ * partition and micro-batch); a producer per task would pay its connection and metadata set-up
+ * every time. The producer is thread-safe and shared by the tasks of one configuration;
+ * consumers are not, so idle ones wait in a pool.
+ */
+public final class Clients {
+  private static final Map<Map<String, String>, KafkaProducer<byte[], byte[]>> PRODUCERS =
+      new ConcurrentHashMap<>();
+  private static final Map<Map<String, String>, Queue<KafkaConsumer<byte[], byte[]>>> IDLE =
+      new ConcurrentHashMap<>();
+
+  private Clients() {}
+
+  static KafkaProducer<byte[], byte[]> producer(Map<String, String> config) {
+    return PRODUCERS.computeIfAbsent(
+        new HashMap<>(config),
+        c -> new KafkaProducer<>(properties(c), new ByteArraySerializer(), new ByteArraySerializer()));
+  }
+
+  static KafkaConsumer<byte[], byte[]> borrowConsumer(Map<String, String> config) {
+    KafkaConsumer<byte[], byte[]> consumer = idle(config).poll();
+    if (consumer != null) {
+      return consumer;
+    }
+    return new KafkaConsumer<>(
+        properties(config), new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  static void giveBack(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
+    consumer.unsubscribe();
+    idle(config).add(consumer);
+  }
+
+  /** Close every cached client (a driver that ran the sink in-process, like a test session). */
+  public static void closeAll() {
+    PRODUCERS.values().forEach(KafkaProducer::close);
+    PRODUCERS.clear();
+    IDLE.values().forEach(q -> q.forEach(KafkaConsumer::close));
+    IDLE.clear();
+  }
+
+  private static Queue<KafkaConsumer<byte[], byte[]>> idle(Map<String, String> config) {
+    return IDLE.computeIfAbsent(new HashMap<>(config), c -> new ConcurrentLinkedQueue<>());
+  }
+
+  private static Properties properties(Map<String, String> config) {
+    Properties props = new Properties();
+    props.putAll(config);
+    return props;
+  }
+}

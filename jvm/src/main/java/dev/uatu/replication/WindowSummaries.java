@@ -1,0 +1,107 @@
+package dev.uatu.replication;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.function.IntToLongFunction;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+
+/**
+ * One task's records, summed per epoch-aligned window of source timestamps: the summary rows
+ * (Python's {@code writer.SUMMARY_SCHEMA}) that become {@code replication_stats} and
+ * {@code replication_audit}. Metrics follow MirrorMaker 2: record age = read time - source
+ * timestamp; replication latency = ack time - source timestamp; byte counts are value bytes
+ * (plus key bytes in {@code record_bytes_replicated}, which flow control uses).
+ */
+public final class WindowSummaries {
+  private final long intervalMs;
+  private final TreeMap<Long, Window> windows = new TreeMap<>();
+
+  public WindowSummaries(long intervalMs) {
+    this.intervalMs = intervalMs;
+  }
+
+  /**
+   * Count one record read from the source. {@code ackIndex} is its number in the task's
+   * {@link AckTimes}, or -1 when the destination already held it and it was not sent.
+   */
+  public void add(
+      long offset, long timestampMs, long readMs, int keyBytes, int valueBytes, int ackIndex) {
+    long start = timestampMs - Math.floorMod(timestampMs, intervalMs);
+    windows.computeIfAbsent(start, k -> new Window()).add(
+        offset, timestampMs, readMs, keyBytes, valueBytes, ackIndex);
+  }
+
+  /** The summary rows, in window order; {@code ackTime} maps an ack index to its ack time. */
+  public List<Row> rows(int partition, int destinationPartition, IntToLongFunction ackTime) {
+    List<Row> rows = new ArrayList<>(windows.size());
+    for (Map.Entry<Long, Window> e : windows.entrySet()) {
+      Window w = e.getValue();
+      long[] latencies = new long[w.written];
+      for (int i = 0; i < w.written; i++) {
+        latencies[i] = ackTime.applyAsLong(w.ackIndex[i]) - w.writtenTimestampMs[i];
+      }
+      rows.add(
+          RowFactory.create(
+              partition,
+              destinationPartition,
+              e.getKey(),
+              w.read,
+              (long) w.written,
+              w.read - w.written,
+              w.valueBytes,
+              w.recordBytes,
+              w.firstOffset,
+              w.lastOffset,
+              w.ageMin,
+              w.ageSum,
+              w.ageMax,
+              latencies));
+    }
+    return rows;
+  }
+
+  /** For tests: the rows with ack times from an array indexed by ack index. */
+  public List<Row> rows(int partition, int destinationPartition, long[] ackTimes) {
+    return rows(partition, destinationPartition, i -> ackTimes[i]);
+  }
+
+  private static final class Window {
+    long read;
+    int written;
+    long valueBytes;
+    long recordBytes;
+    long firstOffset = Long.MAX_VALUE;
+    long lastOffset = Long.MIN_VALUE;
+    long ageMin = Long.MAX_VALUE;
+    long ageSum;
+    long ageMax = Long.MIN_VALUE;
+    int[] ackIndex = new int[16];
+    long[] writtenTimestampMs = new long[16];
+
+    void add(long offset, long timestampMs, long readMs, int keyLength, int valueLength, int ack) {
+      read++;
+      firstOffset = Math.min(firstOffset, offset);
+      lastOffset = Math.max(lastOffset, offset);
+      long age = readMs - timestampMs;
+      ageMin = Math.min(ageMin, age);
+      ageSum += age;
+      ageMax = Math.max(ageMax, age);
+      if (ack < 0) {
+        return; // already in the destination: read, not written
+      }
+      if (written == ackIndex.length) {
+        ackIndex = Arrays.copyOf(ackIndex, written * 2);
+        writtenTimestampMs = Arrays.copyOf(writtenTimestampMs, written * 2);
+      }
+      ackIndex[written] = ack;
+      writtenTimestampMs[written] = timestampMs;
+      written++;
+      valueBytes += valueLength;
+      recordBytes += (long) keyLength + valueLength;
+    }
+  }
+}
