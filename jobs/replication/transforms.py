@@ -3,8 +3,8 @@
 Pipeline (`jobs/replication/job.py` composes it)::
 
     Kafka rows --source_records--> key, value, partition, offset, timestamp_ms, headers
-               --(writer.PartitionWriter via mapInArrow)--> one summary row per
-                                                             (partition, audit window)
+               --(writer.copy_records, the JVM sink)--> one summary row per
+                                                          (partition, audit window)
                --replication_stats--> one row per (batch, source partition)
                --replication_audit--> one row per (batch, partition, audit window)
 
