@@ -12,6 +12,8 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Row;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The copy of one source partition's records in one micro-batch (one Spark task).
@@ -30,6 +32,7 @@ import org.apache.spark.sql.Row;
  */
 final class PartitionCopier implements MapPartitionsFunction<Row, Row> {
   private static final long serialVersionUID = 1L;
+  private static final Logger LOG = LoggerFactory.getLogger(PartitionCopier.class);
 
   // Positions of writer.INPUT_COLUMNS: key, value, partition, offset, timestamp_ms, headers.
   private static final int KEY = 0;
@@ -50,6 +53,7 @@ final class PartitionCopier implements MapPartitionsFunction<Row, Row> {
     if (!rows.hasNext()) {
       return Collections.emptyIterator(); // no partition to look up, no broker to ask
     }
+    long started = System.nanoTime();
     Row row = rows.next();
     int sourcePartition = row.getInt(PARTITION);
     int destination = config.destinationPartition(sourcePartition);
@@ -60,11 +64,14 @@ final class PartitionCopier implements MapPartitionsFunction<Row, Row> {
     } finally {
       Clients.giveBack(config.consumerConfig, consumer);
     }
+    long scanned = System.nanoTime();
     List<Header> fixed = fixedStamps(sourcePartition);
     KafkaProducer<byte[], byte[]> producer = Clients.producer(config.producerConfig);
     AckTimes acks = new AckTimes();
     WindowSummaries summaries = new WindowSummaries(config.auditIntervalMs);
+    long read = 0;
     while (true) {
+      read++;
       if (row.getInt(PARTITION) != sourcePartition) {
         throw new ReplicationWriteException(
             "one task got source partitions " + sourcePartition + " and " + row.getInt(PARTITION)
@@ -97,7 +104,21 @@ final class PartitionCopier implements MapPartitionsFunction<Row, Row> {
       }
       row = rows.next();
     }
+    long sent = System.nanoTime();
     producer.flush();
+    long flushed = System.nanoTime();
+    LOG.info(
+        "partition {} -> {}[{}]: read {} records, sent {} (the rest was there already) in {} ms "
+            + "(tail scan {} ms, read and send {} ms, flush {} ms)",
+        sourcePartition,
+        config.destinationTopic,
+        destination,
+        read,
+        acks.count(),
+        (flushed - started) / 1_000_000,
+        (scanned - started) / 1_000_000,
+        (sent - scanned) / 1_000_000,
+        (flushed - sent) / 1_000_000);
     if (acks.failed()) {
       throw new ReplicationWriteException(
           acks.failures() + " records of partition " + sourcePartition + " were not written to "
