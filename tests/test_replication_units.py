@@ -287,13 +287,28 @@ def test_record_budget_from_both_caps(settings) -> None:
 
 def test_pacer_waits_out_whichever_cap_binds() -> None:
     pacer = Pacer(max_records_per_sec=1000, max_bytes_per_sec=10_000)
-    # 1000 records of 5 bytes: the record cap binds (1 s); the batch took 0.25 s.
+    # 1000 records of 5 bytes: the record cap binds (1 s); stats took 0.25 s after the copy.
     assert pacer.delay(100.0, 1000, 5000, now=100.25) == pytest.approx(0.75)
-    # Next batch starts at 101.0: 500 records but 20 kB, the byte cap binds (2 s).
-    assert pacer.delay(101.0, 500, 20_000, now=101.5) == pytest.approx(1.5)
+    # Next copy finishes at 101.3: 500 records but 20 kB, the byte cap binds (2 s).
+    assert pacer.delay(101.3, 500, 20_000, now=101.5) == pytest.approx(1.8)
     # After idling, no credit accumulates: a batch at 200 s is judged on its own.
     assert pacer.delay(200.0, 100, 100, now=200.2) == pytest.approx(0.0, abs=1e-9)
     assert Pacer(0, 0).delay(0.0, 10**9, 10**12, now=0.0) == 0.0
+
+
+def test_pacer_keeps_the_landed_rate_under_the_cap_after_a_slow_first_batch() -> None:
+    """A cold first copy (3 s) then fast ones (0.3 s), 1,000 records each at 1,000/s: the
+    records land (copy ends) at most 1,000/s apart, measured as the bench measures it."""
+    pacer = Pacer(max_records_per_sec=1000, max_bytes_per_sec=0)
+    now, copy_ends = 0.0, []
+    for copy_s in (3.0, 0.3, 0.3, 0.3):
+        now += copy_s
+        copy_ends.append(now)
+        now += 0.2  # stats
+        now += pacer.delay(copy_ends[-1], 1000, 0, now)
+    rate = 3 * 1000 / (copy_ends[-1] - copy_ends[0])
+    assert rate <= 1000
+    assert rate == pytest.approx(1000 / 1.3)  # a 0.3 s copy after each 1 s allowance
 
 
 # --- transforms ---------------------------------------------------------------------------

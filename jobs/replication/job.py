@@ -183,7 +183,7 @@ class ReplicationBatchWriter:
             copied - started,
             time.time() - copied,
         )
-        wait = self.pacer.delay(started, records, nbytes, time.time())
+        wait = self.pacer.delay(copied, records, nbytes, time.time())
         if wait > 0:
             log.info("flow control: waiting %.2f s", wait)
             time.sleep(wait)
