@@ -116,11 +116,13 @@ class KubernetesConfigError(ConfigError):
 
 def _image_jars() -> tuple[str, ...]:
     # The image is built from this checkout, so the jars `make jars` put in var/jars/spark here
-    # are the ones under IMAGE_ROOT/var/jars/spark there. (A glob would not do: Spark does not
-    # expand globs in local:// jar paths.) Not jobs.common.session.project_jars(): that module
-    # imports pyspark, which the control plane does not need.
-    jar_dir = PROJECT_ROOT / "var" / "jars" / "spark"
-    return tuple(f"{IMAGE_ROOT}/var/jars/spark/{p.name}" for p in sorted(jar_dir.glob("*.jar")))
+    # and the project's jar `make build` compiles (the replication sink) are the ones under
+    # IMAGE_ROOT there. (A glob would not do: Spark does not expand globs in local:// jar
+    # paths.) Not jobs.common.session.project_jars(): that module imports pyspark, which the
+    # control plane does not need.
+    jars = [*sorted((PROJECT_ROOT / "var" / "jars" / "spark").glob("*.jar"))]
+    jars.append(PROJECT_ROOT / "build" / "uatu-jvm.jar")
+    return tuple(f"{IMAGE_ROOT}/{p.relative_to(PROJECT_ROOT)}" for p in jars if p.exists())
 
 
 @dataclass(frozen=True)
