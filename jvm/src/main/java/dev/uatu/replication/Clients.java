@@ -1,5 +1,6 @@
 package dev.uatu.replication;
 
+import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
@@ -29,6 +30,17 @@ public final class Clients {
     return PRODUCERS.computeIfAbsent(
         new HashMap<>(config),
         c -> new KafkaProducer<>(properties(c), new ByteArraySerializer(), new ByteArraySerializer()));
+  }
+
+  /**
+   * Drops a producer after a failed delivery: an idempotent producer can stay in an error
+   * state, and the task's retry (or the next batch) should start from a fresh one. Tasks still
+   * using it fail too, and their batch is replayed.
+   */
+  static void discardProducer(Map<String, String> config, KafkaProducer<byte[], byte[]> producer) {
+    if (PRODUCERS.remove(config, producer)) {
+      producer.close(Duration.ZERO);
+    }
   }
 
   static KafkaConsumer<byte[], byte[]> borrowConsumer(Map<String, String> config) {

@@ -120,6 +120,7 @@ final class PartitionCopier implements MapPartitionsFunction<Row, Row> {
         (sent - scanned) / 1_000_000,
         (flushed - sent) / 1_000_000);
     if (acks.failed()) {
+      Clients.discardProducer(config.producerConfig, producer);
       throw new ReplicationWriteException(
           acks.failures() + " records of partition " + sourcePartition + " were not written to "
               + config.destinationTopic + ": " + acks.firstError(),
