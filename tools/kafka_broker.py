@@ -34,14 +34,13 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tools import cli
-from tools.processes import free_ports, pid_alive, read_pid, signal_group, wait_gone
+from tools.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
 
 log = logging.getLogger("uatu.kafka")
 
@@ -109,7 +108,7 @@ class BrokerNode:
         return self.process is not None and self.process.poll() is None
 
 
-class KafkaCluster:
+class KafkaCluster(StopOnExit):
     """Brokers started by :func:`start_cluster`.
 
     The JVMs are not tied to this object's lifetime: they keep running until :meth:`stop`
@@ -128,17 +127,6 @@ class KafkaCluster:
     def bootstrap_servers(self) -> str:
         """Comma-separated ``host:port`` of every broker, dead or alive."""
         return ",".join(b.address for b in self.brokers)
-
-    def __enter__(self) -> KafkaCluster:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def admin(self) -> AdminClient:
         """A new AdminClient on :attr:`bootstrap_servers`.

@@ -35,11 +35,10 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from tools import cli
 from tools.kafka_broker import DEFAULT_JARS_DIR, REPO_ROOT, jvm_command, log_tail
-from tools.processes import pid_alive, read_pid, signal_group, terminate, wait_gone
+from tools.processes import StopOnExit, pid_alive, read_pid, signal_group, terminate, wait_gone
 
 log = logging.getLogger("uatu.mirror_maker")
 
@@ -55,7 +54,7 @@ class MirrorMakerError(RuntimeError):
     """MM2 could not be started, or exited while it should be running."""
 
 
-class MirrorMakerProcess:
+class MirrorMakerProcess(StopOnExit):
     """A running MM2 started by :func:`start_mirror_maker`; stops on :meth:`stop` or at the end
     of a ``with`` block, not when this object is dropped."""
 
@@ -106,17 +105,6 @@ class MirrorMakerProcess:
             log.info("stopping MirrorMaker (pid %d)", self.pid)
         terminate(self.process, timeout)
         self.pid_path.unlink(missing_ok=True)
-
-    def __enter__(self) -> MirrorMakerProcess:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def mm2_properties(

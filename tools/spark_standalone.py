@@ -42,12 +42,11 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import pyspark
 
 from tools import cli
-from tools.processes import free_ports, group_pids, pid_alive, read_pid, signal_group
+from tools.processes import StopOnExit, free_ports, group_pids, pid_alive, read_pid, signal_group
 
 log = logging.getLogger("uatu.standalone")
 
@@ -72,7 +71,7 @@ class StandaloneError(RuntimeError):
 
 
 @dataclass
-class StandaloneCluster:
+class StandaloneCluster(StopOnExit):
     """A master and one worker started by :func:`start_standalone`.
 
     The JVMs are not tied to this object's lifetime: they run until :meth:`stop` (or the end
@@ -108,17 +107,6 @@ class StandaloneCluster:
     def worker_dir(self) -> Path:
         """The worker's work dir: each driver writes ``<driver-id>/stdout`` and ``stderr``."""
         return self.dir / "worker"
-
-    def __enter__(self) -> StandaloneCluster:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop the worker with its drivers and executors, and the master; idempotent.
