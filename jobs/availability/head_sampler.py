@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
+
 log = logging.getLogger("uatu.availability")
 
 TopicPartitionKey = tuple[str, int]
-
-ADMIN_TIMEOUT_S = 10.0
 REFRESH_S = 1.0
 KEEP_MS = 300_000  # longer than any trigger interval a job would use
 

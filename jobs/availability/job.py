@@ -71,14 +71,13 @@ from jobs.common.delta_tables import append_once
 from jobs.common.errors import ClusterUnreachable
 from jobs.common.heartbeat import Reporting
 from jobs.common.jobgroup import JobGroup
+from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.common.kafka_source import kafka_read_options
 from jobs.common.runner import QuerySettings, run_query, streaming_query_id
 from jobs.common.session import build_session
 from jobs.common.settings import Settings
 
 log = logging.getLogger("uatu.availability")
-
-ADMIN_TIMEOUT_S = 10.0
 
 SESSION_CONF = {
     # Spark 4.2's AdminClient-based offset reader finds no records in __consumer_offsets

@@ -21,11 +21,10 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from jobs.availability.probe_ledger import ProbeTarget
 from jobs.common.errors import ClusterUnreachable
+from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.common.settings import ClusterConfig
 
 log = logging.getLogger("uatu.availability")
-
-ADMIN_TIMEOUT_S = 10.0
 
 
 def uncovered_brokers(preferred_leaders: Iterable[int], brokers: Iterable[int]) -> list[int]:

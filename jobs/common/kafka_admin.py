@@ -8,6 +8,9 @@ from confluent_kafka.admin import AdminClient
 from jobs.common.errors import ClusterUnreachable, ConfigError, TopicNotFound
 from jobs.common.settings import ClusterConfig
 
+# How long one admin or metadata request may take before the cluster counts as unreachable.
+ADMIN_TIMEOUT_S = 10.0
+
 
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
     """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
