@@ -33,6 +33,13 @@ What is measured, in this order:
    its own source topic while records are produced at --steady-rate for --steady-seconds (after
    a slow warm-up trickle that shows the tool is copying); p50/p99 over the steady records.
    Our job is stopped with SIGTERM and must exit 0.
+4b. Warm backlog (--warm-records, default 1,000,000; 0 skips it): before it is stopped, each
+   continuously running tool is paused with SIGSTOP to its process group, that many records
+   are produced to its source topic, and it is resumed with SIGCONT. Throughput is measured as
+   in step 2, from the resume. Unlike step 2 the tool's JVM has already compiled its copy path
+   (in the steady phase), as a long-running replicator's has when a backlog builds up. The
+   correctness check of step 3 covers the steady and the warm records together; the job's
+   replication_stats of that run (step 6) count both.
 5. Flow control: bounded copies of the first min(N, 200,000) source records with
    flowControl.messagesPerSec (--flow-messages, 5,000), then bytesPerSec (--flow-bytes,
    1,000,000, ~5,000 records/s of 200 bytes), default 2 s trigger: the job's record budget
@@ -119,7 +126,7 @@ FLOW_RECORDS = 200_000
 FLOW_MESSAGES_PER_S = 5_000
 FLOW_BYTES_PER_S = 1_000_000
 FLOW_LIMIT = 1.10  # achieved / cap must not be above this
-QUICK = {"records": 100_000, "steady_rate": 2_000, "steady_seconds": 10}
+QUICK = {"records": 100_000, "steady_rate": 2_000, "steady_seconds": 10, "warm_records": 100_000}
 
 
 def say(msg: str) -> None:
@@ -181,11 +188,13 @@ class SeqProducer:
             )
 
 
-def produce_backlog(bootstrap: str, topic: str, n: int, size: int, partitions: int) -> float:
-    """Produce records 0..n-1 as fast as possible; return records/s."""
+def produce_backlog(
+    bootstrap: str, topic: str, n: int, size: int, partitions: int, first_seq: int = 0
+) -> float:
+    """Produce records first_seq..first_seq+n-1 as fast as possible; return records/s."""
     producer = SeqProducer(bootstrap, topic, partitions, size, linger_ms=20)
     started = time.monotonic()
-    for seq in range(n):
+    for seq in range(first_seq, first_seq + n):
         producer.send(seq)
         if seq % 10_000 == 0:
             producer.poll()
@@ -213,30 +222,51 @@ def send_at_rate(producer: SeqProducer, first_seq: int, rate: float, seconds: fl
 
 @dataclass
 class TopicScan:
-    """A topic read back: per partition in offset order, the sequence numbers and latencies
-    (record timestamp - produce time in the value, ms)."""
+    """A topic read back: per partition in offset order, the sequence numbers, record
+    timestamps (on the destination topics the broker's append time, ms) and latencies (record
+    timestamp - produce time in the value, ms)."""
 
     seqs: dict[int, array]
     latency_ms: dict[int, array]
+    append_ms: dict[int, array] = field(default_factory=dict)
     not_log_append_time: int = 0  # records whose timestamp is not the broker's append time
 
     def flat(self, what: dict[int, array]) -> np.ndarray:
         parts = [np.frombuffer(what[p], dtype=np.int64) for p in sorted(what)]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    def latencies(self, min_seq: int = 0) -> np.ndarray:
-        return self.flat(self.latency_ms)[self.flat(self.seqs) >= min_seq]
+    def latencies(self, min_seq: int = 0, end_seq: int | None = None) -> np.ndarray:
+        """Latencies of the records with min_seq <= seq < end_seq."""
+        seqs = self.flat(self.seqs)
+        wanted = seqs >= min_seq
+        if end_seq is not None:
+            wanted &= seqs < end_seq
+        return self.flat(self.latency_ms)[wanted]
+
+    def append_rate(self, min_seq: int = 0, end_seq: int | None = None) -> float | None:
+        """Records/s between the first and the last append of the records with
+        min_seq <= seq < end_seq: the copy's own pace, with no polling in it."""
+        seqs = self.flat(self.seqs)
+        wanted = seqs >= min_seq
+        if end_seq is not None:
+            wanted &= seqs < end_seq
+        appended = self.flat(self.append_ms)[wanted]
+        if appended.size < 2 or appended.max() == appended.min():
+            return None
+        return float((appended.size - 1) / ((appended.max() - appended.min()) / 1000))
 
 
 def scan_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 900) -> TopicScan:
     """Read every record of `topic` up to its current end, one pass, nothing kept but ints."""
     scan = TopicScan({p: array("q") for p in range(partitions)}, {})
     scan.latency_ms = {p: array("q") for p in range(partitions)}
+    scan.append_ms = {p: array("q") for p in range(partitions)}
     for m in iter_messages(bootstrap, topic, partitions, timeout_s):
         p, value = m.partition(), m.value()
         ts_type, ts = m.timestamp()
         scan.seqs[p].append(int(value[SEQ]))
         scan.latency_ms[p].append(ts - int(value[TS]))
+        scan.append_ms[p].append(ts)
         scan.not_log_append_time += ts_type != TIMESTAMP_LOG_APPEND_TIME
     return scan
 
@@ -328,12 +358,14 @@ def watch_copy(
     launched: float,
     running: Callable[[], bool],
     timeout_s: float,
+    already: int = 0,
 ) -> CopyTiming:
-    """Poll the destination every POLL_S until it holds n records, the tool stops or time is up."""
+    """Poll the destination every POLL_S until it holds n records more than `already`, the tool
+    stops or time is up."""
     timing = CopyTiming()
     next_poll = time.monotonic()
     while True:
-        count = counter.count()
+        count = counter.count() - already
         now = time.monotonic()
         if count and timing.launch_to_first_s is None:
             timing.launch_to_first_s, timing.first_count = now - launched, count
@@ -342,7 +374,7 @@ def watch_copy(
             span = timing.launch_to_copied_s - (timing.launch_to_first_s or 0.0)
             timing.records_per_s = (count - timing.first_count) / span if span > 0 else None
             return timing
-        if not running() and counter.count() < n:
+        if not running() and counter.count() - already < n:
             timing.error = f"stopped with {count:,} of {n:,} records copied"
             return timing
         if now - launched > timeout_s:
@@ -467,6 +499,7 @@ class CopyRun:
     launch_to_exit_s: float | None = None
     check: CopyCheck | None = None
     latency_ms: dict[str, float] | None = None
+    append_records_per_s: float | None = None  # first to last append in the destination
     error: str = ""
 
     @property
@@ -588,10 +621,16 @@ def check_backlog(bench: Bench, runs: list[CopyRun]) -> TopicScan:
 
 
 def finish_check(
-    run: CopyRun, source: Mapping[int, array], copy: TopicScan, min_seq: int = 0
+    run: CopyRun,
+    source: Mapping[int, array],
+    copy: TopicScan,
+    min_seq: int = 0,
+    end_seq: int | None = None,
 ) -> None:
+    """Check the copy against the source; latency of the records min_seq <= seq < end_seq."""
     run.check = check_copy(source, copy.seqs)
-    run.latency_ms = quantiles(copy.latencies(min_seq))
+    run.latency_ms = quantiles(copy.latencies(min_seq, end_seq))
+    run.append_records_per_s = copy.append_rate(min_seq, end_seq)
     c = run.check
     say(
         f"  {run.tool} -> {run.destination_topic}: {c.copied:,} of {c.expected:,} records, "
@@ -621,10 +660,27 @@ def save_mm2_log(mm2: MirrorMakerProcess, topic: str) -> None:
     shutil.copy(mm2.log_path, BENCH_DIR / f"replication-mm2-{topic}.log")
 
 
-def start_continuous(
-    stack: ExitStack, bench: Bench, tool: str, topic: str
-) -> tuple[Callable[[], bool], Callable[[], int | None]]:
-    """Start `tool` copying `topic` until stopped; return (is it running, stop it -> exit code)."""
+@dataclass
+class ContinuousCopy:
+    """A tool copying a topic until stopped, in its own process group (pgid)."""
+
+    running: Callable[[], bool]
+    stop: Callable[[], int | None]  # -> exit code (None for MM2)
+    pgid: int
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """SIGSTOP the whole tool (driver, executors, every thread) and SIGCONT it at the end:
+        the JVM keeps its compiled code and its clients, only time passes."""
+        signal_group(self.pgid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            signal_group(self.pgid, signal.SIGCONT)
+
+
+def start_continuous(stack: ExitStack, bench: Bench, tool: str, topic: str) -> ContinuousCopy:
+    """Start `tool` copying `topic` (same name on the destination) until stopped."""
     if tool == "spark":
         group = job_group(topic, topic, topic, bench, continuous=True, trigger_s=1)
         proc = stack.enter_context(spark_job(bench, group))
@@ -633,14 +689,14 @@ def start_continuous(
             proc.send_signal(signal.SIGTERM)  # spark-submit.sh creates the job's stop file
             return proc.wait(120)
 
-        return (lambda: proc.poll() is None), stop_spark
+        return ContinuousCopy(lambda: proc.poll() is None, stop_spark, proc.pid)
     mm2 = stack.enter_context(mirror_maker(bench, topic))
 
     def stop_mm2() -> None:
         mm2.stop()
         save_mm2_log(mm2, topic)
 
-    return mm2.is_running, stop_mm2
+    return ContinuousCopy(mm2.is_running, stop_mm2, mm2.pid)
 
 
 def warm_up(
@@ -657,35 +713,80 @@ def warm_up(
     return send_at_rate(producer, seq, WARMUP_RATE, WARMUP_AFTER_S)
 
 
-def steady_phase(bench: Bench, tool: str, rate: float, seconds: float) -> CopyRun:
-    """One tool copying continuously while records arrive at `rate`; latency of those records."""
+def steady_phase(
+    bench: Bench, tool: str, rate: float, seconds: float, warm_records: int
+) -> tuple[CopyRun, CopyRun | None]:
+    """One tool copying continuously while records arrive at `rate`: latency of those records.
+    Then, if warm_records, the warm backlog: the tool is paused while warm_records more are
+    produced, resumed, and its copy throughput measured as in the cold backlog copy."""
     topic = f"steady-{tool}"
     bench.source.create_topic(topic, bench.partitions, 1)
     bench.destination.create_topic(topic, bench.partitions, 1, LOG_APPEND_TIME)
     run = CopyRun(tool, topic, 0, job=topic if tool == "spark" else "")
+    warm: CopyRun | None = None
     producer = SeqProducer(
         bench.source.bootstrap_servers, topic, bench.partitions, bench.record_size, linger_ms=5
     )
     counter = RecordCounter(bench.destination.bootstrap_servers, topic, bench.partitions)
     with ExitStack() as stack:
         stack.callback(counter.close)
-        running, stop = start_continuous(stack, bench, tool, topic)
+        copier = start_continuous(stack, bench, tool, topic)
         launched = time.monotonic()
-        steady_from = warm_up(producer, counter, running, bench.copy_timeout_s(0))
+        steady_from = warm_up(producer, counter, copier.running, bench.copy_timeout_s(0))
         if steady_from is None:
             run.error = "nothing copied during the warm-up"
-            return run
+            return run, None
         say(f"  producing {rate:,.0f} records/s for {seconds:.0f} s")
         run.expected = send_at_rate(producer, steady_from, rate, seconds)
         producer.flush()
-        run.timing = watch_copy(counter, run.expected, launched, running, 600)
-        run.exit_code = stop()
+        run.timing = watch_copy(counter, run.expected, launched, copier.running, 600)
+        if warm_records and not run.timing.error:
+            warm = warm_backlog(bench, tool, copier, counter, topic, run.expected, warm_records)
+        run.exit_code = copier.stop()
         if run.exit_code is not None:
             say(f"  SIGTERM -> exit {run.exit_code}")
         run.error = run.timing.error or ("" if run.exit_code in (0, None) else "bad exit")
     source = scan_topic(bench.source.bootstrap_servers, topic, bench.partitions)
     copy = scan_topic(bench.destination.bootstrap_servers, topic, bench.partitions)
-    finish_check(run, source.seqs, copy, min_seq=steady_from)
+    finish_check(run, source.seqs, copy, min_seq=steady_from, end_seq=run.expected)
+    if warm is not None:
+        warm.check = run.check  # one topic: the check covers the steady and the warm records
+        warm.latency_ms = quantiles(copy.latencies(run.expected))
+        warm.append_records_per_s = copy.append_rate(run.expected)
+        say(f"  warm backlog by append times: {_rate(warm.append_records_per_s)} records/s")
+        warm.error = warm.error or run.error
+    return run, warm
+
+
+def warm_backlog(
+    bench: Bench,
+    tool: str,
+    copier: ContinuousCopy,
+    counter: RecordCounter,
+    topic: str,
+    first: int,
+    n: int,
+) -> CopyRun:
+    """Records first..first+n-1 produced while the running tool is paused; its copy
+    throughput after it is resumed (its JVM compiled the copy path in the steady phase)."""
+    run = CopyRun(tool, topic, n, job=topic if tool == "spark" else "")
+    say(f"  warm backlog: pausing the tool (SIGSTOP), producing {n:,} records")
+    with copier.paused():
+        rate = produce_backlog(
+            bench.source.bootstrap_servers,
+            topic,
+            n,
+            bench.record_size,
+            bench.partitions,
+            first_seq=first,
+        )
+        say(f"  {n:,} records at {rate:,.0f} records/s; resuming the tool (SIGCONT)")
+    resumed = time.monotonic()
+    run.timing = watch_copy(
+        counter, n, resumed, copier.running, bench.copy_timeout_s(n), already=first
+    )
+    run.error = run.timing.error
+    report_copy(run)
     return run
 
 
@@ -862,6 +963,10 @@ def _pair(latency: dict[str, float] | None) -> str:
     return "n/a" if latency is None else f"{latency['p50']:,.0f} / {latency['p99']:,.0f}"
 
 
+def _ratio_of(a: float | None, b: float | None) -> str:
+    return _ratio(a / b if a and b else None)
+
+
 def _rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
@@ -870,43 +975,52 @@ def summarize(
     ceiling: dict[str, Any],
     backlog: list[CopyRun],
     steady: list[CopyRun],
+    warm: list[CopyRun],
     flows: list[FlowRun],
     stats: dict[str, Any],
 ) -> None:
     consumer = ceiling["consumer"]["fetch_records_per_s"]
     producer = ceiling["producer"]["records_per_s"]
     limit = min(consumer, producer)
-    by_tool = {r.tool: r for r in backlog}
-    steady_by_tool = {r.tool: r for r in steady}
+    steady_lat = {r.tool: r.latency_ms for r in steady}
     print(
-        f"\n{'':34} {'records/s':>11} {'x ceiling':>9} {'launch->done':>13} {'lost':>5} "
-        f"{'dup':>5} {'backlog p99':>12} {'steady p50/p99 ms':>18}"
+        f"\n{'':36} {'records/s':>9} {'by append':>9} {'x ceiling':>9} {'launch->done':>13} "
+        f"{'lost':>5} {'dup':>5} {'backlog p99':>11} {'steady p50/p99 ms':>18}"
     )
-    print(f"{'consumer-perf ceiling (fetch)':34} {_rate(consumer):>11} {consumer / limit:>8.2f}x")
-    print(f"{'producer-perf ceiling':34} {_rate(producer):>11} {producer / limit:>8.2f}x")
+    for label, rate in (
+        ("consumer-perf ceiling (fetch)", consumer),
+        ("producer-perf ceiling", producer),
+    ):
+        print(f"{label:36} {_rate(rate):>9} {'':>9} {rate / limit:>8.2f}x")
     labels = {"spark": "Spark replication job", "mm2": "MirrorMaker 2"}
-    for tool, run in by_tool.items():
+    rows = [(labels[r.tool], r, _pair(steady_lat.get(r.tool))) for r in backlog]
+    rows += [(f"{labels[r.tool]}, warm backlog", r, "") for r in warm]
+    for label, run, steady_text in rows:
         rate = run.timing.records_per_s
-        done = run.timing.launch_to_copied_s
+        done_text = _s(run.timing.launch_to_copied_s)
         if run.launch_to_exit_s is not None:
-            done_text = f"{_s(done)} ({run.launch_to_exit_s:.0f})"
-        else:
-            done_text = _s(done)
+            done_text += f" ({run.launch_to_exit_s:.0f})"
         c = run.check
-        st = steady_by_tool.get(tool)
-        st_lat = st.latency_ms if st else None
         print(
-            f"{labels[tool]:34} {_rate(rate):>11} "
+            f"{label:36} {_rate(rate):>9} {_rate(run.append_records_per_s):>9} "
             f"{_ratio(rate / limit if rate else None):>9} {done_text:>13} "
             f"{c.lost if c else 'n/a':>5} {c.duplicated if c else 'n/a':>5} "
-            f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>12} "
-            f"{_pair(st_lat):>18}"
+            f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>11} {steady_text:>18}"
         )
-    print("(launch->done: until every record was in the destination; in brackets the job's exit)")
-    spark, mm2 = by_tool.get("spark"), by_tool.get("mm2")
-    if spark and mm2 and spark.timing.records_per_s and mm2.timing.records_per_s:
-        ratio = spark.timing.records_per_s / mm2.timing.records_per_s
-        print(f"Spark / MM2 copy throughput: {ratio:.2f}x")
+    print(
+        "(records/s: polled destination count, first poll with records to the poll with all; by "
+        "append: first to last\n LogAppendTime of the copy; launch->done: until every record "
+        "was in the destination, from the\n resume for a warm backlog, in brackets the job's "
+        "exit; a warm backlog's lost/dup cover its whole steady topic)"
+    )
+    for phase, runs in (("cold backlog", backlog), ("warm backlog", warm)):
+        by_tool = {r.tool: r for r in runs}
+        spark_run, mm2_run = by_tool.get("spark"), by_tool.get("mm2")
+        if spark_run and mm2_run:
+            polled = _ratio_of(spark_run.timing.records_per_s, mm2_run.timing.records_per_s)
+            appended = _ratio_of(spark_run.append_records_per_s, mm2_run.append_records_per_s)
+            print(f"Spark / MM2 copy throughput, {phase}: {polled} polled, {appended} by append")
+    spark = next((r for r in backlog if r.tool == "spark"), None)
     if spark and spark.timing.records_per_s:
         print(
             f"Spark / ceiling: {spark.timing.records_per_s / limit:.2f}x "
@@ -955,18 +1069,22 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         backlog = backlog_copies(b, n)
         source = check_backlog(b, backlog)
         say("(backlog latency = destination append time - produce time: mostly backlog wait)")
-        steady = []
+        steady, warm = [], []
         if args.steady_seconds > 0:
             for tool in ("spark", "mm2"):
                 say(f"steady rate, {tool}: continuous copy of steady-{tool}")
-                steady.append(steady_phase(b, tool, args.steady_rate, args.steady_seconds))
+                steady_run, warm_run = steady_phase(
+                    b, tool, args.steady_rate, args.steady_seconds, args.warm_records
+                )
+                steady.append(steady_run)
+                warm.extend([warm_run] if warm_run else [])
         caps = {"messagesPerSec": args.flow_messages, "bytesPerSec": args.flow_bytes}
         flows = flow_runs(b, source, min(n, FLOW_RECORDS), caps)
         say("stopping the clusters")
     copies = [r for r in (*backlog, *steady) if r.tool == "spark"]
     stats = read_job_tables(b, flows, copies)
-    summarize(ceiling, backlog, steady, flows, stats)
-    runs = [*backlog, *steady, *(f.copy for f in flows)]
+    summarize(ceiling, backlog, steady, warm, flows, stats)
+    runs = [*backlog, *steady, *warm, *(f.copy for f in flows)]
     failed = [r for r in runs if not r.ok]
     for run in failed:
         say(f"FAILED: {run.tool} -> {run.destination_topic}: {run.error or run.check}")
@@ -977,6 +1095,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         "ceiling": ceiling,
         "backlog": [asdict(r) for r in backlog],
         "steady": [asdict(r) for r in steady],
+        "warm_backlog": [asdict(r) for r in warm],
         "flow_control": [{**asdict(f), "ratio": f.ratio} for f in flows],
         "job_stats": stats,
     }
@@ -999,10 +1118,16 @@ def main(argv: list[str] | None = None) -> int:
         "--steady-seconds", type=float, default=30, help="steady phase length per tool (0: skip)"
     )
     parser.add_argument(
+        "--warm-records",
+        type=int,
+        default=1_000_000,
+        help="records of the warm backlog after each steady phase (0: skip)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run, other defaults: --records {records} --steady-rate {steady_rate} "
-        "--steady-seconds {steady_seconds}".format(**QUICK),
+        "--steady-seconds {steady_seconds} --warm-records {warm_records}".format(**QUICK),
     )
     parser.add_argument(
         "--flow-messages",
