@@ -235,22 +235,22 @@ class TopicScan:
         parts = [np.frombuffer(what[p], dtype=np.int64) for p in sorted(what)]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    def latencies(self, min_seq: int = 0, end_seq: int | None = None) -> np.ndarray:
-        """Latencies of the records with min_seq <= seq < end_seq."""
+    def seq_range(self, min_seq: int, end_seq: int | None) -> np.ndarray:
+        """Mask over the flat arrays: the records with min_seq <= seq < end_seq."""
         seqs = self.flat(self.seqs)
         wanted = seqs >= min_seq
         if end_seq is not None:
             wanted &= seqs < end_seq
-        return self.flat(self.latency_ms)[wanted]
+        return wanted
+
+    def latencies(self, min_seq: int = 0, end_seq: int | None = None) -> np.ndarray:
+        """Latencies of the records with min_seq <= seq < end_seq."""
+        return self.flat(self.latency_ms)[self.seq_range(min_seq, end_seq)]
 
     def append_rate(self, min_seq: int = 0, end_seq: int | None = None) -> float | None:
         """Records/s between the first and the last append of the records with
         min_seq <= seq < end_seq: the copy's own pace, with no polling in it."""
-        seqs = self.flat(self.seqs)
-        wanted = seqs >= min_seq
-        if end_seq is not None:
-            wanted &= seqs < end_seq
-        appended = self.flat(self.append_ms)[wanted]
+        appended = self.flat(self.append_ms)[self.seq_range(min_seq, end_seq)]
         if appended.size < 2 or appended.max() == appended.min():
             return None
         return float((appended.size - 1) / ((appended.max() - appended.min()) / 1000))
@@ -1077,7 +1077,8 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
                     b, tool, args.steady_rate, args.steady_seconds, args.warm_records
                 )
                 steady.append(steady_run)
-                warm.extend([warm_run] if warm_run else [])
+                if warm_run is not None:
+                    warm.append(warm_run)
         caps = {"messagesPerSec": args.flow_messages, "bytesPerSec": args.flow_bytes}
         flows = flow_runs(b, source, min(n, FLOW_RECORDS), caps)
         say("stopping the clusters")
