@@ -419,9 +419,15 @@ class AvailabilityBatchWriter:
         return self._consumer
 
     def close(self) -> None:
+        """Close the consumer and let go of every client. Spark's callback server can keep this
+        function alive after its query stops (in tests, for the rest of the process), and each
+        librdkafka client it still reaches would keep its threads reconnecting to the cluster."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._admin = None
+        self.prober = None
+        self.heads = None
 
 
 def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracker) -> int:
