@@ -351,25 +351,12 @@ def stderr_to(path: Path) -> Iterator[None]:
 
 def bench_session(workdir: Path) -> Any:
     """local[2] with the project's jars, as tests/conftest.py builds its `spark` fixture."""
-    from jobs.common.session import build_session, project_jars
+    from jobs.common.session import small_local_session
 
     os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-    spark = build_session(
-        "uatu-availability-bench",
-        master="local[2]",
-        jars=project_jars(),
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.enabled": "false",
-            "spark.databricks.delta.snapshotPartitions": "1",
-            "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
-            "spark.driver.memory": "2g",
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-        },
+    return small_local_session(
+        "uatu-availability-bench", workdir / "spark-warehouse", {"spark.driver.memory": "2g"}
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def availability_spec(workdir: Path, bootstrap: str) -> Any:

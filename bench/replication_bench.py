@@ -839,18 +839,11 @@ def flow_runs(
 
 
 def local_session(workdir: Path) -> Any:
-    from jobs.common.session import build_session, project_jars
+    from jobs.common.session import small_local_session
 
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.warehouse.dir": str(workdir / "spark-warehouse"),
-        "spark.driver.memory": "1g",
-    }
-    spark = build_session(
-        "uatu-replication-bench", master="local[2]", jars=project_jars(), conf=conf
+    return small_local_session(
+        "uatu-replication-bench", workdir / "spark-warehouse", {"spark.driver.memory": "1g"}
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def job_stats(spark: Any, path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.common.session import build_session, project_jars
+from jobs.common.session import small_local_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,20 +21,7 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    session = build_session(
-        "uatu-tests",
-        master="local[2]",
-        jars=project_jars(),
-        conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.enabled": "false",
-            "spark.databricks.delta.snapshotPartitions": "1",
-            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse")),
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = small_local_session("uatu-tests", tmp_path_factory.mktemp("spark-warehouse"))
     yield session
     session.stop()
 
