@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -15,18 +13,14 @@ from jobs.common.errors import ConfigError, InvalidJobGroup, UnknownCluster
 from jobs.common.settings import load_settings, write_conf_dir
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
+from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
-from jobs.replication.transforms import (
-    replication_audit,
-    replication_stats,
-    source_records,
-)
+from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.replication.writer import (
-    INPUT_COLUMNS,
     SUMMARY_SCHEMA,
     DestinationConfig,
     check_clients,
-    copy_records,
+    copy_ranges,
 )
 
 NOW_MS = 1_800_000_000_000
@@ -311,33 +305,29 @@ def test_pacer_keeps_the_landed_rate_under_the_cap_after_a_slow_first_batch() ->
     assert rate == pytest.approx(1000 / 1.3)  # a 0.3 s copy after each 1 s allowance
 
 
+# --- batch ranges -------------------------------------------------------------------------
+
+
+def test_batch_ranges_are_the_planned_ranges_in_partition_order_without_empty_ones() -> None:
+    planned = [SourceRange(2, 9, 12), SourceRange(1, 5, 5), SourceRange(0, 0, 4)]
+    assert batch_ranges(planned, None) == [SourceRange(0, 0, 4), SourceRange(2, 9, 12)]
+
+
+def test_a_partition_split_into_adjoining_ranges_is_one_task_again() -> None:
+    planned = [SourceRange(0, 4, 9), SourceRange(0, 0, 4), SourceRange(1, 0, 3)]
+    assert batch_ranges(planned, None) == [SourceRange(0, 0, 9), SourceRange(1, 0, 3)]
+    with pytest.raises(ValueError, match=r"partition 0: planned ranges .* do not adjoin"):
+        batch_ranges([SourceRange(0, 0, 4), SourceRange(0, 5, 9)], None)
+
+
+def test_batch_ranges_stop_at_a_bounded_copys_end_offsets() -> None:
+    planned = [SourceRange(0, 0, 10), SourceRange(1, 5, 10), SourceRange(2, 9, 10)]
+    # Partition 0 ends inside the batch, 1 before it; 2 is not part of the copy.
+    assert batch_ranges(planned, {0: 4, 1: 3}) == [SourceRange(0, 0, 4)]
+    assert batch_ranges([SourceRange(0, 4, 10)], {0: 4}) == []
+
+
 # --- transforms ---------------------------------------------------------------------------
-
-KAFKA_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key:string,value:binary>>"
-)
-
-
-def test_source_records_drops_offsets_past_the_end(spark) -> None:
-    from datetime import datetime
-
-    t = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [
-        (b"k", b"v", "t", p, o, t, 0, None)
-        for p, o in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 5), (2, 0)]
-    ]
-    df = spark.createDataFrame(rows, KAFKA_SCHEMA)
-    out = df.transform(source_records, {0: 2, 1: 6})
-    ms = int(t.timestamp() * 1000)
-    expected = spark.createDataFrame(
-        [(b"k", b"v", p, o, ms, None) for p, o in [(0, 0), (0, 1), (1, 0), (1, 5)]],
-        "key binary, value binary, partition int, offset long, timestamp_ms long, "
-        "headers array<struct<key:string,value:binary>>",
-    )
-    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
-    assert df.transform(source_records, None).count() == 6
-
 
 SUMMARY_COLUMNS = [part.split()[0] for part in SUMMARY_SCHEMA.split(", ")]
 
@@ -497,14 +487,8 @@ def test_replication_audit_counts_per_window(spark) -> None:
 
 def test_sink_with_only_empty_input_writes_nothing_and_needs_no_broker(spark) -> None:
     nowhere = {"bootstrap.servers": "127.0.0.1:9"}
-    config = DestinationConfig("c", "t", "dst", "d", nowhere, nowhere, {0: 0})
-    schema = (
-        "key binary, value binary, partition int, offset long, timestamp_ms long, "
-        "headers array<struct<key:string,value:binary>>"
-    )
-    empty = spark.createDataFrame([], schema).repartition(2)
-    assert tuple(empty.columns) == INPUT_COLUMNS
-    summaries = copy_records(empty, config)
+    config = DestinationConfig("c", "t", "dst", "d", nowhere, nowhere, nowhere, {0: 0})
+    summaries = copy_ranges(spark, [], config)
     assert summaries.count() == 0
     assert summaries.columns == SUMMARY_COLUMNS
 
@@ -518,6 +502,14 @@ def test_a_setting_the_java_producer_refuses_is_a_config_error_naming_the_cluste
         "request.timeout.ms": "30000",
         "delivery.timeout.ms": "1000",
     }
-    config = DestinationConfig("c", "t", "dst", "d", refused, nowhere, {0: 0})
+    config = DestinationConfig("c", "t", "dst", "d", refused, nowhere, nowhere, {0: 0})
     with pytest.raises(ConfigError, match=r"clusters\.dst\.properties.*delivery\.timeout\.ms"):
+        check_clients(spark, config)
+
+
+def test_a_setting_the_java_consumer_refuses_is_a_config_error_naming_the_source(spark) -> None:
+    nowhere = {"bootstrap.servers": "127.0.0.1:9"}
+    refused = {**nowhere, "isolation.level": "read_mostly"}
+    config = DestinationConfig("src", "t", "dst", "d", nowhere, nowhere, refused, {0: 0})
+    with pytest.raises(ConfigError, match=r"clusters\.src\.properties.*read_mostly"):
         check_clients(spark, config)

@@ -2,12 +2,16 @@
 `replication_stats` and `replication_audit`.
 
 Source: the JobGroup's kafka_consumer_task_group topic (every partition, or those of
-partition_offset_ranges), read by Spark's Kafka source with headers, from the offsets
-`preflight` resolved, at most `max_offsets_per_trigger` records per batch.
+partition_offset_ranges). Spark's Kafka source plans each micro-batch and keeps the
+checkpoint: from the offsets `preflight` resolved, at most `max_offsets_per_trigger` records
+per batch. The batch's rows are never read: `writer.copy_ranges` copies the offset ranges
+the source planned (`writer.planned_ranges`, `ranges.batch_ranges`) from a Kafka consumer
+straight to a Kafka producer in JVM tasks. Spark's progress therefore reports 0 input rows;
+`replication_stats` has the counts.
 
-Sink: the kafka_dispatcher_task_group topic, through `writer.copy_records`, a JVM sink (one
-Spark task per source partition; partition N -> N, or N % count with the modulo mapping).
-Key, value, headers and the source timestamp are kept; every record gets provenance stamps.
+Sink: the kafka_dispatcher_task_group topic (one Spark task per source partition; partition
+N -> N, or N % count with the modulo mapping). Key, value, headers and the source timestamp
+are kept; every record gets provenance stamps.
 
 Guarantee: no loss (a failed delivery fails the batch, which is replayed), order kept per
 partition, and no duplicate from restarts or task retries: each task skips what its
@@ -29,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.common.delta_tables import append_once
-from jobs.common.heartbeat import Reporting, committed_offsets, end_offsets, observe_source
+from jobs.common.heartbeat import Reporting, committed_offsets, end_offsets
 from jobs.common.jobgroup import JobGroup
 from jobs.common.kafka_source import kafka_read_options
 from jobs.common.runner import QuerySettings, run_query, streaming_query_id
@@ -38,14 +42,16 @@ from jobs.common.settings import Settings
 from jobs.replication import tables
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, preflight
+from jobs.replication.ranges import batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
-from jobs.replication.transforms import replication_audit, replication_stats, source_records
+from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.replication.writer import (
     ENCODED_FORMAT,
     ENCODED_SCHEMA_VERSION,
     DestinationConfig,
     check_clients,
-    copy_records,
+    copy_ranges,
+    planned_ranges,
 )
 
 log = logging.getLogger("uatu.replication")
@@ -56,10 +62,12 @@ SESSION_CONF = {
 }
 
 
-SOURCE_FETCH_OPTIONS = {
-    "kafka.max.poll.records": "10000",
-    "kafka.max.partition.fetch.bytes": str(8 << 20),
-    "kafka.fetch.max.bytes": str(32 << 20),
+# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition): a backlog
+# of 1M 200-byte records is read in a quarter of the time. The cluster's own properties win.
+SOURCE_FETCH_CONFIG = {
+    "max.poll.records": "10000",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "fetch.max.bytes": str(32 << 20),
 }
 
 
@@ -88,10 +96,20 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
         destination_cluster=spec.destination_cluster.name,
         topic=spec.destination_topic,
         producer_config=spec.producer_config(),
-        # Reads the destination's tail by assignment: no group, nothing committed.
+        # Both consumers read by assignment: no group, nothing committed (the checkpoint holds
+        # the source offsets).
         consumer_config={
             **spec.destination_cluster.java_client_config(),
             "enable.auto.commit": "false",
+        },
+        source_consumer_config={
+            **SOURCE_FETCH_CONFIG,
+            **spec.source_cluster.java_client_config(),
+            "enable.auto.commit": "false",
+            "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
+            # Offsets deleted by retention before they were copied fail the task (as Spark's
+            # failOnDataLoss does) instead of skipping to what is left.
+            "auto.offset.reset": "none",
         },
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
@@ -109,20 +127,10 @@ def build_stream(spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPl
         group_id_prefix=spec.consumer_group,
         include_headers=True,
     )
-    # Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition): a
-    # backlog of 1M 200-byte records is read in a quarter of the time. The cluster's own
-    # properties still win.
-    options = {**SOURCE_FETCH_OPTIONS, **options}
     if spec.offset_ranges:
         del options["subscribe"]
         options["assign"] = plan.spark_assign(spec.source_topic)
-    return (
-        spark.readStream.format("kafka")
-        .options(**options)
-        .load()
-        .transform(observe_source)
-        .transform(source_records, plan.end_offsets)
-    )
+    return spark.readStream.format("kafka").options(**options).load()
 
 
 @dataclass
@@ -151,9 +159,14 @@ class ReplicationBatchWriter:
         spark = batch.sparkSession
         if not self.app_id:
             self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+        planned = planned_ranges(batch, self.spec.source_topic)
+        ranges = batch_ranges(planned, self.plan.end_offsets)
+        if not ranges:
+            log.info("batch %d: no records", batch_id)
+            return
         # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
         # rows, which the two aggregations below then read without re-running the copy.
-        summaries = copy_records(batch, self.destination).localCheckpoint()
+        summaries = copy_ranges(spark, ranges, self.destination).localCheckpoint()
         copied = time.time()
         if summaries.isEmpty():
             # Nothing read (a bounded copy past its ends, or an idle topic): no rows to record,

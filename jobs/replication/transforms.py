@@ -2,9 +2,8 @@
 
 Pipeline (`jobs/replication/job.py` composes it)::
 
-    Kafka rows --source_records--> key, value, partition, offset, timestamp_ms, headers
-               --(writer.copy_records, the JVM sink)--> one summary row per
-                                                          (partition, audit window)
+    planned offset ranges --(writer.copy_ranges, JVM copy tasks)--> one summary row per
+                                                                     (partition, audit window)
                --replication_stats--> one row per (batch, source partition)
                --replication_audit--> one row per (batch, partition, audit window)
 
@@ -23,25 +22,6 @@ from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-
-from jobs.replication.writer import INPUT_COLUMNS
-
-
-def source_records(df: DataFrame, end_offsets: Mapping[int, int] | None = None) -> DataFrame:
-    """Kafka source rows -> the writer's input columns; drop offsets at or past the end."""
-    out = df.select(
-        "key",
-        "value",
-        "partition",
-        "offset",
-        F.unix_millis("timestamp").alias("timestamp_ms"),
-        "headers",
-    )
-    if end_offsets is not None:
-        ends = F.create_map(*[F.lit(v) for kv in sorted(end_offsets.items()) for v in kv])
-        # A partition without an end (not part of the copy) gets null and is dropped too.
-        out = out.where(F.col("offset") < ends[F.col("partition")])
-    return out.select(*INPUT_COLUMNS)
 
 
 def _labels(labels: Mapping[str, str]) -> list[Column]:

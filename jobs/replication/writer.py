@@ -1,33 +1,35 @@
-"""The replication sink: a JVM `mapPartitions` over the source records, one task per source
-partition (`jvm/src/main/java/dev/uatu/replication/`, compiled into build/uatu-jvm.jar).
+"""The replication copy: JVM tasks that move Spark-planned source offset ranges from a Kafka
+consumer to a Kafka producer (`jvm/src/main/java/dev/uatu/replication/`, compiled into
+build/uatu-jvm.jar), one Spark task per source partition and micro-batch.
 
-For the source partition its task holds, the sink
+For the range its task holds (`ranges.SourceRange`), the copy
 
 1. reads the tail of the destination partition and finds the highest source offset already
    stamped there, so records a crashed run or a failed task attempt wrote are not written again;
-2. produces every newer record to the destination partition with the Java Kafka producer,
-   keeping key, value, headers and the source timestamp, and appending the provenance stamps
-   (`uatu.src.cluster`, `.topic`, `.partition`, the encoded-format headers, `.offset`; the
-   last header of a name wins);
+2. reads the range with a byte-array consumer and produces every newer record to the
+   destination partition with the Java Kafka producer, keeping key, value, headers and the
+   source timestamp, and appending the provenance stamps (`uatu.src.cluster`, `.topic`,
+   `.partition`, the encoded-format headers, `.offset`; the last header of a name wins);
 3. flushes, fails the task if any delivery failed (so the batch, and the query, fail rather
    than lose a record), and returns one summary row per window of source timestamps
    (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min, sum, max) and the
    replication-latency-ms of every written record, which Spark turns into `replication_stats`
    and `replication_audit`.
 
-Why the JVM: the records never cross into Python workers. The same sink in a Python worker
-(librdkafka in `mapInArrow`) copied at half MirrorMaker 2's rate; most of that was moving rows
-between the JVM and Python. Why not Spark's own Kafka sink: in Spark 4.2 it cannot set the
-record timestamp (SPARK-50160 is not in it), it reports no per-record ack, and a retried task
-re-sends records the failed attempt already wrote. Step 1 in every task makes task retries,
-executor loss and driver restarts all leave exactly one copy, provided the destination
-partition is written only by this job and in order (one task per partition, no speculation,
-idempotent or single-in-flight producer).
+Why records do not go through Spark rows: Spark's Kafka source rows, the projection and the
+conversion back to byte arrays alone ran at about MirrorMaker 2's whole copy rate on the
+benchmark machine; consumer to producer directly, as MirrorMaker 2 does it, copies at its pace.
+(Through a Python worker, librdkafka in `mapInArrow`, it was half MirrorMaker 2's rate.) Why not
+Spark's own Kafka sink: in Spark 4.2 it cannot set the record timestamp (SPARK-50160 is not in
+it), it reports no per-record ack, and a retried task re-sends records the failed attempt
+already wrote. Step 1 in every task makes task retries, executor loss and driver restarts all
+leave exactly one copy, provided the destination partition is written only by this job and in
+order (one task per partition, no speculation, idempotent or single-in-flight producer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
@@ -35,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from jobs.common.errors import ConfigError
+from jobs.replication.ranges import SourceRange
 
 STAMP_CLUSTER = "uatu.src.cluster"
 STAMP_TOPIC = "uatu.src.topic"
@@ -43,10 +46,8 @@ STAMP_OFFSET = "uatu.src.offset"
 ENCODED_FORMAT = "uatu.encoded.format"
 ENCODED_SCHEMA_VERSION = "uatu.encoded.schema.version"
 
-# The columns the sink reads, in this order (PartitionCopier.java reads them by position), and
-# the rows it returns: one per source-timestamp window of the task's partition, with every
-# written record's latency (MM2 replication-latency-ms).
-INPUT_COLUMNS = ("key", "value", "partition", "offset", "timestamp_ms", "headers")
+# The rows a copy task returns (WindowSummaries.java): one per source-timestamp window of its
+# partition, with every written record's latency (MM2 replication-latency-ms).
 SUMMARY_SCHEMA = (
     "partition int, destination_partition int, window_start_ms long, records_read long, "
     "records_replicated long, records_already_present long, bytes_replicated long, "
@@ -60,46 +61,66 @@ SINK_PACKAGE = "dev.uatu.replication"
 
 @dataclass(frozen=True)
 class DestinationConfig:
-    """Everything the sink's tasks need. Client settings use the Java client's names."""
+    """Everything the copy tasks need. Client settings use the Java client's names."""
 
     source_cluster: str
     source_topic: str
     destination_cluster: str
     topic: str
     producer_config: Mapping[str, str]
-    consumer_config: Mapping[str, str]
+    consumer_config: Mapping[str, str]  # reads the destination's tail
+    source_consumer_config: Mapping[str, str]  # reads the source ranges
     partition_map: Mapping[int, int]  # source partition -> destination partition
     extra_headers: tuple[tuple[str, str], ...] = ()
     audit_interval_ms: int = 60_000  # the windows of the summary rows
     scan_limit: int = 100_000  # records read back at most to find the last stamp
+    source_timeout_ms: int = 120_000  # a source partition silent this long fails the task
 
 
-def copy_records(records: DataFrame, config: DestinationConfig) -> DataFrame:
-    """`records` (INPUT_COLUMNS, one Spark partition per Kafka partition) -> summary rows.
+def planned_ranges(batch: DataFrame, topic: str) -> list[SourceRange]:
+    """The offset ranges Spark's Kafka source planned for a foreachBatch micro-batch of `topic`.
+    Reads none of its records."""
+    java_ranges = _jvm(batch.sparkSession).ReplicationSink.batchRanges(batch._jdf, topic)
+    return [SourceRange(r.partition(), r.fromOffset(), r.untilOffset()) for r in java_ranges]
+
+
+def copy_ranges(
+    spark: SparkSession, ranges: Sequence[SourceRange], config: DestinationConfig
+) -> DataFrame:
+    """Copy each source offset range in its own Spark task -> summary rows (SUMMARY_SCHEMA).
 
     Lazy: the copy runs when the result is computed, and again on every computation, so
     compute it once (the job uses localCheckpoint).
     """
-    spark = records.sparkSession
-    summaries = _jvm(spark).ReplicationSink.copy(
-        records.select(*INPUT_COLUMNS)._jdf, _copy_config(spark, config), SUMMARY_SCHEMA
+    jvm = _jvm(spark)
+    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    for r in ranges:
+        java_ranges.add(jvm.SourceRange(r.partition, r.from_offset, r.until_offset))
+    summaries = jvm.ReplicationSink.copyRanges(
+        spark._jsparkSession, java_ranges, _copy_config(spark, config), SUMMARY_SCHEMA
     )
     return ClassicDataFrame(summaries, spark)
 
 
 def check_clients(spark: SparkSession, config: DestinationConfig) -> None:
-    """Build the sink's Kafka clients on the driver; a setting the Java client refuses raises
+    """Build the copy's Kafka clients on the driver; a setting the Java client refuses raises
     ConfigError naming the cluster, before any record moves."""
-    try:
-        _jvm(spark).ReplicationSink.checkClients(_copy_config(spark, config))
-    except Py4JJavaError as e:
-        cause = e.java_exception
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        raise ConfigError(
-            f"clusters.yaml: clusters.{config.destination_cluster}.properties",
-            f"the Kafka producer or consumer refuses it: {cause.getMessage()}",
-        ) from None
+    sink = _jvm(spark).ReplicationSink
+    java_config = _copy_config(spark, config)
+    for check, cluster, clients in (
+        (sink.checkSourceClient, config.source_cluster, "consumer"),
+        (sink.checkDestinationClients, config.destination_cluster, "producer or consumer"),
+    ):
+        try:
+            check(java_config)
+        except Py4JJavaError as e:
+            cause = e.java_exception
+            while cause.getCause() is not None:
+                cause = cause.getCause()
+            raise ConfigError(
+                f"clusters.yaml: clusters.{cluster}.properties",
+                f"the Kafka {clients} refuses it: {cause.getMessage()}",
+            ) from None
 
 
 def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
@@ -109,10 +130,12 @@ def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
         config.topic,
         _java_map(spark, config.producer_config),
         _java_map(spark, config.consumer_config),
+        _java_map(spark, config.source_consumer_config),
         _java_map(spark, config.partition_map),
         _java_map(spark, dict(config.extra_headers)),
         config.audit_interval_ms,
         config.scan_limit,
+        config.source_timeout_ms,
     )
 
 

@@ -18,11 +18,13 @@ public final class CopyConfig implements Serializable {
   final String sourceTopic;
   final String destinationTopic;
   final HashMap<String, String> producerConfig;
-  final HashMap<String, String> consumerConfig;
+  final HashMap<String, String> consumerConfig; // reads the destination's tail
+  final HashMap<String, String> sourceConsumerConfig; // reads the source ranges
   final HashMap<Integer, Integer> partitionMap; // source partition -> destination partition
   final ArrayList<String[]> extraHeaders; // (name, value) stamped on every copy, in order
   final long auditIntervalMs; // width of the windows of the summary rows
   final int scanLimit; // records read back at most to find the last stamp
+  final long sourceTimeoutMs; // a source partition silent this long fails the task
 
   public CopyConfig(
       String sourceCluster,
@@ -30,15 +32,18 @@ public final class CopyConfig implements Serializable {
       String destinationTopic,
       Map<String, String> producerConfig,
       Map<String, String> consumerConfig,
+      Map<String, String> sourceConsumerConfig,
       Map<Integer, Integer> partitionMap,
       Map<String, String> extraHeaders,
       long auditIntervalMs,
-      int scanLimit) {
+      int scanLimit,
+      long sourceTimeoutMs) {
     this.sourceCluster = sourceCluster;
     this.sourceTopic = sourceTopic;
     this.destinationTopic = destinationTopic;
     this.producerConfig = new HashMap<>(producerConfig);
     this.consumerConfig = new HashMap<>(consumerConfig);
+    this.sourceConsumerConfig = new HashMap<>(sourceConsumerConfig);
     this.partitionMap = new HashMap<>(partitionMap);
     this.extraHeaders = new ArrayList<>();
     for (Map.Entry<String, String> e : new LinkedHashMap<>(extraHeaders).entrySet()) {
@@ -46,6 +51,7 @@ public final class CopyConfig implements Serializable {
     }
     this.auditIntervalMs = auditIntervalMs;
     this.scanLimit = scanLimit;
+    this.sourceTimeoutMs = sourceTimeoutMs;
   }
 
   int destinationPartition(int sourcePartition) {

@@ -1,0 +1,42 @@
+package dev.uatu.replication;
+
+import java.io.Serializable;
+
+/**
+ * The source offsets one copy task reads: {@code [fromOffset, untilOffset)} of one partition,
+ * as Spark's Kafka source planned them for a micro-batch.
+ */
+public final class SourceRange implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  final int partition;
+  final long fromOffset;
+  final long untilOffset;
+
+  public SourceRange(int partition, long fromOffset, long untilOffset) {
+    if (fromOffset < 0 || untilOffset < fromOffset) {
+      throw new IllegalArgumentException(
+          "partition " + partition + ": bad offset range " + fromOffset + ".." + untilOffset);
+    }
+    this.partition = partition;
+    this.fromOffset = fromOffset;
+    this.untilOffset = untilOffset;
+  }
+
+  public int partition() {
+    return partition;
+  }
+
+  public long fromOffset() {
+    return fromOffset;
+  }
+
+  public long untilOffset() {
+    return untilOffset;
+  }
+
+  @Override
+  public String toString() {
+    return partition + ":[" + fromOffset + ", " + untilOffset + ")";
+  }
+}
