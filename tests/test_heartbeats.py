@@ -79,6 +79,20 @@ def test_partition_statuses_rates_from_offsets_and_bytes_from_observed_size():
     assert [s.kafka_consumer_task_status.bytes_per_sec for s in later] == [0.0, 0.0]
 
 
+def test_a_given_record_size_sets_the_byte_rates_of_a_query_without_observed_metrics():
+    # The replication job never reads its batches' rows: no observed metric, the writer knows.
+    record = progress("2026-11-21T10:00:00.000Z", {"0": 0}, {"0": 100}, 2000)
+    del record["observedMetrics"]
+    assert [
+        s.kafka_consumer_task_status.bytes_per_sec
+        for s in partition_statuses(record, None, TEMPLATE, None, bytes_per_record=200.0)
+    ] == [10_000.0]
+    assert [
+        s.kafka_consumer_task_status.bytes_per_sec
+        for s in partition_statuses(record, None, TEMPLATE, None)
+    ] == [0.0]
+
+
 def test_reporter_config_from_env():
     assert ReporterConfig.from_env({}) is None
     config = ReporterConfig.from_env(

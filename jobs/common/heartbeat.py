@@ -27,7 +27,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -126,11 +126,13 @@ def partition_statuses(
     previous: Mapping | None,
     template: JobTemplate,
     elapsed_seconds: float | None,
+    bytes_per_record: float | None = None,
 ) -> list[job_status_pb2.JobStatus]:
     """One RUNNING JobStatus per partition from two consecutive progress records (pure).
 
     Rates are the offset advance since `previous` over `elapsed_seconds` (for the first
-    record: since the batch's start offsets, over its duration).
+    record: since the batch's start offsets, over its duration). Byte rates use
+    `bytes_per_record`, or else the mean record size of the batch's SOURCE_METRIC.
     """
     now = end_offsets(progress, template.topic)
     if previous is not None and elapsed_seconds:
@@ -138,9 +140,10 @@ def partition_statuses(
     else:
         before = _start_offsets(progress, template.topic)
         seconds = max(progress.get("batchDuration", 0) / 1000, 1e-3)
-    metric = (progress.get("observedMetrics") or {}).get(SOURCE_METRIC) or {}
-    records, size = metric.get("records") or 0, metric.get("bytes") or 0
-    bytes_per_record = size / records if records else 0.0
+    if bytes_per_record is None:
+        metric = (progress.get("observedMetrics") or {}).get(SOURCE_METRIC) or {}
+        records, size = metric.get("records") or 0, metric.get("bytes") or 0
+        bytes_per_record = size / records if records else 0.0
     statuses = []
     for partition, offset in sorted(now.items()):
         rate = max(offset - before.get(partition, offset), 0) / seconds
@@ -197,9 +200,16 @@ def committed_offsets(spark: SparkSession, checkpoint: str) -> dict | None:
 class ProgressListener(StreamingQueryListener):
     """Keeps the latest per-partition statuses of one query (events arrive on Spark's thread)."""
 
-    def __init__(self, query_name: str, template: JobTemplate, committed: dict | None = None):
+    def __init__(
+        self,
+        query_name: str,
+        template: JobTemplate,
+        committed: dict | None = None,
+        record_bytes: Callable[[], float] | None = None,
+    ):
         self.query_name = query_name
         self.template = template
+        self.record_bytes = record_bytes
         self._lock = threading.Lock()
         self._last: dict | None = None
         self._statuses: list[job_status_pb2.JobStatus] = []
@@ -217,7 +227,8 @@ class ProgressListener(StreamingQueryListener):
             return  # a trigger without offsets (nothing to read yet): keep what we know
         with self._lock:
             elapsed = _seconds_between(self._last, progress) if self._last else None
-            self._statuses = partition_statuses(progress, self._last, self.template, elapsed)
+            size = self.record_bytes() if self.record_bytes is not None else None
+            self._statuses = partition_statuses(progress, self._last, self.template, elapsed, size)
             self._last = progress
 
     def onQueryIdle(self, event) -> None:
@@ -342,8 +353,18 @@ class Reporting:
     config: ReporterConfig
     template: JobTemplate
 
-    def start(self, spark: SparkSession, query_name: str, checkpoint: str) -> Heartbeater:
-        listener = ProgressListener(query_name, self.template, committed_offsets(spark, checkpoint))
+    def start(
+        self,
+        spark: SparkSession,
+        query_name: str,
+        checkpoint: str,
+        record_bytes: Callable[[], float] | None = None,
+    ) -> Heartbeater:
+        """`record_bytes` gives the byte rates for a query whose batches do not read their own
+        rows (the replication job): the mean record size of its last batch."""
+        listener = ProgressListener(
+            query_name, self.template, committed_offsets(spark, checkpoint), record_bytes
+        )
         spark.streams.addListener(listener)
         ui = spark.sparkContext.uiWebUrl or ""
         port = ui.rpartition(":")[2]

@@ -47,6 +47,9 @@ class QuerySettings:
     until: Callable[[Mapping], bool] | None = None
     # How long a graceful stop waits for the running micro-batch to finish.
     stop_grace_seconds: float = 60.0
+    # Mean key+value bytes of the last batch's records, for heartbeats of a query that does not
+    # read its batches' rows itself (so has no observed source metric).
+    record_bytes: Callable[[], float] | None = None
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -66,7 +69,9 @@ def run_query(
     """Run the query to its end; with `reporting`, heartbeat to the control plane meanwhile."""
     heartbeater = None
     if reporting is not None:
-        heartbeater = reporting.start(stream.sparkSession, settings.name, settings.checkpoint)
+        heartbeater = reporting.start(
+            stream.sparkSession, settings.name, settings.checkpoint, settings.record_bytes
+        )
     writer = (
         stream.writeStream.queryName(settings.name)
         .option("checkpointLocation", settings.checkpoint)

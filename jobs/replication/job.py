@@ -142,6 +142,7 @@ class ReplicationBatchWriter:
     destination: DestinationConfig
     pacer: Pacer
     app_id: str = ""
+    last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
     _group_consumer: Consumer | None = None
 
     def labels(self) -> Mapping[str, str]:
@@ -188,6 +189,8 @@ class ReplicationBatchWriter:
         records = sum(r["records_replicated"] for r in per_partition)
         nbytes = sum(r["record_bytes_replicated"] for r in per_partition)
         self._commit_group_offsets({r["partition"]: r["last_offset"] + 1 for r in per_partition})
+        if records:
+            self.last_record_bytes = nbytes / records
         log.info(
             "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
             batch_id,
@@ -273,6 +276,7 @@ def run(
                 trigger_interval_seconds=spec.trigger_interval_seconds,
                 stop_file=stop_file,
                 until=None if plan.end_offsets is None else copy_complete,
+                record_bytes=lambda: writer.last_record_bytes,
             ),
             reporting,
         )

@@ -19,6 +19,9 @@ import org.apache.spark.sql.RowFactory;
 public final class WindowSummaries {
   private final long intervalMs;
   private final TreeMap<Long, Window> windows = new TreeMap<>();
+  // Records come in offset order, so nearly all fall in the window of the one before.
+  private long lastStart = Long.MIN_VALUE;
+  private Window last;
 
   public WindowSummaries(long intervalMs) {
     this.intervalMs = intervalMs;
@@ -31,8 +34,11 @@ public final class WindowSummaries {
   public void add(
       long offset, long timestampMs, long readMs, int keyBytes, int valueBytes, int ackIndex) {
     long start = timestampMs - Math.floorMod(timestampMs, intervalMs);
-    windows.computeIfAbsent(start, k -> new Window()).add(
-        offset, timestampMs, readMs, keyBytes, valueBytes, ackIndex);
+    if (last == null || start != lastStart) {
+      last = windows.computeIfAbsent(start, k -> new Window());
+      lastStart = start;
+    }
+    last.add(offset, timestampMs, readMs, keyBytes, valueBytes, ackIndex);
   }
 
   /** The summary rows, in window order; {@code ackTime} maps an ack index to its ack time. */
