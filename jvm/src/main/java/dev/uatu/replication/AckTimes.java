@@ -2,6 +2,7 @@ package dev.uatu.replication;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.Callback;
@@ -11,8 +12,9 @@ import org.apache.kafka.clients.producer.Callback;
  *
  * <p>The task thread numbers its records ({@link #next}); the producer's I/O thread writes each
  * ack time into that slot. Slots are in chunks that only the task thread allocates, so the I/O
- * thread never sees a resize. The times are read after {@code flush()}, which waits for every
- * callback.
+ * thread never sees a resize. The times are read after {@link #awaitAll}, which waits for every
+ * callback of this task's records (the producer's {@code flush()} would also wait for other
+ * tasks sharing the producer).
  */
 final class AckTimes {
   private static final int CHUNK = 1 << 16;
@@ -20,6 +22,7 @@ final class AckTimes {
   private final List<long[]> chunks = new ArrayList<>();
   private final AtomicReference<Exception> firstError = new AtomicReference<>();
   private final AtomicLong failures = new AtomicLong();
+  private final AtomicInteger completed = new AtomicInteger();
   private int count;
 
   /** A callback for the next record, which records its ack time or its failure. */
@@ -37,7 +40,24 @@ final class AckTimes {
       } else {
         chunk[slot] = System.currentTimeMillis();
       }
+      completed.incrementAndGet(); // after the slot's write, which awaitAll then sees
     };
+  }
+
+  /**
+   * Waits until every record handed out so far was acknowledged or failed; false if that took
+   * longer than {@code timeoutMs}. The producer completes each record within its
+   * delivery.timeout.ms, so a longer wait means the producer itself is stuck.
+   */
+  boolean awaitAll(long timeoutMs) throws InterruptedException {
+    long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+    while (completed.get() < count) {
+      if (System.nanoTime() > deadline) {
+        return false;
+      }
+      Thread.sleep(1);
+    }
+    return true;
   }
 
   /** Number of records handed out so far. */

@@ -38,6 +38,8 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
   private static final long serialVersionUID = 1L;
   private static final Logger LOG = LoggerFactory.getLogger(RangeCopier.class);
   private static final Duration POLL = Duration.ofMillis(200);
+  // Longer than any delivery.timeout.ms the job sets (120 s): past it the producer is stuck.
+  private static final long ACK_TIMEOUT_MS = 300_000;
 
   private final CopyConfig config;
 
@@ -121,11 +123,11 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
       Clients.giveBack(config.sourceConsumerConfig, source);
     }
     long sent = System.nanoTime();
-    producer.flush();
+    awaitAcks(acks, range);
     long flushed = System.nanoTime();
     LOG.info(
         "{}[{}] -> {}[{}]: read {} records, sent {} (the rest was there already) in {} ms "
-            + "(tail scan {} ms, read and send {} ms, flush {} ms)",
+            + "(tail scan {} ms, read and send {} ms, waiting for acks {} ms)",
         config.sourceTopic,
         range,
         config.destinationTopic,
@@ -144,6 +146,19 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
           acks.firstError());
     }
     return summaries.rows(range.partition, destination, acks::at);
+  }
+
+  private void awaitAcks(AckTimes acks, SourceRange range) {
+    try {
+      if (!acks.awaitAll(ACK_TIMEOUT_MS)) {
+        throw new ReplicationWriteException(
+            "the producer did not complete the records of " + config.sourceTopic + " " + range
+                + " in " + ACK_TIMEOUT_MS + " ms");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt(); // a killed task: Spark replays the batch
+      throw new ReplicationWriteException("interrupted waiting for acks of " + range, e);
+    }
   }
 
   private Header[] fixedStamps(int sourcePartition) {
