@@ -50,6 +50,9 @@ class QuerySettings:
     # Mean key+value bytes of the last batch's records, for heartbeats of a query that does not
     # read its batches' rows itself (so has no observed source metric).
     record_bytes: Callable[[], float] | None = None
+    # Log each batch's input rows from Spark's progress. Off for a job whose batches do not read
+    # their rows (replication): it would log 0 records; that job logs its own batch line.
+    log_batches: bool = True
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -106,7 +109,8 @@ def run_query(
         last_batch = -1
         while not query.awaitTermination(settings.poll_seconds):
             progress = query.lastProgress
-            last_batch = _log_progress(progress, last_batch)
+            if settings.log_batches:
+                last_batch = _log_progress(progress, last_batch)
             if settings.until is not None and progress and settings.until(progress):
                 stop_requested.append("the end of the bounded range")
             if settings.stop_file and os.path.exists(settings.stop_file):
@@ -117,7 +121,8 @@ def run_query(
                 log.info("received %s, stopping query %s", stop_requested[0], settings.name)
                 _wait_between_batches(query, settings.stop_grace_seconds)
                 query.stop()
-        _log_progress(query.lastProgress, last_batch)
+        if settings.log_batches:
+            _log_progress(query.lastProgress, last_batch)
     except StreamingQueryException as e:
         log.error("query %s failed: %s", settings.name, e)
         return EXIT_FAILED

@@ -162,7 +162,7 @@ class ReplicationBatchWriter:
             self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
         planned = planned_ranges(batch, self.spec.source_topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
-        if not ranges:
+        if not ranges:  # an idle topic, or a bounded copy past its ends
             log.info("batch %d: no records", batch_id)
             return
         # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
@@ -170,8 +170,8 @@ class ReplicationBatchWriter:
         summaries = copy_ranges(spark, ranges, self.destination).localCheckpoint()
         copied = time.time()
         if summaries.isEmpty():
-            # Nothing read (a bounded copy past its ends, or an idle topic): no rows to record,
-            # and two Delta commits of nothing would cost a second or two per trigger.
+            # Nothing read (the range held only transaction markers or aborted records): no
+            # rows to record, and two Delta commits of nothing would cost a second or two.
             log.info("batch %d: no records", batch_id)
             return
         stats = summaries.transform(
@@ -277,6 +277,7 @@ def run(
                 stop_file=stop_file,
                 until=None if plan.end_offsets is None else copy_complete,
                 record_bytes=lambda: writer.last_record_bytes,
+                log_batches=False,
             ),
             reporting,
         )

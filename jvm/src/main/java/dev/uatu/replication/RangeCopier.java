@@ -30,7 +30,7 @@ import org.slf4j.LoggerFactory;
  *       they came, plus the provenance stamps (cluster, topic, partition, encoded format,
  *       offset). The records stay Kafka's own objects from consumer to producer, as in
  *       MirrorMaker 2; they never become Spark rows.
- *   <li>Flushes; any failed delivery fails the task, so the batch is replayed rather than a
+ *   <li>Waits for its records' acks; any failed delivery fails the task, so the batch is replayed rather than a
  *       record lost. Returns one summary row per window of source timestamps.
  * </ol>
  */
