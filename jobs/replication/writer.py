@@ -10,8 +10,9 @@ For the range its task holds (`ranges.SourceRange`), the copy
    destination partition with the Java Kafka producer, keeping key, value, headers and the
    source timestamp, and appending the provenance stamps (`uatu.src.cluster`, `.topic`,
    `.partition`, the encoded-format headers, `.offset`; the last header of a name wins);
-3. waits for the acks of its records, fails the task if any delivery failed (so the batch, and the query, fail rather
-   than lose a record), and returns one summary row per window of source timestamps
+3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
+   and the query, fail rather than lose a record), and returns one summary row per window of
+   source timestamps
    (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min, sum, max) and the
    replication-latency-ms of every written record, which Spark turns into `replication_stats`
    and `replication_audit`.
