@@ -12,10 +12,9 @@ For the range its task holds (`ranges.SourceRange`), the copy
    `.partition`, the encoded-format headers, `.offset`; the last header of a name wins);
 3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
    and the query, fail rather than lose a record), and returns one summary row per window of
-   source timestamps
-   (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min, sum, max) and the
-   replication-latency-ms of every written record, which Spark turns into `replication_stats`
-   and `replication_audit`.
+   source timestamps (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min,
+   sum, max) and the replication-latency-ms of every written record, which Spark turns into
+   `replication_stats` and `replication_audit`.
 
 Why records do not go through Spark rows: Spark's Kafka source rows, the projection and the
 conversion back to byte arrays alone ran at about MirrorMaker 2's whole copy rate on the
