@@ -211,6 +211,63 @@ def test_bounded_copy_by_offset_ranges(spark, kafka, kafka_dest, conf_dir) -> No
     )
 
 
+def produce_transaction(bootstrap: str, topic: str, records: list[Record], commit: bool) -> None:
+    """`records` in one transaction, committed or aborted."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for r in records:
+        producer.produce(
+            topic,
+            r.value,
+            r.key,
+            r.partition,
+            timestamp=r.timestamp_ms,
+            headers=list(r.headers) or None,
+        )
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.flush(30)  # the aborted records are in the log, then marked aborted
+        producer.abort_transaction(30)
+
+
+def test_isolation_level_decides_whether_aborted_records_are_copied(
+    spark, kafka, kafka_dest, conf_dir
+) -> None:
+    kafka.create_topic("rep-txn", PARTITIONS, 1)
+    for name in ("rep-txn-committed", "rep-txn-uncommitted"):
+        kafka_dest.create_topic(name, PARTITIONS, 1)
+    aborted, kept = dataset(40, "aborted"), dataset(40, "kept")
+    produce_transaction(kafka.bootstrap_servers, "rep-txn", aborted, commit=False)
+    produce_transaction(kafka.bootstrap_servers, "rep-txn", kept, commit=True)
+
+    read_committed = group_json(
+        "txn-committed",
+        "rep-txn",
+        "rep-txn-committed",
+        continuous=False,
+        kafkaConsumerTaskGroup__isolationLevel="ISOLATION_LEVEL_READ_COMMITTED",
+    )
+    read_uncommitted = group_json(
+        "txn-uncommitted", "rep-txn", "rep-txn-uncommitted", continuous=False
+    )
+    assert run_once(read_committed, conf_dir) == EXIT_OK
+    assert run_once(read_uncommitted, conf_dir) == EXIT_OK
+
+    dest = kafka_dest.bootstrap_servers
+    assert_exact_copy(
+        by_partition(kept), read_partitions(dest, "rep-txn-committed", PARTITIONS), "rep-txn"
+    )
+    assert_exact_copy(
+        by_partition(aborted + kept),
+        read_partitions(dest, "rep-txn-uncommitted", PARTITIONS),
+        "rep-txn",
+    )
+
+
 def test_bounded_copy_by_timestamps(spark, kafka, kafka_dest, conf_dir) -> None:
     kafka.create_topic("rep-times", PARTITIONS, 1)
     kafka_dest.create_topic("rep-times-copy", PARTITIONS, 1)
