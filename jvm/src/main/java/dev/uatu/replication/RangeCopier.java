@@ -124,7 +124,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
     }
     long sent = System.nanoTime();
     awaitAcks(acks, range);
-    long flushed = System.nanoTime();
+    long acked = System.nanoTime();
     LOG.info(
         "{}[{}] -> {}[{}]: read {} records, sent {} (the rest was there already) in {} ms "
             + "(tail scan {} ms, read and send {} ms, waiting for acks {} ms)",
@@ -134,10 +134,10 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
         destination,
         read,
         acks.count(),
-        (flushed - started) / 1_000_000,
+        (acked - started) / 1_000_000,
         (scanned - started) / 1_000_000,
         (sent - scanned) / 1_000_000,
-        (flushed - sent) / 1_000_000);
+        (acked - sent) / 1_000_000);
     if (acks.failed()) {
       Clients.discardProducer(config.producerConfig, producer);
       throw new ReplicationWriteException(
