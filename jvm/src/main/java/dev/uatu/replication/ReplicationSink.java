@@ -2,7 +2,6 @@ package dev.uatu.replication;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.Deque;
 import java.util.List;
 import org.apache.spark.Partition;
@@ -70,8 +69,9 @@ public final class ReplicationSink {
 
   /**
    * The source offset ranges Spark's Kafka source planned for the micro-batch {@code batch},
-   * as a foreachBatch function receives it, in partition order. Found in the batch's RDD
-   * lineage (foreachBatch hands over an RDD-backed frame); reading them reads no record.
+   * as a foreachBatch function receives it, in no particular order (Python's {@code
+   * ranges.batch_ranges} orders them). Found in the batch's RDD lineage (foreachBatch hands
+   * over an RDD-backed frame); reading them reads no record.
    */
   public static List<SourceRange> batchRanges(Dataset<Row> batch, String topic) {
     RDD<?> rows = ((org.apache.spark.sql.classic.Dataset<Row>) batch).queryExecution().toRdd();
@@ -106,8 +106,6 @@ public final class ReplicationSink {
       throw new ReplicationWriteException(
           "the micro-batch has no Kafka source in its lineage: " + rows.toDebugString());
     }
-    ranges.sort(Comparator.comparingInt((SourceRange r) -> r.partition)
-        .thenComparingLong(r -> r.fromOffset));
     return ranges;
   }
 }
