@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import NewTopic
 from delta.tables import DeltaTable
 from google.protobuf import json_format
 from pyspark.sql import functions as F
@@ -300,8 +299,7 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
     from tools.kafka_broker import start_cluster
 
     with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
-        admin = cluster.admin()
-        admin.create_topics([NewTopic("probe", 1, replica_assignment=[[0]])])["probe"].result()
+        cluster.create_topic("probe", 1, replica_assignment=[[0]])
         spec = spec_for(
             tmp_path,
             cluster.bootstrap_servers,
@@ -334,7 +332,7 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
             windows = wait_for(healthy_windows, 120, "two windows with all three brokers healthy")
             assignment = {
                 p.id: p.replicas
-                for p in admin.list_topics("probe").topics["probe"].partitions.values()
+                for p in cluster.admin().list_topics("probe").topics["probe"].partitions.values()
             }
             assert sorted(r[0] for r in assignment.values()) == [0, 1, 2], assignment
             on_topic = probe_records_per_window(cluster.bootstrap_servers, "probe", window_ms)

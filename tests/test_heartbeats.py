@@ -324,8 +324,7 @@ def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, t
     before = groups.add(audit_group("grow", topic, rate=40), job_pb2.JOB_STATE_RUNNING, None)
     assert groups.refresh_partitions("grow") is False
 
-    admin = kafka.admin()  # keep the client alive until the request completes
-    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
+    kafka_admin.create_partitions(kafka.admin(), NewPartitions(topic, 4), timeout_s=30)
     assert groups.refresh_partitions("grow") is True
     after = groups.get("grow")
     assert [j.job.kafka_consumer_task.partition for j in after.jobs] == [0, 1, 2, 3]

@@ -39,6 +39,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from jobs.common.kafka_admin import create_topic
 from tools import cli
 from tools.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
 
@@ -185,23 +186,33 @@ class KafkaCluster(StopOnExit):
         replication_factor: int | None = None,
         config: dict[str, str] | None = None,
         timeout: float = 30.0,
+        replica_assignment: list[list[int]] | None = None,
     ) -> None:
         """Create a topic and return once every partition has a leader.
 
-        ``replication_factor=None`` uses the broker's ``default.replication.factor``.
+        ``replication_factor=None`` uses the broker's ``default.replication.factor``;
+        ``replica_assignment`` (one broker list per partition) replaces it.
         Raises :class:`KafkaBrokerError` if creation fails or leaders do not appear in time.
         """
         admin = self.admin()
-        topic = NewTopic(
-            name,
-            num_partitions=partitions,
-            # -1 asks the broker for its default (KIP-464).
-            replication_factor=-1 if replication_factor is None else replication_factor,
-            config={k: str(v) for k, v in (config or {}).items()},
-        )
-        futures = admin.create_topics([topic], request_timeout=timeout)
+        settings = {k: str(v) for k, v in (config or {}).items()}
+        if replica_assignment is not None:
+            topic = NewTopic(
+                name,
+                num_partitions=partitions,
+                replica_assignment=replica_assignment,
+                config=settings,
+            )
+        else:
+            topic = NewTopic(
+                name,
+                num_partitions=partitions,
+                # -1 asks the broker for its default (KIP-464).
+                replication_factor=-1 if replication_factor is None else replication_factor,
+                config=settings,
+            )
         try:
-            futures[name].result(timeout=timeout)
+            create_topic(admin, topic, timeout_s=timeout)
         except KafkaException as e:
             raise KafkaBrokerError(f"creating topic {name!r} failed: {e}") from e
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from jobs.availability.probe_ledger import ProbeTarget
 from jobs.common.errors import ClusterUnreachable
-from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
+from jobs.common.kafka_admin import ADMIN_TIMEOUT_S, create_partitions, create_topic
 from jobs.common.settings import ClusterConfig
 
 log = logging.getLogger("uatu.availability")
@@ -71,8 +71,8 @@ def ensure_probe_topic(
     if existing is None or existing.error is not None:
         lists = replica_lists(brokers, brokers, replication_factor)
         log.info("creating probe topic %s: one partition led by each of brokers %s", topic, brokers)
-        _wait(
-            admin.create_topics([NewTopic(topic, len(lists), replica_assignment=lists)]),
+        _run_admin_request(
+            lambda: create_topic(admin, NewTopic(topic, len(lists), replica_assignment=lists)),
             cluster,
             topic,
         )
@@ -91,7 +91,7 @@ def ensure_probe_topic(
             len(assignment) + len(missing),
             replica_assignment=replica_lists(missing, brokers, replication_factor),
         )
-        _wait(admin.create_partitions([request]), cluster, topic)
+        _run_admin_request(lambda: create_partitions(admin, request), cluster, topic)
     return _wait_covered(admin, cluster, topic, brokers)
 
 
@@ -115,11 +115,10 @@ def _wait_covered(
         time.sleep(0.2)
 
 
-def _wait(futures: Mapping[str, object], cluster: ClusterConfig, topic: str) -> None:
-    for future in futures.values():
-        try:
-            future.result()  # type: ignore[attr-defined]
-        except KafkaException as e:
-            raise ClusterUnreachable(
-                cluster.name, cluster.bootstrap_servers, f"probe topic {topic}: {e}"
-            ) from e
+def _run_admin_request(request: Callable[[], None], cluster: ClusterConfig, topic: str) -> None:
+    try:
+        request()
+    except KafkaException as e:
+        raise ClusterUnreachable(
+            cluster.name, cluster.bootstrap_servers, f"probe topic {topic}: {e}"
+        ) from e

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future
+
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from jobs.common.errors import ClusterUnreachable, ConfigError, TopicNotFound
 from jobs.common.settings import ClusterConfig
 
+log = logging.getLogger("uatu.kafka_admin")
+
 # How long one admin or metadata request may take before the cluster counts as unreachable.
 ADMIN_TIMEOUT_S = 10.0
+
+# librdkafka decommissions a broker handle it no longer needs (the bootstrap handle, once the
+# cluster's own brokers are known) and fails the admin request in flight on it: with
+# _DESTROY_BROKER up to 2.15, with _TRANSPORT from 2.16, whose changelog asks callers to retry.
+LOST_REQUEST_ERRORS = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT})
+_ATTEMPTS = 3
 
 
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
@@ -34,3 +46,53 @@ def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: f
     if info.error is not None:
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(info.error))
     return len(info.partitions)
+
+
+def create_topic(admin: AdminClient, topic: NewTopic, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
+    """Create `topic`, retrying a request lost with its broker handle.
+
+    A lost request may still have reached the controller, so after a retry TOPIC_ALREADY_EXISTS
+    counts as created. Raises the KafkaException of any other failure.
+    """
+    _retry_lost(
+        lambda: admin.create_topics([topic], request_timeout=timeout_s),
+        topic.topic,
+        done_after_retry={KafkaError.TOPIC_ALREADY_EXISTS},
+        timeout_s=timeout_s,
+    )
+
+
+def create_partitions(
+    admin: AdminClient, request: NewPartitions, timeout_s: float = ADMIN_TIMEOUT_S
+) -> None:
+    """Grow a topic to `request.new_total_count` partitions, retrying a lost request.
+
+    After a retry INVALID_PARTITIONS (the topic already has that many) counts as done; the
+    caller checks the resulting assignment in the metadata.
+    """
+    _retry_lost(
+        lambda: admin.create_partitions([request], request_timeout=timeout_s),
+        request.topic,
+        done_after_retry={KafkaError.INVALID_PARTITIONS},
+        timeout_s=timeout_s,
+    )
+
+
+def _retry_lost(
+    submit: Callable[[], Mapping[str, Future[None]]],
+    topic: str,
+    done_after_retry: Collection[int],
+    timeout_s: float,
+    attempts: int = _ATTEMPTS,
+) -> None:
+    for attempt in range(1, attempts + 1):
+        try:
+            submit()[topic].result(timeout=timeout_s)
+            return
+        except KafkaException as e:
+            code = e.args[0].code()
+            if attempt > 1 and code in done_after_retry:
+                return
+            if code not in LOST_REQUEST_ERRORS or attempt == attempts:
+                raise
+            log.warning("topic %s: admin request lost (%s); retrying", topic, e.args[0].str())

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from jobs.common.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
-from jobs.common.kafka_admin import partition_count
+from jobs.common.kafka_admin import create_topic, partition_count
 from jobs.common.settings import ClusterConfig
 from jobs.replication.spec import ReplicationSpec
 
@@ -208,11 +208,9 @@ def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:
         source_count,
     )
     admin = AdminClient(spec.destination_cluster.client_config())
-    futures = admin.create_topics(
-        [NewTopic(spec.destination_topic, num_partitions=source_count, replication_factor=-1)]
-    )
+    topic = NewTopic(spec.destination_topic, num_partitions=source_count, replication_factor=-1)
     try:
-        futures[spec.destination_topic].result(timeout=_TIMEOUT_S)
+        create_topic(admin, topic, timeout_s=_TIMEOUT_S)
     except KafkaException as e:
         raise ClusterUnreachable(
             spec.destination_cluster.name, spec.destination_cluster.bootstrap_servers, str(e)

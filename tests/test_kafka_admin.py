@@ -1,0 +1,88 @@
+"""Topic creation and growth that survive a request lost with its broker handle."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import Future
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewPartitions, NewTopic
+
+from jobs.common.kafka_admin import create_partitions, create_topic
+
+
+def _failed(code: int) -> Future[None]:
+    future: Future[None] = Future()
+    future.set_exception(KafkaException(KafkaError(code)))
+    return future
+
+
+def _done() -> Future[None]:
+    future: Future[None] = Future()
+    future.set_result(None)
+    return future
+
+
+class ScriptedAdmin:
+    """Answers create_topics with a scripted sequence of outcomes.
+
+    librdkafka loses a request only when it decommissions the broker handle the request is in
+    flight on, a race a real broker cannot be made to lose on demand; the outcomes below are
+    the ones librdkafka reports then (CI saw _DESTROY_BROKER on a fresh AdminClient).
+    """
+
+    def __init__(self, outcomes: list[Future[None]]) -> None:
+        self.outcomes = outcomes
+        self.calls = 0
+
+    def create_topics(self, topics: list[NewTopic], request_timeout: float) -> dict:
+        self.calls += 1
+        return {topics[0].topic: self.outcomes.pop(0)}
+
+
+def test_a_lost_request_is_retried_and_already_exists_then_means_created() -> None:
+    admin = ScriptedAdmin(
+        [_failed(KafkaError._DESTROY_BROKER), _failed(KafkaError.TOPIC_ALREADY_EXISTS)]
+    )
+    create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
+    assert admin.calls == 2
+
+
+def test_already_exists_on_the_first_attempt_is_an_error() -> None:
+    admin = ScriptedAdmin([_failed(KafkaError.TOPIC_ALREADY_EXISTS)])
+    with pytest.raises(KafkaException) as raised:
+        create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
+    assert raised.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert admin.calls == 1
+
+
+def test_a_request_lost_on_every_attempt_raises_the_last_loss() -> None:
+    admin = ScriptedAdmin([_failed(KafkaError._TRANSPORT) for _ in range(3)])
+    with pytest.raises(KafkaException) as raised:
+        create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
+    assert raised.value.args[0].code() == KafkaError._TRANSPORT
+    assert admin.calls == 3
+
+
+def test_other_errors_are_not_retried() -> None:
+    admin = ScriptedAdmin([_failed(KafkaError.POLICY_VIOLATION), _done()])
+    with pytest.raises(KafkaException):
+        create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
+    assert admin.calls == 1
+
+
+@pytest.mark.integration
+def test_create_and_grow_on_a_real_broker(kafka) -> None:
+    topic = f"admin-{uuid.uuid4().hex[:8]}"
+    admin = kafka.admin()
+    create_topic(admin, NewTopic(topic, 2, replication_factor=-1))
+    with pytest.raises(KafkaException) as again:
+        create_topic(admin, NewTopic(topic, 2, replication_factor=-1))
+    assert again.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+    create_partitions(admin, NewPartitions(topic, 3))
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    with pytest.raises(KafkaException) as same:
+        create_partitions(admin, NewPartitions(topic, 3))
+    assert same.value.args[0].code() == KafkaError.INVALID_PARTITIONS
