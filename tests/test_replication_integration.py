@@ -22,7 +22,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from jobs.common.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
 from jobs.common.settings import load_settings, write_conf_dir
 from jobs.replication import job as replication
-from jobs.replication.writer import STAMP_CLUSTER, STAMP_OFFSET, STAMP_PARTITION, STAMP_TOPIC
+from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
 from tests.conftest import ROOT
 from tests.support import wait_for
 from tools.processes import signal_group
@@ -71,12 +71,11 @@ def assert_exact_copy(
             )
             own = tuple(h for h in have.headers if not h[0].startswith("uatu."))
             assert own == want.headers
-            stamps = dict(h for h in have.headers if h[0].startswith("uatu.src."))
-            assert stamps[STAMP_CLUSTER] == b"src"
-            assert stamps[STAMP_TOPIC] == source_topic.encode()
-            assert stamps[STAMP_PARTITION] == str(p).encode()
-        offsets = [int(dict(h.headers)[STAMP_OFFSET]) for h in got]
-        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+            assert [name for name, _ in have.headers].count(STAMP) == 1, have.headers
+        stamps = [latest_stamp(h.headers) for h in got]
+        offsets = [s.offset for s in stamps if s is not None]
+        assert stamps == [SourceOffset("src", source_topic, p, o) for o in offsets]
+        assert offsets == sorted(set(offsets)), f"partition {p}: stamped offsets {offsets}"
 
 
 def two_cluster_conf(tmp_path: Path, source: str, destination: str) -> Path:

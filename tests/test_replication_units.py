@@ -13,6 +13,7 @@ from jobs.common.errors import ConfigError, InvalidJobGroup, UnknownCluster
 from jobs.common.settings import load_settings, write_conf_dir
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
+from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
 from jobs.replication.transforms import replication_audit, replication_stats
@@ -513,3 +514,46 @@ def test_a_setting_the_java_consumer_refuses_is_a_config_error_naming_the_source
     config = DestinationConfig("src", "t", "dst", "d", nowhere, nowhere, refused, {0: 0})
     with pytest.raises(ConfigError, match=r"clusters\.src\.properties.*read_mostly"):
         check_clients(spark, config)
+
+
+# --- provenance stamp -----------------------------------------------------------------------
+
+
+def test_a_stamp_parses_from_the_right_so_a_cluster_may_contain_slashes() -> None:
+    assert parse_stamp(b"eu/west/orders/3/42") == SourceOffset("eu/west", "orders", 3, 42)
+
+
+@pytest.mark.parametrize("value", [b"orders/3/42", b"c/orders/x/42", b"c/orders/3/", b"/t/0/1"])
+def test_a_value_that_is_not_a_stamp_is_an_error_naming_it(value: bytes) -> None:
+    with pytest.raises(ValueError, match=STAMP + ".*" + value.decode()):
+        parse_stamp(value)
+
+
+def test_the_latest_hop_is_the_last_stamp() -> None:
+    headers = [(STAMP, b"a/t/0/7"), ("trace", b"x"), (STAMP, b"b/t/2/9"), ("other", None)]
+    assert latest_stamp(headers) == SourceOffset("b", "t", 2, 9)
+    assert latest_stamp([("trace", b"x")]) is None
+    assert latest_stamp(None) is None
+
+
+def test_the_jvm_stamp_is_what_the_python_reader_parses_and_only_its_own_counts(spark) -> None:
+    jvm = spark.sparkContext._jvm
+    ours = jvm.dev.uatu.replication.Provenance("eu/west", "orders", 3)
+    stamp = ours.stamp(9_876_543_210)
+    assert stamp.key() == STAMP
+    assert parse_stamp(bytes(stamp.value())) == SourceOffset("eu/west", "orders", 3, 9_876_543_210)
+
+    def offset_in(*stamps: bytes) -> int:
+        headers = jvm.org.apache.kafka.common.header.internals.RecordHeaders()
+        headers.add("trace", b"x")
+        for value in stamps:
+            headers.add(STAMP, value)
+        return ours.offsetIn(headers)
+
+    assert offset_in(b"eu/west/orders/3/17") == 17
+    assert offset_in(b"eu/west/orders/3/17", b"b/orders/3/5") == -1  # copied again since
+    assert offset_in(b"b/orders/3/5", b"eu/west/orders/3/17") == 17
+    assert offset_in(b"eu/west/orders/31/17") == -1  # another partition
+    assert offset_in(b"west/orders/3/17") == -1  # another cluster
+    assert offset_in(b"eu/west/orders/3/") == -1
+    assert offset_in() == -1

@@ -8,8 +8,8 @@ For the range its task holds (`ranges.SourceRange`), the copy
    stamped there, so records a crashed run or a failed task attempt wrote are not written again;
 2. reads the range with a byte-array consumer and produces every newer record to the
    destination partition with the Java Kafka producer, keeping key, value, headers and the
-   source timestamp, and appending the provenance stamps (`uatu.src.cluster`, `.topic`,
-   `.partition`, the encoded-format headers, `.offset`; the last header of a name wins);
+   source timestamp, and appending the encoded-format headers, if any, and the provenance
+   stamp (`provenance.STAMP`, one header naming source cluster, topic, partition and offset);
 3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
    and the query, fail rather than lose a record), and returns one summary row per window of
    source timestamps (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min,
@@ -39,10 +39,6 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from jobs.common.errors import ConfigError
 from jobs.replication.ranges import SourceRange
 
-STAMP_CLUSTER = "uatu.src.cluster"
-STAMP_TOPIC = "uatu.src.topic"
-STAMP_PARTITION = "uatu.src.partition"
-STAMP_OFFSET = "uatu.src.offset"
 ENCODED_FORMAT = "uatu.encoded.format"
 ENCODED_SCHEMA_VERSION = "uatu.encoded.schema.version"
 

@@ -1,12 +1,10 @@
 package dev.uatu.replication;
 
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.header.Header;
 
 /**
  * Reads the tail of a destination partition to find which source records it already holds,
@@ -14,11 +12,6 @@ import org.apache.kafka.common.header.Header;
  * only this job writes the destination partition, in order.
  */
 final class DestinationTail {
-  static final String STAMP_CLUSTER = "uatu.src.cluster";
-  static final String STAMP_TOPIC = "uatu.src.topic";
-  static final String STAMP_PARTITION = "uatu.src.partition";
-  static final String STAMP_OFFSET = "uatu.src.offset";
-
   private static final Duration TIMEOUT = Duration.ofSeconds(10);
 
   private DestinationTail() {}
@@ -27,9 +20,8 @@ final class DestinationTail {
    * Highest offset of {@code sourcePartition} already in its destination partition, or -1.
    *
    * <p>Reads the destination partition backwards in growing chunks (16, 64, 256, ... records)
-   * until a record stamped with this source partition appears, the partition's start is
-   * reached, or {@code scanLimit} records were read. The last stamp of a name wins: a record
-   * copied twice (A to B to C) carries both hops, the later one last.
+   * until a record whose last {@link Provenance} stamp names this source partition appears,
+   * the partition's start is reached, or {@code scanLimit} records were read.
    */
   static long replicatedUpTo(
       KafkaConsumer<byte[], byte[]> consumer, CopyConfig config, int sourcePartition) {
@@ -38,7 +30,7 @@ final class DestinationTail {
     List<TopicPartition> only = List.of(tp);
     long low = consumer.beginningOffsets(only, TIMEOUT).get(tp);
     long high = consumer.endOffsets(only, TIMEOUT).get(tp);
-    String partition = Integer.toString(sourcePartition);
+    Provenance ours = new Provenance(config.sourceCluster, config.sourceTopic, sourcePartition);
     long end = high;
     long chunk = 16;
     long scanned = 0;
@@ -54,8 +46,8 @@ final class DestinationTail {
               "reading " + tp + " offsets " + start + ".." + end + " took longer than " + TIMEOUT);
         }
         for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofMillis(200))) {
-          if (record.offset() < end && isFrom(record, config, partition)) {
-            best = Math.max(best, stampedOffset(record));
+          if (record.offset() < end) {
+            best = Math.max(best, ours.offsetIn(record.headers()));
           }
         }
       }
@@ -67,24 +59,5 @@ final class DestinationTail {
       chunk *= 4;
     }
     return -1;
-  }
-
-  private static boolean isFrom(ConsumerRecord<byte[], byte[]> record, CopyConfig config, String p) {
-    return config.sourceCluster.equals(last(record, STAMP_CLUSTER))
-        && config.sourceTopic.equals(last(record, STAMP_TOPIC))
-        && p.equals(last(record, STAMP_PARTITION))
-        && last(record, STAMP_OFFSET) != null;
-  }
-
-  private static long stampedOffset(ConsumerRecord<byte[], byte[]> record) {
-    return Long.parseLong(last(record, STAMP_OFFSET));
-  }
-
-  private static String last(ConsumerRecord<byte[], byte[]> record, String name) {
-    Header header = record.headers().lastHeader(name);
-    if (header == null || header.value() == null) {
-      return null;
-    }
-    return new String(header.value(), StandardCharsets.UTF_8);
   }
 }

@@ -27,8 +27,8 @@ import org.slf4j.LoggerFactory;
  *       highest source offset already stamped there.
  *   <li>Reads the range from the source with a byte-array consumer and sends every newer
  *       record to the destination partition: key, value, headers and the source timestamp as
- *       they came, plus the provenance stamps (cluster, topic, partition, encoded format,
- *       offset). The records stay Kafka's own objects from consumer to producer, as in
+ *       they came, plus the encoded-format headers if any and the {@link Provenance}
+ *       stamp (cluster, topic, partition, offset). The records stay Kafka's own objects from consumer to producer, as in
  *       MirrorMaker 2; they never become Spark rows.
  *   <li>Waits for its records' acks; any failed delivery fails the task, so the batch is replayed rather than a
  *       record lost. Returns one summary row per window of source timestamps.
@@ -67,7 +67,8 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
       Clients.giveBack(config.consumerConfig, tail);
     }
     long scanned = System.nanoTime();
-    Header[] fixed = fixedStamps(range.partition);
+    Header[] fixed = fixedHeaders();
+    Provenance provenance = new Provenance(config.sourceCluster, config.sourceTopic, range.partition);
     KafkaProducer<byte[], byte[]> producer = Clients.producer(config.producerConfig);
     AckTimes acks = new AckTimes();
     WindowSummaries summaries = new WindowSummaries(config.auditIntervalMs);
@@ -111,7 +112,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
                     timestampMs < 0 ? null : timestampMs, // none: the destination stamps it
                     record.key(),
                     record.value(),
-                    stamped(record.headers(), fixed, offset)),
+                    stamped(record.headers(), fixed, provenance.stamp(offset))),
                 acks.next());
             summaries.add(offset, timestampMs, readMs, keyBytes, valueBytes, ackIndex);
           } else {
@@ -161,26 +162,20 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
     }
   }
 
-  private Header[] fixedStamps(int sourcePartition) {
+  /** The encoded-format headers (uatu.encoded.*), the same on every record. */
+  private Header[] fixedHeaders() {
     List<Header> fixed = new ArrayList<>();
-    fixed.add(stamp(DestinationTail.STAMP_CLUSTER, config.sourceCluster));
-    fixed.add(stamp(DestinationTail.STAMP_TOPIC, config.sourceTopic));
-    fixed.add(stamp(DestinationTail.STAMP_PARTITION, Integer.toString(sourcePartition)));
     for (String[] extra : config.extraHeaders()) {
-      fixed.add(stamp(extra[0], extra[1]));
+      fixed.add(new RecordHeader(extra[0], extra[1].getBytes(StandardCharsets.UTF_8)));
     }
     return fixed.toArray(new Header[0]);
   }
 
-  /** The source headers as they came (null values kept), then the stamps, offset last. */
-  private static Headers stamped(Headers headers, Header[] fixed, long offset) {
+  /** The source headers as they came (null values kept), the fixed ones, provenance last. */
+  private static Headers stamped(Headers headers, Header[] fixed, Header provenance) {
     for (Header header : fixed) {
       headers.add(header);
     }
-    return headers.add(stamp(DestinationTail.STAMP_OFFSET, Long.toString(offset)));
-  }
-
-  private static Header stamp(String name, String value) {
-    return new RecordHeader(name, value.getBytes(StandardCharsets.UTF_8));
+    return headers.add(provenance);
   }
 }
