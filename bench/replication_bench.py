@@ -17,7 +17,8 @@ What is measured, in this order:
    idempotent, linger.ms=20, batch.size=1 MiB; see spec.producer_config). The smaller of the
    two is "the ceiling" of a copy on this machine.
 2. The Spark job, a bounded copy (replicationTaskGroup.isContinuous=false) of the source topic
-   to ``copy-spark``, run with ./spark-submit.sh (local[2], 2g driver); MirrorMaker 2
+   to ``copy-spark``, run with ./spark-submit.sh (local[P] for P partitions, one task slot per
+   partition, on the same 2 cores; 2g driver; BENCH_SPARK_MASTER overrides); MirrorMaker 2
    (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions, target producers with
    the same settings, max.in.flight 5) copying it to a topic of the same name. For each:
    launch-to-done wall time (launch until every record is in the destination; for the Spark
@@ -451,6 +452,8 @@ def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Pop
     path.write_text(json.dumps(group, indent=2))
     env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
     env.update(UATU_CONF_DIR=str(bench.conf), UATU_DRIVER_MEMORY="2g")
+    # One task slot per partition, as MM2 gets one task per partition (tasks.max).
+    env["SPARK_MASTER"] = os.environ.get("BENCH_SPARK_MASTER", f"local[{bench.partitions}]")
     if "BENCH_SPARK_SUBMIT_ARGS" in os.environ:
         env["UATU_SPARK_SUBMIT_ARGS"] = os.environ["BENCH_SPARK_SUBMIT_ARGS"]
     with spark_log(name).open("wb") as log:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
@@ -145,6 +146,11 @@ class ReplicationBatchWriter:
     app_id: str = ""
     last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
     _group_consumer: Consumer | None = None
+    # The audit rows are appended beside the stats: two independent Delta commits, each mostly
+    # fixed cost, take about 0.2 s less side by side than one after the other.
+    _audit_appender: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="audit-append")
+    )
 
     def labels(self) -> Mapping[str, str]:
         spec = self.spec
@@ -175,14 +181,17 @@ class ReplicationBatchWriter:
             # rows to record, and two Delta commits of nothing would cost a second or two.
             log.info("batch %d: no records", batch_id)
             return
+        audit = summaries.transform(
+            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
+        )
+        audit_appended = self._audit_appender.submit(
+            append_once, audit, self.spec.audit_path, self.app_id, batch_id
+        )
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
         append_once(stats, self.spec.stats_path, self.app_id, batch_id)
-        audit = summaries.transform(
-            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
-        )
-        append_once(audit, self.spec.audit_path, self.app_id, batch_id)
+        audit_appended.result()  # the batch is done only when both are written
         # One row per partition: the pacer's totals and the group offsets come from it.
         per_partition = stats.select(
             "partition", "last_offset", "records_replicated", "record_bytes_replicated"
@@ -206,6 +215,7 @@ class ReplicationBatchWriter:
             time.sleep(wait)
 
     def close(self) -> None:
+        self._audit_appender.shutdown()
         if self._group_consumer is not None:
             self._group_consumer.close()
             self._group_consumer = None
@@ -231,6 +241,19 @@ class ReplicationBatchWriter:
         )
 
 
+def _warn_if_copies_queue(spark: SparkSession, partitions: int) -> None:
+    slots = spark.sparkContext.defaultParallelism
+    if slots < partitions:
+        # Each copy task waits for its acks before its slot takes the next partition.
+        log.warning(
+            "%d task slots for %d source partitions: a batch copies them in waves; give the job "
+            "one slot per partition (SPARK_MASTER=local[%d], or executors x cores)",
+            slots,
+            partitions,
+            partitions,
+        )
+
+
 def run(
     spec: ReplicationSpec,
     *,
@@ -242,6 +265,7 @@ def run(
     spark = build_session(spec.query_name, conf=SESSION_CONF)
     destination = destination_config(spec, plan)
     check_clients(spark, destination)
+    _warn_if_copies_queue(spark, len(plan.source_partitions))
     tables.ensure_tables(spark, spec.stats_path, spec.audit_path)
 
     def copy_complete(progress: Mapping) -> bool:
