@@ -65,6 +65,14 @@ def test_a_request_lost_on_every_attempt_raises_the_last_loss() -> None:
     assert admin.calls == 3
 
 
+def test_no_answer_in_time_is_a_kafka_timeout_naming_the_topic() -> None:
+    admin = ScriptedAdmin([Future()])  # never completes
+    with pytest.raises(KafkaException, match=r"topic t: no answer in 0\.05 s") as raised:
+        create_topic(admin, NewTopic("t", 1), timeout_s=0.05)  # type: ignore[arg-type]
+    assert raised.value.args[0].code() == KafkaError._TIMED_OUT
+    assert admin.calls == 1
+
+
 def test_other_errors_are_not_retried() -> None:
     admin = ScriptedAdmin([_failed(KafkaError.POLICY_VIOLATION), _done()])
     with pytest.raises(KafkaException):

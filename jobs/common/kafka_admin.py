@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -87,7 +88,7 @@ def _retry_lost(
 ) -> None:
     for attempt in range(1, attempts + 1):
         try:
-            submit()[topic].result(timeout=timeout_s)
+            _result(submit()[topic], topic, timeout_s)
             return
         except KafkaException as e:
             code = e.args[0].code()
@@ -96,3 +97,14 @@ def _retry_lost(
             if code not in LOST_REQUEST_ERRORS or attempt == attempts:
                 raise
             log.warning("topic %s: admin request lost (%s); retrying", topic, e.args[0].str())
+
+
+def _result(future: Future[None], topic: str, timeout_s: float) -> None:
+    """The request's outcome; a KafkaException also when no answer came in time, so callers
+    map every failure to their named error in one place."""
+    try:
+        future.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"topic {topic}: no answer in {timeout_s:g} s")
+        ) from None
