@@ -242,6 +242,10 @@ class ReplicationBatchWriter:
 
 
 def _warn_if_copies_queue(spark: SparkSession, partitions: int) -> None:
+    # Only in local mode is defaultParallelism the slot count from the start: on a cluster it
+    # counts the executors registered so far.
+    if not (spark.sparkContext.master or "").startswith("local"):
+        return
     slots = spark.sparkContext.defaultParallelism
     if slots < partitions:
         # Each copy task waits for its acks before its slot takes the next partition.
