@@ -195,22 +195,18 @@ class KafkaCluster(StopOnExit):
         Raises :class:`KafkaBrokerError` if creation fails or leaders do not appear in time.
         """
         admin = self.admin()
-        settings = {k: str(v) for k, v in (config or {}).items()}
-        if replica_assignment is not None:
-            topic = NewTopic(
-                name,
-                num_partitions=partitions,
-                replica_assignment=replica_assignment,
-                config=settings,
-            )
-        else:
-            topic = NewTopic(
-                name,
-                num_partitions=partitions,
-                # -1 asks the broker for its default (KIP-464).
-                replication_factor=-1 if replication_factor is None else replication_factor,
-                config=settings,
-            )
+        placement: dict[str, Any] = (
+            {"replica_assignment": replica_assignment}
+            if replica_assignment is not None
+            # -1 asks the broker for its default (KIP-464).
+            else {"replication_factor": -1 if replication_factor is None else replication_factor}
+        )
+        topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            config={k: str(v) for k, v in (config or {}).items()},
+            **placement,
+        )
         try:
             create_topic(admin, topic, timeout_s=timeout)
         except KafkaException as e:
