@@ -7,7 +7,8 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 SITE        := $(VENV)/lib/python3.11/site-packages
 MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
-PROTOS      := $(shell find controlplane/proto -name '*.proto')
+PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
+THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv jars proto build etcd kafka-pixy burrow kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
@@ -40,12 +41,14 @@ var/jars/.installed: jvm/pom.xml jvm/settings.xml | $(VENV)/.installed
 	$(PY) -m tools.prune_jars var/jars/spark $(SITE)/pyspark/jars
 	touch $@
 
-proto: build/gen/.generated ## generate Python code from controlplane/proto (never edit it by hand)
+proto: build/gen/.generated ## generate Python code from proto/ (never edit it by hand)
 
-build/gen/.generated: $(PROTOS) $(VENV)/.installed
+build/gen/.generated: $(PROTOS) $(THIRD_PARTY_PROTOS) $(VENV)/.installed
 	@echo ">> generating protobuf and gRPC stubs into build/gen"
 	rm -rf build/gen && mkdir -p build/gen
-	$(PY) -m grpc_tools.protoc -I controlplane/proto --python_out=build/gen --pyi_out=build/gen --grpc_python_out=build/gen $(PROTOS)
+	$(PY) -m grpc_tools.protoc -I proto --python_out=build/gen --pyi_out=build/gen --grpc_python_out=build/gen $(PROTOS)
+	@# Vendored IDL keeps its upstream import path (top-level kafkapixy_pb2).
+	$(PY) -m grpc_tools.protoc -I proto/third_party --python_out=build/gen --pyi_out=build/gen --grpc_python_out=build/gen $(THIRD_PARTY_PROTOS)
 	@# Regular packages (not namespace ones) so the generated code imports from a zip too.
 	find build/gen -type d -exec touch {}/__init__.py \;
 	touch $@
