@@ -64,8 +64,8 @@ build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*' $(JAVA_SOURCES)
 	jar --create --file $@ -C build/jvm-classes .
 
-build/uatu-jobs.zip: build/gen/.generated $(shell find jobs -name '*.py')
-	$(PY) -m tools.pyfiles_zip $@ .:jobs build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
+build/uatu-jobs.zip: build/gen/.generated $(shell find jobs core -name '*.py')
+	$(PY) -m tools.pyfiles_zip $@ .:jobs .:core build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
 
 etcd: var/etcd/bin/etcd ## etcd binary from Debian's etcd-server .deb into var/etcd/bin (no system install)
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from jobs.common.settings import write_conf_dir
+from testing.conf import write_conf_dir
 from tools.kafka_broker import start_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +228,8 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
 
 def local_session(workdir: Path) -> Any:
     """A local[2] SparkSession with the project's jars, for the ceiling and the checks."""
-    from jobs.common.session import build_session, project_jars
+    from core.paths import project_jars
+    from jobs.runtime.session import build_session
 
     conf = {
         "spark.ui.enabled": "false",

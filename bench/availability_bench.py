@@ -351,7 +351,7 @@ def stderr_to(path: Path) -> Iterator[None]:
 
 def bench_session(workdir: Path) -> Any:
     """local[2] with the project's jars, as tests/conftest.py builds its `spark` fixture."""
-    from jobs.common.session import small_local_session
+    from testing.spark import small_local_session
 
     os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
     return small_local_session(
@@ -365,8 +365,9 @@ def availability_spec(workdir: Path, bootstrap: str) -> Any:
     from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions)
     from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+    from core.config import load_settings
     from jobs.availability import job
-    from jobs.common.settings import load_settings, write_conf_dir
+    from testing.conf import write_conf_dir
 
     conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", workdir / "ck")
     data = {

@@ -75,7 +75,7 @@ from controlplane.launchers import LocalLauncher
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.store import SqliteStore, Store
-from tools.processes import free_ports, group_pids, signal_group, terminate, wait_gone
+from core.processes import free_ports, group_pids, signal_group, terminate, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_PER_GROUP = 4
@@ -97,7 +97,7 @@ def say(msg: str) -> None:
 
 
 def audit_job_group(group_id: str, topic: str, rate: float = 1000) -> JobGroup:
-    """A KAFKA_AUDIT JobGroup on cluster `local`, modelled on tests/support.py's audit_group:
+    """A KAFKA_AUDIT JobGroup on cluster `local`, modelled on testing/jobgroups.py's audit_group:
     two 60 s audit configs, flow control (0 = unlimited), a JobOptions extension."""
     data = {
         "jobGroupId": group_id,
@@ -278,8 +278,8 @@ def bench_stream(backend: Backend, groups: int, runs: int, workdir: Path) -> lis
     """Groups alone, then the same groups with a heartbeat status per job: the server folds
     the latest statuses into what it streams (JobGroups.all), as in a fleet that runs."""
     from controlplane.jobgroups import JobGroups
-    from jobs.common import kafka_admin
-    from jobs.common.settings import load_settings
+    from core import kafka_admin
+    from core.config import load_settings
 
     tag = f"[stream/{backend.name}]"
     results = []
@@ -332,8 +332,8 @@ def serve_child(kind: str, location: str, prefix: str) -> int:
     from controlplane.leadership import Leadership, SoleLeader
     from controlplane.server import create_server
     from controlplane.workers import Workers
-    from jobs.common import kafka_admin
-    from jobs.common.settings import load_settings
+    from core import kafka_admin
+    from core.config import load_settings
 
     store: Store
     leadership: Leadership
@@ -540,7 +540,7 @@ def startup_run(kind: str, index: int, bootstrap: str, topic: str, workdir: Path
     Both paths end at the same observable event: the application's first heartbeat, seen as
     its StoredWorker turning WORKING in the control plane's store (polled every 20 ms).
     """
-    from jobs.common.settings import write_conf_dir
+    from testing.conf import write_conf_dir
 
     run_dir = workdir / f"startup-{kind}-{index}"
     conf = write_conf_dir(run_dir / "conf", bootstrap, run_dir / "wh", run_dir / "ck")

@@ -88,11 +88,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from jobs.common.settings import write_conf_dir
+from core.processes import signal_group
+from testing.conf import write_conf_dir
 from tools.kafka_broker import KafkaCluster, start_cluster
 from tools.kafka_perf import consumer_perf, producer_perf
 from tools.mirror_maker import MirrorMakerProcess, start_mirror_maker
-from tools.processes import signal_group
 from tools.topic_data import iter_messages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -842,7 +842,7 @@ def flow_runs(
 
 
 def local_session(workdir: Path) -> Any:
-    from jobs.common.session import small_local_session
+    from testing.spark import small_local_session
 
     return small_local_session(
         "uatu-replication-bench", workdir / "spark-warehouse", {"spark.driver.memory": "1g"}

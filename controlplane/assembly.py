@@ -20,9 +20,9 @@ from controlplane.leadership import Leadership, SoleLeader
 from controlplane.reconciler import Reconciler
 from controlplane.store import SqliteStore, Store
 from controlplane.workers import Workers
-from jobs.common import kafka_admin
-from jobs.common.errors import ConfigError
-from jobs.common.settings import Settings
+from core import kafka_admin
+from core.config import Settings
+from core.errors import ConfigError
 
 LAUNCHERS = ("local", "standalone", "kubernetes")
 

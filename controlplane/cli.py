@@ -25,9 +25,10 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
-from jobs.common.errors import UatuError
-from jobs.common.jobgroup import load_jobgroup
-from jobs.common.settings import PROJECT_ROOT, default_conf_dir, load_settings
+from core.config import default_conf_dir, load_settings
+from core.errors import UatuError
+from core.jobgroup import load_jobgroup
+from core.paths import VAR_DIR
 
 DEFAULT_ADDRESS = "127.0.0.1:8087"
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--store",
-        default=str(PROJECT_ROOT / "var" / "controlplane.sqlite"),
+        default=str(VAR_DIR / "controlplane.sqlite"),
         help="SQLite file, or http://HOST:PORT of etcd for several replicas (default %(default)s)",
     )
     serve.add_argument("--etcd-prefix", default="/uatu", help="etcd key prefix")
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--apps-dir",
         type=Path,
-        default=PROJECT_ROOT / "var" / "apps",
+        default=VAR_DIR / "apps",
         help="per-JobGroup folder: JobGroup JSON, stop file, application log",
     )
     serve.add_argument("--spark-master", default=None, help="Spark master for launched jobs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from jobs.common.errors import ClusterUnreachable, ConfigError, InvalidJobGroup, UatuError
+from core.errors import ClusterUnreachable, ConfigError, InvalidJobGroup, UatuError
 
 
 class JobGroupExists(UatuError):

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 from controlplane.errors import StoreUnavailable
-from jobs.common.errors import UatuError
+from core.errors import UatuError
 
 # gRPC status codes that mean "try again later" rather than "your request is wrong".
 _UNAVAILABLE_CODES = {4, 14}  # DEADLINE_EXCEEDED, UNAVAILABLE

@@ -30,9 +30,9 @@ from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
 from controlplane.errors import JobGroupNotFound
 from controlplane.store import Store
+from core.config import ClusterConfig, Settings
+from core.errors import InvalidJobGroup
 from jobs import registry
-from jobs.common.errors import InvalidJobGroup
-from jobs.common.settings import ClusterConfig, Settings
 
 PartitionCount = Callable[[ClusterConfig, str, str], int]
 REQUESTABLE_STATES = (job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED)

@@ -64,6 +64,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
@@ -71,8 +72,8 @@ from uatu.v1 import job_options_pb2  # noqa: F401 (registers the JobGroup.extens
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
-from jobs.common.errors import ConfigError
-from jobs.common.settings import PROJECT_ROOT
+from core.errors import ConfigError
+from core.paths import ROOT, project_jars
 
 log = logging.getLogger("uatu.kubernetes")
 
@@ -118,11 +119,8 @@ def _image_jars() -> tuple[str, ...]:
     # The image is built from this checkout, so the jars `make jars` put in var/jars/spark here
     # and the project's jar `make build` compiles (the replication sink) are the ones under
     # IMAGE_ROOT there. (A glob would not do: Spark does not expand globs in local:// jar
-    # paths.) Not jobs.common.session.project_jars(): that module imports pyspark, which the
-    # control plane does not need.
-    jars = [*sorted((PROJECT_ROOT / "var" / "jars" / "spark").glob("*.jar"))]
-    jars.append(PROJECT_ROOT / "build" / "uatu-jvm.jar")
-    return tuple(f"{IMAGE_ROOT}/{p.relative_to(PROJECT_ROOT)}" for p in jars if p.exists())
+    # paths.)
+    return tuple(f"{IMAGE_ROOT}/{Path(p).relative_to(ROOT)}" for p in project_jars())
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.settings import PROJECT_ROOT
+from core.paths import SPARK_SUBMIT_SCRIPT
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def build_launch(
     spark_master: str | None = None,
     driver_memory: str | None = None,
     stop_file: Path | None = None,
-    script: Path = PROJECT_ROOT / "spark-submit.sh",
+    script: Path = SPARK_SUBMIT_SCRIPT,
 ) -> Launch:
     """argv and extra environment for one Spark application of one JobGroup."""
     argv = [str(script), str(jobgroup_file)]

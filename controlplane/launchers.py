@@ -28,7 +28,7 @@ from typing import Protocol
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.launch import build_launch, prepare_app_dir
-from tools.processes import pid_alive, signal_group, signal_pid, start_ticks
+from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
 

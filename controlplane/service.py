@@ -25,7 +25,7 @@ from controlplane.errors import NotLeader, grpc_status
 from controlplane.jobgroups import JobGroups
 from controlplane.leadership import Leadership
 from controlplane.workers import Reply, Workers
-from jobs.common.errors import UatuError
+from core.errors import UatuError
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 

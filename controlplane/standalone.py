@@ -42,6 +42,7 @@ copy of a running job:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import time
@@ -51,13 +52,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyspark
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
 from controlplane.launch import prepare_app_dir
-from jobs.common.session import project_jars
-from jobs.common.settings import PROJECT_ROOT
+from core.paths import ROOT, project_jars
+
+# The pyspark release the jobs run with, read from its package metadata: the control plane
+# never imports pyspark itself.
+SPARK_VERSION = importlib.metadata.version("pyspark")
 
 log = logging.getLogger("uatu.launcher.standalone")
 
@@ -95,9 +98,9 @@ def submission_request(
     env: Mapping[str, str] | None = None,
     resources: Resources = Resources(),
     extra_conf: Mapping[str, str] | None = None,
-    root: Path = PROJECT_ROOT,
+    root: Path = ROOT,
     python: Path | None = None,
-    spark_version: str = pyspark.__version__,
+    spark_version: str = SPARK_VERSION,
 ) -> dict:
     """The ``CreateSubmissionRequest`` body that runs ``jobs/main.py jobgroup_file`` (pure).
 

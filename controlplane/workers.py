@@ -1,6 +1,6 @@
 """RegisterWorker and Heartbeat as plain Python (MasterWorkerService's servicer translates).
 
-In this product a worker is one running Spark application (see jobs/common/heartbeat.py).
+In this product a worker is one running Spark application (see jobs/runtime/reporting.py).
 
 * RegisterWorker keeps the id the worker proposes when a launch record reserved it (the
   control plane reserves one per launch and passes it as UATU_WORKER_ID), so heartbeats map to

@@ -14,12 +14,12 @@ import os
 import sys
 from pathlib import Path
 
+from core import kafka_admin
+from core.config import default_conf_dir, load_settings
+from core.errors import UatuError
+from core.jobgroup import job_type_name, load_jobgroup
 from jobs import registry
-from jobs.common import kafka_admin
-from jobs.common.errors import UatuError
-from jobs.common.heartbeat import JobTemplate, ReporterConfig, Reporting
-from jobs.common.jobgroup import job_type_name, load_jobgroup
-from jobs.common.settings import default_conf_dir, load_settings
+from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 
 log = logging.getLogger("uatu.main")
 

@@ -3,7 +3,7 @@ control plane.
 
 Each job module provides `prepare(group, settings) -> spec` (validation, no Spark),
 `source_topic(spec) -> (field, topic, cluster)` and
-`run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/common/heartbeat.py).
+`run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/runtime/reporting.py).
 A module may also provide `check(spec)`: broker checks beyond the source topic's existence
 (the replication job's destination topic and offsets), run by `--check` and by `run` itself,
 and `ensure_source(spec)`: make the source topic exist before it is checked (the availability
@@ -18,9 +18,9 @@ from typing import Any
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.errors import InvalidJobGroup
-from jobs.common.jobgroup import check_common, job_type_name
-from jobs.common.settings import Settings
+from core.config import Settings
+from core.errors import InvalidJobGroup
+from core.jobgroup import check_common, job_type_name
 
 JOB_MODULES = {
     "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.common.session import small_local_session
+from testing.spark import small_local_session
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from jobs.common.settings import write_conf_dir
-from tests.conftest import ROOT
+from core.paths import ROOT
+from testing.conf import write_conf_dir
 from tools.demo_data import SentRecord, audit_dataset, produce
 
 pytestmark = pytest.mark.integration

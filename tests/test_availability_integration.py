@@ -20,11 +20,12 @@ from pyspark.sql import functions as F
 from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from core.config import load_settings
+from core.errors import EXIT_OK
 from jobs.availability import job as availability
 from jobs.availability.proxy_client import key_for_partition
-from jobs.common.errors import EXIT_OK
-from jobs.common.settings import load_settings, write_conf_dir
-from tests.support import wait_for
+from testing.conf import write_conf_dir
+from testing.polling import wait_for
 from tools.topic_data import Record, produce_records
 
 pytestmark = pytest.mark.integration

@@ -12,6 +12,8 @@ from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `ex
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from core.config import load_settings
+from core.errors import InvalidJobGroup, UnknownCluster
 from jobs.availability.job import status_rows
 from jobs.availability.lag_tracker import LagSettings, LagTracker
 from jobs.availability.offsets_topic import (
@@ -22,8 +24,7 @@ from jobs.availability.offsets_topic import (
 )
 from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
-from jobs.common.errors import InvalidJobGroup, UnknownCluster
-from jobs.common.settings import load_settings, write_conf_dir
+from testing.conf import write_conf_dir
 
 # Recorded from Apache Kafka 3.9.2: group g1 committed offset 42 of t[1] (key v1, value v3).
 KAFKA_KEY = b"\x00\x01\x00\x02g1\x00\x01t\x00\x00\x00\x01"

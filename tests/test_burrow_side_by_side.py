@@ -72,7 +72,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from tests.support import wait_for
+from testing.polling import wait_for
 from tests.test_availability_integration import running, spec_for
 
 pytestmark = pytest.mark.integration

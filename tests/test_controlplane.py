@@ -27,9 +27,10 @@ from controlplane.leadership import SoleLeader
 from controlplane.server import create_server
 from controlplane.store import SqliteStore
 from controlplane.workers import Workers
-from jobs.common import kafka_admin
-from jobs.common.errors import ConfigError, InvalidJobGroup, TopicNotFound
-from jobs.common.settings import load_settings, write_conf_dir
+from core import kafka_admin
+from core.config import load_settings
+from core.errors import ConfigError, InvalidJobGroup, TopicNotFound
+from testing.conf import write_conf_dir
 
 GROUP = {
     "jobGroupId": "orders-audit",
@@ -327,7 +328,7 @@ def test_adopted_pid_must_be_the_same_process(tmp_path):
     """A launch record names a process by pid and start time: a reused pid is not 'alive'."""
     import subprocess
 
-    from tools.processes import start_ticks
+    from core.processes import start_ticks
 
     sleeper = subprocess.Popen(["sleep", "60"])
     try:

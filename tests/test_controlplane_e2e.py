@@ -28,10 +28,11 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
 from controlplane.store import SqliteStore
-from jobs.common.settings import write_conf_dir
-from tests.support import audit_group, wait_for
+from core.processes import free_ports, pid_alive, signal_group, terminate
+from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
+from testing.polling import wait_for
 from tools.demo_data import audit_dataset, produce
-from tools.processes import free_ports, pid_alive, signal_group, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 

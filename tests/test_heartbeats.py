@@ -24,9 +24,10 @@ from controlplane.leadership import SoleLeader
 from controlplane.server import create_server
 from controlplane.store import SqliteStore
 from controlplane.workers import Workers
-from jobs.common.errors import ConfigError
-from jobs.common.heartbeat import JobTemplate, ReporterConfig, end_offsets, partition_statuses
-from jobs.common.settings import load_settings, write_conf_dir
+from core.config import load_settings
+from core.errors import ConfigError
+from jobs.runtime.reporting import JobTemplate, ReporterConfig, end_offsets, partition_statuses
+from testing.conf import write_conf_dir
 
 TEMPLATE = JobTemplate(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
 
@@ -262,7 +263,7 @@ def test_followers_refuse_admin_calls_naming_the_leader_but_answer_scale(tmp_pat
 
 def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
     """Spark's offset-log layout, as a real audit checkpoint has it; batch 1 is uncommitted."""
-    from jobs.common.heartbeat import ProgressListener, committed_offsets
+    from jobs.runtime.reporting import ProgressListener, committed_offsets
 
     checkpoint = tmp_path / "ck"
     assert committed_offsets(spark, str(checkpoint)) is None
@@ -311,8 +312,8 @@ def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, t
 
     from confluent_kafka.admin import NewPartitions
 
-    from jobs.common import kafka_admin
-    from tests.support import audit_group
+    from core import kafka_admin
+    from testing.jobgroups import audit_group
 
     topic = f"grow-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from jobs.common.kafka_admin import create_partitions, create_topic
+from core.kafka_admin import create_partitions, create_topic
 
 
 def _failed(code: int) -> Future[None]:

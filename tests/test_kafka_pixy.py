@@ -21,7 +21,7 @@ from jobs.availability.proxy_client import (
     key_for_partition,
     sarama_hash_partition,
 )
-from tests.support import wait_for
+from testing.polling import wait_for
 from tools.kafka_pixy import LONG_POLLING_TIMEOUT_S
 
 CALL_TIMEOUT_S = 10.0

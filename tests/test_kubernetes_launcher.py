@@ -30,7 +30,7 @@ from controlplane.kubernetes import (
     render_manifests,
 )
 from controlplane.reconcile import definition_of
-from tests.support import audit_group
+from testing.jobgroups import audit_group
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "kubernetes"
 JARS = (

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as TP
 
-from tests.support import wait_for
+from testing.polling import wait_for
 from tools.kafka_broker import start_cluster
 from tools.kafka_perf import (
     ConsumerPerfResult,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import MappingProxyType
 
+from core.config import ClusterConfig, Settings
+from core.jobgroup import parse_jobgroup
 from jobs.audit.spec import audit_spec
-from jobs.common.jobgroup import parse_jobgroup
-from jobs.common.kafka_source import kafka_read_options
-from jobs.common.settings import ClusterConfig, Settings
+from jobs.runtime.kafka_source import kafka_read_options
 from tools.prune_jars import artifact_of, jars_to_remove
 
 SASL = ClusterConfig(

@@ -17,9 +17,11 @@ from controlplane.launchers import LocalLauncher
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.store import SqliteStore
-from jobs.common import kafka_admin
-from jobs.common.settings import load_settings, write_conf_dir
-from tests.support import audit_group, wait_for
+from core import kafka_admin
+from core.config import load_settings
+from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
+from testing.polling import wait_for
 from tools.demo_data import audit_dataset, produce
 
 RUNNING, CANCELED = job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED

@@ -19,13 +19,14 @@ from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
-from jobs.common.settings import load_settings, write_conf_dir
+from core.config import load_settings
+from core.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
+from core.paths import ROOT
+from core.processes import signal_group
 from jobs.replication import job as replication
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
-from tests.conftest import ROOT
-from tests.support import wait_for
-from tools.processes import signal_group
+from testing.conf import write_conf_dir
+from testing.polling import wait_for
 from tools.topic_data import Record, count_records, produce_records, read_partitions
 
 pytestmark = pytest.mark.integration

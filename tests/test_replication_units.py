@@ -9,8 +9,8 @@ from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.errors import ConfigError, InvalidJobGroup, UnknownCluster
-from jobs.common.settings import load_settings, write_conf_dir
+from core.config import load_settings
+from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
@@ -23,6 +23,7 @@ from jobs.replication.writer import (
     check_clients,
     copy_ranges,
 )
+from testing.conf import write_conf_dir
 
 NOW_MS = 1_800_000_000_000
 

@@ -16,10 +16,11 @@ import pytest
 
 from controlplane.errors import LaunchFailed
 from controlplane.standalone import Resources, StandaloneLauncher, submission_request
-from jobs.common.settings import write_conf_dir
-from tests.support import audit_group, wait_for
+from core.processes import free_ports, group_pids
+from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
+from testing.polling import wait_for
 from tools.demo_data import audit_dataset, produce
-from tools.processes import free_ports, group_pids
 from tools.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
 
 ROOT = Path("/srv/uatu")

@@ -20,7 +20,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, StoreUnavailable
 from controlplane.etcd_store import EtcdStore
 from controlplane.store import SqliteStore, Store
-from tools.processes import free_ports
+from core.processes import free_ports
 
 
 @pytest.fixture(

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.config import load_settings
+from core.errors import ConfigError
 from jobs import main as job_main
-from jobs.common.errors import ConfigError
-from jobs.common.settings import load_settings, write_conf_dir
+from testing.conf import write_conf_dir
 
 VALID = {
     "jobGroupId": "orders-audit",

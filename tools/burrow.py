@@ -76,10 +76,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from core.processes import StopOnExit, free_ports, terminate
 from tools import cli
 from tools.debian_package import DebPackageError, install_from_deb
 from tools.kafka_broker import HOST, log_tail
-from tools.processes import StopOnExit, free_ports, terminate
 
 log = logging.getLogger("uatu.burrow")
 

@@ -21,15 +21,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jobs.common.session import build_session, project_jars
-from jobs.common.settings import PROJECT_ROOT, write_conf_dir
+from core.paths import ROOT, project_jars
+from jobs.runtime.session import build_session
+from testing.conf import write_conf_dir
 from tools.demo_data import audit_dataset, produce
 from tools.kafka_broker import start_cluster
 
 log = logging.getLogger("uatu.demo")
 
-DEMO_DIR = PROJECT_ROOT / "var" / "demo"
-JOBGROUP = PROJECT_ROOT / "conf" / "demo" / "audit-demo.json"
+DEMO_DIR = ROOT / "var" / "demo"
+JOBGROUP = ROOT / "conf" / "demo" / "audit-demo.json"
 TOPIC = "demo-orders"
 SHOWN_COLUMNS = [
     "audit_type", "partition", "window_start", "message_count", "unique_count",
@@ -42,7 +43,7 @@ def run_audit_job(conf_dir: Path) -> int:
     env = {**os.environ, "UATU_CONF_DIR": str(conf_dir)}
     env.pop("UATU_WAREHOUSE", None)
     env.pop("UATU_CHECKPOINTS", None)
-    command = [str(PROJECT_ROOT / "spark-submit.sh"), str(JOBGROUP), "--once"]
+    command = [str(ROOT / "spark-submit.sh"), str(JOBGROUP), "--once"]
     log.info("running: %s", " ".join(command))
     return subprocess.run(command, env=env, check=False).returncode
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_pid, wait_gone
 from tools import cli
 from tools.debian_package import DebPackageError, install_from_deb
-from tools.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_pid, wait_gone
 
 log = logging.getLogger("uatu.etcd")
 

@@ -39,9 +39,9 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobs.common.kafka_admin import create_topic
+from core.kafka_admin import create_topic
+from core.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
 from tools import cli
-from tools.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
 
 log = logging.getLogger("uatu.kafka")
 

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from core.processes import StopOnExit, free_ports, terminate
 from tools import cli
-from tools.processes import StopOnExit, free_ports, terminate
 
 log = logging.getLogger("uatu.kafka_pixy")
 

@@ -36,9 +36,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from core.processes import StopOnExit, pid_alive, read_pid, signal_group, terminate, wait_gone
 from tools import cli
 from tools.kafka_broker import DEFAULT_JARS_DIR, REPO_ROOT, jvm_command, log_tail
-from tools.processes import StopOnExit, pid_alive, read_pid, signal_group, terminate, wait_gone
 
 log = logging.getLogger("uatu.mirror_maker")
 

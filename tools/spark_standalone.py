@@ -45,8 +45,8 @@ from pathlib import Path
 
 import pyspark
 
+from core.processes import StopOnExit, free_ports, group_pids, pid_alive, read_pid, signal_group
 from tools import cli
-from tools.processes import StopOnExit, free_ports, group_pids, pid_alive, read_pid, signal_group
 
 log = logging.getLogger("uatu.standalone")
 

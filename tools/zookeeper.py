@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.processes import StopOnExit, free_ports, terminate
 from tools.kafka_broker import DEFAULT_JARS_DIR, HOST, jvm_command, log_tail
-from tools.processes import StopOnExit, free_ports, terminate
 
 READY_TIMEOUT_S = 30.0
 

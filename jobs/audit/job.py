@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.config import Settings
+from core.jobgroup import JobGroup
 from jobs.audit import tables
 from jobs.audit.spec import AuditSpec, audit_spec
 from jobs.audit.transforms import (
@@ -39,12 +41,10 @@ from jobs.audit.transforms import (
     window_partials,
     with_new_unique_counts,
 )
-from jobs.common.heartbeat import Reporting, observe_source
-from jobs.common.jobgroup import JobGroup
-from jobs.common.kafka_source import kafka_read_options
-from jobs.common.runner import QuerySettings, run_query, streaming_query_id
-from jobs.common.session import build_session
-from jobs.common.settings import Settings
+from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.reporting import Reporting, observe_source
+from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
+from jobs.runtime.session import build_session
 
 log = logging.getLogger("uatu.audit")
 

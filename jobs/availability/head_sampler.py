@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
+from core.kafka_admin import ADMIN_TIMEOUT_S
 
 log = logging.getLogger("uatu.availability")
 

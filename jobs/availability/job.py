@@ -43,6 +43,10 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from core.config import Settings
+from core.errors import ClusterUnreachable
+from core.jobgroup import JobGroup
+from core.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.availability import tables
 from jobs.availability.head_sampler import HeadSampler
 from jobs.availability.lag_rules import GroupResult
@@ -67,15 +71,11 @@ from jobs.availability.probers import (
 from jobs.availability.proxy_client import PixyClient
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
-from jobs.common.delta_tables import append_once
-from jobs.common.errors import ClusterUnreachable
-from jobs.common.heartbeat import Reporting
-from jobs.common.jobgroup import JobGroup
-from jobs.common.kafka_admin import ADMIN_TIMEOUT_S
-from jobs.common.kafka_source import kafka_read_options
-from jobs.common.runner import QuerySettings, run_query, streaming_query_id
-from jobs.common.session import build_session
-from jobs.common.settings import Settings
+from jobs.runtime.delta import append_once
+from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.reporting import Reporting
+from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
+from jobs.runtime.session import build_session
 
 log = logging.getLogger("uatu.availability")
 

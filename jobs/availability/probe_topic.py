@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from core.config import ClusterConfig
+from core.errors import ClusterUnreachable
+from core.kafka_admin import ADMIN_TIMEOUT_S, create_partitions, create_topic
 from jobs.availability.probe_ledger import ProbeTarget
-from jobs.common.errors import ClusterUnreachable
-from jobs.common.kafka_admin import ADMIN_TIMEOUT_S, create_partitions, create_topic
-from jobs.common.settings import ClusterConfig
 
 log = logging.getLogger("uatu.availability")
 

@@ -42,11 +42,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from core.config import ClusterConfig
 from jobs.availability.probe_ledger import ProbeLedger, ProbeTarget
 from jobs.availability.probe_topic import broker_zones, ensure_probe_topic, probe_targets
 from jobs.availability.proxy_client import PixyClient, ProxyError, ProxyMessage, key_for_partition
 from jobs.availability.spec import ProbeSettings
-from jobs.common.settings import ClusterConfig
 
 log = logging.getLogger("uatu.availability")
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from jobs.common.delta_tables import ensure_table
+from jobs.runtime.delta import ensure_table
 
 TOPIC_COLUMNS = (
     "topic string, partition int, leader int, replication_factor int, isr_size int, "

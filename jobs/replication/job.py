@@ -33,13 +33,8 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.common.delta_tables import append_once
-from jobs.common.heartbeat import Reporting, committed_offsets, end_offsets
-from jobs.common.jobgroup import JobGroup
-from jobs.common.kafka_source import kafka_read_options
-from jobs.common.runner import QuerySettings, run_query, streaming_query_id
-from jobs.common.session import build_session
-from jobs.common.settings import Settings
+from core.config import Settings
+from core.jobgroup import JobGroup
 from jobs.replication import tables
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, preflight
@@ -54,6 +49,11 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
+from jobs.runtime.delta import append_once
+from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
+from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
+from jobs.runtime.session import build_session
 
 log = logging.getLogger("uatu.replication")
 

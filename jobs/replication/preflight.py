@@ -18,9 +18,9 @@ from types import MappingProxyType
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from jobs.common.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
-from jobs.common.kafka_admin import create_topic, partition_count
-from jobs.common.settings import ClusterConfig
+from core.config import ClusterConfig
+from core.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
+from core.kafka_admin import create_topic, partition_count
 from jobs.replication.spec import ReplicationSpec
 
 log = logging.getLogger("uatu.replication")

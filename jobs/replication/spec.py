@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from uatu.v1 import job_options_pb2
 from uber.data.kafka.datatransfer import job_pb2
 
-from jobs.common.errors import InvalidJobGroup
-from jobs.common.jobgroup import JobGroup, job_options, require_cluster
-from jobs.common.settings import ClusterConfig, Settings
+from core.config import ClusterConfig, Settings
+from core.errors import InvalidJobGroup
+from core.jobgroup import JobGroup, job_options, require_cluster
 
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60

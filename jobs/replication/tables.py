@@ -46,7 +46,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jobs.common.delta_tables import ensure_table
+from jobs.runtime.delta import ensure_table
 
 LABELS = (
     "job_group_id",

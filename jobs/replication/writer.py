@@ -36,7 +36,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-from jobs.common.errors import ConfigError
+from core.errors import ConfigError
 from jobs.replication.ranges import SourceRange
 
 ENCODED_FORMAT = "uatu.encoded.format"

@@ -10,8 +10,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from jobs.common.errors import ClusterUnreachable, ConfigError, TopicNotFound
-from jobs.common.settings import ClusterConfig
+from core.config import ClusterConfig
+from core.errors import ClusterUnreachable, ConfigError, TopicNotFound
 
 log = logging.getLogger("uatu.kafka_admin")
 

@@ -1,28 +1,15 @@
 """The one place a SparkSession is built, for jobs and tests alike.
 
 Jars (Spark's Kafka connector, Delta and the project's own, build/uatu-jvm.jar) are on the
-classpath already: `spark-submit.sh` passes them with --jars, and tests pass `jars=` (the files
-in `spark.jars`). Nothing is fetched at run time.
+classpath already: `spark-submit.sh` passes them with --jars, and tests pass `jars=`
+(`core.paths.project_jars()`, the files in `spark.jars`). Nothing is fetched at run time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from pyspark.sql import SparkSession
-
-from jobs.common.settings import PROJECT_ROOT
-
-SPARK_JARS_DIR = PROJECT_ROOT / "var" / "jars" / "spark"
-PROJECT_JAR = PROJECT_ROOT / "build" / "uatu-jvm.jar"
-
-
-def project_jars() -> list[str]:
-    """For `jars=`: what `make jars` put in var/jars/spark (Kafka connector, Delta) and the
-    project's jar (the replication sink) that `make build` compiles."""
-    return sorted(str(p) for p in [*SPARK_JARS_DIR.glob("*.jar"), PROJECT_JAR] if p.exists())
-
 
 # Settings every session of the suite needs; a caller's `conf` wins over these.
 BASE_CONF = {
@@ -56,29 +43,3 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
-
-
-# For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
-# rows, so 2 shuffle partitions and 1 Delta snapshot task; no UI; SerialGC for a small heap.
-SMALL_LOCAL_CONF = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.ui.enabled": "false",
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-}
-
-
-def small_local_session(
-    app_name: str, warehouse_dir: Path, conf: Mapping[str, str] | None = None
-) -> SparkSession:
-    """local[2] with the project's jars, SMALL_LOCAL_CONF and its own warehouse folder, log
-    level ERROR; `conf` wins."""
-    session = build_session(
-        app_name,
-        master="local[2]",
-        jars=project_jars(),
-        conf={**SMALL_LOCAL_CONF, "spark.sql.warehouse.dir": str(warehouse_dir), **(conf or {})},
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.common.settings import ClusterConfig
+from core.config import ClusterConfig
 
 
 def kafka_read_options(

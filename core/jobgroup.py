@@ -22,8 +22,8 @@ from uatu.v1.job_options_pb2 import JobOptions
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from jobs.common.errors import InvalidJobGroup, UnknownCluster
-from jobs.common.settings import ClusterConfig
+from core.config import ClusterConfig
+from core.errors import InvalidJobGroup, UnknownCluster
 
 JOB_OPTIONS_TYPE_URL = "type.googleapis.com/uatu.v1.JobOptions"
 

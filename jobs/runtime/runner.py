@@ -27,8 +27,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.common.errors import EXIT_FAILED, EXIT_OK
-from jobs.common.heartbeat import Reporting
+from core.errors import EXIT_FAILED, EXIT_OK
+from jobs.runtime.reporting import Reporting
 
 log = logging.getLogger("uatu.runner")
 

@@ -32,9 +32,8 @@ from types import MappingProxyType
 
 import yaml
 
-from jobs.common.errors import ConfigError
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from core.errors import ConfigError
+from core.paths import CONF_DIR
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class Settings:
 
 
 def default_conf_dir() -> Path:
-    return Path(os.environ.get("UATU_CONF_DIR", PROJECT_ROOT / "conf"))
+    return Path(os.environ.get("UATU_CONF_DIR", CONF_DIR))
 
 
 def _read_yaml(path: Path) -> dict:
@@ -151,25 +150,3 @@ def load_settings(conf_dir: Path | None = None, env: Mapping[str, str] | None = 
         checkpoints=paths["checkpoints"],
         clusters=MappingProxyType(clusters),
     )
-
-
-def write_conf_dir(
-    path: Path,
-    bootstrap_servers: str,
-    warehouse: Path,
-    checkpoints: Path,
-    *,
-    more_clusters: Mapping[str, Mapping[str, object]] | None = None,
-) -> Path:
-    """Write a conf folder whose `local` cluster is `bootstrap_servers` (demo, tests, bench).
-
-    `more_clusters` adds named clusters, each a clusters.yaml entry (bootstrap_servers, ...).
-    """
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "uatu.yaml").write_text(
-        yaml.safe_dump({"warehouse": str(warehouse), "checkpoints": str(checkpoints)})
-    )
-    clusters: dict[str, dict] = {"local": {"bootstrap_servers": bootstrap_servers}}
-    clusters.update({name: dict(entry) for name, entry in (more_clusters or {}).items()})
-    (path / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
-    return path

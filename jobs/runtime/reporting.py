@@ -39,7 +39,7 @@ from uber.data.kafka.datatransfer import job_pb2, job_status_pb2, worker_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
-from jobs.common.errors import ConfigError
+from core.errors import ConfigError
 
 log = logging.getLogger("uatu.heartbeat")
 

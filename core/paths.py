@@ -1,0 +1,29 @@
+"""The one place that knows the checkout's layout: its root and where `make` puts things.
+
+Everything here is a path under the project root (the folder holding `conf/`, `Makefile` and
+`spark-submit.sh`). Production code reads the folders `make setup` fills (jars, the job zip,
+the project's jar); dev services put their data and binaries under `var/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONF_DIR = ROOT / "conf"
+VAR_DIR = ROOT / "var"
+BUILD_DIR = ROOT / "build"
+
+SPARK_SUBMIT_SCRIPT = ROOT / "spark-submit.sh"
+SPARK_JARS_DIR = VAR_DIR / "jars" / "spark"  # Kafka connector and Delta (`make jars`)
+KAFKA_JARS_DIR = VAR_DIR / "jars" / "kafka"  # the Kafka broker and its tools (`make jars`)
+PROJECT_JAR = BUILD_DIR / "uatu-jvm.jar"  # the project's Java (`make build`)
+JOBS_ZIP = BUILD_DIR / "uatu-jobs.zip"  # what --py-files ships (`make build`)
+
+
+def project_jars() -> list[str]:
+    """The jars a Spark application of this project runs with: what `make jars` put in
+    var/jars/spark (sorted) and then the project's jar that `make build` compiles, if built."""
+    jars = sorted(SPARK_JARS_DIR.glob("*.jar"))
+    return [str(p) for p in [*jars, PROJECT_JAR] if p.exists()]

@@ -1,1 +1,0 @@
-"""Plumbing shared by every job: configuration, JobGroup validation, session and runner."""
