@@ -71,10 +71,12 @@ from uber.data.kafka.datatransfer.job_status_pb2 import (
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node, StoredWorker
 
 from controlplane.jobgroups import per_partition_jobs
-from controlplane.launchers import LocalLauncher
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.local import LocalLauncher
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
-from controlplane.store import SqliteStore, Store
+from controlplane.state.base import Store
+from controlplane.state.sqlite import SqliteStore
 from core.processes import free_ports, group_pids, signal_group, terminate, wait_gone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +166,7 @@ class Backend:
     def open(self) -> Store:
         if self.name == "sqlite":
             return SqliteStore(Path(self.location))
-        from controlplane.etcd_store import EtcdStore
+        from controlplane.state.etcd_store import EtcdStore
 
         # Setup and the reconcile pass write no launch record, so no fence is needed here.
         return EtcdStore(self.location, self.prefix)
@@ -329,8 +331,8 @@ def bench_stream(backend: Backend, groups: int, runs: int, workdir: Path) -> lis
 def serve_child(kind: str, location: str, prefix: str) -> int:
     """The server of measurement 1: create_server on 127.0.0.1:0 until stdin closes."""
     from controlplane.jobgroups import JobGroups
-    from controlplane.leadership import Leadership, SoleLeader
     from controlplane.server import create_server
+    from controlplane.state.leadership import Leadership, SoleLeader
     from controlplane.workers import Workers
     from core import kafka_admin
     from core.config import load_settings
@@ -338,8 +340,8 @@ def serve_child(kind: str, location: str, prefix: str) -> int:
     store: Store
     leadership: Leadership
     if kind == "etcd":
-        from controlplane.etcd_leader import EtcdLeadership
-        from controlplane.etcd_store import EtcdStore
+        from controlplane.state.etcd_leader import EtcdLeadership
+        from controlplane.state.etcd_store import EtcdStore
 
         # As `serve` wires it: a real election (its keepalive thread runs in this process)
         # and a store fenced by it. The port is not known before binding; only a follower's
@@ -397,16 +399,16 @@ def bench_reconcile(
             # What LocalLauncher.launch returns plus what the reconciler adds to it.
             store.put_launch(
                 job_group_id,
-                {
-                    "handle": str(sleeper_pid),
-                    "pid": sleeper_pid,
-                    "definition": definition_of(stored.job_group),
-                    "started_at": now - 60,
-                    "stop_file": str(apps / job_group_id / "stop"),
-                    "log": str(apps / job_group_id / "app.log"),
-                    "failures": 0,
-                    "worker_id": worker_id,
-                },
+                LaunchRecord(
+                    handle=str(sleeper_pid),
+                    definition=definition_of(stored.job_group),
+                    started_at=now - 60,
+                    log=str(apps / job_group_id / "app.log"),
+                    details=launch_details(
+                        pid=sleeper_pid, stop_file=str(apps / job_group_id / "stop")
+                    ),
+                    worker_id=worker_id,
+                ),
             )
             store.put_worker(
                 StoredWorker(
@@ -431,7 +433,9 @@ def bench_reconcile(
                     f"{dict(list(changed.items())[:5])}"
                 )
         launches = store.launches()
-        if len(launches) != groups or any(r["pid"] != sleeper_pid for r in launches.values()):
+        if len(launches) != groups or any(
+            r.detail("pid") != sleeper_pid for r in launches.values()
+        ):
             raise RuntimeError("a reconcile pass changed the launch records")
         say(
             f"[reconcile/{backend.name}]   {passes} passes: "
@@ -569,7 +573,7 @@ def startup_run(kind: str, index: int, bootstrap: str, topic: str, workdir: Path
     finally:
         # The control plane is stopped by now (it leaves its application running on purpose,
         # and can no longer relaunch it): kill what it launched, and the plain one.
-        pgids = [int(r["pid"]) for r in _launches(store_path).values() if "pid" in r]
+        pgids = [int(r.detail("pid")) for r in _launches(store_path).values() if "pid" in r.details]
         if app is not None:
             pgids.append(app.pid)
         for pgid in pgids:
@@ -593,7 +597,7 @@ def _through_control_plane(
     _first_heartbeat(store, "the launched application", lambda: None, started)
     run.to_heartbeat_s = time.perf_counter() - started
     record = store.launches()[group.job_group_id]
-    run.to_spawn_s = record["started_at"] - wall_start  # time.time() right after Popen
+    run.to_spawn_s = record.started_at - wall_start  # time.time() right after Popen
     return wall_start
 
 
@@ -620,7 +624,7 @@ def _plain_spark_submit(
     return wall_start, started, app
 
 
-def _launches(store_path: Path) -> dict[str, dict]:
+def _launches(store_path: Path) -> dict[str, LaunchRecord]:
     if not store_path.exists():
         return {}
     with contextlib.closing(SqliteStore(store_path)) as store:

@@ -15,10 +15,12 @@ from pathlib import Path
 import yaml
 
 from controlplane.jobgroups import JobGroups
-from controlplane.launchers import Launcher, LocalLauncher
-from controlplane.leadership import Leadership, SoleLeader
+from controlplane.launchers.base import Launcher
+from controlplane.launchers.local import LocalLauncher
 from controlplane.reconciler import Reconciler
-from controlplane.store import SqliteStore, Store
+from controlplane.state.base import Store
+from controlplane.state.leadership import Leadership, SoleLeader
+from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core import kafka_admin
 from core.config import Settings
@@ -86,8 +88,8 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
     store: Store
     leadership: Leadership
     if options.uses_etcd:
-        from controlplane.etcd_leader import EtcdLeadership
-        from controlplane.etcd_store import EtcdStore
+        from controlplane.state.etcd_leader import EtcdLeadership
+        from controlplane.state.etcd_store import EtcdStore
 
         endpoint = options.store.split(",")[0]
         leader_key = f"{options.etcd_prefix.rstrip('/')}/leader"
@@ -124,7 +126,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
 
 def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
     if options.launcher == "standalone":
-        from controlplane.standalone import StandaloneLauncher
+        from controlplane.launchers.standalone import StandaloneLauncher
 
         assert options.standalone_rest_url and options.spark_master  # checked in __post_init__
         return StandaloneLauncher(
@@ -134,7 +136,7 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
             conf_dir=settings.conf_dir,
         )
     if options.launcher == "kubernetes":
-        from controlplane.kubernetes import KubernetesLauncher
+        from controlplane.launchers.kubernetes import KubernetesLauncher
 
         assert options.kubernetes_config is not None
         return KubernetesLauncher(kubernetes_config(options.kubernetes_config))
@@ -147,7 +149,7 @@ def kubernetes_config(path: Path):
     """KubernetesConfig from a YAML mapping of its fields; unknown fields are errors."""
     from dataclasses import fields
 
-    from controlplane.kubernetes import KubernetesConfig
+    from controlplane.launchers.kubernetes import KubernetesConfig
 
     try:
         data = yaml.safe_load(path.read_text()) or {}

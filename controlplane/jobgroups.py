@@ -29,7 +29,7 @@ from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
 from controlplane.errors import JobGroupNotFound
-from controlplane.store import Store
+from controlplane.state.base import Store
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from jobs import registry

@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
-from controlplane.launchers import Launcher
-from controlplane.leadership import Leadership, SoleLeader
+from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.reconcile import Action, decide, definition_of
-from controlplane.store import Store
+from controlplane.state.base import Store
+from controlplane.state.leadership import Leadership, SoleLeader
 
 log = logging.getLogger("uatu.reconciler")
 
@@ -94,21 +94,21 @@ class Reconciler:
         self,
         job_group_id: str,
         stored: StoredJobGroup | None,
-        record: dict | None,
+        record: LaunchRecord | None,
         heard: dict[int, float],
     ) -> Action:
         alive = record is not None and self.launcher.alive(record)
         if alive and record is not None and self._lease_expired(record, heard):
             log.warning(
                 "%s (%s): no heartbeat within the lease; FAILED, cancelling",
-                job_group_id, record["handle"],
+                job_group_id, record.handle,
             )  # fmt: skip
             self.launcher.cancel(record)
             alive = False
         action = decide(
             stored.state if stored else None,
             definition_of(stored.job_group) if stored else None,
-            record["definition"] if record else None,
+            record.definition if record else None,
             alive,
         )
         wanted = stored is not None and stored.state == job_pb2.JOB_STATE_RUNNING
@@ -179,13 +179,13 @@ class Reconciler:
             if w.last_updated.ToNanoseconds()
         }
 
-    def _lease_expired(self, record: dict, heard: dict[int, float]) -> bool:
-        if self.lease_seconds is None or not record.get("worker_id"):
+    def _lease_expired(self, record: LaunchRecord, heard: dict[int, float]) -> bool:
+        if self.lease_seconds is None or not record.worker_id:
             return False
-        last = heard.get(int(record["worker_id"]))
+        last = heard.get(record.worker_id)
         now = self.clock()
-        if last is None or last < record["started_at"]:
-            return now - record["started_at"] > self.startup_seconds
+        if last is None or last < record.started_at:
+            return now - record.started_at > self.startup_seconds
         return now - last > self.lease_seconds
 
     def _apply(
@@ -193,45 +193,41 @@ class Reconciler:
         job_group_id: str,
         action: Action,
         stored: StoredJobGroup | None,
-        record: dict | None,
+        record: LaunchRecord | None,
     ) -> Action:
         now = self.clock()
         if action is Action.CANCEL or action is Action.UPDATE:
             assert record is not None  # decide() cancels or updates only what runs
-            log.info("%s %s (%s)", action.value, job_group_id, record["handle"])
+            log.info("%s %s (%s)", action.value, job_group_id, record.handle)
             self.launcher.cancel(record)
             self.store.delete_launch(job_group_id)
             record = None
         if action is Action.CANCEL:
             return action
         if action is Action.NONE:
-            if (
-                record
-                and record.get("failures")
-                and now - record["started_at"] > self.healthy_seconds
-            ):
-                self.store.put_launch(job_group_id, {**record, "failures": 0})
+            if record and record.failures and now - record.started_at > self.healthy_seconds:
+                self.store.put_launch(job_group_id, record.replace(failures=0))
             return action
         assert stored is not None  # decide() runs only what is stored as RUNNING
         failures = 0
         if record is not None:  # RUN with a record means the application died
-            failures = int(record.get("failures", 0)) + 1
+            failures = record.failures + 1
             if failures > self.max_failures:
-                if not record.get("gave_up"):
+                if not record.gave_up:
                     log.error(
                         "%s failed %d times in a row; not relaunching (see %s)",
-                        job_group_id, failures - 1, record.get("log"),
+                        job_group_id, failures - 1, record.log,
                     )  # fmt: skip
-                    self.store.put_launch(job_group_id, {**record, "gave_up": True})
+                    self.store.put_launch(job_group_id, record.replace(gave_up=True))
                 return Action.NONE
-            retry_at = record["started_at"] + self.backoff_seconds * 2 ** (failures - 1)
+            retry_at = record.started_at + self.backoff_seconds * 2 ** (failures - 1)
             if now < retry_at:
                 return Action.NONE
-            log.warning("%s died (%s); relaunch #%d", job_group_id, record["handle"], failures)
+            log.warning("%s died (%s); relaunch #%d", job_group_id, record.handle, failures)
         worker_id = self.store.next_ids("worker", 1)[0]
         env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
         launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), env)
         self.store.put_launch(
-            job_group_id, {**launched, "failures": failures, "worker_id": worker_id}
+            job_group_id, launched.replace(failures=failures, worker_id=worker_id)
         )
         return action

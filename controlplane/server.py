@@ -22,9 +22,9 @@ from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
 from controlplane.jobgroups import JobGroups
-from controlplane.leadership import Leadership
 from controlplane.reconciler import Reconciler
 from controlplane.service import MasterAdminServicer, MasterWorkerServicer
+from controlplane.state.leadership import Leadership
 from controlplane.workers import Workers
 
 log = logging.getLogger("uatu.controlplane")

@@ -23,7 +23,7 @@ from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_gr
 
 from controlplane.errors import NotLeader, grpc_status
 from controlplane.jobgroups import JobGroups
-from controlplane.leadership import Leadership
+from controlplane.state.leadership import Leadership
 from controlplane.workers import Reply, Workers
 from core.errors import UatuError
 

@@ -35,8 +35,8 @@ from uber.data.kafka.datatransfer.worker_pb2 import (
 )
 
 from controlplane.errors import NotLeader, WorkerNotFound
-from controlplane.leadership import Leadership
-from controlplane.store import Store
+from controlplane.state.base import Store
+from controlplane.state.leadership import Leadership
 
 
 def node_of(address: str | None) -> Node:
@@ -122,9 +122,9 @@ class Workers:
             found = self._group_of_worker.get(worker_id)
             if found is None and self._clock() - self._indexed_at > self._index_seconds:
                 self._group_of_worker = {
-                    int(record["worker_id"]): job_group_id
+                    record.worker_id: job_group_id
                     for job_group_id, record in self._store.launches().items()
-                    if record.get("worker_id")
+                    if record.worker_id
                 }
                 self._indexed_at = self._clock()
                 found = self._group_of_worker.get(worker_id)

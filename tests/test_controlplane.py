@@ -21,11 +21,12 @@ from controlplane import cli
 from controlplane.assembly import ServeOptions, assemble, kubernetes_config
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, grpc_status
 from controlplane.jobgroups import JobGroups, per_partition_jobs
-from controlplane.launch import build_launch
-from controlplane.launchers import LocalLauncher
-from controlplane.leadership import SoleLeader
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.local import LocalLauncher
+from controlplane.launchers.submit import build_launch
 from controlplane.server import create_server
-from controlplane.store import SqliteStore
+from controlplane.state.leadership import SoleLeader
+from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core import kafka_admin
 from core.config import load_settings
@@ -333,14 +334,19 @@ def test_adopted_pid_must_be_the_same_process(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         launcher = LocalLauncher(tmp_path)  # a fresh control plane: adopts, did not start it
-        record = {"pid": sleeper.pid, "pid_start": start_ticks(sleeper.pid)}
-        assert record["pid_start"] is not None and launcher.alive(record)
-        assert not launcher.alive({**record, "pid_start": record["pid_start"] + 1})
-        assert launcher.alive({"pid": sleeper.pid})  # records from before pid_start existed
+        started = start_ticks(sleeper.pid)
+        assert started is not None
+
+        def record(**details: int | None) -> LaunchRecord:
+            return LaunchRecord(str(sleeper.pid), "d", 0.0, "log", launch_details(**details))
+
+        assert launcher.alive(record(pid=sleeper.pid, pid_start=started))
+        assert not launcher.alive(record(pid=sleeper.pid, pid_start=started + 1))
+        assert launcher.alive(record(pid=sleeper.pid))  # records from before pid_start existed
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert not launcher.alive(record)
+    assert not launcher.alive(record(pid=sleeper.pid, pid_start=started))
 
 
 def test_every_admin_write_wakes_the_reconciler(tmp_path):

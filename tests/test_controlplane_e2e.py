@@ -27,7 +27,8 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
-from controlplane.store import SqliteStore
+from controlplane.launchers.base import LaunchRecord
+from controlplane.state.sqlite import SqliteStore
 from core.processes import free_ports, pid_alive, signal_group, terminate
 from testing.conf import write_conf_dir
 from testing.jobgroups import audit_group
@@ -69,11 +70,11 @@ def control_plane_process(
         terminate(proc)
 
 
-def stop_applications(launches: dict[str, dict]) -> None:
+def stop_applications(launches: dict[str, LaunchRecord]) -> None:
     """The control plane leaves applications running on purpose; a test must not."""
     for record in launches.values():
-        if "pid" in record:
-            signal_group(int(record["pid"]), signal.SIGKILL)
+        if "pid" in record.details:
+            signal_group(int(record.detail("pid")), signal.SIGKILL)
 
 
 @pytest.mark.integration
@@ -121,7 +122,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             per_partition = [sum(1 for r in sent if r.partition == p) for p in range(2)]
             assert [j.job.kafka_consumer_task.start_offset for j in group.jobs] == per_partition
             first = store.launches()["e2e"]
-            assert {j.worker_id for j in group.jobs} == {first["worker_id"]}
+            assert {j.worker_id for j in group.jobs} == {first.worker_id}
             scale = admin.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())
             assert (scale.total_jobgroup_count, scale.total_worker_count) == (1, 1)
 
@@ -130,26 +131,36 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
                 admin_pb2.UpdateJobGroupRequest(job_group=audit_group("e2e", topic, 500))
             )
             second = wait_for(
-                lambda: (r := store.launches().get("e2e")) and r["pid"] != first["pid"] and r,
+                lambda: (
+                    (r := store.launches().get("e2e"))
+                    and r.detail("pid") != first.detail("pid")
+                    and r
+                ),
                 60,
                 "the relaunch after the update",
             )
-            assert not pid_alive(first["pid"])
+            assert not pid_alive(first.detail("pid"))
             wait_for(
-                lambda: {j.worker_id for j in get().jobs} == {second["worker_id"]},
+                lambda: {j.worker_id for j in get().jobs} == {second.worker_id},
                 240,
                 "the first heartbeat of the updated application",
             )
 
             # Frozen: alive as a process but silent. The lease (15 s) expires -> relaunch.
-            os.killpg(second["pid"], signal.SIGSTOP)
+            os.killpg(second.detail("pid"), signal.SIGSTOP)
             third = wait_for(
-                lambda: (r := store.launches().get("e2e")) and r["pid"] != second["pid"] and r,
+                lambda: (
+                    (r := store.launches().get("e2e"))
+                    and r.detail("pid") != second.detail("pid")
+                    and r
+                ),
                 120,
                 "the relaunch after the lease expired",
             )
-            assert third["failures"] == 1
-            wait_for(lambda: not pid_alive(second["pid"]), 30, "the frozen application to go")
+            assert third.failures == 1
+            wait_for(
+                lambda: not pid_alive(second.detail("pid")), 30, "the frozen application to go"
+            )
             assert "no heartbeat within the lease" in cp_log.read_text()
 
             # CANCELED stops it within 15 seconds.
@@ -157,7 +168,9 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
                 admin_pb2.UpdateJobGroupStateRequest(id="e2e", state=job_pb2.JOB_STATE_CANCELED)
             )
             canceled_at = time.monotonic()
-            wait_for(lambda: not pid_alive(third["pid"]), 60, "the canceled application to stop")
+            wait_for(
+                lambda: not pid_alive(third.detail("pid")), 60, "the canceled application to stop"
+            )
             # The issue asks for under 15 s; measured here, not asserted (noisy machines).
             print(f"CANCELED -> stopped: {time.monotonic() - canceled_at:.1f} s")
 
@@ -176,7 +189,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
     """Two replicas on one etcd: one leads and launches; SIGKILL it and the other takes over
     within the leader lease, adopts the running application (no second launch), receives its
     heartbeats, restarts it on an update and stops it when told."""
-    from controlplane.etcd_store import EtcdStore
+    from controlplane.state.etcd_store import EtcdStore
 
     topic = f"ha-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)
@@ -227,7 +240,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 leader.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
                 launched = wait_for(lambda: store.launches().get("ha"), 30, "the launch")
                 wait_for(
-                    lambda: store.get_worker(launched["worker_id"]) is not None,
+                    lambda: store.get_worker(launched.worker_id) is not None,
                     240,
                     "the application's first heartbeat",
                 )
@@ -242,16 +255,16 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 heard_at = time.time()
 
                 def heartbeats_reach_the_new_leader():
-                    worker = store.get_worker(launched["worker_id"])
+                    worker = store.get_worker(launched.worker_id)
                     return worker and worker.last_updated.ToNanoseconds() / 1e9 > heard_at + 2
 
                 wait_for(heartbeats_reach_the_new_leader, 60, "heartbeats to the new leader")
                 assert store.launches()["ha"] == launched  # never launched twice
-                assert pid_alive(launched["pid"])
+                assert pid_alive(launched.detail("pid"))
 
                 def statuses_from_the_adopted_worker():
                     shown = follower.GetJobGroup(admin_pb2.GetJobGroupRequest(id="ha")).group
-                    return {j.worker_id for j in shown.jobs} == {launched["worker_id"]}
+                    return {j.worker_id for j in shown.jobs} == {launched.worker_id}
 
                 wait_for(statuses_from_the_adopted_worker, 240, "per-partition statuses")
                 assert store.launches()["ha"] == launched
@@ -261,16 +274,22 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                     admin_pb2.UpdateJobGroupRequest(job_group=audit_group("ha", topic, rate=300))
                 )
                 updated = wait_for(
-                    lambda: (r := store.launches().get("ha")) and r["pid"] != launched["pid"] and r,
+                    lambda: (
+                        (r := store.launches().get("ha"))
+                        and r.detail("pid") != launched.detail("pid")
+                        and r
+                    ),
                     60,
                     "the relaunch after the update",
                 )
-                assert not pid_alive(launched["pid"])
+                assert not pid_alive(launched.detail("pid"))
 
                 follower.UpdateJobGroupState(
                     admin_pb2.UpdateJobGroupStateRequest(id="ha", state=job_pb2.JOB_STATE_CANCELED)
                 )
-                wait_for(lambda: not pid_alive(updated["pid"]), 30, "the application to stop")
+                wait_for(
+                    lambda: not pid_alive(updated.detail("pid")), 30, "the application to stop"
+                )
                 follower.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="ha"))
     finally:
         stop_applications(store.launches())

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from controlplane.errors import NotLeader
-from controlplane.etcd_client import EtcdClient, b64
-from controlplane.etcd_leader import EtcdLeadership
-from controlplane.etcd_store import EtcdStore
+from controlplane.launchers.base import LaunchRecord
+from controlplane.state.etcd_client import EtcdClient, b64
+from controlplane.state.etcd_leader import EtcdLeadership
+from controlplane.state.etcd_store import EtcdStore
 from tools.etcd_server import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,7 @@ SLACK = 3.0  # seconds of scheduling delay tolerated on a busy machine
 # A campaigner in its own process, so the test can SIGKILL it like a crashed control plane.
 _CAMPAIGNER = """
 import sys, threading
-from controlplane.etcd_leader import EtcdLeadership
+from controlplane.state.etcd_leader import EtcdLeadership
 endpoint, address, name, ttl = sys.argv[1:5]
 EtcdLeadership(endpoint, address, name=name, ttl_seconds=int(ttl)).start()
 threading.Event().wait()
@@ -170,7 +171,7 @@ def test_fenced_launch_writes_of_a_deposed_leader_fail_with_not_leader(
     wait_for(a.is_leader, TTL + SLACK, "a leads")
     b.start()
     store_a = store_for(a.fence)
-    store_a.put_launch("g1", {"pid": 1})
+    store_a.put_launch("g1", record(1))
     token = a.fence()
     assert token is not None
     # A leader that paused right after checking: it still holds the old token.
@@ -198,14 +199,18 @@ def test_fenced_launch_writes_of_a_deposed_leader_fail_with_not_leader(
     operator.close()
 
     with pytest.raises(NotLeader, match=f"not the leader; the leader is {leader.address}") as e:
-        paused.put_launch("g1", {"pid": 2})
+        paused.put_launch("g1", record(2))
     assert e.value.leader == leader.address
     with pytest.raises(NotLeader):
         paused.delete_launch("g1")
     # The follower knows it does not lead and names the leader without trying.
     with pytest.raises(NotLeader, match=leader.address):
-        store_for(follower.fence).put_launch("g1", {"pid": 3})
+        store_for(follower.fence).put_launch("g1", record(3))
 
-    assert store_for(leader.fence).launches() == {"g1": {"pid": 1}}
-    store_for(leader.fence).put_launch("g1", {"pid": 4})
-    assert store_for(leader.fence).launches() == {"g1": {"pid": 4}}
+    assert store_for(leader.fence).launches() == {"g1": record(1)}
+    store_for(leader.fence).put_launch("g1", record(4))
+    assert store_for(leader.fence).launches() == {"g1": record(4)}
+
+
+def record(pid: int) -> LaunchRecord:
+    return LaunchRecord(str(pid), "def", 0.0, "app.log", {"pid": pid})

@@ -20,9 +20,10 @@ from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node
 
 from controlplane.errors import NotLeader, WorkerNotFound
 from controlplane.jobgroups import JobGroups, per_partition_jobs, with_actuals
-from controlplane.leadership import SoleLeader
+from controlplane.launchers.base import LaunchRecord
 from controlplane.server import create_server
-from controlplane.store import SqliteStore
+from controlplane.state.leadership import SoleLeader
+from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core.config import load_settings
 from core.errors import ConfigError
@@ -160,7 +161,7 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
     workers = Workers(store, SoleLeader("cp:1"), clock=clock)
     store.create(stored_group("g"))
     reserved = store.next_ids("worker", 1)[0]
-    store.put_launch("g", {"handle": "1", "worker_id": reserved, "started_at": 0})
+    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=reserved))
 
     registered = workers.register(Node(id=reserved, host="driver", port=4040))
     assert registered.worker == Node(id=reserved, host="driver", port=4040)
@@ -208,7 +209,7 @@ def test_reads_fold_in_the_latest_heartbeats():
     workers = Workers(store, SoleLeader("cp:1"), clock=clock)
     group = stored_group("g")
     store.create(group)
-    store.put_launch("g", {"handle": "1", "worker_id": 5, "started_at": 0})
+    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=5))
     assert workers.register(Node(id=5)).worker.id == 5
     workers.heartbeat(Node(id=5), [status(0, 40, 5.0), status(1, 60, 7.0)])
 
@@ -285,14 +286,14 @@ def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
 
 
 def test_reconciler_expires_workers_and_statuses_after_the_ttl():
-    from controlplane.launchers import LocalLauncher
+    from controlplane.launchers.local import LocalLauncher
     from controlplane.reconciler import Reconciler
 
     store = SqliteStore(":memory:")
     clock = Clock(1_000.0)
     workers = Workers(store, SoleLeader("cp:1"), clock=clock)
     store.create(stored_group("g"))
-    store.put_launch("g", {"handle": "1", "worker_id": 5, "started_at": 0})
+    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=5))
     workers.register(Node(id=5))
     workers.heartbeat(Node(id=5), [status(0, 40, 5.0)])
     clock.now = 2_000.0

@@ -21,7 +21,8 @@ from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed, grpc_status
-from controlplane.kubernetes import (
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.kubernetes import (
     MAX_NAME,
     KubernetesConfig,
     KubernetesConfigError,
@@ -213,16 +214,16 @@ def test_launch_deletes_the_old_application_then_applies_the_manifests(launcher,
     group, _, _ = GOLDEN_CASES["audit_defaults"]
     record = launcher.launch(group, "def1", {"UATU_WORKER_ID": "3"})
 
-    assert record == {
-        "handle": "ns/uatu-audit-orders",
-        "namespace": "ns",
-        "name": "uatu-audit-orders",
-        "config_map": "uatu-audit-orders-jobgroup",
-        "definition": "def1",
-        "started_at": 1234.5,
-        "log": f"{kubectl.path} logs -n ns uatu-audit-orders-driver",
-    }
-    assert json.loads(json.dumps(record)) == record  # the store keeps it as JSON
+    assert record == LaunchRecord(
+        handle="ns/uatu-audit-orders",
+        definition="def1",
+        started_at=1234.5,
+        log=f"{kubectl.path} logs -n ns uatu-audit-orders-driver",
+        details=launch_details(
+            namespace="ns", name="uatu-audit-orders", config_map="uatu-audit-orders-jobgroup"
+        ),
+    )
+    assert LaunchRecord.from_json(record.to_json()) == record  # the store keeps it as JSON
     delete, apply = kubectl.calls()
     assert delete["argv"] == [
         "--request-timeout=30s", "delete", "sparkapplication", "uatu-audit-orders", "-n", "ns",

@@ -13,10 +13,10 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.jobgroups import JobGroups
-from controlplane.launchers import LocalLauncher
+from controlplane.launchers.local import LocalLauncher
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.reconciler import Reconciler
-from controlplane.store import SqliteStore
+from controlplane.state.sqlite import SqliteStore
 from core import kafka_admin
 from core.config import load_settings
 from testing.conf import write_conf_dir
@@ -81,7 +81,7 @@ def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_pat
     groups.update(audit_group("rc", topic, rate=500))
     assert reconciler.reconcile_once() == {"rc": Action.UPDATE}
     second = store.launches()["rc"]
-    assert second["pid"] != first["pid"] and not launcher.alive(first)
+    assert second.detail("pid") != first.detail("pid") and not launcher.alive(first)
     assert json.loads((tmp_path / "apps" / "rc" / "jobgroup.json").read_text())["flowControl"] == {
         "messagesPerSec": 500.0
     }
@@ -100,15 +100,15 @@ def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_pat
     groups.set_state("rc", RUNNING)
     assert reconciler.reconcile_once() == {"rc": Action.RUN}
     third = store.launches()["rc"]
-    os.killpg(third["pid"], signal.SIGKILL)
+    os.killpg(third.detail("pid"), signal.SIGKILL)
     wait_for(lambda: not launcher.alive(third), 30, "the killed application to be gone")
     assert reconciler.reconcile_once() == {"rc": Action.RUN}
     fourth = store.launches()["rc"]
-    assert fourth["failures"] == 1 and launcher.alive(fourth)
-    os.killpg(fourth["pid"], signal.SIGKILL)
+    assert fourth.failures == 1 and launcher.alive(fourth)
+    os.killpg(fourth.detail("pid"), signal.SIGKILL)
     wait_for(lambda: not launcher.alive(fourth), 30, "the killed application to be gone")
     assert reconciler.reconcile_once() == {"rc": Action.NONE}
-    assert store.launches()["rc"]["gave_up"] is True
+    assert store.launches()["rc"].gave_up is True
     assert reconciler.reconcile_once() == {"rc": Action.NONE}  # still not relaunched
 
     groups.set_state("rc", CANCELED)

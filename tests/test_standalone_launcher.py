@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from controlplane.errors import LaunchFailed
-from controlplane.standalone import Resources, StandaloneLauncher, submission_request
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.standalone import Resources, StandaloneLauncher, submission_request
 from core.processes import free_ports, group_pids
 from testing.conf import write_conf_dir
 from testing.jobgroups import audit_group
@@ -165,8 +166,9 @@ def stub_launcher(rest_url: str, tmp_path: Path, **kwargs: Any) -> StandaloneLau
     )
 
 
-def record_for(driver_id: str, tmp_path: Path) -> dict:
-    return {"handle": driver_id, "submission_id": driver_id, "stop_file": str(tmp_path / "stop")}
+def record_for(driver_id: str, tmp_path: Path) -> LaunchRecord:
+    details = launch_details(submission_id=driver_id, stop_file=str(tmp_path / "stop"))
+    return LaunchRecord(driver_id, "def", 0.0, "log", details)
 
 
 def test_launch_posts_the_request_and_records_the_submission(stub, tmp_path):
@@ -181,11 +183,11 @@ def test_launch_posts_the_request_and_records_the_submission(stub, tmp_path):
     assert (
         json.loads((tmp_path / "apps" / "g1" / "jobgroup.json").read_text())["jobGroupId"] == "g1"
     )
-    assert record["handle"] == record["submission_id"] == "driver-1"
-    assert record["definition"] == "def-1"
-    assert record["log"] == "/w/driver-1/stdout"
-    assert isinstance(record["started_at"], float)
-    json.dumps(record)  # the store keeps it as JSON
+    assert record.handle == record.detail("submission_id") == "driver-1"
+    assert record.definition == "def-1"
+    assert record.log == "/w/driver-1/stdout"
+    assert isinstance(record.started_at, float)
+    assert LaunchRecord.from_json(record.to_json()) == record  # the store keeps it as JSON
 
 
 def test_launch_raises_with_the_masters_message_when_rejected(stub, tmp_path):
@@ -339,8 +341,8 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     # Launch: the driver runs on the worker, its executor too, and it really audits.
     started = time.monotonic()
     record = launcher.launch(audit_group("sa", topic), "def-1", {"UATU_TEST_MARKER": "sa-1"})
-    assert record["handle"].startswith("driver-")
-    wait_for(lambda: launcher.driver_state(record["handle"]) == "RUNNING", 60, "RUNNING")
+    assert record.handle.startswith("driver-")
+    wait_for(lambda: launcher.driver_state(record.handle) == "RUNNING", 60, "RUNNING")
     measured["create_to_running_s"] = time.monotonic() - started
     assert launcher.alive(record)
     jobgroup_file = str((tmp_path / "apps" / "sa" / "jobgroup.json").resolve())
@@ -358,7 +360,7 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     launcher.cancel(record)
     measured["graceful_cancel_s"] = time.monotonic() - started
     assert not launcher.alive(record)
-    assert launcher.driver_state(record["handle"]) == "FINISHED"
+    assert launcher.driver_state(record.handle) == "FINISHED"
     job_log = Path(record["log"]).read_text()
     assert "received stop file" in job_log and "query audit-sa finished" in job_log
     wait_for(lambda: cluster_processes(standalone) == [], 30, "no driver or executor processes")
@@ -376,12 +378,12 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     )
     produce(kafka.bootstrap_servers, topic, audit_dataset(50, 2, int(time.time() * 1000), seed=9))
     second = hard.launch(audit_group("sa", topic), "def-2", {})
-    assert second["handle"] != record["handle"]
+    assert second.handle != record.handle
     wait_for(lambda: len(list(counts_log.glob("*.json"))) > commits, 240, "a commit after restart")
     started = time.monotonic()
     hard.cancel(second)
     measured["kill_cancel_s"] = time.monotonic() - started
-    assert hard.driver_state(second["handle"]) == "KILLED"
+    assert hard.driver_state(second.handle) == "KILLED"
     assert not hard.alive(second)
     # The killed driver JVM leaves its Python process behind for a moment: it exits once its
     # next call into the JVM fails.

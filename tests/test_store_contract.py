@@ -18,8 +18,10 @@ from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, StoreUnavailable
-from controlplane.etcd_store import EtcdStore
-from controlplane.store import SqliteStore, Store
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.state.base import Store
+from controlplane.state.etcd_store import EtcdStore
+from controlplane.state.sqlite import SqliteStore
 from core.processes import free_ports
 
 
@@ -163,19 +165,31 @@ def test_next_ids_are_unique_and_consecutive_under_four_threads(store: Store) ->
     assert store.next_ids("other", 2) == range(1, 3)
 
 
+def launch_record(handle: str, **details: str | int | None) -> LaunchRecord:
+    return LaunchRecord(handle, "def", 1.5, "app.log", launch_details(**details), worker_id=7)
+
+
 def test_launches_put_overwrite_list_and_delete(store: Store) -> None:
-    store.put_launch("g1", {"kind": "local", "pid": 1})
-    store.put_launch("g2", {"kind": "local", "pid": 2, "nested": {"a": [1, 2]}})
-    store.put_launch("g1", {"kind": "local", "pid": 3})
+    store.put_launch("g1", launch_record("1", pid=1))
+    store.put_launch("g2", launch_record("2", pid=2, pid_start=None, stop_file="/s"))
+    store.put_launch("g1", launch_record("3", pid=3).replace(failures=2, gave_up=True))
 
     assert store.launches() == {
-        "g1": {"kind": "local", "pid": 3},
-        "g2": {"kind": "local", "pid": 2, "nested": {"a": [1, 2]}},
+        "g1": launch_record("3", pid=3).replace(failures=2, gave_up=True),
+        "g2": launch_record("2", pid=2, pid_start=None, stop_file="/s"),
     }
 
     store.delete_launch("g1")
     store.delete_launch("never-launched")  # deleting nothing is fine
-    assert store.launches() == {"g2": {"kind": "local", "pid": 2, "nested": {"a": [1, 2]}}}
+    assert store.launches() == {"g2": launch_record("2", pid=2, pid_start=None, stop_file="/s")}
+
+
+def test_a_launch_record_written_as_a_flat_dict_reads_back_with_its_details() -> None:
+    # Control planes before LaunchRecord stored each launcher's dict as it was.
+    old = '{"definition": "d", "failures": 1, "handle": "9", "log": "l", "pid": 9, "started_at": 2}'
+    record = LaunchRecord.from_json(old)
+    assert record == LaunchRecord("9", "d", 2, "l", launch_details(pid=9), failures=1)
+    assert LaunchRecord.from_json(record.to_json()) == record
 
 
 def test_workers_put_get_list_in_id_order_and_delete(store: Store) -> None:

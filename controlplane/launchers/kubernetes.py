@@ -72,6 +72,7 @@ from uatu.v1 import job_options_pb2  # noqa: F401 (registers the JobGroup.extens
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
+from controlplane.launchers.base import LaunchRecord, launch_details
 from core.errors import ConfigError
 from core.paths import ROOT, project_jars
 
@@ -399,7 +400,7 @@ class KubernetesLauncher:
         self.runner = runner
         self.clock = clock
 
-    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         manifests = render_manifests(group, definition, env, self.config)
         config_map, application = manifests
         namespace = self.config.namespace
@@ -409,36 +410,35 @@ class KubernetesLauncher:
         manifest_list = {"apiVersion": "v1", "kind": "List", "items": manifests}
         self._run("launch", handle, apply_argv(self.config), stdin=json.dumps(manifest_list))
         log.info("launched %s as SparkApplication %s", group.job_group_id, handle)
-        return {
-            "handle": handle,
-            "namespace": namespace,
-            "name": name,
-            "config_map": config_map["metadata"]["name"],
-            "definition": definition,
-            "started_at": self.clock(),
-            "log": f"{self.config.kubectl} logs -n {namespace} {name}-driver",
-        }
-
-    def alive(self, record: dict) -> bool:
-        out = self._run(
-            "status", record["handle"], get_argv(self.config, record["namespace"], record["name"])
+        return LaunchRecord(
+            handle=handle,
+            definition=definition,
+            started_at=self.clock(),
+            log=f"{self.config.kubectl} logs -n {namespace} {name}-driver",
+            details=launch_details(
+                namespace=namespace, name=name, config_map=config_map["metadata"]["name"]
+            ),
         )
+
+    def alive(self, record: LaunchRecord) -> bool:
+        namespace, name = str(record.detail("namespace")), str(record.detail("name"))
+        out = self._run("status", record.handle, get_argv(self.config, namespace, name))
         if not out.strip():
             return False  # NotFound: deleted (by us, a person, or the operator's TTL)
         try:
             status = json.loads(out).get("status") or {}
         except (ValueError, AttributeError) as e:
             detail = f"kubectl printed no object: {e}"
-            raise LaunchFailed("status", record["handle"], detail) from e
+            raise LaunchFailed("status", record.handle, detail) from e
         state = (status.get("applicationState") or {}).get("state", "")
-        return is_alive_state(state, record["handle"])
+        return is_alive_state(state, record.handle)
 
-    def cancel(self, record: dict) -> None:
-        namespace, handle = record["namespace"], record["handle"]
+    def cancel(self, record: LaunchRecord) -> None:
+        namespace, handle = str(record.detail("namespace")), record.handle
         # The application first: its driver stops; the ConfigMap only fed its volume.
         for kind, name in (
-            ("sparkapplication", record["name"]),
-            ("configmap", record["config_map"]),
+            ("sparkapplication", str(record.detail("name"))),
+            ("configmap", str(record.detail("config_map"))),
         ):
             self._run("cancel", handle, delete_argv(self.config, kind, namespace, name))
         log.info("canceled SparkApplication %s", handle)

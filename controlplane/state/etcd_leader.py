@@ -27,9 +27,9 @@ import logging
 import threading
 import time
 
-from controlplane import etcd_client as ops
 from controlplane.errors import StoreUnavailable
-from controlplane.etcd_client import EtcdClient
+from controlplane.state import etcd_client as ops
+from controlplane.state.etcd_client import EtcdClient
 
 log = logging.getLogger("uatu.leader")
 

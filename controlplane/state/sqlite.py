@@ -1,15 +1,6 @@
-"""Where the control plane keeps its state: the `Store` contract and the embedded SQLite store.
+"""The embedded store: the `Store` contract (state/base.py) on one SQLite file.
 
-A store holds four kinds of record, all as serialized protobuf except launch handles:
-
-* StoredJobGroup, versioned: every write is compare-and-swap on the version (etcd's store
-  uses mod_revision), so two writers cannot silently overwrite each other;
-* launch handles (plain JSON dicts from a launcher), so a restarted control plane adopts
-  running applications instead of starting them twice;
-* StoredWorker (one per registered Spark application) and StoredJobStatus (the latest
-  heartbeat per job id), written by MasterWorkerService.
-
-`SqliteStore` is thread-safe: one connection behind a lock. `controlplane/etcd_store.py`
+`SqliteStore` is thread-safe: one connection behind a lock. `state/etcd_store.py`
 implements the same contract on etcd for high availability.
 """
 
@@ -20,13 +11,14 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple, Protocol
 
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite
+from controlplane.launchers.base import LaunchRecord
+from controlplane.state.base import Versioned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_groups (
@@ -51,33 +43,6 @@ CREATE TABLE IF NOT EXISTS job_statuses (
     data   BLOB NOT NULL
 );
 """
-
-
-class Versioned(NamedTuple):
-    group: StoredJobGroup
-    version: int
-
-
-class Store(Protocol):
-    """What the control plane needs from a store (SQLite here, etcd in etcd_store.py)."""
-
-    def get(self, job_group_id: str) -> Versioned | None: ...
-    def create(self, group: StoredJobGroup) -> int: ...
-    def replace(self, group: StoredJobGroup, expected_version: int) -> int: ...
-    def delete(self, job_group_id: str) -> None: ...
-    def all(self) -> Iterator[Versioned]: ...
-    def next_ids(self, sequence: str, count: int) -> range: ...
-    def put_launch(self, job_group_id: str, record: dict) -> None: ...
-    def launches(self) -> dict[str, dict]: ...
-    def delete_launch(self, job_group_id: str) -> None: ...
-    def put_worker(self, worker: StoredWorker) -> None: ...
-    def get_worker(self, worker_id: int) -> StoredWorker | None: ...
-    def workers(self) -> list[StoredWorker]: ...
-    def delete_worker(self, worker_id: int) -> None: ...
-    def put_job_statuses(self, statuses: Iterable[StoredJobStatus]) -> None: ...
-    def job_statuses(self, job_ids: Iterable[int] | None = None) -> dict[int, StoredJobStatus]: ...
-    def delete_job_statuses(self, job_ids: Iterable[int]) -> None: ...
-    def close(self) -> None: ...
 
 
 class SqliteStore:
@@ -168,20 +133,20 @@ class SqliteStore:
             self._db.execute("COMMIT")
         return range(start, start + count)
 
-    # Launch handles: what runs for a JobGroup, kept so a restarted control plane adopts it.
+    # Launch records: what runs for a JobGroup, kept so a restarted control plane adopts it.
 
-    def put_launch(self, job_group_id: str, record: dict) -> None:
+    def put_launch(self, job_group_id: str, record: LaunchRecord) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT INTO launches (id, record) VALUES (?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-                (job_group_id, json.dumps(record, sort_keys=True)),
+                (job_group_id, record.to_json()),
             )
 
-    def launches(self) -> dict[str, dict]:
+    def launches(self) -> dict[str, LaunchRecord]:
         with self._lock:
             rows = self._db.execute("SELECT id, record FROM launches").fetchall()
-        return {job_group_id: json.loads(record) for job_group_id, record in rows}
+        return {job_group_id: LaunchRecord.from_json(record) for job_group_id, record in rows}
 
     def delete_launch(self, job_group_id: str) -> None:
         with self._lock:

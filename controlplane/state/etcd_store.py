@@ -28,17 +28,17 @@ Thread-safe (the client keeps a connection per thread).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
-from controlplane import etcd_client as ops
 from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, StaleWrite
-from controlplane.etcd_client import EtcdClient, Json, KeyValue
-from controlplane.store import Versioned
+from controlplane.launchers.base import LaunchRecord
+from controlplane.state import etcd_client as ops
+from controlplane.state.base import Versioned
+from controlplane.state.etcd_client import EtcdClient, Json, KeyValue
 
 Fence = Callable[[], tuple[str, int] | None]
 
@@ -140,15 +140,15 @@ class EtcdStore:
                 return range(start, start + count)
             current = ops.failure_kv(answer)
 
-    # Launch handles: leader-only, fenced.
+    # Launch records: leader-only, fenced.
 
-    def put_launch(self, job_group_id: str, record: dict) -> None:
-        value = json.dumps(record, sort_keys=True).encode()
+    def put_launch(self, job_group_id: str, record: LaunchRecord) -> None:
+        value = record.to_json().encode()
         self._fenced([ops.put(self._launches + job_group_id.encode(), value)])
 
-    def launches(self) -> dict[str, dict]:
+    def launches(self) -> dict[str, LaunchRecord]:
         return {
-            kv.key[len(self._launches) :].decode(): json.loads(kv.value)
+            kv.key[len(self._launches) :].decode(): LaunchRecord.from_json(kv.value)
             for kv in self._etcd.scan(self._launches, self._page_size)
         }
 

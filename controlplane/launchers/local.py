@@ -1,17 +1,12 @@
-"""Launch, watch and cancel one Spark application per JobGroup.
+"""The local launcher: each JobGroup's `spark-submit.sh` as a process group on this host.
 
-Every launcher has the same three calls (`Launcher`): `launch(group, definition, env)`
-returns a JSON-serializable launch record (always with "handle", "definition",
-"started_at" and "log"), `alive(record)` and `cancel(record)`. `env` is extra environment
-for the application (control-plane address, job ids) that the reconciler builds.
-Other launchers: controlplane/standalone.py (Spark standalone REST API) and
-controlplane/kubernetes.py (Spark Operator SparkApplication).
-
-`LocalLauncher` runs `spark-submit.sh` (client mode) in its own process group. Cancel is
-graceful first: the stop file plus SIGTERM to the script make the job stop its query and
-exit 0; whatever is still alive after the grace period gets SIGKILL on the whole group.
-Launch records are plain dicts (pid, pgid, definition, paths) that the store keeps, so a
-restarted control plane adopts running applications instead of starting them twice.
+`LocalLauncher` (the `Launcher` contract of launchers/base.py) runs `spark-submit.sh`
+(client mode) in its own process group. Cancel is graceful first: the stop file plus SIGTERM
+to the script make the job stop its query and exit 0; whatever is still alive after the
+grace period gets SIGKILL on the whole group.
+Its launch records carry the pid (= process group id), the pid's start time and the stop
+file, so a restarted control plane adopts running applications instead of starting them
+twice, and never mistakes a reused pid for its application.
 """
 
 from __future__ import annotations
@@ -23,20 +18,14 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from controlplane.launch import build_launch, prepare_app_dir
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.submit import build_launch, prepare_app_dir
 from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
-
-
-class Launcher(Protocol):
-    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict: ...
-    def alive(self, record: dict) -> bool: ...
-    def cancel(self, record: dict) -> None: ...
 
 
 class LocalLauncher:
@@ -55,7 +44,7 @@ class LocalLauncher:
         # Children started by this process; polling them reaps exited ones (no zombies).
         self._children: dict[int, subprocess.Popen] = {}
 
-    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         app_dir = self.workdir / group.job_group_id
         files = prepare_app_dir(app_dir, group)
         launch = build_launch(
@@ -72,29 +61,29 @@ class LocalLauncher:
             )
         self._children[proc.pid] = proc
         log.info("launched %s: pid %d, log %s", group.job_group_id, proc.pid, app_dir / "app.log")
-        return {
-            "handle": str(proc.pid),
-            "pid": proc.pid,
-            "pid_start": start_ticks(proc.pid),
-            "definition": definition,
-            "started_at": time.time(),
-            "stop_file": str(files.stop_file),
-            "log": str(app_dir / "app.log"),
-        }
+        return LaunchRecord(
+            handle=str(proc.pid),
+            definition=definition,
+            started_at=time.time(),
+            log=str(app_dir / "app.log"),
+            details=launch_details(
+                pid=proc.pid, pid_start=start_ticks(proc.pid), stop_file=str(files.stop_file)
+            ),
+        )
 
-    def alive(self, record: dict) -> bool:
-        pid = int(record["pid"])
+    def alive(self, record: LaunchRecord) -> bool:
+        pid = int(record.detail("pid"))
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
         # Adopted from an earlier control plane: the pid must still be the same process, or a
         # reused pid would be taken for the application (and cancelled with its group).
-        recorded = record.get("pid_start")
+        recorded = record.details.get("pid_start")
         return pid_alive(pid) and (recorded is None or start_ticks(pid) == recorded)
 
-    def cancel(self, record: dict) -> None:
-        pid = int(record["pid"])
-        Path(record["stop_file"]).touch()
+    def cancel(self, record: LaunchRecord) -> None:
+        pid = int(record.detail("pid"))
+        Path(str(record.detail("stop_file"))).touch()
         signal_pid(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_seconds
         while self.alive(record) and time.monotonic() < deadline:

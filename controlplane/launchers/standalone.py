@@ -55,7 +55,8 @@ from pathlib import Path
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
-from controlplane.launch import prepare_app_dir
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.launchers.submit import prepare_app_dir
 from core.paths import ROOT, project_jars
 
 # The pyspark release the jobs run with, read from its package metadata: the control plane
@@ -207,8 +208,8 @@ class StandaloneLauncher:
         self.kill_timeout = kill_timeout
         self.http_timeout = http_timeout
 
-    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> dict:
-        """Submit the group; the record's "handle" (and "submission_id") is the driver id.
+    def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
+        """Submit the group; the record's handle (and "submission_id" detail) is the driver id.
 
         Not idempotent: if the master accepts but its answer is lost (timeout), this raises
         and the driver it started is not tracked; a retry submits a second one.
@@ -242,21 +243,23 @@ class StandaloneLauncher:
         if response.get("unknownFields"):
             log.warning("master ignored request fields %s", response["unknownFields"])
         log.info("launched %s as %s on %s", group.job_group_id, driver_id, self.master_url)
-        return {
-            "handle": driver_id,
-            "submission_id": driver_id,
-            "definition": definition,
-            "started_at": time.time(),
-            "master_url": self.master_url,
-            "rest_url": self.rest_url,
-            "stop_file": str(stop_file),
-            "jobgroup_file": str(jobgroup_file),
-            "log": self._log_location(driver_id),
-        }
+        return LaunchRecord(
+            handle=driver_id,
+            definition=definition,
+            started_at=time.time(),
+            log=self._log_location(driver_id),
+            details=launch_details(
+                submission_id=driver_id,
+                master_url=self.master_url,
+                rest_url=self.rest_url,
+                stop_file=str(stop_file),
+                jobgroup_file=str(jobgroup_file),
+            ),
+        )
 
-    def alive(self, record: dict) -> bool:
+    def alive(self, record: LaunchRecord) -> bool:
         """True while the driver runs or may; True (and a warning) when nobody can tell."""
-        driver_id = record["submission_id"]
+        driver_id = str(record.detail("submission_id"))
         try:
             state = self.driver_state(driver_id)
         except MasterUnreachable as e:
@@ -267,10 +270,10 @@ class StandaloneLauncher:
             return True
         return state in LIVE_STATES
 
-    def cancel(self, record: dict) -> None:
+    def cancel(self, record: LaunchRecord) -> None:
         """Stop file, grace period, kill; returns once the driver ended, else LaunchFailed."""
-        driver_id = record["submission_id"]
-        Path(record["stop_file"]).touch()
+        driver_id = str(record.detail("submission_id"))
+        Path(str(record.detail("stop_file"))).touch()
         state = self._wait_while_live(driver_id, self.grace_seconds, skip_if_submitted=True)
         if state in LIVE_STATES or state == UNKNOWN_STATE:
             log.warning(
