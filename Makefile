@@ -38,7 +38,7 @@ var/jars/.installed: jvm/pom.xml jvm/settings.xml | $(VENV)/.installed
 	$(MVN) -P spark-jars dependency:copy-dependencies
 	$(MVN) -P kafka dependency:copy-dependencies
 	@# pyspark ships Spark, Hadoop, Jackson and Scala; keep only what it lacks.
-	$(PY) -m tools.prune_jars var/jars/spark $(SITE)/pyspark/jars
+	$(PY) -m dev.prune_jars var/jars/spark $(SITE)/pyspark/jars
 	touch $@
 
 proto: build/gen/.generated ## generate Python code from proto/ (never edit it by hand)
@@ -65,34 +65,34 @@ build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 	jar --create --file $@ -C build/jvm-classes .
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs core -name '*.py')
-	$(PY) -m tools.pyfiles_zip $@ .:jobs .:core build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
+	$(PY) -m dev.pyfiles_zip $@ .:jobs .:core build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
 
 etcd: var/etcd/bin/etcd ## etcd binary from Debian's etcd-server .deb into var/etcd/bin (no system install)
 
 var/etcd/bin/etcd: | $(VENV)/.installed
 	@echo ">> fetching etcd (apt-get download etcd-server, unpacked into var/etcd)"
-	$(PY) -m tools.etcd_server install
+	$(PY) -m devservices.etcd install
 
 kafka-pixy: var/kafka-pixy/bin/kafka-pixy ## kafka-pixy (gRPC proxy for Kafka) built from source with Go into var/kafka-pixy/bin
 
 var/kafka-pixy/bin/kafka-pixy: | $(VENV)/.installed
 	@echo ">> building kafka-pixy (go mod download + go build -p 1, into var/kafka-pixy)"
-	$(PY) -m tools.kafka_pixy install
+	$(PY) -m devservices.kafka_pixy install
 
 burrow: var/burrow/bin/burrow ## LinkedIn Burrow 1.2.1 from Debian's burrow .deb into var/burrow/bin (side-by-side lag tests)
 
 var/burrow/bin/burrow: | $(VENV)/.installed
 	@echo ">> fetching Burrow (apt-get download burrow, unpacked into var/burrow)"
-	$(PY) -m tools.burrow install
+	$(PY) -m devservices.burrow install
 
 kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)
-	$(PY) -m tools.kafka_broker up --dir var/kafka --port 9092
+	$(PY) -m devservices.kafka up --dir var/kafka --port 9092
 
 kafka-down: ## stop the broker started by kafka-up
-	$(PY) -m tools.kafka_broker down --dir var/kafka
+	$(PY) -m devservices.kafka down --dir var/kafka
 
 run: setup ## demo: own broker, demo stream, audit job once (--once), print audit_counts
-	$(PY) -m tools.demo
+	$(PY) -m examples.demo
 
 controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
 	$(PY) -m controlplane serve --address 127.0.0.1:8087

@@ -44,10 +44,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from core.paths import ROOT
+from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
-from tools.kafka_broker import start_cluster
 
-ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "audit-bench-result.json"
 KAFKA_CLASSPATH = str(ROOT / "var" / "jars" / "kafka" / "*")

@@ -97,6 +97,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from core.paths import ROOT
+from devservices.kafka import start_cluster
 from jobs.availability.head_sampler import KEEP_MS, REFRESH_S, HeadHistory
 from jobs.availability.lag_tracker import LagSettings, LagTracker
 from jobs.availability.offsets_topic import (
@@ -106,9 +108,7 @@ from jobs.availability.offsets_topic import (
     UndecodableRecord,
     decode,
 )
-from tools.kafka_broker import start_cluster
 
-ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "availability-bench-result.json"
 JOB_LOG = BENCH_DIR / "availability-job.log"

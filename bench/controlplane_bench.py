@@ -1,6 +1,6 @@
 """Control-plane costs: listing many JobGroups, a reconcile pass, and what a launch adds.
 
-Three measurements; the first two on SQLite and on a real etcd (tools.etcd_server, temp dir):
+Three measurements; the first two on SQLite and on a real etcd (devservices.etcd, temp dir):
 
 1. stream: --groups (default 10,000) audit JobGroups of 4 StoredJobs each are written straight
    into the store; a gRPC client then streams GetAllJobGroups to the end from a server built by
@@ -77,9 +77,9 @@ from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
+from core.paths import ROOT
 from core.processes import free_ports, group_pids, signal_group, terminate, wait_gone
 
-ROOT = Path(__file__).resolve().parents[1]
 JOBS_PER_GROUP = 4
 RECONCILE_TARGETS = {"sqlite": 1.0, "etcd": 3.0}  # seconds per pass
 STARTUP_TARGET_S = 2.0  # what the control plane may add to a launch
@@ -632,7 +632,7 @@ def _launches(store_path: Path) -> dict[str, LaunchRecord]:
 
 
 def bench_startup(runs: int, workdir: Path) -> list[StartupRun]:
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     zip_path = ROOT / "build" / "uatu-jobs.zip"
     if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
@@ -809,7 +809,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         etcd_endpoint = ""
         if "etcd" in kinds and parts & {"stream", "reconcile"}:
-            from tools.etcd_server import start_etcd
+            from devservices.etcd import start_etcd
 
             etcd = stack.enter_context(start_etcd(workdir / "etcd"))
             etcd_endpoint = etcd.endpoint

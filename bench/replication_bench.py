@@ -88,14 +88,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from bench.kafka_perf import consumer_perf, producer_perf
+from core.paths import ROOT
 from core.processes import signal_group
+from devservices.kafka import KafkaCluster, start_cluster
+from devservices.mirror_maker import MirrorMakerProcess, start_mirror_maker
 from testing.conf import write_conf_dir
-from tools.kafka_broker import KafkaCluster, start_cluster
-from tools.kafka_perf import consumer_perf, producer_perf
-from tools.mirror_maker import MirrorMakerProcess, start_mirror_maker
-from tools.topic_data import iter_messages
+from testing.topic_data import iter_messages
 
-ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "replication-bench-result.json"
 

@@ -29,7 +29,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One real KRaft broker on a free loopback port for the whole test session."""
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     cluster = start_cluster(tmp_path_factory.mktemp("kafka"), n_brokers=1)
     try:
@@ -41,7 +41,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture(scope="session")
 def kafka_dest(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A second, independent single-broker cluster: the replication tests' destination."""
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     cluster = start_cluster(tmp_path_factory.mktemp("kafka-dest"), n_brokers=1)
     try:
@@ -53,7 +53,7 @@ def kafka_dest(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One real single-node etcd on a free loopback port (installed into var/etcd if missing)."""
-    from tools.etcd_server import install, start_etcd
+    from devservices.etcd import install, start_etcd
 
     install()
     server = start_etcd(tmp_path_factory.mktemp("etcd"))
@@ -66,7 +66,7 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One real standalone ZooKeeper (from Kafka's jars) for kafka-pixy and Burrow."""
-    from tools.zookeeper import start_zookeeper
+    from devservices.zookeeper import start_zookeeper
 
     server = start_zookeeper(tmp_path_factory.mktemp("zookeeper"))
     try:
@@ -79,7 +79,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 def kafka_pixy(tmp_path_factory: pytest.TempPathFactory, kafka, zookeeper) -> Iterator:
     """One real kafka-pixy in front of `kafka` (groups in `zookeeper`), cluster name "local";
     built into var/kafka-pixy if missing (1 to 2 minutes with a cold Go cache)."""
-    from tools.kafka_pixy import install, start_kafka_pixy
+    from devservices.kafka_pixy import install, start_kafka_pixy
 
     install()
     pixy = start_kafka_pixy(
@@ -99,7 +99,7 @@ def burrow(tmp_path_factory: pytest.TempPathFactory, kafka, zookeeper) -> Iterat
     """LinkedIn Burrow 1.2.1 (Debian's package, installed into var/burrow if missing) watching
     `kafka` as cluster "local": a 5-commit window, head offsets every second, a 1 s status
     cache. Returns once it reads new commits (15-20 s after it starts)."""
-    from tools.burrow import BurrowSettings, install, start_burrow
+    from devservices.burrow import BurrowSettings, install, start_burrow
 
     install()
     server = start_burrow(

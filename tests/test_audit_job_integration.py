@@ -1,7 +1,7 @@
 """The audit job end to end: real broker, `./spark-submit.sh`, real Delta tables.
 
 Expected tables are computed in plain Python from the records the test produced
-(`tools/demo_data.py`), never from Spark.
+(`testing.demo_data.py`), never from Spark.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from core.paths import ROOT
 from testing.conf import write_conf_dir
-from tools.demo_data import SentRecord, audit_dataset, produce
+from testing.demo_data import SentRecord, audit_dataset, produce
 
 pytestmark = pytest.mark.integration
 

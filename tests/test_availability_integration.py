@@ -26,7 +26,7 @@ from jobs.availability import job as availability
 from jobs.availability.proxy_client import key_for_partition
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
-from tools.topic_data import Record, produce_records
+from testing.topic_data import Record, produce_records
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def running(spec, stop_file: Path) -> Iterator[Callable[[], int | None]]:
 
 
 def test_topic_availability_shows_under_replicated_then_offline(spark, tmp_path) -> None:
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     with start_cluster(tmp_path / "kafka", n_brokers=3) as cluster:
         cluster.create_topic("replicated", 3, 3)
@@ -297,7 +297,7 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
     broker 0, so the job must add partitions for brokers 1 and 2. While all are up every
     window shows every probe produced and read back, matching the probe records on the topic.
     After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %."""
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
         cluster.create_topic("probe", 1, replica_assignment=[[0]])

@@ -21,7 +21,7 @@ from controlplane.launchers.base import LaunchRecord
 from controlplane.state.etcd_client import EtcdClient, b64
 from controlplane.state.etcd_leader import EtcdLeadership
 from controlplane.state.etcd_store import EtcdStore
-from tools.etcd_server import EtcdServer, start_etcd
+from devservices.etcd import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.integration
 

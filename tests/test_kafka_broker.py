@@ -1,4 +1,4 @@
-"""Integration tests for tools.kafka_broker: real KRaft brokers as local JVM processes."""
+"""Integration tests for devservices.kafka: real KRaft brokers as local JVM processes."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import ConfigResource
 
-from tools.kafka_broker import KafkaCluster, start_cluster
+from devservices.kafka import KafkaCluster, start_cluster
 
 pytestmark = pytest.mark.integration
 

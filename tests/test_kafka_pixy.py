@@ -1,6 +1,6 @@
 """kafka-pixy through jobs.availability.proxy_client: the partitioner (pure) and a real proxy.
 
-The integration tests run a real kafka-pixy (tools.kafka_pixy, built from source) in front of
+The integration tests run a real kafka-pixy (devservices.kafka_pixy, built from source) in front of
 the session's KRaft broker, with its consumer groups in a real ZooKeeper.
 """
 
@@ -13,6 +13,7 @@ import grpc
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from devservices.kafka_pixy import LONG_POLLING_TIMEOUT_S
 from jobs.availability.proxy_client import (
     PixyClient,
     ProxyError,
@@ -22,7 +23,6 @@ from jobs.availability.proxy_client import (
     sarama_hash_partition,
 )
 from testing.polling import wait_for
-from tools.kafka_pixy import LONG_POLLING_TIMEOUT_S
 
 CALL_TIMEOUT_S = 10.0
 

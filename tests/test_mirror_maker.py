@@ -1,5 +1,5 @@
-"""tools.mirror_maker and tools.kafka_perf: the pure config/argument builders and output parsers
-(fast), and MirrorMaker 2 copying a keyed topic between two real single-broker clusters.
+"""devservices.mirror_maker and bench.kafka_perf: the pure config/argument builders and output
+parsers (fast), and MirrorMaker 2 copying a keyed topic between two real single-broker clusters.
 
 Only the MM2 test is in the integration tier; the rest needs no broker or JVM.
 """
@@ -15,9 +15,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as TP
 
-from testing.polling import wait_for
-from tools.kafka_broker import start_cluster
-from tools.kafka_perf import (
+from bench.kafka_perf import (
     ConsumerPerfResult,
     KafkaPerfError,
     ProducerPerfResult,
@@ -26,7 +24,9 @@ from tools.kafka_perf import (
     parse_producer_output,
     producer_perf_args,
 )
-from tools.mirror_maker import mm2_properties, render_properties, start_mirror_maker
+from devservices.kafka import start_cluster
+from devservices.mirror_maker import mm2_properties, render_properties, start_mirror_maker
+from testing.polling import wait_for
 
 _CLIENT_LOG = logging.getLogger("test.mirror_maker.client")
 

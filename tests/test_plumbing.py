@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 from core.config import ClusterConfig, Settings
 from core.jobgroup import parse_jobgroup
+from dev.prune_jars import artifact_of, jars_to_remove
 from jobs.audit.spec import audit_spec
 from jobs.runtime.kafka_source import kafka_read_options
-from tools.prune_jars import artifact_of, jars_to_remove
 
 SASL = ClusterConfig(
     "secure",

@@ -20,9 +20,9 @@ from controlplane.state.sqlite import SqliteStore
 from core import kafka_admin
 from core.config import load_settings
 from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
-from tools.demo_data import audit_dataset, produce
 
 RUNNING, CANCELED = job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED
 

@@ -27,7 +27,7 @@ from jobs.replication import job as replication
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
-from tools.topic_data import Record, count_records, produce_records, read_partitions
+from testing.topic_data import Record, count_records, produce_records, read_partitions
 
 pytestmark = pytest.mark.integration
 
@@ -307,7 +307,7 @@ def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) ->
     """Destination topic with replication factor 3 and min.insync.replicas=3, one of its three
     brokers down: acks=all cannot be satisfied (the job fails, nothing is written), acks=1 can.
     """
-    from tools.kafka_broker import start_cluster
+    from devservices.kafka import start_cluster
 
     kafka.create_topic("rep-acks", PARTITIONS, 1)
     records = dataset(40)

@@ -18,11 +18,11 @@ from controlplane.errors import LaunchFailed
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.standalone import Resources, StandaloneLauncher, submission_request
 from core.processes import free_ports, group_pids
+from devservices.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
 from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
-from tools.demo_data import audit_dataset, produce
-from tools.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
 
 ROOT = Path("/srv/uatu")
 JARS = ["/srv/uatu/var/jars/spark/a.jar", "/srv/uatu/var/jars/spark/b.jar"]
@@ -319,7 +319,7 @@ def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[st
 @pytest.mark.integration
 def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path):
     assert standalone.master is not None and standalone.worker is not None
-    # What `python -m tools.spark_standalone down` would stop.
+    # What `python -m devservices.spark_standalone down` would stop.
     assert running_pids(standalone.dir) == [standalone.master.pid, standalone.worker.pid]
     topic = f"sa-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)

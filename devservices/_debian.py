@@ -1,6 +1,6 @@
 """Programs taken from Debian packages and unpacked into the repo, not installed system-wide.
 
-Used by ``tools.etcd_server install`` (``etcd-server``) and ``tools.burrow install``
+Used by ``devservices.etcd install`` (``etcd-server``) and ``devservices.burrow install``
 (``burrow``)::
 
     install_from_deb("etcd-server", "usr/bin/etcd", Path("var/etcd/bin/etcd"))

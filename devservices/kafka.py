@@ -3,9 +3,9 @@
 Used by the integration tests (:func:`start_cluster`) and by ``make kafka-up`` /
 ``make kafka-down`` through the CLI at the bottom::
 
-    python -m tools.kafka_broker up [--dir var/kafka] [--port 9092] [--brokers 1] [--fresh]
-    python -m tools.kafka_broker status [--dir var/kafka]
-    python -m tools.kafka_broker down [--dir var/kafka]
+    python -m devservices.kafka up [--dir var/kafka] [--port 9092] [--brokers 1] [--fresh]
+    python -m devservices.kafka status [--dir var/kafka]
+    python -m devservices.kafka down [--dir var/kafka]
 
 Every node is a combined broker+controller, so a 3-node cluster is also a 3-voter quorum that
 keeps working when any one node dies. Layout of a data dir::
@@ -40,14 +40,14 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from core.kafka_admin import create_topic
+from core.paths import KAFKA_JARS_DIR, VAR_DIR
 from core.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
-from tools import cli
+from devservices import _cli as cli
 
 log = logging.getLogger("uatu.kafka")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_JARS_DIR = REPO_ROOT / "var" / "jars" / "kafka"
-DEFAULT_DATA_DIR = REPO_ROOT / "var" / "kafka"
+DEFAULT_JARS_DIR = KAFKA_JARS_DIR
+DEFAULT_DATA_DIR = VAR_DIR / "kafka"
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -430,7 +430,7 @@ def _server_properties(node: BrokerNode, nodes: Sequence[BrokerNode]) -> str:
         props["broker.rack"] = node.rack
     lines = [f"{k}={_escape(str(v))}" for k, v in props.items()]
     return (
-        "# Written by tools/kafka_broker.py on every start; edits are lost.\n"
+        "# Written by devservices/kafka.py on every start; edits are lost.\n"
         + "\n".join(lines)
         + "\n"
     )
@@ -440,7 +440,7 @@ def _log4j_properties(node: BrokerNode) -> str:
     layout = "org.apache.log4j.PatternLayout"
     pattern = "[%d] %p %m (%c)%n"
     return f"""\
-# Written by tools/kafka_broker.py. WARN keeps test logs small; raise it here when debugging.
+# Written by devservices/kafka.py. WARN keeps test logs small; raise it here when debugging.
 log4j.rootLogger=WARN, stdout, file
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout={layout}
@@ -743,7 +743,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.kafka_broker",
+        prog="python -m devservices.kafka",
         description="Run local Apache Kafka (KRaft) brokers as background JVM processes.",
     )
     commands = parser.add_subparsers(dest="command", required=True)

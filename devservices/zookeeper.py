@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.processes import StopOnExit, free_ports, terminate
-from tools.kafka_broker import DEFAULT_JARS_DIR, HOST, jvm_command, log_tail
+from devservices.kafka import DEFAULT_JARS_DIR, HOST, jvm_command, log_tail
 
 READY_TIMEOUT_S = 30.0
 

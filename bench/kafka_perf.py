@@ -4,7 +4,7 @@ Python functions returning their summary figures.
 They are the raw-client baselines of the benchmarks: what a plain Java producer or consumer
 does against the same brokers. Each call is one JVM run on ``var/jars/kafka``::
 
-    from tools.kafka_perf import consumer_perf, producer_perf
+    from bench.kafka_perf import consumer_perf, producer_perf
 
     p = producer_perf("127.0.0.1:9092", "bench", 200_000, 200, acks="all")
     c = consumer_perf("127.0.0.1:9092", "bench", 200_000)
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.kafka_broker import DEFAULT_JARS_DIR, jvm_command
+from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
 
 PRODUCER_MAIN = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_MAIN = "org.apache.kafka.tools.ConsumerPerformance"

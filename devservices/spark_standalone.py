@@ -3,9 +3,9 @@
 Used by the standalone launcher's integration test (:func:`start_standalone`) and by hand
 through the CLI at the bottom::
 
-    python -m tools.spark_standalone up [--dir var/standalone] [--cores 4] [--memory 4g]
-    python -m tools.spark_standalone status [--dir var/standalone]
-    python -m tools.spark_standalone down [--dir var/standalone]
+    python -m devservices.spark_standalone up [--dir var/standalone] [--cores 4] [--memory 4g]
+    python -m devservices.spark_standalone status [--dir var/standalone]
+    python -m devservices.spark_standalone down [--dir var/standalone]
 
 The master runs its REST submission server (``spark.master.rest.enabled=true``), which is
 what ``controlplane/standalone.py`` talks to. All ports (master RPC, master web UI, REST,
@@ -45,13 +45,13 @@ from pathlib import Path
 
 import pyspark
 
+from core.paths import VAR_DIR
 from core.processes import StopOnExit, free_ports, group_pids, pid_alive, read_pid, signal_group
-from tools import cli
+from devservices import _cli as cli
 
 log = logging.getLogger("uatu.standalone")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = REPO_ROOT / "var" / "standalone"
+DEFAULT_DIR = VAR_DIR / "standalone"
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 90.0
@@ -394,7 +394,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.spark_standalone",
+        prog="python -m devservices.spark_standalone",
         description="Run a local Spark standalone master and worker (pyspark's jars) in the "
         "background, with the master's REST submission server on.",
     )

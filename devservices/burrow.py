@@ -4,7 +4,7 @@ The integration tests run it side by side with the availability job's consumer-l
 (``tests/test_burrow_side_by_side.py``). The binary is unpacked into the repo, not installed
 system-wide (``make burrow`` runs ``install``)::
 
-    python -m tools.burrow install            # -> var/burrow/bin/burrow
+    python -m devservices.burrow install            # -> var/burrow/bin/burrow
 
 Tests use :func:`start_burrow`::
 
@@ -18,7 +18,7 @@ zap JSON lines on stdout), ``burrow.pid`` (its own pid file, while it runs).
 What Burrow 1.2.1 needs to watch a Kafka 3.9 KRaft cluster:
 
 * a ``[zookeeper]`` section, even with no ZooKeeper-based cluster: Burrow keeps its own state
-  there (``tools.zookeeper`` runs one);
+  there (``devservices.zookeeper`` runs one);
 * ``kafka-version`` at most ``2.1.0``, the newest its client (sarama 1.22) knows; Kafka 3.9
   still answers those request versions (4.0 drops some of them, KIP-896);
 * ``__consumer_offsets`` must exist before it starts, or its consumer module exits
@@ -76,15 +76,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from core.paths import VAR_DIR
 from core.processes import StopOnExit, free_ports, terminate
-from tools import cli
-from tools.debian_package import DebPackageError, install_from_deb
-from tools.kafka_broker import HOST, log_tail
+from devservices import _cli as cli
+from devservices._debian import DebPackageError, install_from_deb
+from devservices.kafka import HOST, log_tail
 
 log = logging.getLogger("uatu.burrow")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BINARY = REPO_ROOT / "var" / "burrow" / "bin" / "burrow"
+DEFAULT_BINARY = VAR_DIR / "burrow" / "bin" / "burrow"
 READY_TIMEOUT_S = 30.0
 WARM_UP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -283,7 +283,7 @@ def burrow_toml(
     if s.group_allowlist is not None:
         groups += f"group-whitelist={_str(s.group_allowlist)}\n"
     return f"""\
-# Written by tools/burrow.py on every start; edits are lost.
+# Written by devservices/burrow.py on every start; edits are lost.
 [general]
 pidfile={_str(str(burrow_dir / "burrow.pid"))}
 
@@ -429,10 +429,10 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.burrow",
+        prog="python -m devservices.burrow",
         description=(
             "Install LinkedIn Burrow (Debian's burrow package) into var/burrow. Tests start it "
-            "with tools.burrow.start_burrow."
+            "with devservices.burrow.start_burrow."
         ),
     )
     parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)

@@ -3,9 +3,9 @@
 The binary comes from Debian's ``etcd-server`` package, unpacked into the repo instead of
 installed system-wide (``make etcd`` runs ``install``)::
 
-    python -m tools.etcd_server install                       # -> var/etcd/bin/etcd
-    python -m tools.etcd_server up [--dir var/etcd/node] [--port 2379]
-    python -m tools.etcd_server down [--dir var/etcd/node]
+    python -m devservices.etcd install                       # -> var/etcd/bin/etcd
+    python -m devservices.etcd up [--dir var/etcd/node] [--port 2379]
+    python -m devservices.etcd down [--dir var/etcd/node]
 
 Tests use :func:`start_etcd`. Layout of a server dir::
 
@@ -30,15 +30,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.paths import VAR_DIR
 from core.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_pid, wait_gone
-from tools import cli
-from tools.debian_package import DebPackageError, install_from_deb
+from devservices import _cli as cli
+from devservices._debian import DebPackageError, install_from_deb
 
 log = logging.getLogger("uatu.etcd")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BINARY = REPO_ROOT / "var" / "etcd" / "bin" / "etcd"
-DEFAULT_DIR = REPO_ROOT / "var" / "etcd" / "node"
+DEFAULT_BINARY = VAR_DIR / "etcd" / "bin" / "etcd"
+DEFAULT_DIR = VAR_DIR / "etcd" / "node"
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -92,7 +92,7 @@ def install(binary: Path = DEFAULT_BINARY) -> Path:
     """Put Debian's etcd binary at ``binary`` unless it is already there; return its path.
 
     Downloads the ``etcd-server`` .deb with ``apt-get download`` (no root needed, nothing is
-    installed system-wide) and unpacks it with ``dpkg-deb -x`` (``tools.debian_package``).
+    installed system-wide) and unpacks it with ``dpkg-deb -x`` (``devservices._debian``).
     """
     try:
         return install_from_deb(_PACKAGE, "usr/bin/etcd", binary)
@@ -273,7 +273,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.etcd_server",
+        prog="python -m devservices.etcd",
         description="Install Debian's etcd into var/etcd and run a local single-node etcd.",
     )
     parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)

@@ -5,7 +5,7 @@ Delta, including older copies of Hadoop, Jackson, Parquet and Scala that pyspark
 newer versions. Two versions of one library on the classpath fail at run time in confusing
 ways, so the copies pyspark already has are deleted and Spark's own win.
 
-Usage: python -m tools.prune_jars <jar-dir> <pyspark-jars-dir>
+Usage: python -m dev.prune_jars <jar-dir> <pyspark-jars-dir>
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 kafka-pixy has no packages we can use, so :func:`install` builds it from source with Go
 (``make kafka-pixy`` runs ``install``)::
 
-    python -m tools.kafka_pixy install        # -> var/kafka-pixy/bin/kafka-pixy
-    python -m tools.kafka_pixy run --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
+    python -m devservices.kafka_pixy install        # -> var/kafka-pixy/bin/kafka-pixy
+    python -m devservices.kafka_pixy run --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
 
 ``install`` fetches the module with ``go mod download`` (from ``GOPROXY``, checked against
 the Go checksum database) and builds it with ``go build -p 1``: 1 to 2 minutes with a cold Go
@@ -12,7 +12,7 @@ cache on 2 cores. It records the version in ``kafka-pixy.version.json`` next to 
 rebuilds when :data:`VERSION` changes. ``go install ...@VERSION`` cannot be used: it asks the
 proxy for the module's version list, which proxy.golang.org refuses (403) for this module.
 
-kafka-pixy keeps consumer-group membership in ZooKeeper (see tools/zookeeper.py), and speaks
+kafka-pixy keeps consumer-group membership in ZooKeeper (see devservices/zookeeper.py), and speaks
 Kafka through Sarama 1.23, told to assume Kafka 2.3.0 (the newest version it knows). Tests use
 :func:`start_kafka_pixy`::
 
@@ -41,17 +41,17 @@ from pathlib import Path
 
 import yaml
 
+from core.paths import VAR_DIR
 from core.processes import StopOnExit, free_ports, terminate
-from tools import cli
+from devservices import _cli as cli
 
 log = logging.getLogger("uatu.kafka_pixy")
 
 MODULE = "github.com/mailgun/kafka-pixy"
 # The newest tag on proxy.golang.org (v0.18.1, v0.19.0, v1.0.0 ... answer 403, not published).
 VERSION = "v0.18.0"
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BINARY = REPO_ROOT / "var" / "kafka-pixy" / "bin" / "kafka-pixy"
-DEFAULT_DIR = REPO_ROOT / "var" / "kafka-pixy" / "run"
+DEFAULT_BINARY = VAR_DIR / "kafka-pixy" / "bin" / "kafka-pixy"
+DEFAULT_DIR = VAR_DIR / "kafka-pixy" / "run"
 HOST = "127.0.0.1"
 # The newest Kafka version Sarama 1.23 (and so kafka-pixy's config) accepts.
 KAFKA_VERSION = "2.3.0"
@@ -390,7 +390,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.kafka_pixy",
+        prog="python -m devservices.kafka_pixy",
         description=f"Build kafka-pixy {VERSION} into var/kafka-pixy and run it on loopback.",
     )
     parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)

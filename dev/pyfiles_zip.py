@@ -1,6 +1,6 @@
 """Zip Python packages for `spark-submit --py-files`.
 
-Usage: python -m tools.pyfiles_zip OUT.zip ROOT:PACKAGE [ROOT:PACKAGE ...]
+Usage: python -m dev.pyfiles_zip OUT.zip ROOT:PACKAGE [ROOT:PACKAGE ...]
 Each PACKAGE folder under ROOT is stored with paths relative to ROOT (only *.py files).
 PACKAGE may also be a top-level module file (e.g. kafkapixy_pb2.py), stored as is.
 """

@@ -10,9 +10,9 @@ clusters are enough::
     with start_mirror_maker(work_dir, src.bootstrap_servers, dst.bootstrap_servers, "bench"):
         ...  # poll the target until it holds what the source does
 
-    python -m tools.mirror_maker up --dir var/mm2 --source 127.0.0.1:9092 \\
+    python -m devservices.mirror_maker up --dir var/mm2 --source 127.0.0.1:9092 \\
         --target 127.0.0.1:9093 --topics bench
-    python -m tools.mirror_maker down --dir var/mm2
+    python -m devservices.mirror_maker down --dir var/mm2
 
 Layout of a work dir::
 
@@ -36,16 +36,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from core.paths import VAR_DIR
 from core.processes import StopOnExit, pid_alive, read_pid, signal_group, terminate, wait_gone
-from tools import cli
-from tools.kafka_broker import DEFAULT_JARS_DIR, REPO_ROOT, jvm_command, log_tail
+from devservices import _cli as cli
+from devservices.kafka import DEFAULT_JARS_DIR, jvm_command, log_tail
 
 log = logging.getLogger("uatu.mirror_maker")
 
 MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 SOURCE = "source"
 TARGET = "target"
-DEFAULT_WORK_DIR = REPO_ROOT / "var" / "mm2"
+DEFAULT_WORK_DIR = VAR_DIR / "mm2"
 DEFAULT_HEAP = "1g"
 STOP_TIMEOUT_S = 30.0
 
@@ -176,7 +177,7 @@ def render_properties(props: Mapping[str, str]) -> str:
     """``props`` as a Java .properties file, in the given order."""
     lines = [f"{_escape_key(k)}={_escape_value(v)}" for k, v in props.items()]
     return (
-        "# Written by tools/mirror_maker.py on every start; edits are lost.\n"
+        "# Written by devservices/mirror_maker.py on every start; edits are lost.\n"
         + "\n".join(lines)
         + "\n"
     )
@@ -292,7 +293,7 @@ def _log4j_properties(log_file: Path) -> str:
     layout = "org.apache.log4j.PatternLayout"
     pattern = "[%d] %p %m (%c)%n"
     return f"""\
-# Written by tools/mirror_maker.py. At INFO the Connect runtime logs every client config it
+# Written by devservices/mirror_maker.py. At INFO the Connect runtime logs every client config it
 # builds (pages per task); WARN keeps the file readable, the mirror connectors stay at INFO
 # so the log shows which topic-partitions were assigned and when.
 log4j.rootLogger=WARN, file
@@ -372,7 +373,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tools.mirror_maker",
+        prog="python -m devservices.mirror_maker",
         description="Run Apache Kafka MirrorMaker 2 (dedicated mode) as a background JVM, "
         "replicating one source cluster's topics to a target under the same names.",
     )

@@ -2,8 +2,8 @@
 
 1. starts a real single-node Kafka broker (KRaft) under var/demo/kafka on a free port,
 2. produces a demo stream to `demo-orders` with duplicates, late records and records without
-   a usable event time (tools/demo_data.py), and remembers what it sent,
-3. runs `./spark-submit.sh conf/demo/audit-demo.json --once` against it,
+   a usable event time (testing.demo_data.py), and remembers what it sent,
+3. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
 4. reads `audit_counts` back from Delta and prints it, with the totals checked against what
    was sent,
 5. stops the broker (also on failure or Ctrl-C).
@@ -22,15 +22,15 @@ from collections import Counter
 from pathlib import Path
 
 from core.paths import ROOT, project_jars
+from devservices.kafka import start_cluster
 from jobs.runtime.session import build_session
 from testing.conf import write_conf_dir
-from tools.demo_data import audit_dataset, produce
-from tools.kafka_broker import start_cluster
+from testing.demo_data import audit_dataset, produce
 
 log = logging.getLogger("uatu.demo")
 
 DEMO_DIR = ROOT / "var" / "demo"
-JOBGROUP = ROOT / "conf" / "demo" / "audit-demo.json"
+JOBGROUP = Path(__file__).resolve().parent / "audit-demo.json"
 TOPIC = "demo-orders"
 SHOWN_COLUMNS = [
     "audit_type", "partition", "window_start", "message_count", "unique_count",

@@ -1,0 +1,1 @@
+"""Build scripts run by the Makefile (jar pruning, the --py-files zip)."""

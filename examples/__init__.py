@@ -1,0 +1,1 @@
+"""Runnable examples: the demo behind `make run` and its JobGroups."""

@@ -1,1 +1,0 @@
-"""Developer and test tooling: local Kafka brokers, demo data."""
