@@ -99,15 +99,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from core.paths import ROOT
 from devservices.kafka import start_cluster
-from jobs.availability.head_sampler import KEEP_MS, REFRESH_S, HeadHistory
-from jobs.availability.lag_tracker import LagSettings, LagTracker
-from jobs.availability.offsets_topic import (
+from jobs.availability.lag.head_sampler import KEEP_MS, REFRESH_S, HeadHistory
+from jobs.availability.lag.offsets_topic import (
     OFFSETS_TOPIC,
     OffsetCommit,
     OffsetDeleted,
     UndecodableRecord,
     decode,
 )
+from jobs.availability.lag.tracker import LagSettings, LagTracker
 
 BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "availability-bench-result.json"

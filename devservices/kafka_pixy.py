@@ -17,7 +17,7 @@ Kafka through Sarama 1.23, told to assume Kafka 2.3.0 (the newest version it kno
 :func:`start_kafka_pixy`::
 
     with start_kafka_pixy(tmp_path / "pixy", kafka.bootstrap_servers, zk.connect) as pixy:
-        pixy.grpc_address    # "127.0.0.1:<port>", see jobs/availability/proxy_client.py
+        pixy.grpc_address    # "127.0.0.1:<port>", see jobs/availability/probes/proxy_client.py
 
 Layout of a run dir: ``kafka-pixy.yaml`` (the config written here), ``kafka-pixy.log``.
 """

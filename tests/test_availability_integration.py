@@ -23,7 +23,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from core.config import load_settings
 from core.errors import EXIT_OK
 from jobs.availability import job as availability
-from jobs.availability.proxy_client import key_for_partition
+from jobs.availability.probes.proxy_client import key_for_partition
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 
-from jobs.availability.probe_ledger import ProbeLedger, ProbeTarget
-from jobs.availability.probe_stats import PROBE_OUTCOME_DDL, probe_window_stats
-from jobs.availability.probe_topic import probe_targets, replica_lists, uncovered_brokers
-from jobs.availability.probers import parse_probe, probe_value
+from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
+from jobs.availability.probes.probers import parse_probe, probe_value
+from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
+from jobs.availability.probes.topic import probe_targets, replica_lists, uncovered_brokers
 
 B1 = ProbeTarget(partition=0, broker=1, zone="a")
 B2 = ProbeTarget(partition=1, broker=2, zone="b")

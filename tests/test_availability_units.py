@@ -15,13 +15,13 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from core.config import load_settings
 from core.errors import InvalidJobGroup, UnknownCluster
 from jobs.availability.job import status_rows
-from jobs.availability.lag_tracker import LagSettings, LagTracker
-from jobs.availability.offsets_topic import (
+from jobs.availability.lag.offsets_topic import (
     OffsetCommit,
     OffsetDeleted,
     UndecodableRecord,
     decode,
 )
+from jobs.availability.lag.tracker import LagSettings, LagTracker
 from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from testing.conf import write_conf_dir
@@ -256,7 +256,7 @@ def test_probe_type_and_cluster_are_required(settings) -> None:
 
 
 def test_head_history_interpolates_between_samples_around_a_commit() -> None:
-    from jobs.availability.head_sampler import HeadHistory
+    from jobs.availability.lag.head_sampler import HeadHistory
 
     history = HeadHistory(keep_ms=10_000)
     tp = ("t", 0)

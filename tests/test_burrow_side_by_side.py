@@ -43,17 +43,17 @@ Where ours differs from Burrow 1.2.1, ours is right by design:
 
 * rewind-recovered and reset-caught-up: Burrow 1.2.1 (2019) reports REWIND for any backward
   step in the window, and checks it only when no commit in the window had zero lag. Our rules
-  are Burrow's current ones (`lag_rules`): a rewind that a later commit in the window makes
+  are Burrow's current ones (`lag/rules.py`): a rewind that a later commit in the window makes
   good is forgiven (upstream PR #716), and REWIND is checked before the zero-lag rule, so a
   caught-up consumer reset to the start is not hidden by its earlier zero lags (issue #714).
 * idle-tail and idle-tail-quiet: a consumer that read everything on a topic whose last offset
   is a transaction marker (never delivered as a record) stays one offset short of the head.
   Burrow reports STALL while it re-commits and STOP once it goes quiet; ours reports OK
-  while nothing new is produced (`lag_rules.partition_status` rule 1b, not `lag_burrow_strict`).
+  while nothing new is produced (`lag.rules.partition_status` rule 1b, not `lag_burrow_strict`).
 
 One documented difference does not show against Burrow 1.2.1: it recomputes a stopped
 group's current lag from the newest head offsets at every evaluation, as we do
-(`lag_tracker`), so the stopped group's total lag matches in both.
+(`lag/tracker.py`), so the stopped group's total lag matches in both.
 """
 
 from __future__ import annotations

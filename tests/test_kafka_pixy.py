@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from devservices.kafka_pixy import LONG_POLLING_TIMEOUT_S
-from jobs.availability.proxy_client import (
+from jobs.availability.probes.proxy_client import (
     PixyClient,
     ProxyError,
     ProxyMessage,

@@ -1,4 +1,4 @@
-"""`jobs.availability.lag_rules` against LinkedIn Burrow's published evaluator tests.
+"""`jobs.availability.lag.rules` against LinkedIn Burrow's published evaluator tests.
 
 Where the vectors come from:
 
@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import pytest
 
-from jobs.availability.lag_rules import (
+from jobs.availability.lag.rules import (
     EXPIRE_GROUP_MS,
     Commit,
     PartitionResult,

@@ -11,11 +11,11 @@ Spark's `rate` source, whose ticks make a micro-batch run every trigger interval
 group commits (a stopped consumer is exactly when nobody commits).
 
 Every micro-batch, on the driver:
-0. the probe windows whose outcome is final -> `availability_probes` (`probe_stats`), and the
+0. the probe windows whose outcome is final -> `availability_probes` (`probes/stats.py`), and the
    probe topic's coverage checked (a new broker gets a partition), unless skipped;
 1. metadata snapshot -> `topic_availability` (leader, ISR vs replication factor, offline and
    under-replicated partitions), unless skipped;
-2. commits decoded (`offsets_topic`) -> the lag windows (`lag_tracker`) and
+2. commits decoded (`lag/offsets_topic.py`) -> the lag windows (`lag/tracker.py`) and
    `consumer_offset_commits`, each commit's lag from the head offset at its time (sampled
    every second by `head_sampler`); every group evaluated with Burrow's rules ->
    `consumer_group_status`, with lag in messages and in time (now - timestamp of the group's
@@ -48,18 +48,17 @@ from core.errors import ClusterUnreachable
 from core.jobgroup import JobGroup
 from core.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.availability import tables
-from jobs.availability.head_sampler import HeadSampler
-from jobs.availability.lag_rules import GroupResult
-from jobs.availability.lag_tracker import GroupPartition, LagTracker
-from jobs.availability.offsets_topic import (
+from jobs.availability.lag.head_sampler import HeadSampler
+from jobs.availability.lag.offsets_topic import (
     OFFSETS_TOPIC,
     OffsetCommit,
     OffsetDeleted,
     UndecodableRecord,
     decode,
 )
-from jobs.availability.probe_stats import PROBE_OUTCOME_DDL, probe_window_stats
-from jobs.availability.probers import (
+from jobs.availability.lag.rules import GroupResult
+from jobs.availability.lag.tracker import GroupPartition, LagTracker
+from jobs.availability.probes.probers import (
     NativeReceiver,
     NativeSender,
     Prober,
@@ -68,7 +67,8 @@ from jobs.availability.probers import (
     Receiver,
     Sender,
 )
-from jobs.availability.proxy_client import PixyClient
+from jobs.availability.probes.proxy_client import PixyClient
+from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec, availability_spec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.runtime.delta import append_once

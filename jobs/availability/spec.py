@@ -38,8 +38,8 @@ from uber.data.kafka.datatransfer import job_pb2
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import JobGroup, job_options, require_cluster
-from jobs.availability.lag_rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
-from jobs.availability.lag_tracker import LagSettings
+from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
+from jobs.availability.lag.tracker import LagSettings
 
 DEFAULT_TRIGGER_SECONDS = 5
 PROXY_TYPES = ("AVAILABILITY_JOB_TYPE_PROXY_PRODUCER", "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER")

@@ -25,7 +25,7 @@ record, over the group's partitions), total_partitions, and `partitions`: topic,
 status (OK, WARN, STOP, STALL, REWIND), current_lag, time_lag_ms, complete, the window's
 start/end offsets and end commit time.
 
-`availability_probes`, one row per probe window, broker and zone (`probe_stats`), plus
+`availability_probes`, one row per probe window, broker and zone (`probes/stats.py`), plus
 roll-ups with broker null (per zone when zone-isolated, else the whole cluster):
 
 ========================  ===========  ======================================================

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable
 from core.kafka_admin import ADMIN_TIMEOUT_S, create_partitions, create_topic
-from jobs.availability.probe_ledger import ProbeTarget
+from jobs.availability.probes.ledger import ProbeTarget
 
 log = logging.getLogger("uatu.availability")
 

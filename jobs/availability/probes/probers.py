@@ -43,9 +43,14 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from core.config import ClusterConfig
-from jobs.availability.probe_ledger import ProbeLedger, ProbeTarget
-from jobs.availability.probe_topic import broker_zones, ensure_probe_topic, probe_targets
-from jobs.availability.proxy_client import PixyClient, ProxyError, ProxyMessage, key_for_partition
+from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
+from jobs.availability.probes.proxy_client import (
+    PixyClient,
+    ProxyError,
+    ProxyMessage,
+    key_for_partition,
+)
+from jobs.availability.probes.topic import broker_zones, ensure_probe_topic, probe_targets
 from jobs.availability.spec import ProbeSettings
 
 log = logging.getLogger("uatu.availability")

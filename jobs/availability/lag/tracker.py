@@ -3,7 +3,7 @@
 `LagTracker` is the evaluator's memory, kept by the availability job's driver: pure Python, no
 Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`record`,
 `forget`) and the newest head offsets (`refresh_heads`), then asks for every group's status
-(`evaluate`). Rules and windows are Burrow's (`lag_rules`); what differs:
+(`evaluate`). Rules and windows are Burrow's (`lag/rules.py`); what differs:
 
 * nothing, for the current lag: it is recomputed from the newest head offsets at every
   evaluation, so a stopped consumer's lag keeps growing. Users of older Burrow releases saw it
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from jobs.availability.lag_rules import (
+from jobs.availability.lag.rules import (
     DEFAULT_INTERVALS,
     EXPIRE_GROUP_MS,
     Commit,
