@@ -100,8 +100,8 @@ controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087,
 test: setup ## run the whole test suite (unit and integration)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: setup ## only the fast tests (no broker)
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other services
+	$(PY) -m pytest -m "not integration and not spark" $(PYTEST_ARGS)
 
 lint: setup ## ruff lint + format check, mypy
 	$(VENV)/bin/ruff check .

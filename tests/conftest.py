@@ -2,21 +2,36 @@
 
 The session is local[2] with 2 shuffle partitions and the UI off: the machine has 2 cores
 and most test frames have a handful of rows.
+
+Tiers: a test that uses the `spark` fixture is marked `spark`, one that uses a real service
+fixture (Kafka, etcd, ZooKeeper, kafka-pixy, Burrow) is marked `integration`, so
+`make test-unit` (neither) needs no JVM, jars or services. Tests that start services
+themselves carry the marks explicitly.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from core.paths import ROOT
 from testing.spark import small_local_session
 
-ROOT = Path(__file__).resolve().parents[1]
-
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+
+SERVICE_FIXTURES = frozenset({"kafka", "kafka_dest", "etcd", "zookeeper", "kafka_pixy", "burrow"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+        if fixtures & SERVICE_FIXTURES:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,12 @@ from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state.sqlite import SqliteStore
+from core.paths import ROOT
 from core.processes import free_ports, pid_alive, signal_group, terminate
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager

@@ -73,7 +73,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from testing.polling import wait_for
-from tests.test_availability_integration import running, spec_for
+from tests.jobs.availability.test_availability_integration import running, spec_for
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """The Spark Operator launcher without a cluster: golden manifests and a fake `kubectl`.
 
-Goldens live in tests/golden/kubernetes/<case>.yaml; regenerate them with
+Goldens live in tests/controlplane/golden/kubernetes/<case>.yaml; regenerate them with
 `UATU_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_kubernetes_launcher.py` and read the diff.
 The fake kubectl (written into tmp_path) records its argv and stdin and answers `get` with a
 canned SparkApplication, so the launcher runs its real subprocess path.
@@ -31,6 +31,7 @@ from controlplane.launchers.kubernetes import (
     render_manifests,
 )
 from controlplane.reconcile import definition_of
+from core.paths import SPARK_JARS_DIR
 from testing.jobgroups import audit_group
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "kubernetes"
@@ -357,7 +358,7 @@ def test_config_errors_name_the_field_and_value(field, value):
 
 
 def test_default_config_uses_the_project_jars_at_their_image_paths():
-    jar_dir = Path(__file__).resolve().parents[1] / "var" / "jars" / "spark"
+    jar_dir = SPARK_JARS_DIR
     if not any(jar_dir.glob("*.jar")):
         pytest.skip("no jars in var/jars/spark (run `make jars`)")
     config = KubernetesConfig()

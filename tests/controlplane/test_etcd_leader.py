@@ -25,7 +25,8 @@ from devservices.etcd import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+from core.paths import ROOT
+
 TTL = 2  # seconds; etcd's minimum is about 1.5
 SLACK = 3.0  # seconds of scheduling delay tolerated on a busy machine
 
