@@ -21,11 +21,10 @@ from controlplane.launchers.base import LaunchRecord
 from controlplane.state.etcd_client import EtcdClient, b64
 from controlplane.state.etcd_leader import EtcdLeadership
 from controlplane.state.etcd_store import EtcdStore
+from core.paths import ROOT
 from devservices.etcd import EtcdServer, start_etcd
 
 pytestmark = pytest.mark.integration
-
-from core.paths import ROOT
 
 TTL = 2  # seconds; etcd's minimum is about 1.5
 SLACK = 3.0  # seconds of scheduling delay tolerated on a busy machine
