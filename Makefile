@@ -6,7 +6,7 @@ PYTHON_BOOT ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 SITE        := $(VENV)/lib/python3.11/site-packages
-MVN         := mvn -q -B -s jvm/settings.xml -f jvm/pom.xml
+MVN         := mvn -q -B -f jvm/pom.xml
 PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 
 jars: var/jars/.installed ## Spark Kafka connector, Delta and the Kafka broker from Maven Central
 
-var/jars/.installed: jvm/pom.xml jvm/settings.xml | $(VENV)/.installed
+var/jars/.installed: jvm/pom.xml | $(VENV)/.installed
 	@echo ">> resolving JVM artifacts from Maven Central (jvm/pom.xml)"
 	rm -rf var/jars/spark var/jars/kafka
 	$(MVN) -P spark-jars dependency:copy-dependencies

@@ -6,13 +6,14 @@ kafka-pixy has no packages we can use, so :func:`install` builds it from source 
     python -m devservices.kafka_pixy install        # -> var/kafka-pixy/bin/kafka-pixy
     python -m devservices.kafka_pixy run --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
 
-``install`` fetches the module with ``go mod download`` (from ``GOPROXY``, checked against
-the Go checksum database) and builds it with ``go build -p 1``: 1 to 2 minutes with a cold Go
-cache on 2 cores. It records the version in ``kafka-pixy.version.json`` next to the binary and
-rebuilds when :data:`VERSION` changes. ``go install ...@VERSION`` cannot be used: it asks the
-proxy for the module's version list, which proxy.golang.org refuses (403) for this module.
+``install`` fetches the module with ``go mod download`` (from Go's configured module proxy,
+``go env GOPROXY``, checked against the Go checksum database) and builds it with
+``go build -p 1``: 1 to 2 minutes with a cold Go cache on 2 cores. It records the version
+in ``kafka-pixy.version.json`` next to the binary and rebuilds when :data:`VERSION` changes.
+``go install ...@VERSION`` cannot be used: it asks the proxy for the module's version list,
+which the public module proxy refuses (403) for this module.
 
-kafka-pixy keeps consumer-group membership in ZooKeeper (see devservices/zookeeper.py), and speaks
+kafka-pixy keeps consumer-group membership in ZooKeeper (devservices/zookeeper.py), and speaks
 Kafka through Sarama 1.23, told to assume Kafka 2.3.0 (the newest version it knows). Tests use
 :func:`start_kafka_pixy`::
 
@@ -48,7 +49,7 @@ from devservices import _cli as cli
 log = logging.getLogger("uatu.kafka_pixy")
 
 MODULE = "github.com/mailgun/kafka-pixy"
-# The newest tag on proxy.golang.org (v0.18.1, v0.19.0, v1.0.0 ... answer 403, not published).
+# The newest tag the module proxy serves (v0.18.1, v0.19.0, v1.0.0 ... answer 403, not published).
 VERSION = "v0.18.0"
 DEFAULT_BINARY = VAR_DIR / "kafka-pixy" / "bin" / "kafka-pixy"
 DEFAULT_DIR = VAR_DIR / "kafka-pixy" / "run"
@@ -60,7 +61,6 @@ STOP_TIMEOUT_S = 10.0
 # A ConsumeNAck on a drained topic blocks this long, then fails with NOT_FOUND.
 LONG_POLLING_TIMEOUT_S = 1.0
 
-_DEFAULT_GOPROXY = "https://proxy.golang.org"
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
 _BUILD_TIMEOUT_S = 1200.0
 _POLL_INTERVAL_S = 0.2
@@ -124,17 +124,16 @@ def installed_version(binary: Path = DEFAULT_BINARY) -> str | None:
 def install(binary: Path = DEFAULT_BINARY, version: str = VERSION) -> Path:
     """Build kafka-pixy ``version`` into ``binary`` unless that version is already there.
 
-    Needs Go (``go`` on PATH or /usr/local/go/bin/go) and access to ``GOPROXY`` (default
-    proxy.golang.org). Raises :class:`KafkaPixyError` naming the failed command.
+    Needs Go (``go`` on PATH or /usr/local/go/bin/go) and access to its configured module
+    proxy (``go env GOPROXY``). Raises :class:`KafkaPixyError` naming the failed command.
     """
     if installed_version(binary) == version:
         return binary
     go = _find_go()
     env = dict(os.environ)
-    env.setdefault("GOPROXY", _DEFAULT_GOPROXY)
     module = f"{MODULE}@{version}"
     started = time.monotonic()
-    log.info("downloading %s with %s mod download (GOPROXY=%s)", module, go, env["GOPROXY"])
+    log.info("downloading %s with %s mod download (GOPROXY=%s)", module, go, _goproxy(go, env))
     with tempfile.TemporaryDirectory(prefix="kafka-pixy-build-") as tmp:
         work = Path(tmp)
         # Outside any module, so `go mod download` only fetches and verifies the zip.
@@ -178,6 +177,17 @@ def _find_go() -> str:
     )
 
 
+def _goproxy(go: str, env: dict[str, str]) -> str:
+    """The module proxy list Go uses here (its own configuration, never one we pick)."""
+    try:
+        done = subprocess.run(
+            [go, "env", "GOPROXY"], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "(go env GOPROXY failed)"
+    return done.stdout.strip() or "(unset)"
+
+
 def _go(cmd: list[str], cwd: Path, env: dict[str, str], version: str) -> str:
     try:
         proc = subprocess.run(
@@ -192,7 +202,7 @@ def _go(cmd: list[str], cwd: Path, env: dict[str, str], version: str) -> str:
     except subprocess.TimeoutExpired as e:
         raise KafkaPixyError(f"`{' '.join(cmd)}` took more than {_BUILD_TIMEOUT_S:.0f} s") from e
     if proc.returncode != 0:
-        proxy = env.get("GOPROXY", _DEFAULT_GOPROXY).split(",")[0]
+        proxy = _goproxy(cmd[0], env).split(",")[0]
         # `go mod download -json` reports its error in the JSON on stdout.
         output = (proc.stderr.strip() or proc.stdout.strip())[-4000:]
         raise KafkaPixyError(
