@@ -367,6 +367,7 @@ def availability_spec(workdir: Path, bootstrap: str) -> Any:
 
     from core.config import load_settings
     from jobs.availability import job
+    from jobs.availability.spec import availability_spec as spec_of
     from testing.conf import write_conf_dir
 
     conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", workdir / "ck")
@@ -377,7 +378,7 @@ def availability_spec(workdir: Path, bootstrap: str) -> Any:
         "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
     }
     env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
-    spec = job.prepare(json_format.ParseDict(data, JobGroup()), load_settings(conf, env))
+    spec = spec_of(json_format.ParseDict(data, JobGroup()), load_settings(conf, env))
     job.ensure_source(spec)
     return spec
 
@@ -426,7 +427,9 @@ def detection(trials: int, workdir: Path, late: contextlib.ExitStack) -> dict[st
         say(f"  job settings (all defaults): {result['settings']}")
         started = time.monotonic()
         thread = threading.Thread(
-            target=lambda: status.append(job.run(spec, once=False, stop_file=str(stop_file))),
+            target=lambda: status.append(
+                job.AvailabilityJob(spec).run(once=False, stop_file=str(stop_file))
+            ),
             name="availability-job",
         )
         thread.start()

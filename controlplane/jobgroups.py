@@ -253,11 +253,12 @@ class JobGroups:
 
     def _validate(self, group: JobGroup) -> int:
         """Full job validation, then the source topic's partition count (0 is refused)."""
-        job, spec = registry.validate(group, self._settings)
-        field, topic, cluster = job.source_topic(spec)
-        partitions = self._partition_count(self._settings.clusters[cluster], topic, field)
+        _, spec = registry.validate(group, self._settings)
+        source = spec.source()
+        cluster = self._settings.clusters[source.cluster]
+        partitions = self._partition_count(cluster, source.topic, source.field)
         if partitions <= 0:
-            raise InvalidJobGroup(field, topic, "topic has no partitions")
+            raise InvalidJobGroup(source.field, source.topic, "topic has no partitions")
         return partitions
 
     def _get(self, job_group_id: str) -> tuple[StoredJobGroup, int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -29,6 +30,15 @@ JOB_OPTIONS_TYPE_URL = "type.googleapis.com/uatu.v1.JobOptions"
 
 # The id names the checkpoint folder and the Spark query, so it must be a safe path segment.
 _JOB_GROUP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,199}$")
+
+
+@dataclass(frozen=True)
+class SourceTopic:
+    """The topic a job reads, checked for existence before it starts."""
+
+    field: str  # the JobGroup field that names it, for error messages
+    topic: str
+    cluster: str
 
 
 def parse_jobgroup(text: str, source: str = "<jobgroup>") -> JobGroup:

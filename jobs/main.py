@@ -1,9 +1,9 @@
 """Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]`.
 
-Loads the site configuration and the JobGroup, validates both, checks that the source topic
-exists, then dispatches on the JobGroup's type to the job module. Exit status: 0 finished
-(or stopped by SIGTERM), 1 failed while running, 2 bad input (nothing was started or written;
-one line on stderr names the field and the value).
+Loads the site configuration and the JobGroup, validates both (`registry.validate`), checks
+that the source topic exists, then runs the JobType's `StreamingJob` (`load_runtime()`).
+Exit status: 0 finished (or stopped by SIGTERM), 1 failed while running, 2 bad input
+(nothing was started or written; one line on stderr names the field and the value).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from core import kafka_admin
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
-from core.jobgroup import job_type_name, load_jobgroup
+from core.jobgroup import load_jobgroup
 from jobs import registry
 from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 
@@ -60,31 +60,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
-        job, spec = registry.validate(group, settings)
+        job_type, spec = registry.validate(group, settings)
         reporter_config = ReporterConfig.from_env(os.environ)
-        type_name = job_type_name(group)
-        field, topic, cluster = job.source_topic(spec)
-        registry.ensure_source(job, spec)
-        partitions = kafka_admin.partition_count(settings.clusters[cluster], topic, field)
+        job = job_type.load_runtime()(spec)
+        source = spec.source()
+        job.ensure_source()
+        partitions = kafka_admin.partition_count(
+            settings.clusters[source.cluster], source.topic, source.field
+        )
         log.info(
             "JobGroup %s is valid: %s on %s/%s (%d partitions)",
             group.job_group_id,
-            type_name,
-            cluster,
-            topic,
+            job_type.name,
+            source.cluster,
+            source.topic,
             partitions,
         )
         if args.check:
-            registry.check(job, spec)
+            job.check()
             return 0
         reporting = None
         if reporter_config is not None:
-            source = group.kafka_consumer_task_group
-            template = JobTemplate(group.type, cluster, topic, source.consumer_group)
+            consumer_group = group.kafka_consumer_task_group.consumer_group
+            template = JobTemplate(group.type, source.cluster, source.topic, consumer_group)
             reporting = Reporting(reporter_config, template)
             log.info("reporting to the control plane at %s", ",".join(reporter_config.addresses))
         stop_file = os.environ.get("UATU_STOP_FILE")
-        return int(job.run(spec, once=args.once, stop_file=stop_file, reporting=reporting))
+        return job.run(once=args.once, stop_file=stop_file, reporting=reporting)
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

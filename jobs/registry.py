@@ -1,53 +1,107 @@
-"""JobType -> job module, and the full pre-start validation shared by jobs/main.py and the
-control plane.
+"""The JobTypes this product runs: one typed record each, and the pre-start validation that
+`jobs/main.py` and the control plane share.
 
-Each job module provides `prepare(group, settings) -> spec` (validation, no Spark),
-`source_topic(spec) -> (field, topic, cluster)` and
-`run(spec, once=, stop_file=, reporting=) -> int` (reporting: jobs/runtime/reporting.py).
-A module may also provide `check(spec)`: broker checks beyond the source topic's existence
-(the replication job's destination topic and offsets), run by `--check` and by `run` itself,
-and `ensure_source(spec)`: make the source topic exist before it is checked (the availability
-job's `__consumer_offsets`, which Kafka creates on first use).
+A `JobType` names its spec builder, `prepare(group, settings) -> spec`: pure validation of
+the JobGroup into an immutable spec, with no broker and no Spark, so the control plane may
+import this module (and the `jobs/<type>/spec.py` modules it names) without pyspark. Every
+spec answers the `JobSpec` protocol below.
+
+The runtime side of a JobType (session, tables, query: a `jobs.runtime.template.StreamingJob`)
+is `load_runtime()`, which imports the job's entry module; only `jobs/main.py` calls it.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import check_common, job_type_name
+from core.jobgroup import SourceTopic, check_common, job_type_name
+from jobs.audit.spec import audit_spec
+from jobs.availability.spec import availability_spec
+from jobs.replication.spec import replication_spec_now
 
-JOB_MODULES = {
-    "JOB_TYPE_KAFKA_AUDIT": "jobs.audit.job",
-    "JOB_TYPE_KAFKA_REPLICATION": "jobs.replication.job",
-    "JOB_TYPE_KAFKA_AVAILABILITY": "jobs.availability.job",
+if TYPE_CHECKING:
+    from jobs.runtime.template import StreamingJob
+
+
+class JobSpec(Protocol):
+    """What every job's spec provides (each is a frozen dataclass in jobs/<type>/spec.py)."""
+
+    @property
+    def job_group_id(self) -> str: ...
+    @property
+    def query_name(self) -> str: ...
+    @property
+    def checkpoint_path(self) -> str: ...
+    @property
+    def trigger_interval_seconds(self) -> int: ...
+    def source(self) -> SourceTopic: ...
+
+
+@dataclass(frozen=True)
+class JobType:
+    """One uForwarder JobType this product runs."""
+
+    name: str  # uber.data.kafka.datatransfer.JobType value name
+    summary: str
+    prepare: Callable[[JobGroup, Settings], Any]  # returns the job's JobSpec
+    load_runtime: Callable[[], type[StreamingJob[Any]]]
+
+
+def _audit_runtime() -> type[StreamingJob[Any]]:
+    from jobs.audit.job import AuditJob
+
+    return AuditJob
+
+
+def _replication_runtime() -> type[StreamingJob[Any]]:
+    from jobs.replication.job import ReplicationJob
+
+    return ReplicationJob
+
+
+def _availability_runtime() -> type[StreamingJob[Any]]:
+    from jobs.availability.job import AvailabilityJob
+
+    return AvailabilityJob
+
+
+JOB_TYPES: Mapping[str, JobType] = {
+    t.name: t
+    for t in (
+        JobType(
+            "JOB_TYPE_KAFKA_AUDIT",
+            "per topic, partition and window: messages, unique, bytes, lateness -> Delta",
+            audit_spec,
+            _audit_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_KAFKA_REPLICATION",
+            "Kafka -> Kafka copy, partition and order kept, no loss, no duplicate",
+            replication_spec_now,
+            _replication_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_KAFKA_AVAILABILITY",
+            "round-trip probes per broker and zone, topic availability, consumer-group lag",
+            availability_spec,
+            _availability_runtime,
+        ),
+    )
 }
 
 
-def validate(group: JobGroup, settings: Settings) -> tuple[ModuleType, Any]:
-    """Check every field the job will use; return (job module, its spec). No broker, no Spark."""
+def validate(group: JobGroup, settings: Settings) -> tuple[JobType, JobSpec]:
+    """Check every field the job will use; return its JobType and spec. No broker, no Spark."""
     check_common(group, settings.clusters)
     type_name = job_type_name(group)
-    if type_name not in JOB_MODULES:
-        raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_MODULES)}")
-    job = importlib.import_module(JOB_MODULES[type_name])
-    return job, job.prepare(group, settings)
-
-
-def check(job: ModuleType, spec: Any) -> None:
-    """The job's own broker checks, if it has any (raises InvalidJobGroup and friends)."""
-    broker_check = getattr(job, "check", None)
-    if broker_check is not None:
-        broker_check(spec)
-
-
-def ensure_source(job: ModuleType, spec: Any) -> None:
-    """Let the job create its source topic if the broker makes it on demand."""
-    ensure = getattr(job, "ensure_source", None)
-    if ensure is not None:
-        ensure(spec)
+    job_type = JOB_TYPES.get(type_name)
+    if job_type is None:
+        raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_TYPES)}")
+    spec: JobSpec = job_type.prepare(group, settings)
+    return job_type, spec

@@ -29,10 +29,8 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from core.config import Settings
-from core.jobgroup import JobGroup
 from jobs.audit import tables
-from jobs.audit.spec import AuditSpec, audit_spec
+from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import (
     assign_windows,
     audit_records,
@@ -42,21 +40,11 @@ from jobs.audit.transforms import (
     with_new_unique_counts,
 )
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.reporting import Reporting, observe_source
-from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
-from jobs.runtime.session import build_session
+from jobs.runtime.reporting import observe_source
+from jobs.runtime.runner import streaming_query_id
+from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.audit")
-
-
-def prepare(group: JobGroup, settings: Settings) -> AuditSpec:
-    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
-    return audit_spec(group, settings)
-
-
-def source_topic(spec: AuditSpec) -> tuple[str, str, str]:
-    """(field, topic, cluster name) to check for existence before starting."""
-    return "kafka_consumer_task_group.topic", spec.source_topic, spec.source_cluster.name
 
 
 def build_stream(spark: SparkSession, spec: AuditSpec) -> DataFrame:
@@ -163,32 +151,23 @@ def cache_scope() -> Iterator[Callable[[DataFrame], DataFrame]]:
             df.unpersist()
 
 
-def run(
-    spec: AuditSpec,
-    *,
-    once: bool,
-    stop_file: str | None = None,
-    reporting: Reporting | None = None,
-) -> int:
-    spark = build_session(spec.query_name)
-    tables.ensure_tables(spark, spec.audit_counts_path, spec.audit_keys_path)
-    log.info(
-        "auditing %s/%s (%s) into %s: %s",
-        spec.source_cluster.name,
-        spec.source_topic,
-        spec.source_cluster.bootstrap_servers,
-        spec.audit_counts_path,
-        ", ".join(f"{w.audit_type}/{w.interval_seconds}s" for w in spec.windows),
-    )
-    return run_query(
-        build_stream(spark, spec),
-        AuditBatchWriter(spec),
-        QuerySettings(
-            name=spec.query_name,
-            checkpoint=spec.checkpoint_path,
-            once=once,
-            trigger_interval_seconds=spec.trigger_interval_seconds,
-            stop_file=stop_file,
-        ),
-        reporting,
-    )
+class AuditJob(StreamingJob[AuditSpec]):
+    """The audit job in the shared template: its tables, its stream, its batch writer."""
+
+    def ensure_tables(self, spark: SparkSession) -> None:
+        tables.ensure_tables(spark, self.spec.audit_counts_path, self.spec.audit_keys_path)
+        spec = self.spec
+        log.info(
+            "auditing %s/%s (%s) into %s: %s",
+            spec.source_cluster.name,
+            spec.source_topic,
+            spec.source_cluster.bootstrap_servers,
+            spec.audit_counts_path,
+            ", ".join(f"{w.audit_type}/{w.interval_seconds}s" for w in spec.windows),
+        )
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return build_stream(spark, self.spec)
+
+    def batch_writer(self, spark: SparkSession) -> AuditBatchWriter:
+        return AuditBatchWriter(self.spec)

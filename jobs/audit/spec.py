@@ -28,7 +28,7 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, job_options, require_cluster
+from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
 
 SUPPORTED_AUDIT_TYPES = ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
 
@@ -85,6 +85,11 @@ class AuditSpec:
     @property
     def query_name(self) -> str:
         return f"audit-{self.job_group_id}"
+
+    def source(self) -> SourceTopic:
+        return SourceTopic(
+            "kafka_consumer_task_group.topic", self.source_topic, self.source_cluster.name
+        )
 
     @property
     def needs_headers(self) -> bool:

@@ -43,9 +43,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from core.config import Settings
 from core.errors import ClusterUnreachable
-from core.jobgroup import JobGroup
 from core.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.availability import tables
 from jobs.availability.lag.head_sampler import HeadSampler
@@ -69,13 +67,12 @@ from jobs.availability.probes.probers import (
 )
 from jobs.availability.probes.proxy_client import PixyClient
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
-from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec, availability_spec
+from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.runtime.delta import append_once
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.reporting import Reporting
-from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
-from jobs.runtime.session import build_session
+from jobs.runtime.runner import streaming_query_id
+from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.availability")
 
@@ -85,15 +82,6 @@ SESSION_CONF = {
     # consumer-based reader reads them (3).
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true",
 }
-
-
-def prepare(group: JobGroup, settings: Settings) -> AvailabilitySpec:
-    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
-    return availability_spec(group, settings)
-
-
-def source_topic(spec: AvailabilitySpec) -> tuple[str, str, str]:
-    return "kafka_consumer_task_group.cluster", OFFSETS_TOPIC, spec.cluster.name
 
 
 def ensure_source(spec: AvailabilitySpec) -> None:
@@ -466,64 +454,75 @@ def build_prober(spec: AvailabilitySpec) -> Prober:
     return Prober(spec.cluster, spec.probe_topic, spec.probe, instance_id, sender, receiver)
 
 
-def run(
-    spec: AvailabilitySpec,
-    *,
-    once: bool,
-    stop_file: str | None = None,
-    reporting: Reporting | None = None,
-) -> int:
-    log.info(
-        "availability job %s on cluster %s: %s",
-        spec.job_group_id,
-        spec.cluster.name,
-        ", ".join(
-            name
-            for name, on in (
-                (f"{spec.probe_type} probes on {spec.probe_topic}", spec.probes),
-                ("topic availability", spec.topic_availability),
-                ("consumer lag", spec.consumer_lag),
-            )
-            if on
-        ),
-    )
-    spark = build_session(spec.query_name, conf=SESSION_CONF)
-    tables.ensure_tables(
-        spark,
-        [
-            (spec.probes_path, tables.PROBES_DDL),
-            (spec.topic_availability_path, tables.TOPIC_DDL),
-            (spec.commits_path, tables.COMMITS_DDL),
-            (spec.status_path, tables.STATUS_DDL),
-        ],
-    )
-    tracker = LagTracker(spec.lag)
-    if spec.consumer_lag:
-        loaded = load_windows(spark, spec, tracker)
-        log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
-    prober = build_prober(spec) if spec.probes else None
-    writer = AvailabilityBatchWriter(spec, tracker, int(time.time() * 1000), prober)
-    heads = writer.heads = HeadSampler(writer.admin_client()) if spec.consumer_lag else None
-    if prober is not None:
-        prober.start(writer.admin_client())
-    if heads is not None:
-        heads.start()
-    try:
-        return run_query(
-            build_stream(spark, spec),
-            writer,
-            QuerySettings(
-                name=spec.query_name,
-                checkpoint=spec.checkpoint_path,
-                once=once,
-                trigger_interval_seconds=spec.trigger_interval_seconds,
-                stop_file=stop_file,
+class AvailabilityJob(StreamingJob[AvailabilitySpec]):
+    """The availability job in the shared template: probes and samplers around the query."""
+
+    session_conf = SESSION_CONF
+
+    def __init__(self, spec: AvailabilitySpec) -> None:
+        super().__init__(spec)
+        self._writer: AvailabilityBatchWriter | None = None
+        self._prober: Prober | None = None
+        self._heads: HeadSampler | None = None
+
+    def ensure_source(self) -> None:
+        ensure_source(self.spec)
+
+    def ensure_tables(self, spark: SparkSession) -> None:
+        spec = self.spec
+        log.info(
+            "availability job %s on cluster %s: %s",
+            spec.job_group_id,
+            spec.cluster.name,
+            ", ".join(
+                name
+                for name, on in (
+                    (f"{spec.probe_type} probes on {spec.probe_topic}", spec.probes),
+                    ("topic availability", spec.topic_availability),
+                    ("consumer lag", spec.consumer_lag),
+                )
+                if on
             ),
-            reporting,
         )
-    finally:
-        if prober is not None:
-            prober.stop()
-        if heads is not None:
-            heads.stop()
-        writer.close()
+        tables.ensure_tables(
+            spark,
+            [
+                (spec.probes_path, tables.PROBES_DDL),
+                (spec.topic_availability_path, tables.TOPIC_DDL),
+                (spec.commits_path, tables.COMMITS_DDL),
+                (spec.status_path, tables.STATUS_DDL),
+            ],
+        )
+
+    def before_query(self, spark: SparkSession) -> int | None:
+        spec = self.spec
+        tracker = LagTracker(spec.lag)
+        if spec.consumer_lag:
+            loaded = load_windows(spark, spec, tracker)
+            log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
+        self._prober = build_prober(spec) if spec.probes else None
+        writer = self._writer = AvailabilityBatchWriter(
+            spec, tracker, int(time.time() * 1000), self._prober
+        )
+        if spec.consumer_lag:
+            self._heads = writer.heads = HeadSampler(writer.admin_client())
+        if self._prober is not None:
+            self._prober.start(writer.admin_client())
+        if self._heads is not None:
+            self._heads.start()
+        return None
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return build_stream(spark, self.spec)
+
+    def batch_writer(self, spark: SparkSession) -> AvailabilityBatchWriter:
+        assert self._writer is not None  # made by before_query, with the samplers it feeds
+        return self._writer
+
+    def close(self) -> None:
+        if self._prober is not None:
+            self._prober.stop()
+        if self._heads is not None:
+            self._heads.stop()
+        if self._writer is not None:
+            self._writer.close()

@@ -37,7 +37,8 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, job_options, require_cluster
+from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC
 from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
 from jobs.availability.lag.tracker import LagSettings
 
@@ -79,6 +80,10 @@ class AvailabilitySpec:
     @property
     def query_name(self) -> str:
         return f"availability-{self.job_group_id}"
+
+    def source(self) -> SourceTopic:
+        """The cluster's `__consumer_offsets` (every group's commits, as Burrow reads them)."""
+        return SourceTopic("kafka_consumer_task_group.cluster", OFFSETS_TOPIC, self.cluster.name)
 
 
 def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:

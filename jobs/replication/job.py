@@ -23,6 +23,7 @@ once every partition has been read up to its end offset, and exits 0.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -33,13 +34,11 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from core.config import Settings
-from core.jobgroup import JobGroup
 from jobs.replication import tables
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, preflight
 from jobs.replication.ranges import batch_ranges
-from jobs.replication.spec import ReplicationSpec, replication_spec
+from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.replication.writer import (
     ENCODED_FORMAT,
@@ -51,9 +50,9 @@ from jobs.replication.writer import (
 )
 from jobs.runtime.delta import append_once
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
-from jobs.runtime.runner import QuerySettings, run_query, streaming_query_id
-from jobs.runtime.session import build_session
+from jobs.runtime.reporting import committed_offsets, end_offsets
+from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.replication")
 
@@ -71,20 +70,6 @@ SOURCE_FETCH_CONFIG = {
     "max.partition.fetch.bytes": str(8 << 20),
     "fetch.max.bytes": str(32 << 20),
 }
-
-
-def prepare(group: JobGroup, settings: Settings) -> ReplicationSpec:
-    """Validate the JobGroup for this job; raises InvalidJobGroup before any Spark work."""
-    return replication_spec(group, settings, now_ms=int(time.time() * 1000))
-
-
-def source_topic(spec: ReplicationSpec) -> tuple[str, str, str]:
-    return "kafka_consumer_task_group.topic", spec.source_topic, spec.source_cluster.name
-
-
-def check(spec: ReplicationSpec) -> ReplicationPlan:
-    """Broker checks (destination topic, partitions, offsets) before any record moves."""
-    return preflight(spec)
 
 
 def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> DestinationConfig:
@@ -258,57 +243,76 @@ def _warn_if_copies_queue(spark: SparkSession, partitions: int) -> None:
         )
 
 
-def run(
-    spec: ReplicationSpec,
-    *,
-    once: bool,
-    stop_file: str | None = None,
-    reporting: Reporting | None = None,
-) -> int:
-    plan = check(spec)
-    spark = build_session(spec.query_name, conf=SESSION_CONF)
-    destination = destination_config(spec, plan)
-    check_clients(spark, destination)
-    _warn_if_copies_queue(spark, len(plan.source_partitions))
-    tables.ensure_tables(spark, spec.stats_path, spec.audit_path)
+class ReplicationJob(StreamingJob[ReplicationSpec]):
+    """The replication job in the shared template."""
 
-    def copy_complete(progress: Mapping) -> bool:
-        return plan.is_done(end_offsets(progress, spec.source_topic))
+    session_conf = SESSION_CONF
 
-    already = committed_offsets(spark, spec.checkpoint_path)
-    if already is not None and copy_complete(already):
-        log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
-        return 0
-    log.info(
-        "replicating %s/%s -> %s/%s (acks=%s), stats in %s",
-        spec.source_cluster.name,
-        spec.source_topic,
-        spec.destination_cluster.name,
-        spec.destination_topic,
-        "all" if spec.acks_all else "1",
-        spec.stats_path,
-    )
-    writer = ReplicationBatchWriter(
-        spec,
-        plan,
-        destination,
-        Pacer(spec.max_messages_per_sec, spec.max_bytes_per_sec),
-    )
-    try:
-        return run_query(
-            build_stream(spark, spec, plan),
-            writer,
-            QuerySettings(
-                name=spec.query_name,
-                checkpoint=spec.checkpoint_path,
-                once=once,
-                trigger_interval_seconds=spec.trigger_interval_seconds,
-                stop_file=stop_file,
-                until=None if plan.end_offsets is None else copy_complete,
-                record_bytes=lambda: writer.last_record_bytes,
-                log_batches=False,
-            ),
-            reporting,
+    def __init__(self, spec: ReplicationSpec) -> None:
+        super().__init__(spec)
+        self._plan: ReplicationPlan | None = None
+        self._writer: ReplicationBatchWriter | None = None
+
+    @property
+    def plan(self) -> ReplicationPlan:
+        if self._plan is None:
+            raise RuntimeError("the replication plan is made by check()")
+        return self._plan
+
+    def check(self) -> None:
+        """Broker checks (destination topic, partitions, offsets) before any record moves."""
+        self._plan = preflight(self.spec)
+
+    def check_session(self, spark: SparkSession) -> None:
+        # The Java clients are built once on the driver, so a refused setting is a ConfigError
+        # before anything is written.
+        check_clients(spark, destination_config(self.spec, self.plan))
+        _warn_if_copies_queue(spark, len(self.plan.source_partitions))
+
+    def ensure_tables(self, spark: SparkSession) -> None:
+        tables.ensure_tables(spark, self.spec.stats_path, self.spec.audit_path)
+
+    def copy_complete(self, progress: Mapping) -> bool:
+        return self.plan.is_done(end_offsets(progress, self.spec.source_topic))
+
+    def before_query(self, spark: SparkSession) -> int | None:
+        spec = self.spec
+        already = committed_offsets(spark, spec.checkpoint_path)
+        if already is not None and self.copy_complete(already):
+            log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
+            return 0
+        log.info(
+            "replicating %s/%s -> %s/%s (acks=%s), stats in %s",
+            spec.source_cluster.name,
+            spec.source_topic,
+            spec.destination_cluster.name,
+            spec.destination_topic,
+            "all" if spec.acks_all else "1",
+            spec.stats_path,
         )
-    finally:
-        writer.close()
+        return None
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return build_stream(spark, self.spec, self.plan)
+
+    def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
+        self._writer = ReplicationBatchWriter(
+            self.spec,
+            self.plan,
+            destination_config(self.spec, self.plan),
+            Pacer(self.spec.max_messages_per_sec, self.spec.max_bytes_per_sec),
+        )
+        return self._writer
+
+    def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
+        writer = self._writer
+        return dataclasses.replace(
+            super().query_settings(once=once, stop_file=stop_file),
+            until=None if self.plan.end_offsets is None else self.copy_complete,
+            record_bytes=(lambda: writer.last_record_bytes) if writer is not None else None,
+            log_batches=False,
+        )
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()

@@ -31,6 +31,7 @@ extension.output                        replication_stats_path, replication_audi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from uatu.v1 import job_options_pb2
@@ -38,7 +39,7 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, job_options, require_cluster
+from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
 
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
@@ -84,6 +85,11 @@ class ReplicationSpec:
     @property
     def query_name(self) -> str:
         return f"replication-{self.job_group_id}"
+
+    def source(self) -> SourceTopic:
+        return SourceTopic(
+            "kafka_consumer_task_group.topic", self.source_topic, self.source_cluster.name
+        )
 
     def producer_config(self) -> dict[str, str]:
         """Java Kafka client settings of the destination producer (the JVM sink's).
@@ -156,6 +162,11 @@ def _is_continuous(group: JobGroup, has_end: bool) -> bool:
             "or set is_continuous false",
         )
     return continuous
+
+
+def replication_spec_now(group: JobGroup, settings: Settings) -> ReplicationSpec:
+    """`replication_spec` with the current time (a bounded copy's end must have passed)."""
+    return replication_spec(group, settings, now_ms=int(time.time() * 1000))
 
 
 def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> ReplicationSpec:

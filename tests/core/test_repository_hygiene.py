@@ -16,7 +16,7 @@ import pytest
 from core.paths import ROOT
 
 # sha256(host)[:16] of the public registries of PyPI, Maven Central (and its mirrors),
-# the Go module proxy and checksum database, npm, Debian's archive, crates.io, Apache's and
+# the Go module proxy and checksum database, npm, Debian's archive, Rust's crate index, Apache's and
 # Confluent's Maven repositories.
 REGISTRY_HOST_HASHES = frozenset(
     {

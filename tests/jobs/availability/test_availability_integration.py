@@ -24,6 +24,7 @@ from core.config import load_settings
 from core.errors import EXIT_OK
 from jobs.availability import job as availability
 from jobs.availability.probes.proxy_client import key_for_partition
+from jobs.availability.spec import availability_spec
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records
@@ -59,7 +60,7 @@ def spec_for(
             "availability": availability_options,
         },
     }
-    spec = availability.prepare(json_format.ParseDict(data, JobGroup()), load_settings(conf))
+    spec = availability_spec(json_format.ParseDict(data, JobGroup()), load_settings(conf))
     availability.ensure_source(spec)
     return spec
 
@@ -69,7 +70,9 @@ def running(spec, stop_file: Path) -> Iterator[Callable[[], int | None]]:
     """Run the job in a thread until the block ends; yields its exit status (None: running)."""
     status: list[int] = []
     thread = threading.Thread(
-        target=lambda: status.append(availability.run(spec, once=False, stop_file=str(stop_file)))
+        target=lambda: status.append(
+            availability.AvailabilityJob(spec).run(once=False, stop_file=str(stop_file))
+        )
     )
     thread.start()
     try:

@@ -24,7 +24,9 @@ from core.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
 from core.paths import ROOT
 from core.processes import signal_group
 from jobs.replication import job as replication
+from jobs.replication.preflight import preflight
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
+from jobs.replication.spec import replication_spec_now
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
 from testing.topic_data import Record, count_records, produce_records, read_partitions
@@ -133,11 +135,11 @@ def group_json(
 
 def spec_of(data: dict, conf_dir: Path):
     group = json_format.ParseDict(data, JobGroup())
-    return replication.prepare(group, load_settings(conf_dir))
+    return replication_spec_now(group, load_settings(conf_dir))
 
 
 def run_once(data: dict, conf_dir: Path) -> int:
-    return replication.run(spec_of(data, conf_dir), once=False)
+    return replication.ReplicationJob(spec_of(data, conf_dir)).run(once=False)
 
 
 def test_bounded_copy_keeps_records_headers_timestamps_and_order(
@@ -363,9 +365,9 @@ def test_destination_checks_before_any_record_moves(kafka, kafka_dest, conf_dir)
     produce_records(kafka.bootstrap_servers, "rep-checks", dataset(20))
 
     with pytest.raises(TopicNotFound, match="rep-checks-missing"):
-        replication.check(spec_of(group_json("c1", "rep-checks", "rep-checks-missing"), conf_dir))
+        preflight(spec_of(group_json("c1", "rep-checks", "rep-checks-missing"), conf_dir))
     with pytest.raises(InvalidJobGroup, match="fewer than the source's 4"):
-        replication.check(spec_of(group_json("c2", "rep-checks", "rep-checks-small"), conf_dir))
+        preflight(spec_of(group_json("c2", "rep-checks", "rep-checks-small"), conf_dir))
     assert count_records(kafka_dest.bootstrap_servers, "rep-checks-small", 2) == 0
 
     created = group_json(
@@ -374,7 +376,7 @@ def test_destination_checks_before_any_record_moves(kafka, kafka_dest, conf_dir)
         "rep-checks-created",
         extension={"replication": {"createDestinationTopic": True}},
     )
-    plan = replication.check(spec_of(created, conf_dir))
+    plan = preflight(spec_of(created, conf_dir))
     assert plan.destination_partitions == PARTITIONS
     modulo = group_json(
         "c4",
@@ -382,7 +384,7 @@ def test_destination_checks_before_any_record_moves(kafka, kafka_dest, conf_dir)
         "rep-checks-small",
         extension={"replication": {"partitionMapping": "PARTITION_MAPPING_MODULO"}},
     )
-    plan = replication.check(spec_of(modulo, conf_dir))
+    plan = preflight(spec_of(modulo, conf_dir))
     assert [plan.destination_partition(p) for p in range(4)] == [0, 1, 0, 1]
 
 

@@ -1,0 +1,103 @@
+"""The shape every job's run has: checks -> session -> tables -> query -> close.
+
+`StreamingJob.run` is that sequence, written once. A job's entry module
+(`jobs/<type>/job.py`) subclasses it and fills in only what is its own: the stream it reads,
+the function that writes each micro-batch, its tables, and optional hooks (broker checks
+before any Spark work, work between the tables and the query, extra session settings,
+cleanup). `jobs/main.py` builds the job from its validated spec and calls `run`.
+
+Exit status: whatever `runner.run_query` returns (0 finished or stopped, 1 failed), or the
+status `before_query` returns to finish without starting a query.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.runtime.reporting import Reporting
+from jobs.runtime.runner import BatchWriter, QuerySettings, run_query
+from jobs.runtime.session import build_session
+
+if TYPE_CHECKING:
+    from jobs.registry import JobSpec
+
+S = TypeVar("S", bound="JobSpec")
+
+
+class StreamingJob(ABC, Generic[S]):
+    """One run of one JobGroup's streaming query."""
+
+    # Spark settings this job needs on top of jobs.runtime.session.BASE_CONF.
+    session_conf: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, spec: S) -> None:
+        self.spec = spec
+
+    # --- before any Spark work ----------------------------------------------------------
+
+    def ensure_source(self) -> None:
+        """Make the source topic exist if the broker creates it on demand (default: nothing)."""
+
+    def check(self) -> None:
+        """Broker checks beyond the source topic's existence; raise a UatuError to refuse.
+
+        Run by `--check` and at the start of `run`.
+        """
+
+    def check_session(self, spark: SparkSession) -> None:
+        """Checks that need the JVM (e.g. building the Java clients), before anything is
+        written; raise a UatuError to refuse."""
+
+    # --- the job's own parts ------------------------------------------------------------
+
+    @abstractmethod
+    def ensure_tables(self, spark: SparkSession) -> None:
+        """Create the job's Delta tables if they do not exist."""
+
+    @abstractmethod
+    def stream(self, spark: SparkSession) -> DataFrame:
+        """The streaming DataFrame the query reads."""
+
+    @abstractmethod
+    def batch_writer(self, spark: SparkSession) -> BatchWriter:
+        """The foreachBatch function that writes one micro-batch (exactly once)."""
+
+    def before_query(self, spark: SparkSession) -> int | None:
+        """Work between the tables and the query; an int ends the run with that status."""
+        return None
+
+    def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
+        return QuerySettings(
+            name=self.spec.query_name,
+            checkpoint=self.spec.checkpoint_path,
+            once=once,
+            trigger_interval_seconds=self.spec.trigger_interval_seconds,
+            stop_file=stop_file,
+        )
+
+    def close(self) -> None:
+        """Release what the job opened (clients, threads); called once, after the query."""
+
+    # --- the template -------------------------------------------------------------------
+
+    def run(
+        self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
+    ) -> int:
+        """Check, build the session and tables, run the query to its end, close."""
+        self.check()
+        spark = build_session(self.spec.query_name, conf=self.session_conf)
+        try:
+            self.check_session(spark)
+            self.ensure_tables(spark)
+            finished = self.before_query(spark)
+            if finished is not None:
+                return finished
+            writer = self.batch_writer(spark)
+            settings = self.query_settings(once=once, stop_file=stop_file)
+            return run_query(self.stream(spark), writer, settings, reporting)
+        finally:
+            self.close()
