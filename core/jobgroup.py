@@ -77,7 +77,8 @@ def job_options(group: JobGroup) -> JobOptions:
 
 
 def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None:
-    """Checks that hold for every job type: id, type, flow control, source cluster and topic."""
+    """Checks that hold for every job type: id, type, flow control, source cluster and topic
+    (every type that reads one)."""
     if not _JOB_GROUP_ID.match(group.job_group_id):
         raise InvalidJobGroup(
             "job_group_id",
@@ -91,12 +92,15 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
         value = getattr(flow, name)
         if math.isnan(value) or value < 0:
             raise InvalidJobGroup(f"flow_control.{name}", value, "must be >= 0 (0 = unlimited)")
-    source = group.kafka_consumer_task_group
-    require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
-    if not source.topic.strip():
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.topic", source.topic, "a topic is required"
-        )
+    # A LOAD_GEN_PRODUCE group reads nothing: its topic is kafka_dispatcher_task_group's,
+    # which its own spec checks.
+    if group.type != job_pb2.JOB_TYPE_LOAD_GEN_PRODUCE:
+        source = group.kafka_consumer_task_group
+        require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
+        if not source.topic.strip():
+            raise InvalidJobGroup(
+                "kafka_consumer_task_group.topic", source.topic, "a topic is required"
+            )
     job_options(group)  # a wrong extension type is reported here, before any job-specific check
 
 
