@@ -23,6 +23,7 @@ from core.errors import InvalidJobGroup
 from core.jobgroup import SourceTopic, check_common, job_type_name
 from jobs.audit.spec import audit_spec
 from jobs.availability.spec import availability_spec
+from jobs.loadgen.spec import consume_spec, produce_spec
 from jobs.replication.spec import replication_spec_now
 
 if TYPE_CHECKING:
@@ -71,6 +72,18 @@ def _availability_runtime() -> type[StreamingJob[Any]]:
     return AvailabilityJob
 
 
+def _loadgen_produce_runtime() -> type[StreamingJob[Any]]:
+    from jobs.loadgen.job import LoadGenProduceJob
+
+    return LoadGenProduceJob
+
+
+def _loadgen_consume_runtime() -> type[StreamingJob[Any]]:
+    from jobs.loadgen.job import LoadGenConsumeJob
+
+    return LoadGenConsumeJob
+
+
 JOB_TYPES: Mapping[str, JobType] = {
     t.name: t
     for t in (
@@ -91,6 +104,18 @@ JOB_TYPES: Mapping[str, JobType] = {
             "round-trip probes per broker and zone, topic availability, consumer-group lag",
             availability_spec,
             _availability_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_LOAD_GEN_PRODUCE",
+            "traffic of a chosen shape and rate; each record: generator id, sequence, send time",
+            produce_spec,
+            _loadgen_produce_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_LOAD_GEN_CONSUME",
+            "per window and partition: records/s, MB/s, latency, lost and duplicated -> Delta",
+            consume_spec,
+            _loadgen_consume_runtime,
         ),
     )
 }
