@@ -152,6 +152,10 @@ groups = [
     {"jobGroupId": "v", "type": "JOB_TYPE_KAFKA_AVAILABILITY",
      "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "probe"},
      "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"}},
+    {"jobGroupId": "p", "type": "JOB_TYPE_LOAD_GEN_PRODUCE",
+     "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": "load"}},
+    {"jobGroupId": "c", "type": "JOB_TYPE_LOAD_GEN_CONSUME",
+     "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "load"}},
 ]
 for data in groups:
     job_type, spec = registry.validate(json_format.ParseDict(data, JobGroup()), settings)
@@ -170,10 +174,12 @@ def test_the_control_plane_imports_and_validates_without_pyspark() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split("\n")[:3] == [
+    assert done.stdout.split("\n")[:5] == [
         "JOB_TYPE_KAFKA_AUDIT t",
         "JOB_TYPE_KAFKA_REPLICATION t",
         "JOB_TYPE_KAFKA_AVAILABILITY __consumer_offsets",
+        "JOB_TYPE_LOAD_GEN_PRODUCE load",
+        "JOB_TYPE_LOAD_GEN_CONSUME load",
     ]
 
 
