@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql import DataFrame
 
 from jobs.loadgen import jvm
@@ -34,6 +34,14 @@ FETCH_CONFIG = {
     "fetch.max.bytes": str(32 << 20),
 }
 RANGE_TIMEOUT_MS = 120_000
+COMMIT_ATTEMPTS = 10
+_COORDINATOR_ERRORS = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
 def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
@@ -104,7 +112,9 @@ class MeasureBatchWriter:
         )
 
     def _commit_group_offsets(self, next_offsets: dict[int, int]) -> None:
-        """Commit the read offsets to consumer_group, so lag monitors see the job."""
+        """Commit the read offsets to consumer_group, so lag monitors see the job. Best effort:
+        the checkpoint holds the job's offsets; a commit that fails after a few tries (a
+        coordinator still loading) is logged and tried again with the next batch."""
         if not self.spec.consumer_group or not next_offsets:
             return
         if self._group_consumer is None:
@@ -115,13 +125,24 @@ class MeasureBatchWriter:
                     "enable.auto.commit": False,
                 }
             )
-        self._group_consumer.commit(
-            offsets=[
-                TopicPartition(self.spec.topic, p, offset)
-                for p, offset in sorted(next_offsets.items())
-            ],
-            asynchronous=False,
-        )
+        offsets = [
+            TopicPartition(self.spec.topic, p, offset) for p, offset in sorted(next_offsets.items())
+        ]
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                self._group_consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                transient = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _COORDINATOR_ERRORS
+                )
+                if not transient:
+                    raise
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    log.warning("offsets not committed to %s: %s", self.spec.consumer_group, e)
+                    return
+                time.sleep(0.5)
 
     def close(self) -> None:
         if self._group_consumer is not None:
