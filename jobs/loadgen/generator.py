@@ -242,4 +242,6 @@ class ProduceBatchWriter:
         self._last_line_us = finished
         self.done = is_done(self._state, self.bounds, finished)
         if self.done:
-            log.info("bounded run complete: %s", self.totals.summary())
+            log.info("bounded run complete")
+            # On stdout alone, as kafka-producer-perf-test prints it (its parsers read it too).
+            print(self.totals.summary(), flush=True)

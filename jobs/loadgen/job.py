@@ -100,7 +100,7 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
         if self._writer is not None and self._spark is not None:
             self._writer.close(self._spark)
             if not self.spec.bounded:
-                log.info("%s", self._writer.totals.summary())
+                print(self._writer.totals.summary(), flush=True)
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         # Batches run back to back (each produces a trigger interval's worth); a bounded run
@@ -122,6 +122,7 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
     def __init__(self, spec: ConsumeSpec) -> None:
         super().__init__(spec)
         self._writer: MeasureBatchWriter | None = None
+        self._spark: SparkSession | None = None
 
     def ensure_tables(self, spark: SparkSession) -> None:
         tables.ensure_tables(spark, self.spec.stats_path)
@@ -138,8 +139,14 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
         )
         return spark.readStream.format("kafka").options(**options).load()
 
-    def batch_writer(self, spark: SparkSession) -> MeasureBatchWriter:
+    def before_query(self, spark: SparkSession) -> int | None:
+        self._spark = spark
         self._writer = MeasureBatchWriter(self.spec)
+        self._writer.recover(spark)
+        return None
+
+    def batch_writer(self, spark: SparkSession) -> MeasureBatchWriter:
+        assert self._writer is not None, "made by before_query"
         return self._writer
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
@@ -148,5 +155,5 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
         )
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        if self._writer is not None and self._spark is not None:
+            self._writer.close(self._spark)

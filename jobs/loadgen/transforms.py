@@ -11,9 +11,11 @@ duplicated sequence numbers and fetch-to-batch time. MB is 2^20 bytes, as the to
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from datasketches import kll_doubles_sketch
 
@@ -75,6 +77,77 @@ def stats_rows(
     return out
 
 
+@dataclass
+class PendingStats:
+    """The fold rows of the batches not yet in `loadgen_stats`, and the newest batch that is
+    (-1: none). Saved under the checkpoint after every batch, so rows that a crash kept from
+    the table are written by the next run (`to_json` / `from_json`)."""
+
+    flushed_through: int = -1
+    batches: list[dict] = field(default_factory=list)  # {batch_id, batch_time_ms, folded_us, rows}
+
+    def add(self, batch_id: int, batch_time_ms: int, folded_us: int, rows: list[dict]) -> bool:
+        """Keep a batch's rows; False (nothing kept) for a batch the table already has."""
+        if batch_id <= self.flushed_through:
+            return False
+        self.batches.append(
+            {
+                "batch_id": batch_id,
+                "batch_time_ms": batch_time_ms,
+                "folded_us": folded_us,
+                "rows": rows,
+            }
+        )
+        return True
+
+    @property
+    def last_batch(self) -> int:
+        return max((b["batch_id"] for b in self.batches), default=self.flushed_through)
+
+    def table_rows(self, labels: tuple[str, str, str], window_seconds: int) -> list[tuple]:
+        out: list[tuple] = []
+        for b in self.batches:
+            out += stats_rows(
+                b["rows"],
+                labels=labels,
+                batch_id=b["batch_id"],
+                batch_time_ms=b["batch_time_ms"],
+                window_seconds=window_seconds,
+                folded_us=b["folded_us"],
+            )
+        return out
+
+    def flushed(self) -> None:
+        self.flushed_through = self.last_batch
+        self.batches = []
+
+    def to_json(self) -> bytes:
+        def encode(value: object) -> object:
+            if isinstance(value, bytes | bytearray):
+                return {"b64": base64.b64encode(value).decode()}
+            return value
+
+        batches = [
+            {**b, "rows": [{k: encode(v) for k, v in r.items()} for r in b["rows"]]}
+            for b in self.batches
+        ]
+        return json.dumps({"flushed_through": self.flushed_through, "batches": batches}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> PendingStats:
+        def decode(value: object) -> object:
+            if isinstance(value, dict) and set(value) == {"b64"}:
+                return base64.b64decode(value["b64"])
+            return value
+
+        data = json.loads(raw)
+        batches = [
+            {**b, "rows": [{k: decode(v) for k, v in r.items()} for r in b["rows"]]}
+            for b in data["batches"]
+        ]
+        return cls(flushed_through=data["flushed_through"], batches=batches)
+
+
 def merged_sketch(sketches: Iterable[bytes | bytearray | None]) -> kll_doubles_sketch | None:
     """One KLL doubles sketch from serialized ones (None when there are none)."""
     merged = None
@@ -96,10 +169,15 @@ def _quantiles(sketch: kll_doubles_sketch | None, ranks: Sequence[float]) -> lis
 
 
 def consume_line(
-    fold_rows: Sequence[Mapping], batch_id: int, interval_s: float, folded_us: int
+    fold_rows: Sequence[Mapping],
+    batch_id: int,
+    interval_s: float,
+    folded_us: int,
+    batch_ms: int | None = None,
 ) -> str:
     """kafka-consumer-perf-test's detailed-stats columns for one micro-batch, plus latency,
-    loss, duplicates and fetch-to-batch."""
+    loss, duplicates, fetch-to-batch and (when given) the batch's own time, from the start of
+    its foreachBatch to its rows written."""
     records = sum(r["records"] for r in fold_rows)
     nbytes = sum(r["bytes"] for r in fold_rows)
     interval_s = max(interval_s, 1e-3)
@@ -127,6 +205,8 @@ def consume_line(
             f", lost {lost:+d}, duplicated {duplicates}, "
             f"fetch-to-batch ms {(folded_us - first) // 1000}"
         )
+    if batch_ms is not None:
+        line += f", batch.time.ms {batch_ms}"
     return line
 
 

@@ -17,7 +17,13 @@ from jobs.loadgen.plan import (
     plan_batch,
     task_plans,
 )
-from jobs.loadgen.transforms import ProduceTotals, consume_line, produce_line, stats_rows
+from jobs.loadgen.transforms import (
+    PendingStats,
+    ProduceTotals,
+    consume_line,
+    produce_line,
+    stats_rows,
+)
 
 NOW = 1_800_000_000_000_000  # epoch microseconds
 
@@ -185,3 +191,19 @@ def test_produce_summary_parses_as_producer_performance_output():
     assert parsed.p99_ms == 19
     line = produce_line(rows, 3, 2.0)
     assert line.startswith("2000 records sent, 1000.0 records/sec (0.10 MB/sec), 2.0 ms avg")
+
+
+def test_pending_stats_keep_rows_until_flushed_and_survive_json():
+    pending = PendingStats()
+    assert pending.add(0, 1_800_000_002_000, 1_800_000_002_250_000, [fold_row()])
+    assert pending.add(1, 1_800_000_003_000, 1_800_000_003_250_000, [fold_row(partition=1)])
+    again = PendingStats.from_json(pending.to_json())
+    assert again == pending
+    rows = again.table_rows(("job", "local", "topic"), 10)
+    assert [(r[3], r[5]) for r in rows] == [(0, 0), (1, 1)]  # (batch_id, partition)
+    assert rows[0][24] == fold_row()["latency_ms_sketch"]  # the sketch bytes come back intact
+    again.flushed()
+    assert again.flushed_through == 1 and again.batches == []
+    # A batch Spark replays after it reached the table is not kept twice.
+    assert not again.add(1, 0, 0, [fold_row()]) and again.batches == []
+    assert again.add(2, 0, 0, [fold_row()]) and again.last_batch == 2
