@@ -11,7 +11,7 @@ PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-pixy burrow kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -91,7 +91,7 @@ kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kaf
 kafka-down: ## stop the broker started by kafka-up
 	$(PY) -m devservices.kafka down --dir var/kafka
 
-run: setup ## demo: own broker, demo stream, audit job once (--once), print audit_counts
+run: setup ## demo: own broker, demo stream from the load generator, audit job once (--once), print audit_counts
 	$(PY) -m examples.demo
 
 controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
@@ -117,6 +117,9 @@ bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M rec
 
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
 	$(PY) -m bench.replication_bench
+
+bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf tools; JSON into docs/benchmarks/
+	$(PY) -m bench.loadgen_bench
 
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
