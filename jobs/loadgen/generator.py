@@ -204,10 +204,10 @@ class ProduceBatchWriter:
             self._state = ProduceState.from_json(before) if before else ProduceState.new()
         state = self._state
         now = _now_us()
-        plans = plan_batch(state, self.bounds, now)
-        if not plans or is_done(state, self.bounds, now):
+        if is_done(state, self.bounds, now):
             self.done = True
             return
+        plans = plan_batch(state, self.bounds, now)
         if self._config is None:
             prefix = self.generator_prefix(state)
             self._config = produce_config(spark, self.spec, self.partitions, prefix)

@@ -108,7 +108,8 @@ class Bounds:
 
 
 def plan_batch(state: ProduceState, bounds: Bounds, now_us: int) -> list[PartitionPlan]:
-    """The plans of the next batch, for the partitions with something left to send.
+    """The plans of the next batch, one per partition (a finished generator gets quota 0, so
+    its group's runner goes on unchanged).
 
     Before a generator's first batch its duration bound is relative (a negative `deadline_us`:
     that many microseconds after its first record is due); its first batch reports the
@@ -118,20 +119,17 @@ def plan_batch(state: ProduceState, bounds: Bounds, now_us: int) -> list[Partiti
     for p in range(bounds.partitions):
         current = state.partition(p)
         quota = bounds.quota(p)
-        left = quota if quota == UNBOUNDED else quota - current.records
+        left = quota if quota == UNBOUNDED else max(0, quota - current.records)
         due = 0
         if bounds.paced and current.due_us is not None:
             due = max(current.due_us, now_us - MAX_CREDIT_US)
         if current.deadline_us is not None:
             deadline = current.deadline_us
-            if (due or now_us) >= deadline:
-                continue
         elif bounds.duration_seconds:
             deadline = -int(bounds.duration_seconds * 1_000_000)
         else:
             deadline = UNBOUNDED
-        if left > 0:
-            plans.append(PartitionPlan(p, current.next_seq, left, due, deadline))
+        plans.append(PartitionPlan(p, current.next_seq, left, due, deadline))
     return plans
 
 
