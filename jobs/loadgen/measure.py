@@ -82,7 +82,7 @@ class MeasureBatchWriter:
     app_id: str = ""
     pending: PendingStats = field(default_factory=PendingStats)
     _last_line_us: int = field(default_factory=lambda: time.time_ns() // 1000)
-    _last_flush: float = field(default_factory=time.monotonic)
+    _last_flush: float | None = None  # the first batch starts the interval
     _group_consumer: Consumer | None = None
 
     def recover(self, spark: SparkSession) -> None:
@@ -144,6 +144,8 @@ class MeasureBatchWriter:
         folded_us = time.time_ns() // 1000
         folded_ns = time.monotonic_ns()
         self.pending.add(batch_id, batch_time_ms, folded_us, fold_rows)
+        if self._last_flush is None:
+            self._last_flush = started_ns / 1e9
         if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
             self.flush(spark)
         else:
