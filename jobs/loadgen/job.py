@@ -143,6 +143,7 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
         self._spark = spark
         self._writer = MeasureBatchWriter(self.spec)
         self._writer.recover(spark)
+        tables.warm_up_writes(spark, f"{self.spec.checkpoint_path}/loadgen-warm-up")
         return None
 
     def batch_writer(self, spark: SparkSession) -> MeasureBatchWriter:
