@@ -39,10 +39,12 @@ fetch_to_batch_ms            long       from the row's first fetched record to t
                                         the batch's fold: how long the micro-batch held it
 ===========================  =========  ======================================================
 
-Exactly-once: the append carries Delta's idempotent-write marker (txnAppId = the streaming
-query id, txnVersion = the batch id). The sequence numbers seen are kept next to the
-checkpoint per batch (`dev.uatu.fold.BatchState`), written before the append, so a batch
-replayed after a crash finds the same duplicates and gaps.
+Written every 30 s and when the query ends, one commit for all the batches since the last
+(`jobs/loadgen/measure.py`). Exactly-once: each commit carries Delta's idempotent-write marker
+(txnAppId = the streaming query id, txnVersion = the newest batch it covers). The sequence
+numbers seen are kept next to the checkpoint per batch (`dev.uatu.fold.BatchState`), written
+before the batch's rows are kept, so a batch replayed after a crash finds the same duplicates
+and gaps.
 """
 
 from __future__ import annotations
