@@ -18,6 +18,21 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
 * workers and job statuses not heard from for `record_ttl_seconds` (1 h, as uForwarder's
   job-status TTL) are deleted at the same cadence, so deleted groups leave nothing behind.
 * only the leader reconciles; a follower's loop idles until it leads.
+
+No double launch across a failover: a launch is three steps, each named for the fault hook
+`on_step` (tests inject a fence flip or a crash between them):
+
+1. "intent-recorded": a fenced write of an intent record (the reserved worker id, no handle);
+   a replica that no longer leads gets NotLeader here and launches nothing;
+2. "launched": the launcher started the application;
+3. "launch-recorded": the launcher's record replaced the intent, fenced; if the fence is lost
+   between 2 and 3, the replica cancels the application it just started.
+
+A leader that finds an intent it did not resolve (its predecessor crashed between 1 and 3),
+or a record its launcher cannot observe (a local process started on another host), judges
+the application by its heartbeats instead: alive while its reserved worker id heartbeats
+within the lease (or, never heard yet, within `startup_seconds` of the intent), stopped by
+marking the record `cancel_requested`, which the worker service answers with CANCEL.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ from collections.abc import Callable, Mapping
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
+from controlplane.errors import NotLeader
 from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.state.base import Store
@@ -56,6 +72,7 @@ class Reconciler:
         partition_refresh_seconds: float = 60.0,
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        on_step: Callable[[str, str], None] | None = None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -71,6 +88,8 @@ class Reconciler:
         self.partition_refresh_seconds = partition_refresh_seconds
         self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
+        # Fault hook: called with (step, job_group_id) after each step of a launch.
+        self.on_step = on_step or (lambda _step, _group: None)
         self._refreshed_at = float("-inf")
         self._wake = threading.Event()
 
@@ -97,8 +116,9 @@ class Reconciler:
         record: LaunchRecord | None,
         heard: dict[int, float],
     ) -> Action:
-        alive = record is not None and self.launcher.alive(record)
-        if alive and record is not None and self._lease_expired(record, heard):
+        alive = record is not None and self._alive(record, heard)
+        observed = record is not None and self._observed(record)
+        if alive and observed and record is not None and self._lease_expired(record, heard):
             log.warning(
                 "%s (%s): no heartbeat within the lease; FAILED, cancelling",
                 job_group_id, record.handle,
@@ -179,6 +199,28 @@ class Reconciler:
             if w.last_updated.ToNanoseconds()
         }
 
+    def _observed(self, record: LaunchRecord) -> bool:
+        """True when the launcher itself can watch and stop this record's application."""
+        return not record.intent and self.launcher.observes(record)
+
+    def _alive(self, record: LaunchRecord, heard: dict[int, float]) -> bool:
+        if self._observed(record):
+            return self.launcher.alive(record)
+        # Only the application's own heartbeats can tell; a lease of None trusts the record.
+        if self.lease_seconds is None or not record.worker_id:
+            return True
+        return not self._lease_expired(record, heard)
+
+    def _stop(self, job_group_id: str, record: LaunchRecord) -> bool:
+        """Stop the application; False while it is asked to stop through its heartbeats."""
+        if self._observed(record):
+            self.launcher.cancel(record)
+            return True
+        if not record.cancel_requested:
+            log.info("%s: asking the application to stop (CANCEL on its heartbeats)", job_group_id)
+            self.store.put_launch(job_group_id, record.replace(cancel_requested=True))
+        return False
+
     def _lease_expired(self, record: LaunchRecord, heard: dict[int, float]) -> bool:
         if self.lease_seconds is None or not record.worker_id:
             return False
@@ -198,8 +240,9 @@ class Reconciler:
         now = self.clock()
         if action is Action.CANCEL or action is Action.UPDATE:
             assert record is not None  # decide() cancels or updates only what runs
-            log.info("%s %s (%s)", action.value, job_group_id, record.handle)
-            self.launcher.cancel(record)
+            log.info("%s %s (%s)", action.value, job_group_id, record.handle or "intent")
+            if not self._stop(job_group_id, record):
+                return action  # stopped through its heartbeats; relaunch once it is gone
             self.store.delete_launch(job_group_id)
             record = None
         if action is Action.CANCEL:
@@ -210,7 +253,8 @@ class Reconciler:
             return action
         assert stored is not None  # decide() runs only what is stored as RUNNING
         failures = 0
-        if record is not None:  # RUN with a record means the application died
+        # RUN with a record means the application died, unless it was asked to stop.
+        if record is not None and not record.cancel_requested:
             failures = record.failures + 1
             if failures > self.max_failures:
                 if not record.gave_up:
@@ -224,10 +268,35 @@ class Reconciler:
             if now < retry_at:
                 return Action.NONE
             log.warning("%s died (%s); relaunch #%d", job_group_id, record.handle, failures)
-        worker_id = self.store.next_ids("worker", 1)[0]
-        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
-        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), env)
-        self.store.put_launch(
-            job_group_id, launched.replace(failures=failures, worker_id=worker_id)
-        )
+        self._launch(job_group_id, stored, failures)
         return action
+
+    def _launch(self, job_group_id: str, stored: StoredJobGroup, failures: int) -> None:
+        """Intent, launch, record (see the module docstring); NotLeader if deposed."""
+        worker_id = self.store.next_ids("worker", 1)[0]
+        definition = definition_of(stored.job_group)
+        intent = LaunchRecord(
+            handle="",
+            definition=definition,
+            started_at=self.clock(),
+            log="",
+            worker_id=worker_id,
+            failures=failures,
+            intent=True,
+        )
+        self.store.put_launch(job_group_id, intent)
+        self.on_step("intent-recorded", job_group_id)
+        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
+        launched = self.launcher.launch(stored.job_group, definition, env).replace(
+            failures=failures, worker_id=worker_id
+        )
+        self.on_step("launched", job_group_id)
+        try:
+            self.store.put_launch(job_group_id, launched)
+        except NotLeader:
+            log.warning(
+                "%s: deposed while launching %s; cancelling it", job_group_id, launched.handle
+            )
+            self.launcher.cancel(launched)
+            raise
+        self.on_step("launch-recorded", job_group_id)

@@ -8,9 +8,10 @@ In this product a worker is one running Spark application (see jobs/runtime/repo
   with UATU_CONTROL_PLANE set) gets a fresh id and is only recorded.
 * Heartbeat stores one StoredJobStatus per reported partition under the job id of that
   partition's StoredJob, marks the worker WORKING, and answers CANCEL for every reported job
-  whose JobGroup is deleted or no longer RUNNING (uForwarder's command matrix, worker side;
-  RUN and UPDATE are the launcher's business here, since a Spark application is launched
-  for its whole JobGroup).
+  whose JobGroup is deleted or no longer RUNNING, or whose launch record asks it to stop
+  (`cancel_requested`: the reconciler cannot stop that application itself), as uForwarder's
+  command matrix does on the worker side; RUN and UPDATE are the launcher's business here,
+  since a Spark application is launched for its whole JobGroup.
 * Every call of a follower is answered with the leader as master and no commands: the worker
   follows the redirect, as uForwarder's workers do. While no leader is elected the call fails
   with NotLeader (FAILED_PRECONDITION) and the worker retries.
@@ -102,13 +103,19 @@ class Workers:
         self._store.put_worker(stored)
         commands: list[mw_pb2.Command] = []
         unwanted = job_group_id is not None and (
-            group is None or group.group.state != job_pb2.JOB_STATE_RUNNING
+            group is None
+            or group.group.state != job_pb2.JOB_STATE_RUNNING
+            or self._cancel_requested(job_group_id)
         )
         if unwanted:  # CANCEL carries the actual job: the expected one may be gone
             commands = [
                 mw_pb2.Command(type=mw_pb2.COMMAND_TYPE_CANCEL_JOB, job=s.job) for s in statuses
             ]
         return Reply(master, stored.node, commands)
+
+    def _cancel_requested(self, job_group_id: str) -> bool:
+        record = self._store.get_launch(job_group_id)
+        return record is not None and record.cancel_requested
 
     def _master(self) -> Node:
         leader = self._leadership.leader()

@@ -420,6 +420,9 @@ class KubernetesLauncher:
             ),
         )
 
+    def observes(self, record: LaunchRecord) -> bool:
+        return True  # the cluster's API answers from any host
+
     def alive(self, record: LaunchRecord) -> bool:
         namespace, name = str(record.detail("namespace")), str(record.detail("name"))
         out = self._run("status", record.handle, get_argv(self.config, namespace, name))

@@ -257,6 +257,9 @@ class StandaloneLauncher:
             ),
         )
 
+    def observes(self, record: LaunchRecord) -> bool:
+        return True  # the cluster's API answers from any host
+
     def alive(self, record: LaunchRecord) -> bool:
         """True while the driver runs or may; True (and a warning) when nobody can tell."""
         driver_id = str(record.detail("submission_id"))

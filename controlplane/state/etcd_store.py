@@ -152,6 +152,10 @@ class EtcdStore:
             for kv in self._etcd.scan(self._launches, self._page_size)
         }
 
+    def get_launch(self, job_group_id: str) -> LaunchRecord | None:
+        kv = self._etcd.get(self._launches + job_group_id.encode())
+        return None if kv is None else LaunchRecord.from_json(kv.value)
+
     def delete_launch(self, job_group_id: str) -> None:
         self._fenced([ops.delete(self._launches + job_group_id.encode())])
 

@@ -16,9 +16,10 @@ from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
-from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite
+from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, StaleWrite
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state.base import Versioned
+from controlplane.state.leadership import Leadership
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_groups (
@@ -46,7 +47,10 @@ CREATE TABLE IF NOT EXISTS job_statuses (
 
 
 class SqliteStore:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, leadership: Leadership | None = None) -> None:
+        """`leadership`, when given, fences the leader-only writes (launch records): they
+        raise NotLeader once it no longer leads, as the etcd store's fenced txns do."""
+        self._leadership = leadership
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -136,6 +140,7 @@ class SqliteStore:
     # Launch records: what runs for a JobGroup, kept so a restarted control plane adopts it.
 
     def put_launch(self, job_group_id: str, record: LaunchRecord) -> None:
+        self._check_fence()
         with self._lock:
             self._db.execute(
                 "INSERT INTO launches (id, record) VALUES (?, ?) "
@@ -148,9 +153,21 @@ class SqliteStore:
             rows = self._db.execute("SELECT id, record FROM launches").fetchall()
         return {job_group_id: LaunchRecord.from_json(record) for job_group_id, record in rows}
 
+    def get_launch(self, job_group_id: str) -> LaunchRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT record FROM launches WHERE id = ?", (job_group_id,)
+            ).fetchone()
+        return None if row is None else LaunchRecord.from_json(row[0])
+
     def delete_launch(self, job_group_id: str) -> None:
+        self._check_fence()
         with self._lock:
             self._db.execute("DELETE FROM launches WHERE id = ?", (job_group_id,))
+
+    def _check_fence(self) -> None:
+        if self._leadership is not None and not self._leadership.is_leader():
+            raise NotLeader(self._leadership.leader())
 
     # Workers (running Spark applications) and their latest per-job statuses.
 

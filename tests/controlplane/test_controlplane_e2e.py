@@ -28,9 +28,11 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
 from controlplane.launchers.base import LaunchRecord
+from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
 from core.paths import ROOT
 from core.processes import free_ports, pid_alive, signal_group, terminate
+from testing.apps import spark_submit_groups
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
@@ -67,6 +69,12 @@ def control_plane_process(
         yield proc
     finally:
         terminate(proc)
+
+
+def resolved_launch(store: Store, job_group_id: str) -> LaunchRecord | None:
+    """The group's launch record once the launcher has started it (not while an intent)."""
+    record = store.launches().get(job_group_id)
+    return None if record is None or record.intent else record
 
 
 def stop_applications(launches: dict[str, LaunchRecord]) -> None:
@@ -131,7 +139,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             )
             second = wait_for(
                 lambda: (
-                    (r := store.launches().get("e2e"))
+                    (r := resolved_launch(store, "e2e"))
                     and r.detail("pid") != first.detail("pid")
                     and r
                 ),
@@ -149,7 +157,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             os.killpg(second.detail("pid"), signal.SIGSTOP)
             third = wait_for(
                 lambda: (
-                    (r := store.launches().get("e2e"))
+                    (r := resolved_launch(store, "e2e"))
                     and r.detail("pid") != second.detail("pid")
                     and r
                 ),
@@ -237,7 +245,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 leader = admin_grpc.MasterAdminServiceStub(to_first)
                 group = audit_group("ha", topic, rate=100)
                 leader.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
-                launched = wait_for(lambda: store.launches().get("ha"), 30, "the launch")
+                launched = wait_for(lambda: resolved_launch(store, "ha"), 30, "the launch")
                 wait_for(
                     lambda: store.get_worker(launched.worker_id) is not None,
                     240,
@@ -260,6 +268,14 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 wait_for(heartbeats_reach_the_new_leader, 60, "heartbeats to the new leader")
                 assert store.launches()["ha"] == launched  # never launched twice
                 assert pid_alive(launched.detail("pid"))
+                # What really runs: one spark-submit process group, one worker heartbeating.
+                jobgroup_file = str(tmp_path / "apps" / "ha" / "jobgroup.json")
+                assert spark_submit_groups(jobgroup_file) == {launched.detail("pid")}
+                assert {
+                    w.node.id
+                    for w in store.workers()
+                    if w.last_updated.ToNanoseconds() / 1e9 > heard_at
+                } == {launched.worker_id}
 
                 def statuses_from_the_adopted_worker():
                     shown = follower.GetJobGroup(admin_pb2.GetJobGroupRequest(id="ha")).group
@@ -274,7 +290,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 )
                 updated = wait_for(
                     lambda: (
-                        (r := store.launches().get("ha"))
+                        (r := resolved_launch(store, "ha"))
                         and r.detail("pid") != launched.detail("pid")
                         and r
                     ),
