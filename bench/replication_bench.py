@@ -88,7 +88,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from bench.kafka_perf import consumer_perf, producer_perf
+from bench.kafka_perf import consumer_perf, producer_perf, producer_perf_args
 from core.paths import ROOT
 from core.processes import signal_group
 from devservices.kafka import KafkaCluster, start_cluster
@@ -584,12 +584,14 @@ def ceilings(bench: Bench, n: int) -> dict[str, Any]:
     say("ceiling: ProducerPerformance to a scratch topic on the destination, the job's settings")
     bench.destination.create_topic(SCRATCH_TOPIC, bench.partitions, 1)
     p = producer_perf(
-        bench.destination.bootstrap_servers,
-        SCRATCH_TOPIC,
-        n,
-        bench.record_size,
-        acks="all",
-        extra_props=PRODUCER_SETTINGS,
+        producer_perf_args(
+            bench.destination.bootstrap_servers,
+            SCRATCH_TOPIC,
+            n,
+            bench.record_size,
+            acks="all",
+            extra_props=PRODUCER_SETTINGS,
+        )
     )
     say(
         f"  {p.records_per_s:,.0f} records/s ({p.mb_per_s:.1f} MB/s), send-to-ack p99 {p.p99_ms} ms"
