@@ -1,4 +1,5 @@
-"""The benches' entry points (`python -m bench.<module> --help`) and the audit bench's JobGroup."""
+"""The benches' entry points (`python -m bench.<module> --help`) and the audit bench's pure parts:
+its JobGroup and its summary."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.audit_bench import TOPIC, write_job
+from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
+from bench.kafka_perf import ConsumerPerfResult
 from core.paths import ROOT
 
 
@@ -51,3 +53,40 @@ def test_audit_jobgroup_reads_from_the_earliest_offset_with_the_default_trigger(
     unlimited = write_job("AUDIT_TYPE_APPROX_UNIQ", "127.0.0.1:9", tmp_path / "approx", 0)
     assert unlimited.is_dir()
     assert "flowControl" not in json.loads((tmp_path / "approx" / "jobgroup.json").read_text())
+
+
+def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    raw = ConsumerPerfResult(
+        start_time="s",
+        end_time="e",
+        mb=200.0,
+        mb_per_s=100.0,
+        records=1_000_000,
+        records_per_s=1_000_000.0,
+        rebalance_ms=0,
+        fetch_ms=1000,
+        fetch_mb_per_s=100.0,
+        fetch_records_per_s=1_000_000.0,
+        timed_out=False,
+    )
+    # EXACT: 1M records in 2 + 2 s = 250k/s = 0.25x raw, under its 0.3x target.
+    exact = AuditRun("AUDIT_TYPE_EXACT_UNIQ", 0, 10.0, [(500_000, 2.0), (500_000, 2.0)])
+    exact.message_count, exact.bytes = 1_000_000, 150_000_000
+    # APPROX: 1M records in 1 + 0.5 s = 667k/s = 0.67x raw, over its 0.5x target; after the
+    # first batch 500k in 0.5 s = 1M/s.
+    approx = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0, 5.0, [(500_000, 1.0), (500_000, 0.5)])
+    approx.message_count, approx.bytes = 1_000_000, 150_000_000
+    result = summarize(1_000_000, raw, {"cold": 500_000.0}, [exact, approx])
+    assert result["raw"]["records_per_s"] == 1_000_000.0
+    e, a = result["audits"]["AUDIT_TYPE_EXACT_UNIQ"], result["audits"]["AUDIT_TYPE_APPROX_UNIQ"]
+    assert e["batch_records_per_s"] == pytest.approx(250_000)
+    assert e["e2e_records_per_s"] == pytest.approx(100_000)
+    assert e["target_met"] is False
+    assert a["batch_records_per_s"] == pytest.approx(666_666.67)
+    assert a["steady_records_per_s"] == pytest.approx(1_000_000)
+    assert a["target_met"] is True
+    table = capsys.readouterr().out
+    assert "raw consumer (ConsumerPerformance)" in table and "1,000,000" in table
+    assert "EXACT_UNIQ all batches" in table and "NOT MET" in table
