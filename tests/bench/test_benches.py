@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
-from bench.kafka_perf import ConsumerPerfResult
+from bench.kafka_perf import parse_consumer_output
 from core.paths import ROOT
 
 
@@ -58,18 +58,12 @@ def test_audit_jobgroup_reads_from_the_earliest_offset_with_the_default_trigger(
 def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    raw = ConsumerPerfResult(
-        start_time="s",
-        end_time="e",
-        mb=200.0,
-        mb_per_s=100.0,
-        records=1_000_000,
-        records_per_s=1_000_000.0,
-        rebalance_ms=0,
-        fetch_ms=1000,
-        fetch_mb_per_s=100.0,
-        fetch_records_per_s=1_000_000.0,
-        timed_out=False,
+    # A ConsumerPerformance summary: 1M records at 1M records/s, 100 MB/s.
+    raw = parse_consumer_output(
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+        "2026-11-21 09:30:17:501, 2026-11-21 09:30:18:501, 100.0, 100.0, 1000000, 1000000.0, "
+        "0, 1000, 100.0, 1000000.0\n"
     )
     # EXACT: 1M records in 2 + 2 s = 250k/s = 0.25x raw, under its 0.3x target.
     exact = AuditRun("AUDIT_TYPE_EXACT_UNIQ", 0, 10.0, [(500_000, 2.0), (500_000, 2.0)])
