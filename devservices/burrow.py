@@ -1,8 +1,8 @@
 """LinkedIn Burrow from Debian's ``burrow`` package (1.2.1), run on loopback next to our brokers.
 
 The integration tests run it side by side with the availability job's consumer-lag evaluator
-(``tests/test_burrow_side_by_side.py``). The binary is unpacked into the repo, not installed
-system-wide (``make burrow`` runs ``install``)::
+(``tests/jobs/availability/test_burrow_side_by_side.py``). The binary is unpacked into the
+repo, not installed system-wide (``make burrow`` runs ``install``)::
 
     python -m devservices.burrow install            # -> var/burrow/bin/burrow
 

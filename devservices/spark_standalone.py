@@ -8,7 +8,7 @@ through the CLI at the bottom::
     python -m devservices.spark_standalone down [--dir var/standalone]
 
 The master runs its REST submission server (``spark.master.rest.enabled=true``), which is
-what ``controlplane/standalone.py`` talks to. All ports (master RPC, master web UI, REST,
+what ``controlplane/launchers/standalone.py`` talks to. All ports (master RPC, master web UI, REST,
 worker RPC, worker web UI) are free ports picked at start. The worker may declare more cores
 and memory than the machine has: the daemons only book-keep them, and the apps here are small.
 

@@ -2,7 +2,7 @@
 
 1. starts a real single-node Kafka broker (KRaft) under var/demo/kafka on a free port,
 2. produces a demo stream to `demo-orders` with duplicates, late records and records without
-   a usable event time (testing.demo_data.py), and remembers what it sent,
+   a usable event time (testing/demo_data.py), and remembers what it sent,
 3. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
 4. reads `audit_counts` back from Delta and prints it, with the totals checked against what
    was sent,

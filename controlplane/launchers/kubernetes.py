@@ -6,7 +6,7 @@ and a `SparkApplication` (type Python, cluster mode, restartPolicy Never) runs
 functions (`app_name`, `render_manifests`, the `*_argv` builders); `KubernetesLauncher` only
 runs `kubectl` with those argv lists (no shell) and reads its output.
 
-Launcher contract (controlplane/launchers.py `Launcher`):
+Launcher contract (controlplane/launchers/base.py `Launcher`):
 
 * `launch` deletes any earlier SparkApplication of the same name (waiting until it is gone),
   then `kubectl apply`s the ConfigMap and a fresh SparkApplication. The delete matters: with

@@ -1,6 +1,6 @@
 """Run one JobGroup as a driver on a Spark standalone cluster, through the master's REST API.
 
-`StandaloneLauncher` implements the `Launcher` protocol (controlplane/launchers.py) with the
+`StandaloneLauncher` implements the `Launcher` protocol (controlplane/launchers/base.py) with the
 standalone master's REST submission server (``spark.master.rest.enabled``, port 6066 by
 default): ``POST /v1/submissions/create``, ``GET /v1/submissions/status/<id>`` and
 ``POST /v1/submissions/kill/<id>``. The launch handle is the submission id (``driver-...``).

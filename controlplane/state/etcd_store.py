@@ -1,6 +1,6 @@
 """The `Store` contract on etcd, so several control-plane replicas share one state.
 
-Same semantics as `SqliteStore` (store.py), with these etcd specifics:
+Same semantics as `SqliteStore` (state/sqlite.py), with these etcd specifics:
 
 * versions are etcd mod_revisions: they grow with every write but are not consecutive, and
   a group's first version is not 1. Callers treat them as opaque, which the contract allows;

@@ -1,7 +1,8 @@
 """The Spark Operator launcher without a cluster: golden manifests and a fake `kubectl`.
 
 Goldens live in tests/controlplane/golden/kubernetes/<case>.yaml; regenerate them with
-`UATU_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_kubernetes_launcher.py` and read the diff.
+`UATU_UPDATE_GOLDEN=1 .venv/bin/pytest tests/controlplane/test_kubernetes_launcher.py` and
+read the diff.
 The fake kubectl (written into tmp_path) records its argv and stdin and answers `get` with a
 canned SparkApplication, so the launcher runs its real subprocess path.
 """
