@@ -5,7 +5,8 @@
     python -m controlplane get ID | list | set-state ID STATE | update GROUP.json | delete ID
     python -m controlplane scale
 
-Client commands take `--target host:port` (default $UATU_CONTROLPLANE or 127.0.0.1:8087)
+Client commands take `--target host:port` (default: the first address of
+$UATU_CONTROL_PLANE, the variable the jobs read too, else 127.0.0.1:8087)
 and `--json`. On error they print the server's message and exit 1 (2 for a bad request).
 """
 
@@ -15,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ from core.jobgroup import load_jobgroup
 from core.paths import VAR_DIR
 
 DEFAULT_ADDRESS = "127.0.0.1:8087"
+
+
+def default_target(env: Mapping[str, str]) -> str:
+    """The first address of UATU_CONTROL_PLANE (host:port[,host:port]), else the default."""
+    addresses = [a.strip() for a in env.get("UATU_CONTROL_PLANE", "").split(",") if a.strip()]
+    return addresses[0] if addresses else DEFAULT_ADDRESS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--target", default=os.environ.get("UATU_CONTROLPLANE", DEFAULT_ADDRESS))
+        sub.add_argument("--target", default=default_target(os.environ))
         sub.add_argument("--json", action="store_true", help="print protobuf JSON")
         return sub
 

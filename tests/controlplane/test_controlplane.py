@@ -361,3 +361,9 @@ def test_every_admin_write_wakes_the_reconciler(tmp_path):
     with pytest.raises(JobGroupNotFound):
         groups.delete("orders-audit")  # a failed write wakes nobody
     assert len(woken) == 4
+
+
+def test_cli_target_defaults_to_the_first_address_the_jobs_are_given():
+    assert cli.default_target({"UATU_CONTROL_PLANE": " a:1 , b:2"}) == "a:1"
+    assert cli.default_target({"UATU_CONTROLPLANE": "old:1"}) == "127.0.0.1:8087"
+    assert cli.default_target({}) == "127.0.0.1:8087"
