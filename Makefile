@@ -98,7 +98,7 @@ controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087,
 	$(PY) -m controlplane serve --address 127.0.0.1:8087
 
 test: setup ## run the whole test suite (unit and integration)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other services
 	$(PY) -m pytest -m "not integration and not spark" $(PYTEST_ARGS)
