@@ -22,10 +22,12 @@ after PRs #292, #338, #591 and #716):
 6. WARN: `lag_not_decreasing`.
 7. OK.
 
-`legacy_rewind=True` gives the rules as they were before PR #716, which is the revision
-Burrow's published test table was written against. There, REWIND means any backwards step, and
-it is checked only after rule 4, just before STALL. `idle_caught_up_is_ok=True` adds one rule
-(1b) that Burrow does not have; see `partition_status`.
+`legacy_rewind=True` gives the rules as they were before PR #716 (Burrow 1.3.6 and earlier,
+so the 1.2.1 that the side-by-side test runs). There, REWIND means any backwards step, and it
+is checked only after rule 4, just before STALL. Burrow's evaluator test table passes with the
+default rules, and the table as it was before #716 with `legacy_rewind=True`.
+`idle_caught_up_is_ok=True` adds one rule (1b) that Burrow does not have; see
+`partition_status`.
 
 `evaluate_group` aggregates partitions as Burrow's `evaluateConsumerStatus` does and applies the
 storage's `expire-group` purge.
