@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from core.paths import ROOT
 from core.processes import group_pids, pid_alive, read_pid
 from devservices._service import (
     HOST,
@@ -314,3 +315,21 @@ def test_cli_reports_a_service_error_as_exit_status_1(tmp_path, started, caplog)
         taken = sock.getsockname()[1]
         assert cli.main(["up", "--dir", str(tmp_path / "svc"), "--port", str(taken)]) == 1
     assert "already in use" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["kafka", "zookeeper", "etcd", "kafka_pixy", "burrow", "mirror_maker", "spark_standalone"],
+)
+def test_every_service_module_has_the_same_cli(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", f"devservices.{module}", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"python -m devservices.{module}" in done.stdout
+    assert all(command in done.stdout for command in ("up", "down", "status"))
