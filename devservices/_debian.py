@@ -158,11 +158,22 @@ def _installed(package: str) -> bool:
     return done.stdout.strip() == "install ok installed"
 
 
+_APT_DEPENDS = (
+    "apt-cache",
+    "depends",
+    "--no-recommends",
+    "--no-suggests",
+    "--no-conflicts",
+    "--no-breaks",
+    "--no-replaces",
+    "--no-enhances",
+)
+
+
 def _dependency_groups(package: str) -> list[list[str]]:
     """`apt-cache depends` of one package: its Depends/PreDepends groups of alternatives."""
     done = subprocess.run(
-        ["apt-cache", "depends", "--no-recommends", "--no-suggests", "--no-conflicts"]
-        + ["--no-breaks", "--no-replaces", "--no-enhances", package],
+        [*_APT_DEPENDS, package],
         capture_output=True,
         text=True,
         check=False,
