@@ -262,7 +262,7 @@ def build_html(warehouse: Path | str, generated_at: datetime | None = None) -> s
         parts.append(f"<p>No tables under {html.escape(str(warehouse))}.</p>")
     payload = json.dumps(specs, default=str).replace("</", "<\\/")
     when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
-    bundle = vl_convert.javascript_bundle()
+    bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # snippet is optional
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>uatu-spark completeness report</title>
 <style>

@@ -35,7 +35,7 @@ class AuditWindowTrigger(BaseTrigger):
         timeout_seconds: float = 3600.0,
     ) -> None:
         super().__init__()
-        self.kwargs = {
+        self.kwargs: dict[str, Any] = {
             "warehouse": warehouse,
             "cluster": cluster,
             "topic": topic,
