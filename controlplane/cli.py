@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-reconcile", action="store_true", help="serve the API only; launch nothing"
     )
+    serve.add_argument(
+        "--metrics-address",
+        default=None,
+        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by default)",
+    )
     timing = serve.add_argument_group("timing (seconds)")
     timing.add_argument("--reconcile-seconds", type=float, default=2.0)
     timing.add_argument(
@@ -239,8 +244,45 @@ def serve_command(args: argparse.Namespace) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
+    interceptors = metrics_hook(args.metrics_address, plane, options)
     try:
-        serve(options.address, plane.job_groups, plane.workers, plane.leadership, plane.reconciler)
+        serve(
+            options.address,
+            plane.job_groups,
+            plane.workers,
+            plane.leadership,
+            plane.reconciler,
+            interceptors=interceptors,
+        )
     finally:
         plane.store.close()
     return 0
+
+
+def metrics_hook(address: str | None, plane, options) -> list:
+    """With --metrics-address: serve /metrics and return the gRPC interceptors to install."""
+    if not address:
+        return []
+    from prometheus_client import CollectorRegistry
+
+    from controlplane.metrics import (
+        GrpcMetricsInterceptor,
+        MeteredLauncher,
+        StateCollector,
+        serve_metrics,
+    )
+
+    registry = CollectorRegistry()
+    interceptor = GrpcMetricsInterceptor(registry)
+    registry.register(StateCollector(plane.store, plane.leadership))
+    if plane.reconciler is not None:
+        plane.reconciler.launcher = MeteredLauncher(
+            plane.reconciler.launcher,
+            plane.store,
+            registry,
+            lease_seconds=options.lease_seconds,
+            startup_seconds=options.startup_seconds,
+        )
+    port = serve_metrics(address, registry)
+    logging.getLogger("uatu.controlplane").info("metrics on %s (port %d)", address, port)
+    return [interceptor]

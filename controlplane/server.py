@@ -1,9 +1,10 @@
 """Build and run the control-plane gRPC server: admin and worker services, health, reflection.
 
-`create_server(address, job_groups, workers, leadership)` returns `(server, port, health)`
-without blocking, so tests bind `127.0.0.1:0`. `serve` also campaigns for leadership and
-runs the reconciler loop in a thread, blocks until SIGTERM/SIGINT, then resigns, marks the
-health service NOT_SERVING and stops with a grace period so in-flight calls finish.
+`create_server(address, job_groups, workers, leadership, interceptors=())` returns
+`(server, port, health)` without blocking, so tests bind `127.0.0.1:0`. `serve` also
+campaigns for leadership and runs the reconciler loop in a thread, blocks until
+SIGTERM/SIGINT, then resigns, marks the health service NOT_SERVING and stops with a grace
+period so in-flight calls finish.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 from concurrent import futures
 
 import grpc
@@ -39,8 +41,13 @@ def create_server(
     workers: Workers,
     leadership: Leadership,
     threads: int = 8,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
+    # Interceptors run in list order around every RPC: metrics (controlplane/metrics.py),
+    # authentication, ... are added by whoever assembles the server, not wired in here.
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads), interceptors=list(interceptors)
+    )
     admin_grpc.add_MasterAdminServiceServicer_to_server(
         MasterAdminServicer(job_groups, leadership), server
     )
@@ -71,10 +78,13 @@ def serve(
     leadership: Leadership,
     reconciler: Reconciler | None = None,
     grace_seconds: float = 10.0,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> None:
     """Serve until SIGTERM/SIGINT. Running Spark applications are left running on purpose:
     their launch records are in the store and the next control plane adopts them."""
-    server, port, health_servicer = create_server(address, job_groups, workers, leadership)
+    server, port, health_servicer = create_server(
+        address, job_groups, workers, leadership, interceptors=interceptors
+    )
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:

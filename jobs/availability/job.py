@@ -69,6 +69,7 @@ from jobs.availability.probes.proxy_client import PixyClient
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
+from jobs.runtime import metrics
 from jobs.runtime.delta import append_once
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.runner import streaming_query_id
@@ -204,6 +205,7 @@ def status_rows(
                 "start_offset": p.start.offset if p.start else None,
                 "end_offset": p.end.offset if p.end else None,
                 "end_commit_time": _time(p.end.timestamp_ms) if p.end else None,
+                "rule": p.rule,
             }
             for p in result.partitions
         ]
@@ -223,9 +225,50 @@ def status_rows(
                 "max_time_lag_ms": max(group_time_lags, default=None),
                 "total_partitions": result.total_partitions,
                 "partitions": partitions,
+                "reason": result.reason,
             }
         )
     return rows
+
+
+NO_COMMITS = "NO_COMMITS"
+OWN_GROUP_PREFIXES = ("uatu-probe-", "uatu-availability-")
+
+
+def no_commit_rows(
+    cluster: str, evaluated_at: datetime, groups: Mapping[str, str], evaluated: set[str]
+) -> list[dict[str, Any]]:
+    """Rows for the groups the broker lists that have no commit in the lag windows.
+
+    `groups` maps group id -> the coordinator's state (STABLE, EMPTY, ...). Burrow and KMinion
+    leave such groups out of their listings (Burrow #451, KMinion #240); here they are listed
+    with status NO_COMMITS, no partitions and a reason that says so.
+    """
+    return [
+        {
+            "cluster": cluster,
+            "evaluated_at": evaluated_at,
+            "group": group,
+            "status": NO_COMMITS,
+            "complete": 0.0,
+            "total_lag": None,
+            "max_lag_topic": None,
+            "max_lag_partition": None,
+            "max_lag": None,
+            "max_time_lag_ms": None,
+            "total_partitions": 0,
+            "partitions": [],
+            "reason": f"known to the group coordinator ({state}) but no offset commit was read",
+        }
+        for group, state in sorted(groups.items())
+        if group not in evaluated
+    ]
+
+
+def listed_groups(admin: AdminClient) -> dict[str, str]:
+    """Every consumer group the cluster's coordinators know, with its state name."""
+    result = admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result()
+    return {g.group_id: g.state.name for g in result.valid}
 
 
 def _time(ms: int) -> datetime:
@@ -291,6 +334,7 @@ class AvailabilityBatchWriter:
         rows = self.prober.take_final(int(now.timestamp() * 1000))
         if not rows:
             return
+        metrics.probes(rows)
         frame = spark.createDataFrame(rows, PROBE_OUTCOME_DDL).transform(
             probe_window_stats,
             self.spec.cluster.name,
@@ -335,6 +379,7 @@ class AvailabilityBatchWriter:
             self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
         )
         self.tracker.refresh_heads(self.heads.history.latest())
+        metrics.topic_offsets(self.spec.cluster.name, self.heads.history.latest())
         now_ms = int(now.timestamp() * 1000)
         stored = []
         for event in events:
@@ -376,9 +421,18 @@ class AvailabilityBatchWriter:
             if (key[1], key[2]) in record_ms
         }
         rows = status_rows(self.spec.cluster.name, now, results, time_lags)
+        try:
+            listed = listed_groups(self.admin_client())
+        except KafkaException as e:  # the statuses of the groups with commits still count
+            log.warning("consumer groups not listed: %s", e)
+            listed = {}
+        # The job's own clients (probe receivers, the record reader) are not users' groups.
+        listed = {g: state for g, state in listed.items() if not g.startswith(OWN_GROUP_PREFIXES)}
+        rows += no_commit_rows(self.spec.cluster.name, now, listed, {r.group for r in results})
         if rows:
             frame = spark.createDataFrame(rows, tables.STATUS_DDL)
-            append_once(frame, self.spec.status_path, self.app_id, batch_id)
+            append_once(frame, self.spec.status_path, self.app_id, batch_id, merge_schema=True)
+            metrics.consumer_groups(self.spec.cluster.name, rows)
         log.info(
             "batch %d: %d commits read, %d groups evaluated (%s)%s",
             batch_id,

@@ -23,7 +23,10 @@ cluster, evaluated_at, group, status (NOTFOUND, OK, WARN, ERR), complete, total_
 max_lag_topic/_partition, max_lag, max_time_lag_ms (now - timestamp of the oldest unconsumed
 record, over the group's partitions), total_partitions, and `partitions`: topic, partition,
 status (OK, WARN, STOP, STALL, REWIND), current_lag, time_lag_ms, complete, the window's
-start/end offsets and end commit time.
+start/end offsets and end commit time, and `rule`: which rule decided the status
+(`lag.rules.RULES`). `reason` says why the group has its status: its worst partition and
+rule, or why it is NOTFOUND. A group the broker knows but that has committed nothing has
+status NO_COMMITS (listed, not hidden) and no partitions.
 
 `availability_probes`, one row per probe window, broker and zone (`probes/stats.py`), plus
 roll-ups with broker null (per zone when zone-isolated, else the whole cluster):
@@ -66,12 +69,13 @@ COMMITS_DDL = (
 )
 PARTITION_STATUS_DDL = (
     "topic string, partition int, status string, current_lag long, time_lag_ms long, "
-    "complete double, start_offset long, end_offset long, end_commit_time timestamp"
+    "complete double, start_offset long, end_offset long, end_commit_time timestamp, rule string"
 )
 STATUS_DDL = (
     "cluster string, evaluated_at timestamp, group string, status string, complete double, "
     "total_lag long, max_lag_topic string, max_lag_partition int, max_lag long, "
-    f"max_time_lag_ms long, total_partitions int, partitions array<struct<{PARTITION_STATUS_DDL}>>"
+    "max_time_lag_ms long, total_partitions int, "
+    f"partitions array<struct<{PARTITION_STATUS_DDL}>>, reason string"
 )
 
 PROBES_DDL = (

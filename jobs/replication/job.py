@@ -48,6 +48,7 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
+from jobs.runtime import metrics
 from jobs.runtime.delta import append_once
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import committed_offsets, end_offsets
@@ -181,6 +182,8 @@ class ReplicationBatchWriter:
         per_partition = stats.select(
             "partition", "last_offset", "records_replicated", "record_bytes_replicated"
         ).collect()
+        if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
+            metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
         records = sum(r["records_replicated"] for r in per_partition)
         nbytes = sum(r["record_bytes_replicated"] for r in per_partition)
         self._commit_group_offsets({r["partition"]: r["last_offset"] + 1 for r in per_partition})

@@ -179,9 +179,9 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
     destination_cluster = require_cluster(
         "kafka_dispatcher_task_group.cluster", dispatcher.cluster, settings.clusters
     )
-    destination_topic = dispatcher.topic.strip()
-    if not destination_topic:
-        raise InvalidJobGroup("kafka_dispatcher_task_group.topic", dispatcher.topic, "required")
+    # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a topic
+    # the copy keeps the source topic's name, so consumers fail over without renaming.
+    destination_topic = dispatcher.topic.strip() or source.topic
     same_cluster = (
         source_cluster.name == destination_cluster.name
         or source_cluster.bootstrap_servers == destination_cluster.bootstrap_servers

@@ -12,16 +12,16 @@ def ensure_table(spark: SparkSession, path: str, schema: StructType) -> None:
     DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
 
 
-def append_once(rows: DataFrame, path: str, app_id: str, batch_id: int) -> None:
+def append_once(
+    rows: DataFrame, path: str, app_id: str, batch_id: int, *, merge_schema: bool = False
+) -> None:
     """Append a batch's rows unless this (app_id, batch_id) was committed before.
 
     Delta's idempotent-write marker (txnAppId = the streaming query id, txnVersion = the batch
-    id) makes a batch replayed after a crash a no-op.
+    id) makes a batch replayed after a crash a no-op. `merge_schema` adds columns the rows have
+    and the table lacks (a table created by an earlier release).
     """
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(path)
-    )
+    writer = rows.write.format("delta").mode("append")
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    writer.option("txnAppId", app_id).option("txnVersion", batch_id).save(path)

@@ -32,6 +32,7 @@ import pytest
 
 from jobs.availability.lag.rules import (
     EXPIRE_GROUP_MS,
+    RULES,
     Commit,
     PartitionResult,
     Status,
@@ -490,3 +491,40 @@ def test_group_without_any_commit_expires_like_burrow() -> None:
 
 def test_status_names_are_burrows() -> None:
     assert [str(s) for s in Status] == ["NOTFOUND", "OK", "WARN", "ERR", "STOP", "STALL", "REWIND"]
+
+
+# --- Own cases: every status says which rule decided it (Burrow #303, #113: "why WARN?").
+
+
+def _window(*lags: int, offsets: tuple[int, ...] | None = None, step_ms: int = 1_000):
+    offsets = offsets or tuple(range(100, 100 + 10 * len(lags), 10))
+    start = NOW_MS - step_ms * len(lags)
+    pairs = enumerate(zip(offsets, lags, strict=True))
+    return [Commit(o, start + i * step_ms, lag) for i, (o, lag) in pairs]
+
+
+@pytest.mark.parametrize(
+    ("window", "current_lag", "now_ms", "expected"),
+    [
+        (_window(5, 4), 0, NOW_MS, (OK, "lag_within_allowed")),
+        (_window(5, 4), 4, NOW_MS + 60_000, (STOP, "commits_stopped")),
+        (_window(5, 4, offsets=(300, 200)), 4, NOW_MS, (REWIND, "rewind")),
+        (_window(0, 4), 4, NOW_MS, (OK, "lag_zero_in_window")),
+        (_window(5, 5, offsets=(100, 100)), 5, NOW_MS, (STALL, "offsets_stalled")),
+        (_window(5, 6, 7), 7, NOW_MS, (WARN, "lag_not_decreasing")),
+        (_window(7, 6, 5), 5, NOW_MS, (OK, "lag_decreasing")),
+    ],
+)
+def test_each_status_names_the_rule_that_decided_it(window, current_lag, now_ms, expected):
+    result = evaluate_partition(window, current_lag, now_ms)
+    assert (result.status, result.rule) == expected
+    assert result.rule in RULES
+
+
+def test_an_empty_window_and_the_group_reason_are_explained() -> None:
+    empty = evaluate_partition([None, None], 3, NOW_MS, topic="t", partition=2)
+    assert (empty.status, empty.rule) == (OK, "no_commits")
+    stalled = evaluate_partition(_window(5, 5, offsets=(100, 100)), 5, NOW_MS, topic="t")
+    group = evaluate_group("g", [part(OK, 0), stalled], NOW_MS)
+    assert group.reason == "t/0 STALL: offsets_stalled"
+    assert "unknown group" in evaluate_group("g", None, NOW_MS).reason

@@ -88,6 +88,14 @@ def test_defaults(settings) -> None:
     assert s.trigger_interval_seconds == 2
 
 
+def test_a_destination_without_a_topic_keeps_the_source_name(settings) -> None:
+    # MirrorMaker 2's IdentityReplicationPolicy (KAFKA-9726): no "src." prefix, no rename.
+    copy = spec(settings, **{"kafkaDispatcherTaskGroup.topic": ""})
+    assert (copy.destination_cluster.name, copy.destination_topic) == ("dst", "orders")
+    renamed = spec(settings, **{"kafkaDispatcherTaskGroup.topic": "orders-dr"})
+    assert renamed.destination_topic == "orders-dr"
+
+
 def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flight(
     settings,
 ) -> None:
@@ -104,7 +112,11 @@ def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flig
             "kafka_dispatcher_task_group.cluster",
             "unknown",
         ),
-        ({"kafkaDispatcherTaskGroup.topic": " "}, "kafka_dispatcher_task_group.topic", "required"),
+        (
+            {"kafkaDispatcherTaskGroup.topic": " ", "kafkaDispatcherTaskGroup.cluster": "src"},
+            "kafka_dispatcher_task_group.topic",
+            "onto itself",
+        ),
         (
             {"kafkaDispatcherTaskGroup.cluster": "src"},
             "kafka_dispatcher_task_group.topic",
