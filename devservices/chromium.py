@@ -36,7 +36,6 @@ from typing import Any
 
 from core.paths import VAR_DIR
 from core.processes import terminate
-from devservices import _cli as cli
 from devservices._debian import (
     DebPackageError,
     install_tree_from_debs,
@@ -214,26 +213,22 @@ def _drive(
     return page
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    binary = install(args.root)
-    log.info("%s: Debian's %s with its missing libraries", binary, PACKAGE)
-    return 0
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.chromium",
-        description="Install Debian's headless Chromium into var/chromium (tests drive it).",
-    )
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
-    inst = commands.add_parser("install", help="unpack chromium-headless-shell into var/chromium")
-    inst.set_defaults(func=_cmd_install)
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, ChromiumError)
+    """``install``: unpack the browser and its libraries into var/chromium (``make chromium``).
+
+    Chromium is not a server: tests start one per page (:func:`render_page`).
+    """
+    parser = argparse.ArgumentParser(prog="python -m devservices.chromium", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("install", help="unpack chromium-headless-shell into var/chromium")
+    parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        log.info("installed: %s", install())
+    except ChromiumError as e:
+        log.error("%s", e)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The binary is unpacked into the repo, not installed system-wide (``make promethe
 ``install``)::
 
     python -m devservices.prometheus install        # -> var/prometheus/bin/prometheus
+    python -m devservices.prometheus up|status|down [--dir var/prometheus/run] [--port 9090]
 
 Tests use :func:`start_prometheus` with the scrape configs they need::
 
@@ -13,8 +14,9 @@ Tests use :func:`start_prometheus` with the scrape configs they need::
         prom.targets()                                                    # /api/v1/targets
 
 Layout of a Prometheus dir: ``prometheus.yml`` (written on every start), ``data/`` (its TSDB),
-``prometheus.log``. The scrape and evaluation interval defaults to 1 s here (15 s in Prometheus)
-so a test sees a series within seconds.
+``prometheus.log``, ``prometheus.pid`` (while it runs), ``prometheus.ports``. The scrape and
+evaluation interval defaults to 1 s here (15 s in Prometheus) so a test sees a series within
+seconds.
 """
 
 from __future__ import annotations
@@ -22,34 +24,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from core.paths import VAR_DIR
-from core.processes import StopOnExit, free_ports, terminate
-from devservices import _cli as cli
 from devservices._debian import DebPackageError, install_from_deb
+from devservices._service import HOST, LocalService, Port, ServiceCli, ServiceError, read_ports
 
 log = logging.getLogger("uatu.prometheus")
 
 DEFAULT_BINARY = VAR_DIR / "prometheus" / "bin" / "prometheus"
-HOST = "127.0.0.1"
+DEFAULT_DIR = VAR_DIR / "prometheus" / "run"
 READY_TIMEOUT_S = 30.0
 _PACKAGE = "prometheus"
 _HTTP_TIMEOUT_S = 5.0
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(ServiceError):
     """Prometheus could not be installed, did not start, or answered with an error."""
 
 
@@ -62,17 +60,29 @@ def install(binary: Path = DEFAULT_BINARY) -> Path:
         raise PrometheusError(str(e)) from e
 
 
-@dataclass
-class PrometheusServer(StopOnExit):
-    """One Prometheus process started by :func:`start_prometheus`."""
+class Prometheus(LocalService):
+    """One Prometheus serving its HTTP API on ``port``; ready once ``/-/ready`` answers 200."""
 
-    dir: Path
-    port: int
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    error = PrometheusError
+    ready_timeout = READY_TIMEOUT_S
+    port = Port("http")
+
+    def __init__(self, dir: Path, port: int = 0) -> None:
+        super().__init__(dir, "prometheus", ports={"http": port}, out_name="prometheus.log")
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def describe(self) -> str:
+        return self.url
 
     def api(self, path: str, **params: str) -> Any:
         """GET /api/v1/<path>; the `data` of a success, PrometheusError otherwise."""
@@ -97,9 +107,9 @@ class PrometheusServer(StopOnExit):
         """The active scrape targets with their health and last error."""
         return list(self.api("targets")["activeTargets"])
 
-    def stop(self) -> None:
-        if self.process is not None:
-            terminate(self.process, timeout=10)
+
+# The name the metrics tests use.
+PrometheusServer = Prometheus
 
 
 def start_prometheus(
@@ -109,84 +119,53 @@ def start_prometheus(
     interval: str = "1s",
     binary: Path = DEFAULT_BINARY,
     timeout: float = READY_TIMEOUT_S,
-) -> PrometheusServer:
-    """Start Prometheus on a free loopback port with `scrape_configs`; return once ready."""
+    port: int = 0,
+) -> Prometheus:
+    """Start Prometheus on ``port`` (0: a free one) with `scrape_configs`; return once ready.
+
+    Raises :class:`PrometheusError` with its log tail if it exits or is not ready in time.
+    """
     if not binary.exists():
         raise PrometheusError(f"no prometheus binary at {binary}; run `make prometheus`")
-    directory = directory.resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    server = Prometheus(directory, port)
+    server.dir.mkdir(parents=True, exist_ok=True)
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "scrape_configs": [dict(c) for c in scrape_configs],
     }
-    (directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    server = PrometheusServer(directory, free_ports(1)[0])
-    with (directory / "prometheus.log").open("wb") as out:
-        server.process = subprocess.Popen(
-            [
-                str(binary),
-                f"--config.file={directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={directory / 'data'}",
-                f"--web.listen-address={HOST}:{server.port}",
-                "--web.enable-lifecycle",
-            ],
-            cwd=directory,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + timeout
-    while True:
-        if server.process.poll() is not None:
-            raise PrometheusError(
-                f"prometheus exited with {server.process.returncode}; see "
-                f"{directory / 'prometheus.log'}:\n{_tail(directory / 'prometheus.log')}"
-            )
-        try:
-            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise PrometheusError(f"prometheus not ready within {timeout:.0f} s")
-        time.sleep(0.2)
-    log.info("prometheus ready on %s", server.url)
-    return server
+    config_file = server.dir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    argv = [
+        str(binary),
+        f"--config.file={config_file}",
+        f"--storage.tsdb.path={server.dir / 'data'}",
+        f"--web.listen-address={HOST}:{server.port}",
+        "--web.enable-lifecycle",
+    ]
+    return server.start(argv, timeout=timeout)
 
 
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError as e:
-        return f"(cannot read: {e})"
+# --- CLI -------------------------------------------------------------------------------------
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    binary = install(args.binary)
-    version = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, check=False
-    ).stdout.splitlines()
-    log.info("%s: %s", binary, version[0] if version else "(no --version output)")
-    return 0
+def _recorded(dir: Path) -> list[Prometheus]:
+    ports = read_ports(dir, "prometheus")
+    return [Prometheus(dir, ports["http"])] if ports else []
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.prometheus",
-        description="Install Debian's Prometheus into var/prometheus (tests start it).",
-    )
-    parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
-    inst = commands.add_parser("install", help="unpack Debian's prometheus into var/prometheus")
-    inst.set_defaults(func=_cmd_install)
-    return parser
+def _up_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--port", type=int, default=9090, help="HTTP port (default: 9090)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, PrometheusError)
+def _start(args: argparse.Namespace) -> list[Prometheus]:
+    # By hand there is nothing to scrape yet but Prometheus itself.
+    itself = [{"job_name": "prometheus", "static_configs": [{"targets": [f"{HOST}:{args.port}"]}]}]
+    return [start_prometheus(args.dir, itself, port=args.port)]
+
+
+main = ServiceCli(
+    "devservices.prometheus", __doc__, DEFAULT_DIR, _recorded, _start, _up_arguments, install
+).main
 
 
 if __name__ == "__main__":

@@ -319,7 +319,16 @@ def test_cli_reports_a_service_error_as_exit_status_1(tmp_path, started, caplog)
 
 @pytest.mark.parametrize(
     "module",
-    ["kafka", "zookeeper", "etcd", "kafka_pixy", "burrow", "mirror_maker", "spark_standalone"],
+    [
+        "kafka",
+        "zookeeper",
+        "etcd",
+        "kafka_pixy",
+        "burrow",
+        "mirror_maker",
+        "spark_standalone",
+        "prometheus",
+    ],
 )
 def test_every_service_module_has_the_same_cli(module: str) -> None:
     done = subprocess.run(
