@@ -158,6 +158,16 @@ def submission_request(
     }
 
 
+SECRET_ENV = ("UATU_WORKER_SECRET",)
+
+
+def redacted(request: dict) -> dict:
+    """The request as written to submission.json: the worker secret is not kept on disk."""
+    env = dict(request.get("environmentVariables", {}))
+    env.update({name: "<redacted>" for name in SECRET_ENV if name in env})
+    return {**request, "environmentVariables": env}
+
+
 class MasterUnreachable(Exception):
     """No usable answer from the REST server (not reachable, timed out, not JSON)."""
 
@@ -228,7 +238,7 @@ class StandaloneLauncher:
             resources=self.resources,
             extra_conf=self.extra_conf,
         )
-        (app_dir / "submission.json").write_text(json.dumps(request, indent=2) + "\n")
+        (app_dir / "submission.json").write_text(json.dumps(redacted(request), indent=2) + "\n")
         try:
             response = self._call("POST", "create", request)
         except MasterUnreachable as e:

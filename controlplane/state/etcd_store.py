@@ -85,6 +85,10 @@ class EtcdStore:
         kv = self._etcd.get(self._groups + job_group_id.encode())
         return None if kv is None else Versioned(_parse(kv.value), kv.mod_revision)
 
+    def count(self) -> int:
+        answer = self._etcd.range(self._groups, ops.prefix_end(self._groups), count_only=True)
+        return int(answer.get("count", 0))
+
     def create(self, group: StoredJobGroup) -> int:
         job_group_id = group.job_group.job_group_id
         key = self._groups + job_group_id.encode()
