@@ -26,12 +26,14 @@ from controlplane.lookups import PartitionLookups
 from controlplane.reconciler import Reconciler
 from controlplane.server import ServerSecurity
 from controlplane.state.base import Store
+from controlplane.state.etcd_client import EtcdAccess
 from controlplane.state.leadership import Leadership, SoleLeader
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core import kafka_admin
 from core.config import Settings
 from core.errors import ConfigError
+from core.secret_files import read_secret_file
 
 LAUNCHERS = ("local", "standalone", "kubernetes")
 
@@ -81,6 +83,12 @@ class ServeOptions:
     allow_external_workers: bool = False
     max_groups: int = 20_000
     max_running: int = 200
+    standalone_rest_token_file: Path | None = None
+    etcd_ca: Path | None = None
+    etcd_cert: Path | None = None
+    etcd_key: Path | None = None
+    etcd_user: str | None = None
+    etcd_password_file: Path | None = None
 
     def __post_init__(self) -> None:
         self._check_security()
@@ -176,6 +184,36 @@ def server_security(options: ServeOptions) -> ServerSecurity:
     )
 
 
+def etcd_access(options: ServeOptions) -> EtcdAccess:
+    """Every endpoint of --store, with its TLS files and credentials (read once, here)."""
+    password = None
+    if options.etcd_password_file is not None:
+        password = read_secret_file(options.etcd_password_file, "--etcd-password-file").strip()
+    if (options.etcd_user is None) != (password is None):
+        raise ConfigError("--etcd-user", "--etcd-user and --etcd-password-file go together")
+    if (options.etcd_cert is None) != (options.etcd_key is None):
+        raise ConfigError("--etcd-cert", "--etcd-cert and --etcd-key go together")
+    access = EtcdAccess(
+        endpoints=tuple(e.strip() for e in options.store.split(",") if e.strip()),
+        ca_file=str(options.etcd_ca) if options.etcd_ca else None,
+        cert_file=str(options.etcd_cert) if options.etcd_cert else None,
+        key_file=str(options.etcd_key) if options.etcd_key else None,
+        user=options.etcd_user,
+        password=password,
+    )
+    if (
+        options.etcd_user
+        and not is_loopback_url_list(access.endpoints)
+        and not all(e.startswith("https://") for e in access.endpoints)
+    ):
+        raise ConfigError("--etcd-user", "a password is sent to etcd only over https://")
+    return access
+
+
+def is_loopback_url_list(endpoints: tuple[str, ...]) -> bool:
+    return all(is_loopback(e.split("://", 1)[-1].rstrip("/")) for e in endpoints)
+
+
 def application_env(options: ServeOptions) -> dict[str, str]:
     """What every launched application is told about the control plane (reporting.py)."""
     env = {
@@ -200,7 +238,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
         from controlplane.state.etcd_leader import EtcdLeadership
         from controlplane.state.etcd_store import EtcdStore
 
-        endpoint = options.store.split(",")[0]
+        endpoint = etcd_access(options)
         leader_key = f"{options.etcd_prefix.rstrip('/')}/leader"
         election = EtcdLeadership(
             endpoint, options.advertise, leader_key, options.leader_ttl_seconds
@@ -246,6 +284,11 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
             options.spark_master,
             options.apps_dir,
             conf_dir=settings.conf_dir,
+            rest_token=read_secret_file(
+                options.standalone_rest_token_file, "--standalone-rest-token-file"
+            ).strip()
+            if options.standalone_rest_token_file
+            else None,
         )
     if options.launcher == "kubernetes":
         from controlplane.launchers.kubernetes import KubernetesLauncher

@@ -66,9 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--store",
         default=str(VAR_DIR / "controlplane.sqlite"),
-        help="SQLite file, or http://HOST:PORT of etcd for several replicas (default %(default)s)",
+        help="SQLite file, or http(s)://HOST:PORT[,...] of every etcd member for several "
+        "replicas (default %(default)s)",
     )
     serve.add_argument("--etcd-prefix", default="/uatu", help="etcd key prefix")
+    serve.add_argument("--etcd-ca", type=Path, help="CA that signed etcd's certificate (https)")
+    serve.add_argument("--etcd-cert", type=Path, help="client certificate for etcd (https)")
+    serve.add_argument("--etcd-key", type=Path, help="its private key")
+    serve.add_argument("--etcd-user", help="etcd user (etcd auth enabled)")
+    serve.add_argument("--etcd-password-file", type=Path, help="file holding its password")
     serve.add_argument(
         "--leader-ttl", type=int, default=5, help="etcd leader lease in seconds (default 5)"
     )
@@ -93,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--spark-master", default=None, help="Spark master for launched jobs")
     serve.add_argument(
         "--standalone-rest-url", default=None, help="standalone master REST URL (port 6066)"
+    )
+    serve.add_argument(
+        "--standalone-rest-token-file",
+        type=Path,
+        default=None,
+        help="file holding a JWS for a REST server behind JWSFilter (docs/security.md)",
     )
     serve.add_argument(
         "--kubernetes-config", type=Path, default=None, help="YAML of KubernetesConfig fields"
@@ -346,6 +358,12 @@ def serve_command(args: argparse.Namespace) -> int:
             allow_external_workers=args.allow_external_workers,
             max_groups=args.max_groups,
             max_running=args.max_running,
+            standalone_rest_token_file=args.standalone_rest_token_file,
+            etcd_ca=args.etcd_ca,
+            etcd_cert=args.etcd_cert,
+            etcd_key=args.etcd_key,
+            etcd_user=args.etcd_user,
+            etcd_password_file=args.etcd_password_file,
         )
         plane = assemble(options, load_settings(args.conf_dir))
     except UatuError as e:

@@ -37,6 +37,7 @@ from controlplane.workers import Workers
 
 log = logging.getLogger("uatu.controlplane")
 
+MAX_REQUEST_BYTES = 2 << 20
 ADMIN_SERVICE = admin_pb2.DESCRIPTOR.services_by_name["MasterAdminService"].full_name
 WORKER_SERVICE = mw_pb2.DESCRIPTOR.services_by_name["MasterWorkerService"].full_name
 
@@ -85,7 +86,12 @@ def create_server(
     security = security or ServerSecurity()
     policy = security.effective_policy()
     interceptors = [AuthInterceptor(policy)] if policy is not None else []
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), interceptors=interceptors)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads),
+        interceptors=interceptors,
+        # A JobGroup is a few hundred bytes (at most 1 MiB as JSON): refuse 4 MiB requests.
+        options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
+    )
     admin_grpc.add_MasterAdminServiceServicer_to_server(
         MasterAdminServicer(job_groups, leadership), server
     )

@@ -97,7 +97,12 @@ class TestCA:
                 sans.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
                 sans.append(x509.DNSName(host))
-        usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+        # A server may be its own client (etcd's gateway dials etcd with its server certificate).
+        usage = (
+            [ExtendedKeyUsageOID.CLIENT_AUTH]
+            if client
+            else [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        )
         cert = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
@@ -108,7 +113,7 @@ class TestCA:
             .not_valid_after(now + dt.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
             .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
         )
         pem = cert.public_bytes(serialization.Encoding.PEM)

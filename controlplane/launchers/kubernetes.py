@@ -50,7 +50,8 @@ Cluster requirements: the operator's mutating webhook enabled (it applies `volum
 `volumeMounts` and the driver `lifecycle`; on by default in its Helm chart); an image with
 the project tree at IMAGE_ROOT (built with `make setup build`), so the paths in
 `KubernetesConfig` exist;
-a site conf (`conf_config_map`, mounted at `conf_dir`) whose uatu.yaml points the warehouse
+a site conf (`conf_secret`, a Secret, or `conf_config_map`, mounted at `conf_dir`; a Secret
+when clusters.yaml holds credentials, see docs/security.md) whose uatu.yaml points the warehouse
 and checkpoints at shared storage (s3a://, hdfs://), not at the pod's own disk.
 """
 
@@ -148,6 +149,7 @@ class KubernetesConfig:
     log4j_config: str = f"{IMAGE_ROOT}/conf/log4j2.properties"
     conf_dir: str = f"{IMAGE_ROOT}/conf"  # UATU_CONF_DIR in the pods
     conf_config_map: str = ""  # if set, this ConfigMap is mounted at conf_dir (site conf)
+    conf_secret: str = ""  # or this Secret (read-only, 0400): clusters.yaml with credentials
     jobgroup_dir: str = "/etc/uatu/jobgroup"  # where the JobGroup ConfigMap is mounted
     stop_grace_seconds: int = 30
     spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -195,6 +197,14 @@ class KubernetesConfig:
         _check(
             not self.conf_config_map or _DNS_SUBDOMAIN.fullmatch(self.conf_config_map),
             "conf_config_map", self.conf_config_map, "not a valid ConfigMap name",
+        )  # fmt: skip
+        _check(
+            not self.conf_secret or _DNS_SUBDOMAIN.fullmatch(self.conf_secret),
+            "conf_secret", self.conf_secret, "not a valid Secret name",
+        )  # fmt: skip
+        _check(
+            not (self.conf_secret and self.conf_config_map),
+            "conf_secret", self.conf_secret, "give conf_secret or conf_config_map, not both",
         )  # fmt: skip
         _check(self.kubectl, "kubectl", self.kubectl, "must name the kubectl executable")
         for key, value in self.spark_conf.items():
@@ -265,9 +275,17 @@ def render_manifests(
     ]
     if config.conf_config_map:
         volumes.append({"name": "uatu-conf", "configMap": {"name": config.conf_config_map}})
+    elif config.conf_secret:
+        volumes.append(
+            {
+                "name": "uatu-conf",
+                "secret": {"secretName": config.conf_secret, "defaultMode": 0o400},
+            }
+        )
+    has_conf = bool(config.conf_config_map or config.conf_secret)
 
     def conf_mounts() -> list[dict[str, Any]]:  # fresh dicts: no object is shared in the output
-        if not config.conf_config_map:
+        if not has_conf:
             return []
         return [{"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}]
 
@@ -332,7 +350,7 @@ def render_manifests(
                 "memory": config.executor_memory,
                 "labels": dict(labels),
                 "env": _env_list(pod_env),
-                **({"volumeMounts": conf_mounts()} if config.conf_config_map else {}),
+                **({"volumeMounts": conf_mounts()} if has_conf else {}),
             },
         },
     }

@@ -38,7 +38,7 @@ from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, Sta
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state import etcd_client as ops
 from controlplane.state.base import Versioned
-from controlplane.state.etcd_client import EtcdClient, Json, KeyValue
+from controlplane.state.etcd_client import EtcdAccess, EtcdClient, Json, KeyValue
 
 Fence = Callable[[], tuple[str, int] | None]
 
@@ -55,7 +55,7 @@ class EtcdStore:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | EtcdAccess,
         prefix: str = "/uatu",
         fence: Fence | None = None,
         *,

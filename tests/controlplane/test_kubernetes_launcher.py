@@ -368,3 +368,23 @@ def test_default_config_uses_the_project_jars_at_their_image_paths():
         "/opt/uatu/build/uatu-jvm.jar",
     )
     assert config.spark_version == "4.2.0"
+
+
+def test_the_site_conf_can_come_from_a_secret() -> None:
+    """clusters.yaml with credentials belongs in a Secret, mounted read-only (issue 20)."""
+    from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+    from controlplane.launchers.kubernetes import KubernetesConfig, render_manifests
+    from core.errors import ConfigError
+
+    config = KubernetesConfig(conf_secret="uatu-site-conf", jars=("/opt/uatu/x.jar",))
+    _, app = render_manifests(JobGroup(job_group_id="g"), "d", {}, config)
+    assert {
+        "name": "uatu-conf",
+        "secret": {"secretName": "uatu-site-conf", "defaultMode": 0o400},
+    } in (app["spec"]["volumes"])
+    mount = {"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}
+    assert mount in app["spec"]["driver"]["volumeMounts"]
+    assert app["spec"]["executor"]["volumeMounts"] == [mount]
+    with pytest.raises(ConfigError, match="not both"):
+        KubernetesConfig(conf_secret="a", conf_config_map="b", jars=("/opt/uatu/x.jar",))

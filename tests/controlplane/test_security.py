@@ -579,3 +579,28 @@ def test_the_standalone_submission_file_keeps_no_worker_secret() -> None:
         "UATU_CONF_DIR": "/c",
     }
     assert request["environmentVariables"]["UATU_WORKER_SECRET"] == "s3cr3t"  # not modified
+
+
+def test_paths_and_sizes_are_checked_over_grpc_too(plane: Plane) -> None:
+    """The control plane refuses what --check refuses (items 3 and 4), as INVALID_ARGUMENT."""
+    with plane.channel(ADMIN_TOKEN) as channel:
+        admin = plane.admin(channel)
+        options = {"@type": "type.googleapis.com/uatu.v1.JobOptions"}
+        for output in ({"auditCountsPath": "/etc"}, {"checkpointPath": "other-group"}):
+            group = jobgroup(extension={**options, "output": output})
+            with pytest.raises(grpc.RpcError) as raised:
+                admin.AddJobGroup(add_request(group))
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "extension.output." in raised.value.details()
+        huge = jobgroup(jobGroupId="x", kafkaConsumerTaskGroup={**GROUP["kafkaConsumerTaskGroup"],
+                        "consumerGroup": "g" * (3 << 20)})  # fmt: skip
+        assert code_of(lambda: admin.AddJobGroup(add_request(huge))) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
+        numbered = jobgroup()
+        numbered.type = 77  # type: ignore[assignment]
+        with pytest.raises(grpc.RpcError) as raised:
+            admin.AddJobGroup(add_request(numbered))
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "type=77: not a value of JobType" in raised.value.details()
+    assert plane.store.count() == 0
