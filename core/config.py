@@ -53,7 +53,8 @@ log = logging.getLogger("uatu.config")
 
 # librdkafka's own log lines, routed through Python logging (confluent-kafka `logger=`).
 LIBRDKAFKA_LOG = logging.getLogger("uatu.librdkafka")
-LIBRDKAFKA_LOG.setLevel(os.environ.get("UATU_LIBRDKAFKA_LOG_LEVEL", "CRITICAL").upper())
+_level = os.environ.get("UATU_LIBRDKAFKA_LOG_LEVEL", "CRITICAL").upper()
+LIBRDKAFKA_LOG.setLevel(_level if _level in logging.getLevelNamesMapping() else "CRITICAL")
 
 SECURE_PROTOCOLS = ("SSL", "SASL_SSL")
 _SECRET_KEY = re.compile(r"password|secret|jaas|token|sasl\.oauthbearer", re.IGNORECASE)

@@ -604,3 +604,38 @@ def test_paths_and_sizes_are_checked_over_grpc_too(plane: Plane) -> None:
         assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "type=77: not a value of JobType" in raised.value.details()
     assert plane.store.count() == 0
+
+
+def test_no_more_applications_than_max_running(tmp_path: Path) -> None:
+    from controlplane.launchers.base import launch_details
+    from controlplane.reconcile import Action
+    from controlplane.reconciler import Reconciler
+
+    class Counting:
+        launched: list[str] = []
+
+        def observes(self, record: LaunchRecord) -> bool:
+            return True
+
+        def launch(self, group, definition, env) -> LaunchRecord:
+            self.launched.append(group.job_group_id)
+            return LaunchRecord("h", definition, time.time(), "log", launch_details())
+
+        def alive(self, record: LaunchRecord) -> bool:
+            return True
+
+        def cancel(self, record: LaunchRecord) -> None:
+            pass
+
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    groups = JobGroups(store, load_settings(conf), lambda *_: 1, max_groups=3)
+    for name in ("a", "b", "c"):
+        groups.add(jobgroup(jobGroupId=name), job_pb2.JOB_STATE_RUNNING, None)
+    from controlplane.errors import LimitReached
+
+    with pytest.raises(LimitReached, match="stored JobGroups limit of 3"):
+        groups.add(jobgroup(jobGroupId="d"), job_pb2.JOB_STATE_RUNNING, None)
+    launcher = Counting()
+    taken = Reconciler(store, launcher, max_running=2).reconcile_once()
+    assert launcher.launched == ["a", "b"] and taken["c"] is Action.NONE
