@@ -26,9 +26,9 @@ may use ``${env:NAME}`` or ``${file:PATH:KEY}`` (core/secret_files.py), resolved
 A clusters.yaml that holds a literal secret (a password, a JAAS config with one) and is
 readable by others gets a warning naming it.
 
-librdkafka clients built from `client_config()` log through Python logging (logger
-`uatu.librdkafka`, quiet unless UATU_LIBRDKAFKA_LOG_LEVEL says otherwise), never straight to
-stderr: a failing check prints one line, not a page of connection errors.
+librdkafka clients of the pre-start checks (`check_client_config()`) log through Python
+logging (logger `uatu.librdkafka`, quiet unless UATU_LIBRDKAFKA_LOG_LEVEL says otherwise),
+never straight to stderr: a failing check prints one line, not a page of connection errors.
 """
 
 from __future__ import annotations
@@ -82,10 +82,17 @@ class ClusterConfig:
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
 
     def client_config(self) -> dict[str, Any]:
-        """Configuration for a librdkafka client (the admin client that checks topics); its
-        log lines go to the `uatu.librdkafka` logger."""
+        """Configuration for a librdkafka client (the admin client that checks topics)."""
         props = self.properties if self.admin_properties is None else self.admin_properties
-        return {**props, "bootstrap.servers": self.bootstrap_servers, "logger": LIBRDKAFKA_LOG}
+        return {**props, "bootstrap.servers": self.bootstrap_servers}
+
+    def check_client_config(self) -> dict[str, Any]:
+        """`client_config()` for a short-lived client of a pre-start check: its log lines go
+        to the `uatu.librdkafka` logger, not to stderr, so a failed check prints one line.
+
+        Not for clients that live as long as the job: librdkafka queues their log lines
+        until the client is polled, and an AdminClient never is."""
+        return {**self.client_config(), "logger": LIBRDKAFKA_LOG}
 
     @property
     def encrypted(self) -> bool:

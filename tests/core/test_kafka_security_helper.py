@@ -38,4 +38,5 @@ def test_listener_and_client_settings(tmp_path: Path) -> None:
         password = {**sasl.scram_users, **sasl.plain_users}[user]
         assert f'password="{password}"' in cluster.properties["sasl.jaas.config"]
         assert cluster.client_config()["sasl.password"] == password
+        assert cluster.check_client_config()["logger"].name == "uatu.librdkafka"
         assert cluster.encrypted
