@@ -9,10 +9,11 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   (`backoff_seconds` x 2^(failures-1)); after `max_failures` in a row it is reported and
   left alone instead of being relaunched in a tight loop. Running for `healthy_seconds`
   resets the count.
-* heartbeat lease: every launch reserves a worker id and tells the application where the
-  control plane is (`app_env`); an application that is alive but has not heartbeated for
-  `lease_seconds` (or not at all within `startup_seconds` of its launch) is FAILED: it is
-  cancelled and relaunched like one that died. `lease_seconds=None` turns the lease off.
+* heartbeat lease: every launch reserves a random worker id and secret (workers.py) and
+  tells the application where the control plane is (`app_env`); an application that is
+  alive but has not heartbeated for `lease_seconds` (or not at all within `startup_seconds`
+  of its launch) is FAILED: it is cancelled and relaunched like one that died.
+  `lease_seconds=None` turns the lease off.
 * every `partition_refresh_seconds` the partition count of each RUNNING group's topic is
   looked up again and StoredJobs are added for new partitions (JobGroups.refresh_partitions).
 * workers and job statuses not heard from for `record_ttl_seconds` (1 h, as uForwarder's
@@ -50,6 +51,7 @@ from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership, SoleLeader
+from controlplane.workers import new_worker_id, new_worker_secret
 
 log = logging.getLogger("uatu.reconciler")
 
@@ -73,6 +75,7 @@ class Reconciler:
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
         on_step: Callable[[str, str], None] | None = None,
+        max_running: int | None = None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -90,6 +93,8 @@ class Reconciler:
         self.clock = clock
         # Fault hook: called with (step, job_group_id) after each step of a launch.
         self.on_step = on_step or (lambda _step, _group: None)
+        self.max_running = max_running
+        self._recorded: set[str] = set()  # groups with a launch record (running, or may be)
         self._refreshed_at = float("-inf")
         self._wake = threading.Event()
 
@@ -97,6 +102,7 @@ class Reconciler:
         """One pass over every group and launch; returns the action taken per group id."""
         groups = {v.group.job_group.job_group_id: v.group for v in self.store.all()}
         launches = self.store.launches()
+        self._recorded = set(launches)
         heard = self._last_heartbeats() if self.lease_seconds is not None else {}
         taken = {}
         for job_group_id in sorted(groups.keys() | launches.keys()):
@@ -135,6 +141,7 @@ class Reconciler:
         if action is Action.NONE and record is not None and not alive and not wanted:
             # Dead and no longer wanted: forget it, so a later RUNNING starts afresh.
             self.store.delete_launch(job_group_id)
+            self._recorded.discard(job_group_id)
             record = None
         return self._apply(job_group_id, action, stored, record)
 
@@ -244,6 +251,7 @@ class Reconciler:
             if not self._stop(job_group_id, record):
                 return action  # stopped through its heartbeats; relaunch once it is gone
             self.store.delete_launch(job_group_id)
+            self._recorded.discard(job_group_id)
             record = None
         if action is Action.CANCEL:
             return action
@@ -268,12 +276,21 @@ class Reconciler:
             if now < retry_at:
                 return Action.NONE
             log.warning("%s died (%s); relaunch #%d", job_group_id, record.handle, failures)
+        others = len(self._recorded - {job_group_id})
+        if self.max_running is not None and others >= self.max_running:
+            log.warning(
+                "%s not launched: %d applications run, the limit (--max-running)",
+                job_group_id, others,
+            )  # fmt: skip
+            return Action.NONE
         self._launch(job_group_id, stored, failures)
+        self._recorded.add(job_group_id)
         return action
 
     def _launch(self, job_group_id: str, stored: StoredJobGroup, failures: int) -> None:
         """Intent, launch, record (see the module docstring); NotLeader if deposed."""
-        worker_id = self.store.next_ids("worker", 1)[0]
+        worker_id = new_worker_id()
+        secret, digest = new_worker_secret()
         definition = definition_of(stored.job_group)
         intent = LaunchRecord(
             handle="",
@@ -281,14 +298,15 @@ class Reconciler:
             started_at=self.clock(),
             log="",
             worker_id=worker_id,
+            worker_secret_sha256=digest,
             failures=failures,
             intent=True,
         )
         self.store.put_launch(job_group_id, intent)
         self.on_step("intent-recorded", job_group_id)
-        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
+        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id), "UATU_WORKER_SECRET": secret}
         launched = self.launcher.launch(stored.job_group, definition, env).replace(
-            failures=failures, worker_id=worker_id
+            failures=failures, worker_id=worker_id, worker_secret_sha256=digest
         )
         self.on_step("launched", job_group_id)
         try:

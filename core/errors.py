@@ -28,7 +28,19 @@ class InvalidJobGroup(UatuError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"invalid JobGroup: {field}={value!r}: {reason}")
+        super().__init__(f"invalid JobGroup: {field}={shown(value)}: {reason}")
+
+
+MAX_SHOWN_CHARS = 120
+
+
+def shown(value: object) -> str:
+    """repr(value) on one line, at most MAX_SHOWN_CHARS: an error echoes the value, never a
+    megabyte of it."""
+    text = repr(value)
+    if len(text) > MAX_SHOWN_CHARS:
+        text = f"{text[:MAX_SHOWN_CHARS]}... ({len(text)} characters)"
+    return text
 
 
 class UnknownCluster(InvalidJobGroup):

@@ -47,3 +47,8 @@ def audit_group(
     if rate:
         data["flowControl"] = {"messagesPerSec": rate}
     return json_format.ParseDict(data, JobGroup())
+
+
+def parse(data: dict) -> JobGroup:
+    """A JobGroup from its protobuf-JSON mapping as a dict (`extension` types registered)."""
+    return json_format.ParseDict(data, JobGroup())

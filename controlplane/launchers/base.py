@@ -35,8 +35,9 @@ class LaunchRecord:
     """One launched application of one JobGroup, as the store keeps it.
 
     The launcher fills `handle` (its name for the application: a pid, a driver id,
-    namespace/name), `log` and `details`; the reconciler adds `worker_id` (the id reserved
-    for the application's heartbeats) and counts `failures` across relaunches.
+    namespace/name), `log` and `details`; the reconciler adds `worker_id` (the random id
+    reserved for the application's heartbeats) with the digest of its secret, and counts
+    `failures` across relaunches.
     """
 
     handle: str  # "" while `intent`: the launch is decided, not yet confirmed
@@ -45,6 +46,9 @@ class LaunchRecord:
     log: str  # where its output goes (a path, or the command that shows it)
     details: Details = field(default_factory=lambda: MappingProxyType({}))
     worker_id: int | None = None
+    # SHA-256 (hex) of the per-launch secret the application proves itself with; the secret
+    # itself goes only to the application (UATU_WORKER_SECRET), never into the store.
+    worker_secret_sha256: str | None = None
     failures: int = 0  # relaunches in a row after the application died
     gave_up: bool = False  # failures passed the limit; no more relaunches
     # Written (fenced) before the launcher is called, replaced by the launcher's record after

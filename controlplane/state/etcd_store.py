@@ -38,7 +38,7 @@ from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, Sta
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state import etcd_client as ops
 from controlplane.state.base import Versioned
-from controlplane.state.etcd_client import EtcdClient, Json, KeyValue
+from controlplane.state.etcd_client import EtcdAccess, EtcdClient, Json, KeyValue
 
 Fence = Callable[[], tuple[str, int] | None]
 
@@ -55,7 +55,7 @@ class EtcdStore:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | EtcdAccess,
         prefix: str = "/uatu",
         fence: Fence | None = None,
         *,
@@ -84,6 +84,10 @@ class EtcdStore:
     def get(self, job_group_id: str) -> Versioned | None:
         kv = self._etcd.get(self._groups + job_group_id.encode())
         return None if kv is None else Versioned(_parse(kv.value), kv.mod_revision)
+
+    def count(self) -> int:
+        answer = self._etcd.range(self._groups, ops.prefix_end(self._groups), count_only=True)
+        return int(answer.get("count", 0))
 
     def create(self, group: StoredJobGroup) -> int:
         job_group_id = group.job_group.job_group_id

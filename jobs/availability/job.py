@@ -92,7 +92,10 @@ def ensure_source(spec: AvailabilitySpec) -> None:
     for an unknown group makes.
     """
     consumer = Consumer(
-        {**spec.cluster.client_config(), "group.id": f"uatu-availability-{spec.job_group_id}"}
+        {
+            **spec.cluster.check_client_config(),
+            "group.id": f"uatu-availability-{spec.job_group_id}",
+        }
     )
     deadline = time.monotonic() + 60
     try:
