@@ -74,3 +74,19 @@ class ConfigError(UatuError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         super().__init__(f"configuration error in {path}: {reason}")
+
+
+class TableSchemaMismatch(UatuError):
+    """An existing Delta table's schema differs from the one its job declares in a way that
+    would make the job's writes fail; the job stops before its query starts."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, table: str, path: str, differences: list[str]) -> None:
+        self.table = table
+        self.path = path
+        self.differences = differences
+        super().__init__(
+            f"Delta table {table} at {path} does not match the schema its job declares: "
+            + "; ".join(differences)
+        )

@@ -42,6 +42,7 @@ from jobs.audit.transforms import (
     with_new_unique_counts,
 )
 from jobs.runtime import metrics
+from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import observe_source
 from jobs.runtime.runner import streaming_query_id
@@ -116,7 +117,7 @@ class AuditBatchWriter:
                 # recompute the whole batch; a local checkpoint hands it the computed rows.
                 computed = partials.localCheckpoint()
             with phases("merge"):
-                tables.merge_counts(spark, computed, spec.audit_counts_path, app_id, batch_id)
+                tables.merge_counts(computed, spec.audit_counts_path, app_id, batch_id)
             if metrics.serving():
                 self._publish(computed)
         log.info("batch %d written: %s", batch_id, phases)
@@ -181,7 +182,7 @@ class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its tables, its stream, its batch writer."""
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        tables.ensure_tables(spark, self.spec.audit_counts_path, self.spec.audit_keys_path)
+        ensure_tables(spark, tables.locations(self.spec))
         spec = self.spec
         log.info(
             "auditing %s/%s (%s) into %s: %s",

@@ -70,7 +70,7 @@ from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.runtime import metrics
-from jobs.runtime.delta import append_once
+from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.runner import streaming_query_id
 from jobs.runtime.template import StreamingJob
@@ -194,7 +194,8 @@ def status_rows(
     results: list[GroupResult],
     time_lags: Mapping[GroupPartition, int],
 ) -> list[dict[str, Any]]:
-    """`consumer_group_status` rows from the evaluator's results (`tables.STATUS_DDL`)."""
+    """`consumer_group_status` rows (`tables.CONSUMER_GROUP_STATUS`) from the evaluator's
+    results."""
     rows = []
     for result in results:
         partitions = [
@@ -311,8 +312,9 @@ class AvailabilityBatchWriter:
                 {"cluster": self.spec.cluster.name, "sampled_at": now, **row}
                 for row in partition_availability(states, brokers)
             ]
-            frame = spark.createDataFrame(rows, tables.TOPIC_DDL)
-            append_once(frame, self.spec.topic_availability_path, self.app_id, batch_id)
+            frame = spark.createDataFrame(rows, tables.TOPIC_AVAILABILITY.schema)
+            path = self.spec.topic_availability_path
+            append_once(frame, tables.TOPIC_AVAILABILITY, path, self.app_id, batch_id)
             offline = sum(r["offline"] for r in rows)
             under = sum(r["under_replicated"] for r in rows)
             log.info(
@@ -344,7 +346,7 @@ class AvailabilityBatchWriter:
             self.spec.probe_type,
             self.spec.zone_isolated,
         )
-        append_once(frame, self.spec.probes_path, self.app_id, batch_id)
+        append_once(frame, tables.AVAILABILITY_PROBES, self.spec.probes_path, self.app_id, batch_id)
         failed = sum(not r["produced"] for r in rows)
         lost = sum(r["produced"] and r["copies"] == 0 for r in rows)
         log.info(
@@ -408,8 +410,9 @@ class AvailabilityBatchWriter:
                 }
             )
         if stored:
-            frame = spark.createDataFrame(stored, tables.COMMITS_DDL)
-            append_once(frame, self.spec.commits_path, self.app_id, batch_id)
+            frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
+            path = self.spec.commits_path
+            append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
         results = self.tracker.evaluate(now_ms)
         lagging = {
             key: offset
@@ -433,8 +436,9 @@ class AvailabilityBatchWriter:
         listed = {g: state for g, state in listed.items() if not g.startswith(OWN_GROUP_PREFIXES)}
         rows += no_commit_rows(self.spec.cluster.name, now, listed, {r.group for r in results})
         if rows:
-            frame = spark.createDataFrame(rows, tables.STATUS_DDL)
-            append_once(frame, self.spec.status_path, self.app_id, batch_id, merge_schema=True)
+            frame = spark.createDataFrame(rows, tables.CONSUMER_GROUP_STATUS.schema)
+            path = self.spec.status_path
+            append_once(frame, tables.CONSUMER_GROUP_STATUS, path, self.app_id, batch_id)
             metrics.consumer_groups(self.spec.cluster.name, rows)
         log.info(
             "batch %d: %d commits read, %d groups evaluated (%s)%s",
@@ -541,15 +545,7 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
                 if on
             ),
         )
-        tables.ensure_tables(
-            spark,
-            [
-                (spec.probes_path, tables.PROBES_DDL),
-                (spec.topic_availability_path, tables.TOPIC_DDL),
-                (spec.commits_path, tables.COMMITS_DDL),
-                (spec.status_path, tables.STATUS_DDL),
-            ],
-        )
+        ensure_tables(spark, tables.locations(spec))
 
     def before_query(self, spark: SparkSession) -> int | None:
         spec = self.spec
