@@ -10,7 +10,8 @@
 4. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
 5. reads `audit_counts` back from Delta and prints it, with the totals checked against what
    was sent,
-6. stops the broker (also on failure or Ctrl-C).
+6. writes the completeness report (integrations/report) to var/demo/report.html,
+7. stops the broker (also on failure or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from core.paths import ROOT, project_jars
 from devservices.kafka import start_cluster
+from integrations.report import write_report
 from jobs.runtime.session import build_session
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
@@ -151,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         log.info("stopping the demo broker")
         cluster.stop()
-    return 0 if show_results(DEMO_DIR / "warehouse", sent) else 1
+    matched = show_results(DEMO_DIR / "warehouse", sent)
+    report = write_report(DEMO_DIR / "warehouse", DEMO_DIR / "report.html")
+    print(f"\ncompleteness report: {report} (open it in a browser; it works offline)")
+    return 0 if matched else 1
 
 
 if __name__ == "__main__":
