@@ -1,8 +1,9 @@
 """The load generators against Kafka's own perf tools, in the same run on one private broker.
 
 `make bench-loadgen`. Not a timed test: it prints the figures, writes them to
-docs/benchmarks/loadgen-<UTC time>.json with the commit they were measured on, and exits 1 only
-if a run failed or a count was wrong.
+var/bench/loadgen-result.json (the latest run) and docs/benchmarks/loadgen-<UTC time>-<short
+commit>.json (bench/_common.py: the commit, the machine and the command line), and exits 1
+only if a run failed or a count was wrong.
 
 Setup: a fresh single broker (heap 1g) under var/bench/; every topic has --partitions
 partitions and message.timestamp.type=LogAppendTime, so each record's timestamp is when the
@@ -51,7 +52,13 @@ from typing import Any
 from google.protobuf import json_format
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from bench.kafka_perf import consumer_perf, parse_producer_output, producer_perf
+from bench._common import BENCH_DIR, say, write_latest, write_result
+from bench.kafka_perf import (
+    consumer_perf,
+    parse_producer_output,
+    producer_perf,
+    producer_perf_args,
+)
 from core.config import load_settings
 from core.paths import ROOT
 from devservices.kafka import KafkaCluster, start_cluster
@@ -59,8 +66,7 @@ from jobs.loadgen.spec import produce_spec
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
 
-BENCH_DIR = ROOT / "var" / "bench"
-RESULTS_DIR = ROOT / "docs" / "benchmarks"
+RESULT_PATH = BENCH_DIR / "loadgen-result.json"
 WORKLOAD = ROOT / "examples" / "loadgen-bench.json"
 TARGETS = {"producer": 0.7, "consumer": 0.5}
 LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
@@ -71,10 +77,6 @@ CONSUME_LINE = re.compile(
     r"batch (\d+), [\d.]+ MB, [\d.]+ MB\.sec, (\d+) nMsg, [\d.]+ nMsg\.sec, "
     r"fetch\.time\.ms (\d+), .*, lost ([+-]\d+), duplicated (\d+), .*batch\.time\.ms (\d+) "
 )
-
-
-def say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
 
 def append_rate(bootstrap: str, topic: str, partitions: int) -> dict[str, float]:
@@ -142,12 +144,14 @@ def run_producers(
             if tool == "perf":
                 say(f"round {r}: kafka-producer-perf-test -> {topic}")
                 own = producer_perf(
-                    cluster.bootstrap_servers,
-                    topic,
-                    n,
-                    args.record_size,
-                    acks=args.acks,
-                    extra_props=producer_settings(group, conf),
+                    producer_perf_args(
+                        cluster.bootstrap_servers,
+                        topic,
+                        n,
+                        args.record_size,
+                        acks=args.acks,
+                        extra_props=producer_settings(group, conf),
+                    )
                 )
                 result["perf_tool"] = asdict(own)
             else:
@@ -249,17 +253,6 @@ def run_consumers(
     return rounds
 
 
-def commit() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--", "jobs", "jvm", "bench")),
-    }
-
-
 def summarize(producers: list[dict], consumers: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     print(f"\n{'':34} {'ratios per round':>24} {'median':>8} {'target':>8}  result")
@@ -315,9 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     result = {
-        "bench": "loadgen",
         "started_at": started,
-        **commit(),
         "records": n,
         "record_size": args.record_size,
         "partitions": args.partitions,
@@ -331,10 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         if consumers
         else summarize(producers, producers),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"loadgen-{started.replace(':', '')}.json"
-    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    say(f"result written to {path.relative_to(ROOT)}")
+    write_latest(RESULT_PATH, result)
+    say(f"latest result in {RESULT_PATH.relative_to(ROOT)}")
+    say(f"run recorded in {write_result('loadgen', result, args, argv=argv)}")
     return 0
 
 

@@ -32,6 +32,7 @@ from jobs.loadgen import tables
 from jobs.loadgen.generator import ProduceBatchWriter, check_producer, warm_up
 from jobs.loadgen.measure import MeasureBatchWriter
 from jobs.loadgen.spec import ConsumeSpec, ProduceSpec
+from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
@@ -125,7 +126,7 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
         self._spark: SparkSession | None = None
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        tables.ensure_tables(spark, self.spec.stats_path)
+        ensure_tables(spark, tables.locations(self.spec))
 
     def stream(self, spark: SparkSession) -> DataFrame:
         spec = self.spec

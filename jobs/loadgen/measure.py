@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs.loadgen import jvm
 from jobs.loadgen.spec import ConsumeSpec
-from jobs.loadgen.tables import STATS_SCHEMA
+from jobs.loadgen.tables import LOADGEN_STATS, STATS_SCHEMA
 from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
 
@@ -108,7 +108,11 @@ class MeasureBatchWriter:
         last = self.pending.last_batch
         if rows:
             append_once(
-                spark.createDataFrame(rows, STATS_SCHEMA), spec.stats_path, self.app_id, last
+                spark.createDataFrame(rows, STATS_SCHEMA),
+                LOADGEN_STATS,
+                spec.stats_path,
+                self.app_id,
+                last,
             )
         self.pending.flushed()
         jvm.write_state(spark, pending_dir(spec), last, self.pending.to_json())

@@ -62,49 +62,59 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jobs.runtime.delta import ensure_table
+from jobs.loadgen.spec import ConsumeSpec
+from jobs.runtime.delta import DeltaTableSpec
 
 MISSING_RANGE = StructType(
     [StructField("from_seq", LongType(), True), StructField("until_seq", LongType(), True)]
 )
 
-STATS_SCHEMA = StructType(
-    [
-        StructField(name, kind, True)
-        for name, kind in (
-            ("job_group_id", StringType()),
-            ("cluster", StringType()),
-            ("topic", StringType()),
-            ("batch_id", LongType()),
-            ("batch_time", TimestampType()),
-            ("partition", IntegerType()),
-            ("window_start", TimestampType()),
-            ("window_end", TimestampType()),
-            ("generator", StringType()),
-            ("records", LongType()),
-            ("bytes", LongType()),
-            ("records_per_sec", DoubleType()),
-            ("mb_per_sec", DoubleType()),
-            ("first_seq", LongType()),
-            ("last_seq", LongType()),
-            ("duplicates", LongType()),
-            ("lost", LongType()),
-            ("missing_ranges", ArrayType(MISSING_RANGE, True)),
-            ("duplicate_seqs", ArrayType(LongType(), True)),
-            ("latency_ms_p50", DoubleType()),
-            ("latency_ms_p95", DoubleType()),
-            ("latency_ms_p99", DoubleType()),
-            ("latency_ms_p999", DoubleType()),
-            ("latency_ms_max", DoubleType()),
-            ("latency_kll_sketch", BinaryType()),
-            ("fetch_to_batch_ms", LongType()),
-        )
-    ]
+LOADGEN_STATS = DeltaTableSpec(
+    name="loadgen_stats",
+    description=(
+        "Kafka load generator: records, bytes, latency, lost and duplicated sequence numbers "
+        "per batch, partition, window and generator"
+    ),
+    schema=StructType(
+        [
+            StructField(name, kind, True)
+            for name, kind in (
+                ("job_group_id", StringType()),
+                ("cluster", StringType()),
+                ("topic", StringType()),
+                ("batch_id", LongType()),
+                ("batch_time", TimestampType()),
+                ("partition", IntegerType()),
+                ("window_start", TimestampType()),
+                ("window_end", TimestampType()),
+                ("generator", StringType()),
+                ("records", LongType()),
+                ("bytes", LongType()),
+                ("records_per_sec", DoubleType()),
+                ("mb_per_sec", DoubleType()),
+                ("first_seq", LongType()),
+                ("last_seq", LongType()),
+                ("duplicates", LongType()),
+                ("lost", LongType()),
+                ("missing_ranges", ArrayType(MISSING_RANGE, True)),
+                ("duplicate_seqs", ArrayType(LongType(), True)),
+                ("latency_ms_p50", DoubleType()),
+                ("latency_ms_p95", DoubleType()),
+                ("latency_ms_p99", DoubleType()),
+                ("latency_ms_p999", DoubleType()),
+                ("latency_ms_max", DoubleType()),
+                ("latency_kll_sketch", BinaryType()),
+                ("fetch_to_batch_ms", LongType()),
+            )
+        ]
+    ),
 )
+STATS_SCHEMA = LOADGEN_STATS.schema
 
 
-def ensure_tables(spark: SparkSession, stats_path: str) -> None:
-    ensure_table(spark, stats_path, STATS_SCHEMA)
+def locations(spec: ConsumeSpec) -> list[tuple[DeltaTableSpec, str]]:
+    """LOAD_GEN_CONSUME's table and where the JobGroup puts it."""
+    return [(LOADGEN_STATS, spec.stats_path)]
 
 
 def warm_up_writes(spark: SparkSession, scratch_path: str) -> None:
