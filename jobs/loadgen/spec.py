@@ -52,7 +52,7 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from core.jobgroup import JobGroup, SourceTopic, check_topic, job_options, require_cluster
 
 DEFAULT_RECORD_BYTES = 100
 MAX_RECORD_BYTES = 64 << 20  # far above Kafka's default max.message.bytes (1 MiB)
@@ -299,6 +299,7 @@ def produce_spec(group: JobGroup, settings: Settings) -> ProduceSpec:
     topic = dispatcher.topic.strip()
     if not topic:
         raise InvalidJobGroup("kafka_dispatcher_task_group.topic", dispatcher.topic, "required")
+    check_topic("kafka_dispatcher_task_group.topic", dispatcher.topic)
     options = job_options(group)
     loadgen = options.loadgen
     shape = record_shape(loadgen)

@@ -100,6 +100,11 @@ CASES = [
         "kafka_dispatcher_task_group.topic=''",
     ),
     (
+        changed(PRODUCE, ["kafkaDispatcherTaskGroup", "topic"], "orders/../x"),
+        "kafka_dispatcher_task_group.topic='orders/../x'",
+    ),
+    (changed(PRODUCE, ["flowControl", "bytesPerSec"], -5), "flow_control.bytes_per_sec=-5.0"),
+    (
         changed(PRODUCE, ["kafkaDispatcherTaskGroup", "cluster"], "nowhere"),
         "kafka_dispatcher_task_group.cluster='nowhere'",
     ),
