@@ -93,10 +93,12 @@ def test_exact_gaps_and_duplicates_within_and_across_batches(spark, kafka, conf_
         *generator_records(1, "C", c_seqs, now_us - 30_000),
         *foreign,
     ]
+    produced_at_us = time.time_ns() // 1000
     produce_records(kafka.bootstrap_servers, TOPIC, first)
     group = consume_group("lg-exact", TOPIC)
 
     assert run_once(group, conf_dir) == EXIT_OK
+    finished_at_us = time.time_ns() // 1000
 
     stats = str(tmp_path / "wh" / "loadgen_stats")
     got = table_by_generator(spark, stats)
@@ -120,6 +122,31 @@ def test_exact_gaps_and_duplicates_within_and_across_batches(spark, kafka, conf_
         sketches = [kll_doubles_sketch.deserialize(bytes(s)) for s in got[name]["sketches"] if s]
         assert sum(s.n for s in sketches) == counts[name]
         assert min(s.get_min_value() for s in sketches) >= 0
+    # Latency is fetch time - the header's send time, in ms: every record was fetched after the
+    # test began producing and before the run ended. Slack: 20 ms, for the JVM's clock (epoch
+    # millis at its start plus nanoTime) against Python's.
+    sends = {"A": (now_us - 50_000, a_seqs), "B": (now_us - 40_000, b_seqs)}
+    sends["C"] = (now_us - 30_000, c_seqs)
+    for name, (send_us, seqs) in sends.items():
+        sketches = [kll_doubles_sketch.deserialize(bytes(s)) for s in got[name]["sketches"] if s]
+        lowest = (produced_at_us - (send_us + len(seqs) - 1)) / 1000 - 20
+        highest = (finished_at_us - send_us) / 1000 + 20
+        assert lowest <= min(s.get_min_value() for s in sketches), name
+        assert max(s.get_max_value() for s in sketches) <= highest, name
+    # Per row: a 10 s window of fetch time (the default stats window, epoch-aligned) in which
+    # the batch ran, rates over that window, quantiles in order, fetch-to-batch within the run.
+    window_s = 10
+    for r in spark.read.format("delta").load(stats).collect():
+        assert (r["window_end"] - r["window_start"]).total_seconds() == window_s
+        start_s = r["window_start"].timestamp()
+        assert start_s % window_s == 0
+        assert produced_at_us // 1_000_000 - window_s < start_s <= finished_at_us / 1_000_000
+        assert r["records_per_sec"] == pytest.approx(r["records"] / window_s)
+        assert r["mb_per_sec"] == pytest.approx(r["bytes"] / 2**20 / window_s)
+        assert 0 <= r["fetch_to_batch_ms"] <= (finished_at_us - produced_at_us) / 1000
+        if r["generator"] is not None:
+            quantiles = [r[f"latency_ms_{q}"] for q in ("p50", "p95", "p99", "p999", "max")]
+            assert quantiles == sorted(quantiles)
     # The read offsets are committed to the consumer group, for lag monitors.
     assert committed(kafka.bootstrap_servers, "lg-exact-cg") == dict(
         Counter(r.partition for r in first)
