@@ -121,8 +121,8 @@ def warm_up_writes(spark: SparkSession, scratch_path: str) -> None:
     """Write one empty row to a scratch Delta table at `scratch_path`, then delete it.
 
     The first Delta write of a JVM loads and compiles the Parquet writer and Delta's commit
-    path: on the benchmark machine it took 10 to 40 s, against 1 to 5 s for the next ones. Paid
-    here, before the first batch, it is start-up, not a stall in the middle of the stream.
+    path, by far the slowest write of the run (docs/loadgen.md has the figures). Paid here,
+    before the first batch, it is start-up, not a stall in the middle of the stream.
     """
     row = tuple(None for _ in STATS_SCHEMA.fields)
     spark.createDataFrame([row], STATS_SCHEMA).write.format("delta").mode("overwrite").save(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from datasketches import kll_doubles_sketch
 
 from bench.kafka_perf import parse_producer_output
+from core.paths import ROOT
 from jobs.loadgen.plan import (
     MAX_CREDIT_US,
     UNBOUNDED,
@@ -207,3 +209,19 @@ def test_pending_stats_keep_rows_until_flushed_and_survive_json():
     # A batch Spark replays after it reached the table is not kept twice.
     assert not again.add(1, 0, 0, [fold_row()]) and again.batches == []
     assert again.add(2, 0, 0, [fold_row()]) and again.last_batch == 2
+
+
+def test_the_fold_package_imports_no_other_project_package():
+    """dev.uatu.fold is shared by the jobs that fold ranges: it may not depend on any of them."""
+    fold = ROOT / "jvm" / "src" / "main" / "java" / "dev" / "uatu" / "fold"
+    sources = sorted(fold.glob("*.java"))
+    assert len(sources) >= 10
+    comments = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+    project_names = re.compile(r"\bdev\.uatu\.\w+")
+    outside = {
+        f"{source.name}: {name}"
+        for source in sources
+        for name in project_names.findall(comments.sub("", source.read_text()))
+        if name != "dev.uatu.fold"
+    }
+    assert outside == set()

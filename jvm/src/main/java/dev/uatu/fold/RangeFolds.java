@@ -28,8 +28,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * offsets, {@code maxOffsetsPerTrigger}, the checkpoint) but the batch's rows are never read;
  * instead one task per range reads it with a byte-array consumer ({@link RangeReader}) and a
  * {@link RecordFold} turns its records into a few partial-aggregate rows. No record becomes a
- * Spark row or crosses into Python: Spark's own Kafka-to-row conversion alone ran at 0.24 to
- * 0.44 of kafka-consumer-perf-test on the benchmark machine.
+ * Spark row or crosses into Python, so the fold is not bound by Spark's Kafka-to-row conversion
+ * (docs/loadgen.md, "How it reads").
  *
  * <p>Called from Python through py4j ({@code jobs/loadgen/measure.py} for LOAD_GEN_CONSUME);
  * the replication job's copy ({@code dev.uatu.replication}) is driven the same way.
