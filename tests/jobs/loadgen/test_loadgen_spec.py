@@ -13,6 +13,8 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import InvalidJobGroup
+from core.jobgroup import check_common, load_jobgroup
+from core.paths import ROOT
 from jobs import main as job_main
 from jobs.loadgen.spec import consume_spec, produce_spec
 from testing.conf import write_conf_dir
@@ -197,3 +199,24 @@ def test_once_without_a_bound_is_refused_before_spark(conf_dir):
         LoadGenProduceJob(spec).run(once=True)
     assert refused.value.exit_status == 2
     assert "extension.loadgen.total_records=0" in str(refused.value)
+
+
+def test_the_demo_and_bench_workloads_are_valid_bounded_produce_groups(conf_dir):
+    """`make run` and `make bench-loadgen` produce their workloads from these files: each must
+    pass the checks the job runs, be bounded (they run with --once), and the demo's must write
+    the topic the demo audits, with late records older than the hour the demo counts as late."""
+    settings = load_settings(conf_dir)
+    examples = ROOT / "examples"
+    demo = load_jobgroup(examples / "demo-orders-load.json")
+    bench = load_jobgroup(examples / "loadgen-bench.json")
+    for group in (demo, bench):
+        check_common(group, settings.clusters)
+        assert produce_spec(group, settings).bounded
+    spec = produce_spec(demo, settings)
+    audited = load_jobgroup(examples / "audit-demo.json").kafka_consumer_task_group
+    assert (spec.cluster.name, spec.topic) == (audited.cluster, audited.topic)
+    assert spec.total_records == 3300 and spec.max_messages_per_sec == 1000
+    assert spec.shape.json_event_time_field == "ts"
+    assert spec.shape.lateness_ms > 3_600_000
+    shape = spec.shape
+    assert min(shape.duplicate_ratio, shape.late_ratio, shape.untimed_ratio) > 0
