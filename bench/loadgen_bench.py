@@ -1,7 +1,7 @@
 """The load generators against Kafka's own perf tools, in the same run on one private broker.
 
 `make bench-loadgen`. Not a timed test: it prints the figures, writes them to
-var/bench/loadgen-result.json (the latest run) and docs/benchmarks/loadgen-<UTC time>-<short
+var/bench/loadgen-bench-result.json (the latest run) and docs/benchmarks/loadgen-<UTC time>-<short
 commit>.json (bench/_common.py: the commit, the machine and the command line), and exits 1
 only if a run failed or a count was wrong.
 
@@ -66,7 +66,7 @@ from jobs.loadgen.spec import produce_spec
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
 
-RESULT_PATH = BENCH_DIR / "loadgen-result.json"
+RESULT_PATH = BENCH_DIR / "loadgen-bench-result.json"
 WORKLOAD = ROOT / "examples" / "loadgen-bench.json"
 TARGETS = {"producer": 0.7, "consumer": 0.5}
 LOG_APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
