@@ -23,6 +23,7 @@ from core.errors import InvalidJobGroup
 from core.jobgroup import SourceTopic, check_common, job_type_name
 from jobs.audit.spec import audit_spec
 from jobs.availability.spec import availability_spec
+from jobs.dispatch.spec import dispatch_spec
 from jobs.replication.spec import replication_spec_now
 
 if TYPE_CHECKING:
@@ -65,6 +66,12 @@ def _replication_runtime() -> type[StreamingJob[Any]]:
     return ReplicationJob
 
 
+def _dispatch_runtime() -> type[StreamingJob[Any]]:
+    from jobs.dispatch.job import DispatchJob
+
+    return DispatchJob
+
+
 def _availability_runtime() -> type[StreamingJob[Any]]:
     from jobs.availability.job import AvailabilityJob
 
@@ -91,6 +98,12 @@ JOB_TYPES: Mapping[str, JobType] = {
             "round-trip probes per broker and zone, topic availability, consumer-group lag",
             availability_spec,
             _availability_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+            "Kafka -> a gRPC service, uForwarder's retry tiers, DLQ and resilience queue",
+            dispatch_spec,
+            _dispatch_runtime,
         ),
     )
 }

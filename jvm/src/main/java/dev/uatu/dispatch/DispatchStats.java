@@ -1,18 +1,21 @@
 package dev.uatu.dispatch;
 
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import org.apache.datasketches.kll.KllDoublesSketch;
+import org.apache.datasketches.quantilescommon.QuantileSearchCriteria;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 
 /**
  * What one dispatch task saw, per window of wall-clock time ({@code stats_window_ms}): records
  * read, RPC attempts and their latencies, how each record ended, retries in memory, timeouts,
- * head-of-line reroutes and produce retries. The task returns it as summary rows
- * ({@link #SCHEMA}), which {@code jobs/dispatch/transforms.py} turns into dispatch_stats.
+ * head-of-line reroutes and produce retries. The task returns it as summary rows ({@link
+ * #SCHEMA}; the latencies as a DataSketches KLL doubles sketch, as Spark's kll_sketch_agg_double
+ * builds it, so sketches merge with kll_merge_agg_double), which {@code
+ * jobs/dispatch/transforms.py} turns into dispatch_stats.
  * Callback threads, timers and the task thread all record here, under this object's lock.
  */
 final class DispatchStats {
@@ -20,8 +23,11 @@ final class DispatchStats {
       "topic string, partition int, window_start_ms long, records long, value_bytes long, "
           + "first_offset long, last_offset long, attempts long, committed long, skipped long, "
           + "retried long, dlq long, resq long, in_memory_retries long, timeouts long, "
-          + "hol_rerouted long, produce_retries long, undecodable long, latency_ms array<double>, "
-          + "peak_inflight int, inflight_limit int, rate_limited_ms double";
+          + "hol_rerouted long, produce_retries long, undecodable long, "
+          + "latency_kll_sketch binary, latency_p50_ms double, latency_p95_ms double, "
+          + "latency_p99_ms double, peak_inflight int, inflight_limit int, rate_limited_ms double";
+  // Spark's kll_sketch_agg_double default, so the sketches merge with kll_merge_agg_double.
+  private static final int KLL_K = 200;
 
   /** How a record ended in this run. */
   enum Outcome {
@@ -46,8 +52,7 @@ final class DispatchStats {
     long holRerouted;
     long produceRetries;
     long undecodable;
-    double[] latencies = new double[64];
-    int nLatencies;
+    KllDoublesSketch latencies; // null until the first call of the window
   }
 
   private final long windowMs;
@@ -76,10 +81,10 @@ final class DispatchStats {
 
   synchronized void latency(long startWallMs, long rttNanos) {
     Window w = at(startWallMs);
-    if (w.nLatencies == w.latencies.length) {
-      w.latencies = Arrays.copyOf(w.latencies, w.latencies.length * 2);
+    if (w.latencies == null) {
+      w.latencies = KllDoublesSketch.newHeapInstance(KLL_K);
     }
-    w.latencies[w.nLatencies++] = rttNanos / 1e6;
+    w.latencies.update(rttNanos / 1e6);
   }
 
   synchronized void outcome(Outcome outcome) {
@@ -136,11 +141,21 @@ final class DispatchStats {
               w.holRerouted,
               w.produceRetries,
               w.undecodable,
-              Arrays.copyOf(w.latencies, w.nLatencies),
+              w.latencies == null ? null : w.latencies.toByteArray(),
+              quantile(w.latencies, 0.5),
+              quantile(w.latencies, 0.95),
+              quantile(w.latencies, 0.99),
               peakInflight,
               limit,
               rateMs));
     }
     return rows;
+  }
+
+  private static Double quantile(KllDoublesSketch sketch, double rank) {
+    if (sketch == null || sketch.isEmpty()) {
+      return null;
+    }
+    return sketch.getQuantile(rank, QuantileSearchCriteria.INCLUSIVE);
   }
 }
