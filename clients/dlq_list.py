@@ -94,18 +94,20 @@ def list_records(
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
             for m in consumer.consume(num_messages=1000, timeout=0.5):
-                if m.error():
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        raise SystemExit(f"error: reading {topic}: {m.error()}")
+                error = m.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise SystemExit(f"error: reading {topic}: {error}")
                     continue
-                if m.partition() not in pending:
+                partition, offset = m.partition(), m.offset()
+                if partition is None or offset is None or partition not in pending:
                     continue
                 yield _record(m)
                 listed += 1
                 if limit is not None and listed >= limit:
                     return
-                if m.offset() >= ends[m.partition()] - 1:
-                    pending.discard(m.partition())
+                if offset >= ends[partition] - 1:
+                    pending.discard(partition)
     finally:
         consumer.close()
 
