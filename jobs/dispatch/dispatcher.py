@@ -126,11 +126,12 @@ def dispatch(
     return ClassicDataFrame(jvm.Dispatch.dispatch(spark._jsparkSession, java_ranges, config), spark)
 
 
-def check_clients(spark: SparkSession, config: str, cluster: str) -> None:
-    """Build the gRPC channels and the producer on the driver; a setting a client refuses is a
-    ConfigError before any record moves."""
+def check_clients(spark: SparkSession, config: str, cluster: str) -> bool:
+    """Build the gRPC channels and the producer on the driver and connect the channels; a
+    setting a client refuses is a ConfigError before any record moves. False when the service
+    did not accept a connection within 10 s (the job starts anyway and keeps trying)."""
     try:
-        _jvm(spark).Dispatch.check(config)
+        return bool(_jvm(spark).Dispatch.check(config))
     except Py4JJavaError as e:
         cause = e.java_exception
         while cause.getCause() is not None:

@@ -189,7 +189,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def check_session(self, spark: SparkSession) -> None:
         self._spark = spark
         self._config = dispatcher.config_json(self.spec, _executor_share(spark), self.fault)
-        dispatcher.check_clients(spark, self._config, self.spec.cluster.name)
+        if not dispatcher.check_clients(spark, self._config, self.spec.cluster.name):
+            log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
 
     def ensure_tables(self, spark: SparkSession) -> None:
         tables.ensure_tables(spark, self.spec.stats_path)

@@ -47,9 +47,10 @@ public final class Dispatch {
   }
 
   /** Builds the group's channels and producer on the driver: a setting the gRPC or Kafka
-   * client refuses fails here, before any record moves. */
-  public static void check(String configJson) {
-    GroupRuntime.of(DispatchConfig.fromJson(configJson));
+   * client refuses fails here, before any record moves. Then connects the channels (up to 10 s;
+   * false if the service did not answer by then). */
+  public static boolean check(String configJson) throws InterruptedException {
+    return GroupRuntime.of(DispatchConfig.fromJson(configJson)).connect(10_000);
   }
 
   /** The end offsets now of every partition of {@code topic} (with read_committed in the

@@ -130,6 +130,25 @@ public final class GroupRuntime {
     }
   }
 
+  /**
+   * Connects every channel (they connect lazily otherwise, and the first calls, which would
+   * pay for the connection, could miss a short deadline and be routed as timeouts). Waits at
+   * most {@code timeoutMs}; a service that is not up yet is not an error here.
+   */
+  boolean connect(long timeoutMs) throws InterruptedException {
+    long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+    while (true) {
+      boolean ready = true;
+      for (ManagedChannel channel : channels) {
+        ready &= channel.getState(true) == io.grpc.ConnectivityState.READY;
+      }
+      if (ready || System.nanoTime() > deadline) {
+        return ready;
+      }
+      Thread.sleep(20);
+    }
+  }
+
   ManagedChannel channel() {
     return channels[Math.floorMod(nextChannel.getAndIncrement(), channels.length)];
   }

@@ -64,6 +64,7 @@ public final class Inflight {
     Deque<Runnable> granted = new ArrayDeque<>();
     synchronized (this) {
       int inflightAtRelease = used;
+      int before = limit;
       used--;
       if (adaptive != null && rttNanos >= 0) {
         limit = adaptive.onSample(rttNanos, inflightAtRelease, dropped);
@@ -72,7 +73,14 @@ public final class Inflight {
         take();
         granted.add(waiters.poll());
       }
-      notifyAll();
+      if (used < limit) {
+        // One permit freed wakes one blocked reader; a grown limit may free several.
+        if (limit > before) {
+          notifyAll();
+        } else {
+          notify();
+        }
+      }
     }
     for (Runnable r : granted) {
       executor.execute(r);

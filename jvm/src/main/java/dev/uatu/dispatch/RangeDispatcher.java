@@ -29,6 +29,7 @@ final class RangeDispatcher implements FlatMapFunction<Iterator<Range>, Row> {
   @Override
   public Iterator<Row> call(Iterator<Range> ranges) throws InterruptedException {
     GroupRuntime runtime = GroupRuntime.of(config);
+    runtime.connect(5_000); // at once when the driver (or an earlier task) connected it
     List<Row> rows = new ArrayList<>();
     while (ranges.hasNext()) {
       Range range = ranges.next();
