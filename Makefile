@@ -134,6 +134,19 @@ bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafk
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
 
+.PHONY: grpc-sink demo-dispatch bench-dispatch
+grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin
+
+var/grpc-sink/bin/grpc-sink: devservices/grpc_sink/main.go devservices/grpc_sink/go.mod devservices/grpc_sink/go.sum | $(VENV)/.installed
+	@echo ">> building the gRPC sink and ghz (go build -p 1; modules from go env GOPROXY)"
+	$(PY) -m devservices.grpc_sink install
+
+demo-dispatch: setup ## demo: own broker, a sample consumer service, the dispatcher job once, where every record went
+	$(PY) -m examples.dispatch_demo
+
+bench-dispatch: setup grpc-sink ## benchmark: dispatcher job vs a hand-written dispatcher and the sink's ceiling (ghz), 1M records
+	$(PY) -m bench.dispatch_bench
+
 .PHONY: bench-availability
 bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s
 	$(PY) -m bench.availability_bench
