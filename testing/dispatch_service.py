@@ -15,6 +15,8 @@ t-retry, t-stash,   INTERNAL with the ``kafka-action`` trailer Retry, Stash, Ski
 t-skip              trailer decides, not the status)
 error               raises, so gRPC answers UNKNOWN (an in-memory retry)
 slow<ms>            sleeps <ms>, then OK (past a shorter deadline: a timeout)
+stuck               raises (UNKNOWN: retried in memory, for ever) unless the record comes
+                    from another topic than its original (a retry tier or the resq): OK
 ==================  ===================================================================
 
 Calls are counted per logical record (topic, partition, offset, from the call's metadata), and
@@ -113,8 +115,10 @@ class ScriptedService:
         if answer.startswith("slow"):
             await asyncio.sleep(int(answer[4:]) / 1000)
             return Commit()
-        if answer == "error":
+        if answer == "error" or (answer == "stuck" and message.physical is None):
             raise RuntimeError("scripted failure")
+        if answer == "stuck":
+            return Commit()
         return _ANSWERS[answer]
 
 
