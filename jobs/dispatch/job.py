@@ -115,7 +115,8 @@ class DispatchBatchWriter:
                 redelivered=redelivered,
             )
         )
-        tables.append_once(stats, self.spec.stats_path, self._app_id, batch_id)
+        # One file per batch: the rows are few, and each extra task and file costs more than it.
+        tables.append_once(stats.coalesce(1), self.spec.stats_path, self._app_id, batch_id)
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
         if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
             dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
