@@ -92,7 +92,10 @@ public final class GroupRuntime {
           NettyChannelBuilder.forTarget(config.target)
               .usePlaintext()
               .disableRetry()
-              .executor(callbacks)
+              // Answers are handled on the transport's threads: a hand-off per callback (three
+              // per call) cost more than the work. Anything that may block (a produce to a
+              // retry, DLQ or resq topic) is handed to `callbacks` by PartitionRun.
+              .directExecutor()
               .maxInboundMessageSize(64 << 20)
               .build();
     }

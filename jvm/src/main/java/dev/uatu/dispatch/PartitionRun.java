@@ -319,7 +319,19 @@ final class PartitionRun {
         Routing.Code code = routing.responseCode(status.getCode().name(), action, overdue);
         flow.inflight.release(rtt, code == Routing.Code.INVALID || code == Routing.Code.BACKOFF);
         stats.latency(startedMs, rtt);
-        decide(m, code);
+        if (code == Routing.Code.COMMIT || code == Routing.Code.SKIP) {
+          decide(m, code); // never blocks: counts, tokens, resolve
+        } else {
+          // A produce can block (metadata, a full buffer): not on the transport's thread.
+          rt.callbacks.execute(
+              () -> {
+                try {
+                  decide(m, code);
+                } catch (RuntimeException | Error e) {
+                  fail(e);
+                }
+              });
+        }
       } catch (RuntimeException | Error e) {
         fail(e);
       }
