@@ -8,9 +8,16 @@
 // -fail-every N answers every Nth call with RESOURCE_EXHAUSTED (N=20: 5% of calls), which a
 // dispatcher routes to its retry tier. GET /stats on -stats-addr returns JSON: calls, failed,
 // bytes, and the first and last receive times in Unix nanoseconds.
+//
+//	grpc-sink -load -target 127.0.0.1:50051 -method /kafka.consumerproxy.g/t -n 500000 -c 64
+//
+// -load is the other end: a lean load generator (raw bytes, no message reflection) that makes
+// -n unary calls with -size-byte requests, -c in flight over -connections connections, and
+// prints JSON: calls, errors, seconds, calls_per_s, latency p50/p99 in ms.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"log"
@@ -18,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +33,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 )
@@ -54,11 +63,70 @@ func (s *stats) snapshot() map[string]int64 {
 	}
 }
 
+func load(target, method string, n, concurrency, connections, size int) {
+	conns := make([]*grpc.ClientConn, connections)
+	for i := range conns {
+		conn, err := grpc.NewClient(target,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		if err != nil {
+			log.Fatalf("dial %s: %v", target, err)
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	payload := make([]byte, size)
+	var next, errs atomic.Int64
+	latencies := make([][]float64, concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			conn := conns[w%connections]
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				var reply []byte
+				err := conn.Invoke(context.Background(), method, &payload, &reply)
+				latencies[w] = append(latencies[w], float64(time.Since(t0).Microseconds())/1000)
+				if err != nil {
+					errs.Add(1)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	seconds := time.Since(start).Seconds()
+	var all []float64
+	for _, l := range latencies {
+		all = append(all, l...)
+	}
+	sort.Float64s(all)
+	out, _ := json.Marshal(map[string]any{
+		"calls": len(all), "errors": errs.Load(), "seconds": seconds,
+		"calls_per_s":    float64(len(all)) / seconds,
+		"latency_p50_ms": all[len(all)/2], "latency_p99_ms": all[len(all)*99/100],
+	})
+	os.Stdout.Write(append(out, '\n'))
+}
+
 func main() {
 	addr := flag.String("addr", "127.0.0.1:50051", "gRPC listen address")
 	statsAddr := flag.String("stats-addr", "", "HTTP address of GET /stats (empty: none)")
 	failEvery := flag.Int64("fail-every", 0, "answer every Nth call RESOURCE_EXHAUSTED (0: never)")
+	loadMode := flag.Bool("load", false, "generate load against -target instead of serving")
+	target := flag.String("target", "127.0.0.1:50051", "-load: the server to call")
+	method := flag.String("method", "/kafka.consumerproxy.bench/bench", "-load: the full method")
+	n := flag.Int("n", 100000, "-load: calls to make")
+	concurrency := flag.Int("c", 64, "-load: calls in flight")
+	connections := flag.Int("connections", 2, "-load: HTTP/2 connections")
+	size := flag.Int("size", 150, "-load: request bytes")
 	flag.Parse()
+	if *loadMode {
+		load(*target, *method, *n, *concurrency, *connections, *size)
+		return
+	}
 
 	st := &stats{}
 	handler := func(_ any, stream grpc.ServerStream) error {
