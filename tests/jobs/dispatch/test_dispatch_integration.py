@@ -14,12 +14,17 @@ import os
 import subprocess
 import time
 from collections import Counter, defaultdict
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf import json_format
 from pyspark.sql import functions as F
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from clients.dlq_metadata import decode
@@ -28,6 +33,7 @@ from core.errors import EXIT_OK
 from core.paths import ROOT
 from jobs import registry
 from jobs.dispatch.job import DispatchJob
+from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
 from testing.topic_data import Record, produce_records, read_partitions
@@ -511,3 +517,54 @@ def test_a_crash_after_a_tier_write_loses_nothing(kafka, work: Path, service, sp
         stats.where("job_group_id = 'crash' AND tier = 'main'").agg(F.sum("redelivered")).first()[0]
     )
     assert redelivered == 80
+
+
+class _MasterWorker(mw_grpc.MasterWorkerServiceServicer):
+    """A control plane's worker service that keeps every heartbeat."""
+
+    def __init__(self) -> None:
+        self.heartbeats: list[mw_pb2.HeartbeatRequest] = []
+
+    def RegisterWorker(self, request, context):
+        participants = mw_pb2.Participants()
+        participants.CopyFrom(request.participants)
+        participants.worker.id = 7
+        return mw_pb2.RegisterWorkerResponse(participants=participants)
+
+    def Heartbeat(self, request, context):
+        self.heartbeats.append(request)
+        return mw_pb2.HeartbeatResponse(participants=request.participants)
+
+
+def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> None:
+    topics = Topics.create(kafka, "beat")
+    now = int(time.time() * 1000)
+    records = [Record(i % 2, None, value(f"b{i}", "ok"), now) for i in range(50)]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    master = _MasterWorker()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    mw_grpc.add_MasterWorkerServiceServicer_to_server(master, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        data = group("beat", topics, service)
+        _, spec = registry.validate(
+            json_format.ParseDict(data, JobGroup()), load_settings(work / "conf")
+        )
+        reporting = Reporting(
+            ReporterConfig((f"127.0.0.1:{port}",), interval_seconds=0.3),
+            JobTemplate(
+                job_pb2.JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER, "local", topics.main, "svc"
+            ),
+        )
+        assert DispatchJob(spec).run(once=True, reporting=reporting) == EXIT_OK  # type: ignore[arg-type]
+    finally:
+        server.stop(0)
+    last = {}
+    for beat in master.heartbeats:
+        assert beat.participants.worker.id in (0, 7)
+        for status in beat.job_status:
+            task = status.job.kafka_consumer_task
+            assert (task.topic, task.consumer_group) == (topics.main, "svc")
+            last[task.partition] = status.kafka_consumer_task_status.commit_offset
+    assert last == {0: 25, 1: 25}  # committed offsets of both partitions, as the broker has them
