@@ -29,7 +29,8 @@ its offsets. A crash (`UATU_DISPATCH_FAULT`, `jobs/dispatch/faults.py`) loses no
 it cut short is dispatched again on restart, and dispatch_stats counts those records as
 `redelivered`.
 
-Trigger: processing time (`extension.trigger.interval_seconds`, 1 s). With `--once`, or for a
+Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the source,
+`extension.dispatch.tier_trigger_seconds` (5 s) for the tiers and the resq. With `--once`, or for a
 bounded source (partition_offset_ranges, end_timestamp), the application stops by itself, exit
 0, once the source is read to its end and every tier and the resq are empty of records to
 dispatch, waiting out their delays.
@@ -237,7 +238,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                     spec.checkpoint_of(q),
                     self.stream(spark) if i == 0 else self._stream(spark, q),
                     self.batch_writer(spark) if i == 0 else self._writer(spark, q),
-                    spec.trigger_interval_seconds,
+                    spec.trigger_interval_seconds if i == 0 else spec.tier_trigger_seconds,
                 )
                 for i, q in enumerate(spec.queries())
             ]

@@ -29,7 +29,8 @@ resq_config                               resq_topic used when resq_enabled; flo
 flow_control                              messages_per_sec, bytes_per_sec (value bytes),
                                           max_inflight_messages (0 = adaptive); 0 = no cap
 extension.dispatch                        see uatu.v1.DispatchOptions
-extension.trigger.interval_seconds        1
+extension.trigger.interval_seconds        1 (the source's query; the tiers' and the resq's:
+                                          extension.dispatch.tier_trigger_seconds, 5)
 extension.output                          dispatch_stats_path (<warehouse>/dispatch_stats),
                                           checkpoint_path (<checkpoints>/<job_group_id>)
 ========================================  ==================================================
@@ -63,6 +64,7 @@ DEFAULT_STATS_WINDOW_SECONDS = 60
 DEFAULT_ADAPTIVE_MAX_INFLIGHT = 1000
 DEFAULT_CHANNELS = 4  # measured: 4 HTTP/2 connections beat 1 and 2 on the 2-core bench machine
 DEFAULT_CALLBACK_THREADS = 2
+DEFAULT_TIER_TRIGGER_SECONDS = 5
 MIN_HOL_GRACE_MS = 1000
 
 _RPC = "rpc_dispatcher_task_group"
@@ -126,6 +128,7 @@ class DispatchSpec:
     callback_threads: int
     max_records_per_batch: int  # 0 = unlimited
     trigger_interval_seconds: int
+    tier_trigger_seconds: int  # the retry tiers' and the resq's queries
     stats_path: str
     checkpoint_path: str
 
@@ -387,6 +390,7 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         "channels",
         "max_records_per_batch",
         "callback_threads",
+        "tier_trigger_seconds",
     ):
         if getattr(dispatch, name) < 0:
             raise InvalidJobGroup(f"extension.dispatch.{name}", getattr(dispatch, name), ">= 0")
@@ -432,6 +436,9 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         callback_threads=dispatch.callback_threads or DEFAULT_CALLBACK_THREADS,
         max_records_per_batch=max_records,
         trigger_interval_seconds=trigger,
+        tier_trigger_seconds=max(
+            trigger, dispatch.tier_trigger_seconds or DEFAULT_TIER_TRIGGER_SECONDS
+        ),
         stats_path=output.dispatch_stats_path or f"{settings.warehouse}/dispatch_stats",
         checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
     )

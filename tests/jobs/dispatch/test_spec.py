@@ -144,6 +144,16 @@ CASES = [
         ),
         "extension.dispatch.channels=100",
     ),
+    (
+        changed(
+            ["extension"],
+            {
+                "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                "dispatch": {"tierTriggerSeconds": -1},
+            },
+        ),
+        "extension.dispatch.tier_trigger_seconds=-1",
+    ),
 ]
 
 
@@ -185,7 +195,18 @@ def test_a_valid_group_gives_its_queries_and_defaults(conf_dir: Path) -> None:
     assert spec.rpc_timeout_limit_ms == 30 * 60 * 1000
     assert spec.hol_grace_ms == 2000  # rpc_timeout_ms, at least 1 s
     assert (spec.flow.max_inflight, spec.max_records_per_batch) == (0, 0)  # adaptive, unlimited
-    assert spec.trigger_interval_seconds == 1
+    assert (spec.trigger_interval_seconds, spec.tier_trigger_seconds) == (1, 5)
+
+
+def test_the_tier_trigger_is_never_shorter_than_the_source_trigger(conf_dir: Path) -> None:
+    options = {"@type": "type.googleapis.com/uatu.v1.JobOptions"}
+    spec = spec_of(
+        conf_dir, changed(["extension"], {**options, "dispatch": {"tierTriggerSeconds": 2}})
+    )
+    assert (spec.trigger_interval_seconds, spec.tier_trigger_seconds) == (1, 2)
+    slow = {**options, "trigger": {"intervalSeconds": 10}, "dispatch": {"tierTriggerSeconds": 2}}
+    spec = spec_of(conf_dir, changed(["extension"], slow))
+    assert (spec.trigger_interval_seconds, spec.tier_trigger_seconds) == (10, 10)
 
 
 def test_retry_disabled_means_no_tiers(conf_dir: Path) -> None:
