@@ -422,7 +422,7 @@ def test_head_of_line_record_is_rerouted_to_the_resq(kafka, work: Path, service)
         ("bytes", {"bytesPerSec": 4000}),
     ],
 )
-def test_flow_control_holds_every_10_second_window(kafka, work, service, cap, flow) -> None:
+def test_flow_control_holds_every_10_second_window(spark, kafka, work, service, cap, flow) -> None:
     topics = Topics.create(kafka, f"flow-{cap}")
     now = int(time.time() * 1000)
     pad = "x" * (100 - len("f0000|ok"))  # values of 100 bytes; the plan stays last
@@ -442,6 +442,12 @@ def test_flow_control_holds_every_10_second_window(kafka, work, service, cap, fl
             j += 1
         assert j - i <= limit, f"{j - i} calls in the 10 s from {start - received[0]:.1f} s"
     assert received[-1] - received[0] > 14  # the cap bound: 720 calls at 40/s take 18 s
+    stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
+    mine = stats.where(F.col("job_group_id") == f"flow-{cap}")
+    peak, waited = mine.agg(F.max("peak_inflight"), F.sum("rate_limited_ms")).first()
+    assert waited > 0  # the limiter, not the service, set the pace
+    if "maxInflightMessages" in flow:
+        assert 0 < peak <= flow["maxInflightMessages"]
 
 
 def test_a_missing_dlq_topic_is_refused_before_spark(kafka, work: Path, service) -> None:
