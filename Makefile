@@ -11,12 +11,12 @@ PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-pixy burrow kafka-up kafka-down run controlplane test test-unit lint format bench-audit bench-replication bench-controlplane clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-setup: venv jars proto build etcd kafka-pixy burrow ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow
+setup: venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow, Prometheus, Chromium, the Airflow venv
 
 venv: $(VENV)/.installed ## Python virtual environment with the pinned dependencies
 
@@ -98,6 +98,34 @@ var/burrow/bin/burrow: | $(VENV)/.installed
 	@echo ">> fetching Burrow (apt-get download burrow, unpacked into var/burrow)"
 	$(PY) -m devservices.burrow install
 
+prometheus: var/prometheus/bin/prometheus ## Prometheus 2.42 from Debian's prometheus .deb into var/prometheus/bin (metrics tests)
+
+var/prometheus/bin/prometheus: | $(VENV)/.installed
+	@echo ">> fetching Prometheus (apt-get download prometheus, unpacked into var/prometheus)"
+	$(PY) -m devservices.prometheus install
+
+chromium: var/chromium/usr/lib/chromium/chromium-headless-shell ## headless Chromium from Debian's .debs (+ the libraries it lacks) into var/chromium (report test)
+
+var/chromium/usr/lib/chromium/chromium-headless-shell: | $(VENV)/.installed
+	@echo ">> fetching chromium-headless-shell and its missing libraries (apt-get download, unpacked into var/chromium)"
+	$(PY) -m devservices.chromium install
+
+# Airflow never shares a venv with pyspark: its own venv, pinned by a committed constraints file
+# (resolved once and frozen; see docs/airflow.md), with the provider installed editable.
+AIRFLOW_DIR  := integrations/airflow
+AIRFLOW_VENV := $(AIRFLOW_DIR)/.venv
+AIRFLOW_PY   := $(AIRFLOW_VENV)/bin/python
+
+airflow-venv: $(AIRFLOW_VENV)/.installed ## Airflow 3 in its own venv (integrations/airflow/.venv) with the uatu provider
+
+$(AIRFLOW_VENV)/.installed: $(AIRFLOW_DIR)/constraints.txt $(AIRFLOW_DIR)/pyproject.toml
+	@echo ">> creating $(AIRFLOW_VENV): apache-airflow and the provider, pinned by $(AIRFLOW_DIR)/constraints.txt"
+	test -x $(AIRFLOW_PY) || $(PYTHON_BOOT) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_PY) -m pip install -q -c $(AIRFLOW_DIR)/constraints.txt -e $(AIRFLOW_DIR)
+	@# The provider reads the project's generated protos and integrations/ from the checkout.
+	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $$($(AIRFLOW_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/uatu-local.pth
+	touch $@
+
 kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)
 	$(PY) -m devservices.kafka up --dir var/kafka --port 9092
 
@@ -110,8 +138,14 @@ run: setup ## demo: own broker, demo stream, audit job once (--once), print audi
 controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
 	$(PY) -m controlplane serve --address 127.0.0.1:8087
 
-test: setup ## run the whole test suite (unit and integration)
-	$(PY) -m pytest $(PYTEST_ARGS)
+report: venv ## completeness report from the Delta tables: WAREHOUSE=var/demo/warehouse OUT=report.html
+	$(PY) -m integrations.report --warehouse $(or $(WAREHOUSE),var/demo/warehouse) --out $(or $(OUT),report.html)
+
+test: setup ## run the whole test suite (unit and integration, the Airflow test included)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+
+airflow-test: setup ## the Airflow test: airflow db migrate, dag.test() of the example DAG against a real broker and job
+	$(PY) -m pytest tests/integrations/test_airflow.py $(PYTEST_ARGS)
 
 test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other services
 	$(PY) -m pytest -m "not integration and not spark" $(PYTEST_ARGS)

@@ -38,6 +38,17 @@ JARS="$(find "$JAR_DIR" "$ROOT/build/uatu-jvm.jar" -name '*.jar' | sort | paste 
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 
+# Hardened by default (docs/security.md): the UI cannot kill jobs or stages, and in local
+# mode the driver, its block manager and the UI listen on loopback only. On a cluster the
+# driver must be reachable by executors: bind it there with UATU_SPARK_SUBMIT_ARGS, and turn
+# on spark.authenticate and spark.network.crypto.enabled.
+MASTER="${SPARK_MASTER:-local[2]}"
+HARDENING=(--conf spark.ui.killEnabled=false)
+if [[ "$MASTER" == local* ]]; then
+  export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+  HARDENING+=(--conf spark.driver.bindAddress=127.0.0.1 --conf spark.driver.host=127.0.0.1)
+fi
+
 # Graceful stop: SIGTERM or SIGINT to this script creates the stop file, which the job polls
 # every 2 s; it then stops its query and exits 0. (A signal to the whole process
 # group also kills the driver JVM at once: safe, every write is exactly-once, but not clean.)
@@ -47,7 +58,8 @@ trap 'touch "$UATU_STOP_FILE"' TERM INT
 
 # shellcheck disable=SC2086  # UATU_SPARK_SUBMIT_ARGS is a list of words on purpose
 "$VENV/bin/spark-submit" \
-  --master "${SPARK_MASTER:-local[2]}" \
+  --master "$MASTER" \
+  "${HARDENING[@]}" \
   --driver-memory "${UATU_DRIVER_MEMORY:-2g}" \
   --jars "$JARS" \
   --py-files "$PY_FILES" \

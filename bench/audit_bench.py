@@ -20,41 +20,56 @@ Each audit is verified: sum(message_count) of its audit_counts must equal N. The
 APPROX unique_count vs EXACT unique_count per (partition, window). BENCH_SPARK_SUBMIT_ARGS
 replaces the job's extra spark-submit arguments, for experiments (default: 4 shuffle
 partitions). Targets: APPROX batch rate >= 0.5x raw, EXACT >= 0.3x raw. The summary goes to
-stdout and var/bench/audit-bench-result.json; job logs to var/bench/audit-<type>.log.
-Nothing here asserts a duration.
+stdout and var/bench/audit-bench-result.json, and a record of the run (commit, machine,
+arguments, figures) to docs/benchmarks/audit-<UTC time>-<commit>.json; job logs to
+var/bench/audit-<type>.log. Nothing here asserts a duration.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
-import json
-import os
 import random
 import re
-import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from google.protobuf import json_format
 
-from core.paths import ROOT
+from bench._common import (
+    BENCH_DIR,
+    bench_parser,
+    parse_args,
+    say,
+    spark_submit_env,
+    warn_if_jobs_zip_stale,
+    work_dir,
+    write_latest,
+    write_result,
+)
+from bench.kafka_perf import (
+    CONSUMER_MAIN,
+    PRODUCER_MAIN,
+    ConsumerPerfResult,
+    consumer_perf_args,
+    parse_consumer_output,
+    parse_producer_output,
+    producer_perf_args,
+)
+from core.paths import KAFKA_JARS_DIR, ROOT
 from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
+from testing.topic_data import count_records
 
-BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "audit-bench-result.json"
-KAFKA_CLASSPATH = str(ROOT / "var" / "jars" / "kafka" / "*")
 TOPIC = "bench-audit"
-QUICK_RECORDS = 200_000
+QUICK = {"records": 200_000}  # --quick
 TARGETS = {"AUDIT_TYPE_EXACT_UNIQ": 0.3, "AUDIT_TYPE_APPROX_UNIQ": 0.5}  # x raw records/s
-PRODUCED_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
 BATCH_RE = re.compile(r"batch (\d+): (\d+) records in ([\d.]+) s")
 MIB = 1024 * 1024
 DISTINCT_PAYLOADS = 1_000_000
@@ -89,16 +104,18 @@ class AuditRun:
         return n / self.wall_s if self.exit_code == 0 and self.wall_s else None
 
 
-def say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+def java_tool(main: str, args: Sequence[str]) -> str:
+    """Run one of Kafka's tools (`main`, e.g. kafka_perf.CONSUMER_MAIN); return its stdout,
+    raise if it fails.
 
-
-def java_tool(main_class: str, args: str) -> str:
-    """Run one of Kafka's tools (org.apache.kafka.tools.*); return stdout, raise if it fails."""
-    cmd = ["java", "-Xmx2g", "-cp", KAFKA_CLASSPATH, f"org.apache.kafka.tools.{main_class}"]
-    proc = subprocess.run([*cmd, *shlex.split(args)], capture_output=True, text=True, check=False)
+    Not kafka_perf's runner: that one starts the JVM with SerialGC and a fixed heap, and the
+    raw baseline here has always been measured on the JVM's defaults with -Xmx2g; changing
+    the JVM would change the denominator of every recorded ratio.
+    """
+    cmd = ["java", "-Xmx2g", "-cp", f"{KAFKA_JARS_DIR}/*", main, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{main_class} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+        raise RuntimeError(f"{main} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")
     return proc.stdout
 
 
@@ -117,47 +134,37 @@ def fill_topic(bootstrap: str, n: int, partitions: int, workdir: Path) -> dict[s
         for i in range(distinct):
             start = i * 150
             f.write(blob[start : start + rng.randint(100, 200)] + "\n")
-    payloads = payloads_path(workdir)
-    out = java_tool(
-        "ProducerPerformance",
-        f"--topic {TOPIC} --num-records {n} --throughput -1 --payload-file "
-        f"{shlex.quote(str(payloads))} --producer-props bootstrap.servers={bootstrap} acks=1 "
-        "linger.ms=50 batch.size=262144 compression.type=lz4",
+    args = producer_perf_args(
+        bootstrap,
+        TOPIC,
+        n,
+        None,
+        acks="1",
+        extra_props={"linger.ms": "50", "batch.size": "262144", "compression.type": "lz4"},
+        payload_file=payloads_path(workdir),
     )
-    sent, rate, mb = PRODUCED_RE.findall(out)[-1]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
-    try:
-        marks = [
-            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
-    stored = sum(high - low for low, high in marks)
+    produced = parse_producer_output(java_tool(PRODUCER_MAIN, args))
+    stored = count_records(bootstrap, TOPIC, partitions)
     if stored != n:
-        raise RuntimeError(f"ProducerPerformance says {sent} sent, but the topic holds {stored}")
-    return {"records": n, "records_per_s": float(rate), "mb_per_s": float(mb)}
+        raise RuntimeError(
+            f"ProducerPerformance says {produced.records} sent, but the topic holds {stored}"
+        )
+    return {"records": n, "records_per_s": produced.records_per_s, "mb_per_s": produced.mb_per_s}
 
 
-def consumer_baseline(bootstrap: str, n: int, runs: int) -> list[dict[str, float]]:
-    """ConsumerPerformance's summary row (MB.sec, nMsg.sec, fetch.*) of each run."""
+def consumer_baseline(bootstrap: str, n: int, runs: int) -> list[ConsumerPerfResult]:
+    """ConsumerPerformance's summary row (records/s and MB/s, with and without the group
+    join) of each run; raises unless every run read all n records."""
     results = []
     for i in range(runs):
         group = f"bench-perf-{i}-{time.time_ns()}"
-        out = java_tool(
-            "ConsumerPerformance",
-            f"--bootstrap-server {bootstrap} --topic {TOPIC} --messages {n} --timeout 60000 "
-            f"--group {group}",
-        )
-        lines = out.splitlines()
-        header = next(i for i, line in enumerate(lines) if line.startswith("start.time"))
-        row = dict(zip(lines[header].split(", "), lines[header + 1].split(", "), strict=True))
-        stats = {k: float(v) for k, v in row.items() if not k.endswith(".time")}
-        if stats["data.consumed.in.nMsg"] != n:
-            raise RuntimeError(f"ConsumerPerformance read {stats['data.consumed.in.nMsg']} of {n}")
+        args = consumer_perf_args(bootstrap, TOPIC, n, timeout_ms=60_000, group=group)
+        stats = parse_consumer_output(java_tool(CONSUMER_MAIN, args))
+        if stats.records != n:
+            raise RuntimeError(f"ConsumerPerformance read {stats.records} of {n}")
         say(
-            f"  consumer run {i + 1}: {stats['nMsg.sec']:,.0f} records/s, {stats['MB.sec']:.1f} "
-            f"MB/s (fetch time only: {stats['fetch.nMsg.sec']:,.0f} records/s)"
+            f"  consumer run {i + 1}: {stats.records_per_s:,.0f} records/s, {stats.mb_per_s:.1f} "
+            f"MB/s (fetch time only: {stats.fetch_records_per_s:,.0f} records/s)"
         )
         results.append(stats)
     return results
@@ -170,21 +177,16 @@ def write_job(audit_type: str, bootstrap: str, base: Path, batch_records: int) -
     default 10 s trigger = maxOffsetsPerTrigger), so a --once run has several batches.
     """
     conf = write_conf_dir(base / "conf", bootstrap, base / "wh", base / "ck")
-    audit_config = {"auditType": audit_type, "auditIntervalInSeconds": 60}
-    source = {
-        "cluster": "local",
-        "topic": TOPIC,
-        "consumerGroup": f"bench-{base.name}",
-        "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
-        "auditMetadata": {"auditConfigs": [audit_config]},
-    }
-    group = {
-        "jobGroupId": f"bench-{base.name}",
-        "type": "JOB_TYPE_KAFKA_AUDIT",
-        "flowControl": {"messagesPerSec": batch_records / 10},  # 0 = unlimited
-        "kafkaConsumerTaskGroup": source,
-    }
-    (base / "jobgroup.json").write_text(json.dumps(group, indent=2))
+    group = audit_group(
+        f"bench-{base.name}",
+        TOPIC,
+        rate=batch_records / 10,  # 0 = unlimited
+        audit_types=(audit_type,),
+        trigger_seconds=None,  # the job's default, which the flow-control cap assumes
+        consumer_group=f"bench-{base.name}",
+        from_earliest=True,
+    )
+    (base / "jobgroup.json").write_text(json_format.MessageToJson(group, indent=2))
     return conf
 
 
@@ -192,14 +194,11 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
     """`./spark-submit.sh JOBGROUP --once`; its log goes to var/bench/audit-<type>.log."""
     short = audit_type.removeprefix("AUDIT_TYPE_").removesuffix("_UNIQ").lower()
     conf = write_job(audit_type, bootstrap, workdir / short, batch_records)
-    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
-    env.update(
-        UATU_CONF_DIR=str(conf),
-        SPARK_MASTER="local[2]",
-        UATU_DRIVER_MEMORY="6g",
-        UATU_SPARK_SUBMIT_ARGS=os.environ.get(
-            "BENCH_SPARK_SUBMIT_ARGS", "--conf spark.sql.shuffle.partitions=4"
-        ),
+    env = spark_submit_env(
+        conf,
+        master="local[2]",
+        driver_memory="6g",
+        default_submit_args="--conf spark.sql.shuffle.partitions=4",
     )
     run = AuditRun(audit_type, counts_path=str(workdir / short / "wh" / "audit_counts"))
     log_path = BENCH_DIR / f"audit-{short}.log"
@@ -227,7 +226,11 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
 
 
 def local_session(workdir: Path) -> Any:
-    """A local[2] SparkSession with the project's jars, for the ceiling and the checks."""
+    """A local[2] SparkSession with the project's jars, for the ceiling and the checks.
+
+    Not _common.table_session: the ceiling is a measurement, and that session's small-frame
+    settings (SerialGC, fewer Delta snapshot tasks) would change it from the recorded runs.
+    """
     from core.paths import project_jars
     from jobs.runtime.session import build_session
 
@@ -298,13 +301,13 @@ def hll_error(windows: dict[str, dict[tuple[int, Any], int]]) -> dict[str, float
 
 
 def summarize(
-    n: int, raw: dict[str, float], ceiling: dict[str, float], runs: list[AuditRun]
+    n: int, raw: ConsumerPerfResult, ceiling: dict[str, float], runs: list[AuditRun]
 ) -> dict[str, Any]:
     """Print the table (targets judged on batch records/s); return the JSON result."""
-    raw_rate = raw["nMsg.sec"]
-    mib_per_raw_record = raw["MB.sec"] / raw_rate
+    raw_rate = raw.records_per_s
+    mib_per_raw_record = raw.mb_per_s / raw_rate
     print(f"\n{'':42} {'records/s':>12} {'MB/s':>8} {'x raw':>7} {'target':>9}  result")
-    _row("raw consumer (ConsumerPerformance)", raw_rate, raw["MB.sec"], raw_rate)
+    _row("raw consumer (ConsumerPerformance)", raw_rate, raw.mb_per_s, raw_rate)
     for label, rate in ceiling.items():
         _row(f"Spark Kafka source, count only ({label})", rate, rate * mib_per_raw_record, raw_rate)
     audits = {}
@@ -334,7 +337,7 @@ def summarize(
             "target_x_raw": target,
             "target_met": met,
         }
-    return {"records": n, "raw": raw, "spark_source_ceiling": ceiling, "audits": audits}
+    return {"records": n, "raw": asdict(raw), "spark_source_ceiling": ceiling, "audits": audits}
 
 
 def _row(label: str, rate: float | None, mb_s: float | None, raw: float, target: float = 0) -> None:
@@ -396,21 +399,16 @@ def bench(
             f"{error['mean_abs_rel_error']:.3%}, max {error['max_abs_rel_error']:.3%}, "
             f"sum {error['total_rel_diff']:+.3%}"
         )
-    raw = max(baseline, key=lambda s: s["nMsg.sec"])
+    raw = max(baseline, key=lambda s: s.records_per_s)
     result = summarize(n, raw, ceiling, runs)
-    result.update(produce=produced, baseline_runs=baseline, hll_error=error)
+    result.update(produce=produced, baseline_runs=[asdict(b) for b in baseline], hll_error=error)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.audit_bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.audit_bench", __doc__)
     parser.add_argument("--records", type=int, default=5_000_000, help="records to produce")
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions")
-    parser.add_argument("--quick", action="store_true", help=f"short for --records {QUICK_RECORDS}")
     parser.add_argument("--baseline-runs", type=int, default=2, help="consumer runs; best counts")
     parser.add_argument(
         "--batch-records",
@@ -419,21 +417,15 @@ def main(argv: list[str] | None = None) -> int:
         help="records per micro-batch through flow control (default 0: one batch, the "
         "bounded-run case; 1000000 shows the streaming steady state)",
     )
-    args = parser.parse_args(argv)
-    n = QUICK_RECORDS if args.quick else args.records
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    zip_path = ROOT / "build" / "uatu-jobs.zip"
-    if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
-        say(f"WARNING: {zip_path} is older than jobs/ and is what the job runs; `make build`")
-    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=BENCH_DIR))
-    say(f"bench dir {workdir}: {n:,} records, {args.partitions} partitions")
-    try:
+    args = parse_args(parser, argv, QUICK)
+    n = args.records
+    warn_if_jobs_zip_stale()
+    with work_dir("run-") as workdir:
+        say(f"bench dir {workdir}: {n:,} records, {args.partitions} partitions")
         result = bench(n, args.partitions, args.baseline_runs, args.batch_records, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_latest(RESULT_PATH, result)
     say(f"result written to {RESULT_PATH}")
+    say(f"run recorded in {write_result('audit', result, args, argv=argv)}")
     return 0 if all(a["ok"] for a in result["audits"].values()) else 1
 
 

@@ -66,13 +66,14 @@ offset commits per second the consumer-lag evaluator gets through.
    recorder's last ones, and after every replay the tracker's newest committed offset of
    every group/partition equals the recorder's last.
 
-The summary goes to stdout and var/bench/availability-bench-result.json. Nothing here
-asserts a duration; the exit status is 1 only when a check fails or a measurement is missing.
+The summary goes to stdout and var/bench/availability-bench-result.json, and a record of the
+run (commit, machine, arguments, figures) to
+docs/benchmarks/availability-<UTC time>-<commit>.json. Nothing here asserts a duration; the
+exit status is 1 only when a check fails or a measurement is missing.
 """
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import contextlib
 import heapq
@@ -80,11 +81,8 @@ import json
 import logging
 import os
 import random
-import shutil
-import statistics
 import struct
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -97,7 +95,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from core.paths import ROOT
+from bench._common import (
+    BENCH_DIR,
+    bench_parser,
+    clean_env,
+    median,
+    median_or_none,
+    now_ms,
+    parse_args,
+    say,
+    seconds_text,
+    table_session,
+    work_dir,
+    write_latest,
+    write_result,
+)
 from devservices.kafka import start_cluster
 from jobs.availability.lag.head_sampler import KEEP_MS, REFRESH_S, HeadHistory
 from jobs.availability.lag.offsets_topic import (
@@ -109,7 +121,6 @@ from jobs.availability.lag.offsets_topic import (
 )
 from jobs.availability.lag.tracker import LagSettings, LagTracker
 
-BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "availability-bench-result.json"
 JOB_LOG = BENCH_DIR / "availability-job.log"
 STDERR_LOG = BENCH_DIR / "availability-stderr.log"
@@ -118,20 +129,9 @@ KMINION_ROUNDTRIP_SLA_S = 20.0
 BURROW_LOW, BURROW_HIGH = 40_000, 50_000  # offsets/s on 2 cores, linkedin/Burrow#539
 PROBE_TOPIC = "bench-probe"
 STREAM_MAGIC = b"UATU-COMMIT-STREAM-1\n"
+QUICK = {"trials": 1, "commits": 20_000}  # --quick
 
 log = logging.getLogger("uatu.bench")
-
-
-def say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 # === Part 1: detection ======================================================================
@@ -349,16 +349,6 @@ def stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def bench_session(workdir: Path) -> Any:
-    """local[2] with the project's jars, as tests/conftest.py builds its `spark` fixture."""
-    from testing.spark import small_local_session
-
-    os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-    return small_local_session(
-        "uatu-availability-bench", workdir / "spark-warehouse", {"spark.driver.memory": "2g"}
-    )
-
-
 def availability_spec(workdir: Path, bootstrap: str) -> Any:
     """The job's spec from a JobGroup with the required fields only: every setting default."""
     from google.protobuf import json_format
@@ -377,8 +367,7 @@ def availability_spec(workdir: Path, bootstrap: str) -> Any:
         "kafkaConsumerTaskGroup": {"cluster": "local", "topic": PROBE_TOPIC},
         "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
     }
-    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
-    spec = spec_of(json_format.ParseDict(data, JobGroup()), load_settings(conf, env))
+    spec = spec_of(json_format.ParseDict(data, JobGroup()), load_settings(conf, clean_env()))
     job.ensure_source(spec)
     return spec
 
@@ -412,7 +401,8 @@ def detection(trials: int, workdir: Path, late: contextlib.ExitStack) -> dict[st
     late.callback(cluster.stop)
     say(f"3 brokers up on {cluster.bootstrap_servers} (racks a, b, c); starting Spark")
     try:
-        spark = bench_session(workdir)
+        # The job runs in this session too: testing's small local[2] session, as the tests'.
+        spark = table_session("uatu-availability-bench", workdir, driver_memory="2g")
         spec = availability_spec(workdir, cluster.bootstrap_servers)
         p = spec.probe
         result["settings"] = {
@@ -508,21 +498,18 @@ def run_trial(cluster: Any, table: ProbeTable, broker: int) -> Trial:
 
 def print_trial(n: int, trial: Trial) -> None:
     s = trial.summary()
-
-    def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1f} s"
-
     for label, key in (("produce_failed > 0", "first_failed"), ("success ratio 0", "all_failed")):
         d = s[key]
         say(
             f"  trial {n}, broker {trial.broker}, first row with {label}: visible "
-            f"{fmt(d['visible_s'])} after the kill (seen by the poll {fmt(d['seen_s'])}); its "
-            f"window starts {fmt(d['window_start_s'])} from the kill, visible "
-            f"{fmt(d.get('after_window_end_s'))} after its end"
+            f"{seconds_text(d['visible_s'])} after the kill (seen by the poll "
+            f"{seconds_text(d['seen_s'])}); its window starts "
+            f"{seconds_text(d['window_start_s'])} from the kill, visible "
+            f"{seconds_text(d.get('after_window_end_s'))} after its end"
         )
     say(
         f"  trial {n}: restart {s['restart_s']:.1f} s, then a healthy window visible "
-        f"{fmt(s['recovery_visible_s'])} after the broker was back"
+        f"{seconds_text(s['recovery_visible_s'])} after the broker was back"
     )
     say("  the job's micro-batches from the kill on (start relative to the kill):")
     for b in trial.batches:
@@ -534,7 +521,7 @@ def detection_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("first_failed", "all_failed"):
         visible = [t[key]["visible_s"] for t in trials if t[key]["visible_s"] is not None]
         missing = len(trials) - len(visible)
-        med, worst = _median(visible), max(visible, default=None)
+        med, worst = median_or_none(visible), max(visible, default=None)
         summary[key] = {
             "visible_s": visible,
             "missing": missing,
@@ -552,7 +539,7 @@ def detection_summary(trials: list[dict[str, Any]]) -> dict[str, Any]:
     recoveries = [t["recovery_visible_s"] for t in trials if t["recovery_visible_s"] is not None]
     summary["recovery_visible_s"] = {
         "values": recoveries,
-        "median_s": _median(recoveries),
+        "median_s": median_or_none(recoveries),
         "max_s": max(recoveries, default=None),
     }
     return summary
@@ -1049,7 +1036,7 @@ def throughput(
             # What the evaluation adds to each batch over decode + record: the median of the
             # differences between runs of the same round.
             paired = zip(runs[(size, mode)], runs[(size, "record")], strict=True)
-            extra = statistics.median(full - base for full, base in paired)
+            extra = median(full - base for full, base in paired)
             row["extra_ms_per_batch"] = extra / batches * 1000
         rows.append(row)
         say(
@@ -1074,10 +1061,10 @@ def throughput(
     full: dict[str, Any] = {
         "groups": len(results),
         "group_partitions": partitions,
-        "median_s": statistics.median(full_runs),
+        "median_s": median(full_runs),
         "best_s": min(full_runs),
-        "groups_per_s": len(results) / statistics.median(full_runs),
-        "group_partitions_per_s": partitions / statistics.median(full_runs),
+        "groups_per_s": len(results) / median(full_runs),
+        "group_partitions_per_s": partitions / median(full_runs),
         "group_statuses": dict(statuses),
         "partition_statuses": dict(partition_statuses),
     }
@@ -1106,14 +1093,14 @@ def _rate_row(
     batches: int,
     evaluated: int,
 ) -> dict[str, Any]:
-    median, best = statistics.median(runs), min(runs)
-    rate = commits / median
+    typical, best = median(runs), min(runs)
+    rate = commits / typical
     return {
         "what": label,
         "mode": mode,
         "batch_records": batch_size,
         "runs_s": runs,
-        "median_s": median,
+        "median_s": typical,
         "median_commits_per_s": rate,
         "best_commits_per_s": commits / best,
         "x_burrow_40k": rate / BURROW_LOW,
@@ -1160,15 +1147,10 @@ def print_throughput(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.availability_bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--quick", action="store_true", help="1 trial and 20,000 commits")
+    parser = bench_parser("bench.availability_bench", __doc__)
     parser.add_argument("--only", choices=("detection", "throughput"), help="run one part only")
-    parser.add_argument("--trials", type=int, help="broker kills (default 3; --quick 1)")
-    parser.add_argument("--commits", type=int, help="commits to record (default 200,000)")
+    parser.add_argument("--trials", type=int, default=3, help="broker kills")
+    parser.add_argument("--commits", type=int, default=200_000, help="commits to record")
     parser.add_argument("--groups", type=int, default=200, help="consumer groups")
     parser.add_argument("--topics", type=int, default=4, help="topics the groups commit to")
     parser.add_argument("--partitions", type=int, default=8, help="partitions per topic")
@@ -1185,51 +1167,42 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--replay", type=Path, help="replay this saved stream, record nothing")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (brokers' data)")
-    args = parser.parse_args(argv)
-    trials = args.trials or (1 if args.quick else 3)
-    n_commits = args.commits or (20_000 if args.quick else 200_000)
+    args = parse_args(parser, argv, QUICK)
+    trials, n_commits = args.trials, args.commits
     batch_sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     stream_path = BENCH_DIR / ("commit-stream-quick.bin" if args.quick else "commit-stream.bin")
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="availability-", dir=BENCH_DIR))
-    say(f"bench dir {workdir}")
     result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
     ok = True
-    started = time.monotonic()
-    try:
-        with contextlib.ExitStack() as late:
-            if args.only != "detection":
-                if args.replay:
-                    rec = Recording.load(args.replay)
-                    say(f"loaded {len(rec.records):,} records from {args.replay}")
-                else:
-                    rec = record_stream(
-                        workdir, n_commits, args.groups, args.topics, args.partitions
-                    )
-                    rec.save(stream_path)
-                    size = stream_path.stat().st_size / 2**20
-                    say(f"  saved to {stream_path} ({size:.1f} MiB)")
-                part_ok, result["throughput"] = throughput(
-                    rec, batch_sizes, args.repeats, args.head_samples
-                )
-                ok &= part_ok
-            if args.only != "throughput":
-                result["detection"] = detection(trials, workdir, late)
-                d = result["detection"]
-                ok &= d["job_exit"] == 0 and all(
-                    d["summary"][k]["missing"] == 0 for k in ("first_failed", "all_failed")
-                )
-            result["seconds"] = time.monotonic() - started
-            result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
-            if "throughput" in result:
-                print_throughput(result["throughput"])
-            if "detection" in result:
-                print_detection(result["detection"])
-            say(f"bench took {result['seconds']:.0f} s; result written to {RESULT_PATH}")
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+    with work_dir("availability-", keep=args.keep) as workdir, contextlib.ExitStack() as late:
+        say(f"bench dir {workdir}")
+        started = time.monotonic()
+        if args.only != "detection":
+            if args.replay:
+                rec = Recording.load(args.replay)
+                say(f"loaded {len(rec.records):,} records from {args.replay}")
+            else:
+                rec = record_stream(workdir, n_commits, args.groups, args.topics, args.partitions)
+                rec.save(stream_path)
+                size = stream_path.stat().st_size / 2**20
+                say(f"  saved to {stream_path} ({size:.1f} MiB)")
+            part_ok, result["throughput"] = throughput(
+                rec, batch_sizes, args.repeats, args.head_samples
+            )
+            ok &= part_ok
+        if args.only != "throughput":
+            result["detection"] = detection(trials, workdir, late)
+            d = result["detection"]
+            ok &= d["job_exit"] == 0 and all(
+                d["summary"][k]["missing"] == 0 for k in ("first_failed", "all_failed")
+            )
+        result["seconds"] = time.monotonic() - started
+        write_latest(RESULT_PATH, result)
+        if "throughput" in result:
+            print_throughput(result["throughput"])
+        if "detection" in result:
+            print_detection(result["detection"])
+        say(f"bench took {result['seconds']:.0f} s; result written to {RESULT_PATH}")
+        say(f"run recorded in {write_result('availability', result, args, argv=argv)}")
     return 0 if ok else 1
 
 

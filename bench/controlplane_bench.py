@@ -28,8 +28,10 @@ Three measurements; the first two on SQLite and on a real etcd (devservices.etcd
    (the launch record's started_at). Target: the control plane adds < 2 s (median - median).
 
 Everything lives in a temp dir outside the repo, removed at the end (--keep keeps it, logs
-included). Nothing is written into the repo unless --json PATH asks for it. Every process
-started here (etcd, broker, control planes, Spark applications, the sleeper) is stopped.
+included). The one thing written into the repo is the record of the run (commit, machine,
+arguments, figures): docs/benchmarks/controlplane-<UTC time>-<commit>.json; --json PATH
+writes the figures there too. Every process started here (etcd, broker, control planes, Spark
+applications, the sleeper) is stopped.
 """
 
 from __future__ import annotations
@@ -37,15 +39,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import re
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,7 +56,6 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
@@ -70,6 +67,17 @@ from uber.data.kafka.datatransfer.job_status_pb2 import (
 )
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node, StoredWorker
 
+from bench._common import (
+    bench_parser,
+    clean_env,
+    median,
+    parse_args,
+    say,
+    warn_if_jobs_zip_stale,
+    work_dir,
+    write_latest,
+    write_result,
+)
 from controlplane.jobgroups import per_partition_jobs
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.local import LocalLauncher
@@ -79,50 +87,37 @@ from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
 from core.paths import ROOT
 from core.processes import free_ports, group_pids, signal_group, terminate, wait_gone
+from testing.jobgroups import audit_group
 
 JOBS_PER_GROUP = 4
 RECONCILE_TARGETS = {"sqlite": 1.0, "etcd": 3.0}  # seconds per pass
 STARTUP_TARGET_S = 2.0  # what the control plane may add to a launch
 STARTUP_TIMEOUT_S = 300.0
+QUICK = {"stream_runs": 2, "reconcile_passes": 3, "startup_runs": 1}  # --quick: same sizes
 STARTED_QUERY_RE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+: started query", re.MULTILINE
 )
-MIB = 1024 * 1024
 KIB = 1024
-
-
-def say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+# The environment of a control plane or a plain spark-submit.sh run here: each has its own
+# conf dir and store, so nothing may point it at another's storage or control plane.
+NOT_INHERITED = ("UATU_CONTROL_PLANE", "UATU_WORKER_ID")
 
 
 # --- JobGroups and stores --------------------------------------------------------------------
 
 
 def audit_job_group(group_id: str, topic: str, rate: float = 1000) -> JobGroup:
-    """A KAFKA_AUDIT JobGroup on cluster `local`, modelled on testing/jobgroups.py's audit_group:
-    two 60 s audit configs, flow control (0 = unlimited), a JobOptions extension."""
-    data = {
-        "jobGroupId": group_id,
-        "type": "JOB_TYPE_KAFKA_AUDIT",
-        "flowControl": {"messagesPerSec": rate},
-        "kafkaConsumerTaskGroup": {
-            "cluster": "local",
-            "topic": topic,
-            "consumerGroup": f"audit-{group_id}",
-            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
-            "auditMetadata": {
-                "auditConfigs": [
-                    {"auditType": t, "auditIntervalInSeconds": 60}
-                    for t in ("AUDIT_TYPE_APPROX_UNIQ", "AUDIT_TYPE_EXACT_UNIQ")
-                ]
-            },
-        },
-        "extension": {
-            "@type": "type.googleapis.com/uatu.v1.JobOptions",
-            "trigger": {"intervalSeconds": 1},
-        },
-    }
-    return json_format.ParseDict(data, JobGroup())
+    """A KAFKA_AUDIT JobGroup on cluster `local` reading from the earliest offsets: both
+    unique-count audits (60 s windows), flow control (0 = unlimited), a 1 s trigger."""
+    return audit_group(
+        group_id,
+        topic,
+        rate,
+        ("AUDIT_TYPE_APPROX_UNIQ", "AUDIT_TYPE_EXACT_UNIQ"),
+        trigger_seconds=1,
+        consumer_group=f"audit-{group_id}",
+        from_earliest=True,
+    )
 
 
 def stored_groups(prefix: str, n: int) -> Iterator[StoredJobGroup]:
@@ -460,12 +455,6 @@ class StartupRun:
     rpc_s: float | None = None  # control plane only: the AddJobGroup call itself
 
 
-def clean_env() -> dict[str, str]:
-    """This environment minus the storage overrides that would beat each run's conf dir."""
-    drop = ("UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE", "UATU_WORKER_ID")
-    return {k: v for k, v in os.environ.items() if k not in drop}
-
-
 @contextlib.contextmanager
 def control_plane(
     address: str, store: Path, conf: Path, apps: Path, log: Path, *extra: str
@@ -478,7 +467,7 @@ def control_plane(
     ]  # fmt: skip
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            argv, cwd=ROOT, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+            argv, cwd=ROOT, env=clean_env(*NOT_INHERITED), stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     try:
@@ -609,7 +598,7 @@ def _plain_spark_submit(
     jobgroup_file = run_dir / "jobgroup.json"
     jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
     env = {
-        **clean_env(),
+        **clean_env(*NOT_INHERITED),
         "UATU_CONF_DIR": str(conf),
         "UATU_CONTROL_PLANE": address,
         "UATU_HEARTBEAT_SECONDS": "1",
@@ -634,9 +623,7 @@ def _launches(store_path: Path) -> dict[str, LaunchRecord]:
 def bench_startup(runs: int, workdir: Path) -> list[StartupRun]:
     from devservices.kafka import start_cluster
 
-    zip_path = ROOT / "build" / "uatu-jobs.zip"
-    if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
-        say(f"WARNING: {zip_path} is older than jobs/ and is what the job runs; `make build`")
+    warn_if_jobs_zip_stale()
     # ABBA order: baseline, control plane, control plane, baseline, ... balances drift.
     order = [
         kind
@@ -681,16 +668,12 @@ class Row:
     ratio: str = ""
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def table_rows(
     streams: list[StreamResult], reconciles: list[ReconcileResult], startups: list[StartupRun]
 ) -> list[Row]:
     rows: list[Row] = []
     for s in streams:
-        local, stream = _median(s.local_s), _median(s.stream_s)
+        local, stream = median(s.local_s), median(s.stream_s)
         what = f"{s.backend}: {s.groups:,} groups" + (
             f" + {s.statuses:,} heartbeats" if s.statuses else ""
         )
@@ -712,18 +695,18 @@ def table_rows(
                 f"{s.rss_before_kib / KIB:.0f} / {s.peak_kib / KIB:.0f} MiB",
             ),
         ]
-    sqlite_pass = next((_median(r.passes_s) for r in reconciles if r.backend == "sqlite"), None)
+    sqlite_pass = next((median(r.passes_s) for r in reconciles if r.backend == "sqlite"), None)
     for r in reconciles:
         target = RECONCILE_TARGETS[r.backend]
-        median, worst = _median(r.passes_s), max(r.passes_s)
+        typical, worst = median(r.passes_s), max(r.passes_s)
         ratio = ""
         if r.backend == "etcd" and sqlite_pass:
-            ratio = f"{median / sqlite_pass:.1f}x SQLite"
+            ratio = f"{typical / sqlite_pass:.1f}x SQLite"
         rows.append(
             Row(
                 f"{r.backend}: reconcile_once, {r.groups:,} RUNNING, nothing to change "
                 f"({len(r.passes_s)} passes)",
-                f"median {median:.3f} s, max {worst:.3f} s",
+                f"median {typical:.3f} s, max {worst:.3f} s",
                 f"< {target:.0f} s",
                 worst < target,
                 ratio,
@@ -732,7 +715,7 @@ def table_rows(
     plain = [r for r in startups if r.kind == "spark-submit"]
     managed = [r for r in startups if r.kind == "controlplane"]
     if plain and managed:
-        base, cp = (_median([r.to_heartbeat_s for r in runs]) for runs in (plain, managed))
+        base, cp = (median([r.to_heartbeat_s for r in runs]) for runs in (plain, managed))
         rows += [
             Row(
                 f"spark-submit.sh -> first heartbeat (median of {len(plain)})",
@@ -756,8 +739,8 @@ def table_rows(
             rows.append(
                 Row(
                     "  same, to the app's 'started query' log line",
-                    f"{_median(queried_cp) - _median(queried):+.2f} s "
-                    f"({_median(queried):.2f} vs {_median(queried_cp):.2f})",
+                    f"{median(queried_cp) - median(queried):+.2f} s "
+                    f"({median(queried):.2f} vs {median(queried_cp):.2f})",
                 )
             )
         spawn = [r.to_spawn_s for r in managed if r.to_spawn_s is not None]
@@ -767,14 +750,14 @@ def table_rows(
             rows += [
                 Row(
                     "  AddJobGroup -> spark-submit.sh spawned (of which the RPC)",
-                    f"{_median(spawn):.2f} s, max {max(spawn):.2f} ({_median(rpc):.3f} s)",
+                    f"{median(spawn):.2f} s, max {max(spawn):.2f} ({median(rpc):.3f} s)",
                     f"< {STARTUP_TARGET_S:.0f} s",
                     max(spawn) < STARTUP_TARGET_S,
                 ),
                 Row(
                     "  spawned -> first heartbeat, launched by the control plane",
-                    f"{_median(after_spawn):.2f} s",
-                    ratio=f"{_median(after_spawn) / base:.2f}x spark-submit.sh",
+                    f"{median(after_spawn):.2f} s",
+                    ratio=f"{median(after_spawn) / base:.2f}x spark-submit.sh",
                 ),
             ]
     return rows
@@ -851,22 +834,19 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.controlplane_bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = bench_parser("bench.controlplane_bench", __doc__)
+    # One group per measurement of the docstring, so --help says which option sizes which.
+    stream = parser.add_argument_group("1. stream")
+    stream.add_argument("--groups", type=int, default=10_000, help="JobGroups to stream")
+    stream.add_argument("--stream-runs", type=int, default=5, help="streams per store")
+    reconcile = parser.add_argument_group("2. reconcile")
+    reconcile.add_argument(
+        "--reconcile-groups", type=int, default=1_000, help="groups to reconcile"
     )
-    parser.add_argument("--groups", type=int, default=10_000, help="JobGroups to stream")
-    parser.add_argument("--reconcile-groups", type=int, default=1_000, help="groups to reconcile")
-    parser.add_argument("--stream-runs", type=int, default=5, help="streams per store")
-    parser.add_argument("--reconcile-passes", type=int, default=7, help="passes per store")
-    parser.add_argument(
+    reconcile.add_argument("--reconcile-passes", type=int, default=7, help="passes per store")
+    startup = parser.add_argument_group("3. startup")
+    startup.add_argument(
         "--startup-runs", type=int, default=4, help="cold starts per path (control plane, plain)"
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="2 streams, 3 reconcile passes, 1 cold start per path (same sizes)",
     )
     parser.add_argument(
         "--only",
@@ -880,24 +860,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve-child", choices=("sqlite", "etcd"), help=argparse.SUPPRESS)
     parser.add_argument("--child-store", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-prefix", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, QUICK)
     if args.serve_child:
         return serve_child(args.serve_child, args.child_store, args.child_prefix)
-    if args.quick:
-        args.stream_runs, args.reconcile_passes, args.startup_runs = 2, 3, 1
-    workdir = Path(tempfile.mkdtemp(prefix="uatu-cp-bench-"))
-    say(f"work dir {workdir} ({os.cpu_count()} cores)")
-    try:
+    with work_dir("uatu-cp-bench-", parent=None, keep=args.keep) as workdir:
+        say(f"work dir {workdir} ({os.cpu_count()} cores)")
         result = run(args, workdir)
-    finally:
-        if args.keep:
-            say(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_latest(args.json, result)
         say(f"figures written to {args.json}")
+    say(f"run recorded in {write_result('controlplane', result, args, argv=argv)}")
     return 0
 
 

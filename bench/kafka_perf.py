@@ -6,14 +6,15 @@ does against the same brokers. Each call is one JVM run on ``var/jars/kafka``::
 
     from bench.kafka_perf import consumer_perf, producer_perf
 
-    p = producer_perf("127.0.0.1:9092", "bench", 200_000, 200, acks="all")
+    p = producer_perf(producer_perf_args("127.0.0.1:9092", "bench", 200_000, 200, acks="all"))
     c = consumer_perf("127.0.0.1:9092", "bench", 200_000)
     print(p.records_per_s, p.p99_ms, c.fetch_records_per_s)
 
 The argument lists are built by pure functions (:func:`producer_perf_args`,
 :func:`consumer_perf_args`) and the output is read by pure parsers
 (:func:`parse_producer_output`, :func:`parse_consumer_output`), so both are testable without a
-broker. No shell is involved anywhere.
+broker, and usable by a bench that starts the tools' JVM its own way. No shell is involved
+anywhere.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,26 +105,35 @@ def producer_perf_args(
     bootstrap: str,
     topic: str,
     num_records: int,
-    record_size: int,
+    record_size: int | None,
     *,
     acks: str = "all",
     throughput: int = -1,
     extra_props: Mapping[str, str] | None = None,
+    payload_file: Path | None = None,
 ) -> list[str]:
-    """ProducerPerformance's arguments: random payloads of ``record_size`` bytes, no keys.
+    """ProducerPerformance's arguments: random payloads of ``record_size`` bytes, no keys; or,
+    with ``payload_file`` (and ``record_size`` None), values drawn at random from its lines.
+    ValueError unless exactly one of the two is given.
 
     ``throughput`` caps records/s, -1 means unthrottled. ``extra_props`` are producer configs
     (``linger.ms``, ``compression.type``...) and override ``bootstrap``/``acks`` if they repeat
     them.
     """
+    if (record_size is None) == (payload_file is None):
+        raise ValueError("give either record_size or payload_file")
+    payload = (
+        ["--record-size", str(record_size)]
+        if payload_file is None
+        else ["--payload-file", str(payload_file)]
+    )
     props = {"bootstrap.servers": bootstrap, "acks": acks, **(extra_props or {})}
     return [
         "--topic",
         topic,
         "--num-records",
         str(num_records),
-        "--record-size",
-        str(record_size),
+        *payload,
         "--throughput",
         str(throughput),
         # Takes one or more values, so it stays last.
@@ -226,32 +236,17 @@ def parse_consumer_output(stdout: str) -> ConsumerPerfResult:
 
 
 def producer_perf(
-    bootstrap: str,
-    topic: str,
-    num_records: int,
-    record_size: int,
+    args: Sequence[str],
     *,
-    acks: str = "all",
-    throughput: int = -1,
-    extra_props: Mapping[str, str] | None = None,
     jars_dir: Path = DEFAULT_JARS_DIR,
     heap: str = DEFAULT_HEAP,
     timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
 ) -> ProducerPerfResult:
-    """Produce ``num_records`` records of ``record_size`` bytes to an existing ``topic``.
+    """Run ProducerPerformance with ``args`` (from :func:`producer_perf_args`, which says what
+    is produced) against an existing topic.
 
-    See :func:`producer_perf_args` for the options. Raises :class:`KafkaPerfError` if the tool
-    fails or takes longer than ``timeout_s`` seconds.
+    Raises :class:`KafkaPerfError` if the tool fails or takes longer than ``timeout_s`` seconds.
     """
-    args = producer_perf_args(
-        bootstrap,
-        topic,
-        num_records,
-        record_size,
-        acks=acks,
-        throughput=throughput,
-        extra_props=extra_props,
-    )
     with tempfile.TemporaryDirectory(prefix="kafka-perf-") as tmp:
         out = _run(PRODUCER_MAIN, args, Path(tmp), jars_dir, heap, timeout_s)
     return parse_producer_output(out)
@@ -287,7 +282,9 @@ def consumer_perf(
     return parse_consumer_output(out)
 
 
-def _run(main: str, args: list[str], tmp: Path, jars_dir: Path, heap: str, timeout_s: float) -> str:
+def _run(
+    main: str, args: Sequence[str], tmp: Path, jars_dir: Path, heap: str, timeout_s: float
+) -> str:
     log4j = tmp / "log4j.properties"
     log4j.write_text(_QUIET_LOG4J)
     cmd = jvm_command(jars_dir.resolve(), log4j, main, *args, heap=heap)

@@ -52,7 +52,9 @@ What is measured, in this order:
    quantiles from the merged per-batch KLL sketches (kll_merge_agg_bigint).
 
 A summary table closes the output; it also goes to var/bench/replication-bench-result.json,
-job logs to var/bench/replication-<job>.log, MM2 logs to var/bench/replication-mm2-*.log.
+and a record of the run (commit, machine, arguments, figures) to
+docs/benchmarks/replication-<UTC time>-<commit>.json; job logs to
+var/bench/replication-<job>.log, MM2 logs to var/bench/replication-mm2-*.log.
 Nothing here asserts a duration: the exit status is 1 only if a copy lost, duplicated or
 reordered records, or a run failed. BENCH_SPARK_SUBMIT_ARGS, if set, is passed to the job as
 UATU_SPARK_SUBMIT_ARGS.
@@ -68,7 +70,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from array import array
 from collections.abc import Callable, Iterator, Mapping
@@ -88,7 +89,22 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from bench.kafka_perf import consumer_perf, producer_perf
+from bench._common import (
+    BENCH_DIR,
+    bench_parser,
+    latency_quantiles,
+    now_ms,
+    parse_args,
+    say,
+    seconds_text,
+    spark_submit_env,
+    table_session,
+    warn_if_jobs_zip_stale,
+    work_dir,
+    write_latest,
+    write_result,
+)
+from bench.kafka_perf import consumer_perf, producer_perf, producer_perf_args
 from core.paths import ROOT
 from core.processes import signal_group
 from devservices.kafka import KafkaCluster, start_cluster
@@ -96,7 +112,6 @@ from devservices.mirror_maker import MirrorMakerProcess, start_mirror_maker
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
 
-BENCH_DIR = ROOT / "var" / "bench"
 RESULT_PATH = BENCH_DIR / "replication-bench-result.json"
 
 SOURCE_TOPIC = "bench-src"
@@ -130,10 +145,6 @@ FLOW_LIMIT = 1.10  # achieved / cap must not be above this
 QUICK = {"records": 100_000, "steady_rate": 2_000, "steady_seconds": 10, "warm_records": 100_000}
 
 
-def say(msg: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
-
-
 # --- producing -------------------------------------------------------------------------------
 
 
@@ -162,15 +173,15 @@ class SeqProducer:
             self.failures.append(str(err))
 
     def send(self, seq: int) -> None:
-        now_ms = time.time_ns() // 1_000_000
-        value = (HEADER % (seq, now_ms)).ljust(self.size, b".")
+        produced_ms = now_ms()
+        value = (HEADER % (seq, produced_ms)).ljust(self.size, b".")
         while True:
             try:
                 self.producer.produce(
                     self.topic,
                     value,
                     partition=seq % self.partitions,
-                    timestamp=now_ms,
+                    timestamp=produced_ms,
                     on_delivery=self._delivered,
                 )
                 return
@@ -305,13 +316,6 @@ def check_copy(source: Mapping[int, array], copy: Mapping[int, array]) -> CopyCh
 def prefix(scan: TopicScan, ends: Mapping[int, int]) -> dict[int, array]:
     """The first ends[p] records of each partition."""
     return {p: scan.seqs[p][:end] for p, end in ends.items()}
-
-
-def quantiles(values: np.ndarray) -> dict[str, float] | None:
-    if not values.size:
-        return None
-    p50, p99 = np.percentile(values, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "max": float(values.max())}
 
 
 # --- watching a copy -------------------------------------------------------------------------
@@ -450,12 +454,12 @@ def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Pop
     name = group["jobGroupId"]
     path = bench.workdir / f"{name}.json"
     path.write_text(json.dumps(group, indent=2))
-    env = {k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")}
-    env.update(UATU_CONF_DIR=str(bench.conf), UATU_DRIVER_MEMORY="2g")
-    # One task slot per partition, as MM2 gets one task per partition (tasks.max).
-    env["SPARK_MASTER"] = os.environ.get("BENCH_SPARK_MASTER", f"local[{bench.partitions}]")
-    if "BENCH_SPARK_SUBMIT_ARGS" in os.environ:
-        env["UATU_SPARK_SUBMIT_ARGS"] = os.environ["BENCH_SPARK_SUBMIT_ARGS"]
+    env = spark_submit_env(
+        bench.conf,
+        # One task slot per partition, as MM2 gets one task per partition (tasks.max).
+        master=os.environ.get("BENCH_SPARK_MASTER", f"local[{bench.partitions}]"),
+        driver_memory="2g",
+    )
     with spark_log(name).open("wb") as log:
         proc = subprocess.Popen(
             [str(ROOT / "spark-submit.sh"), str(path)],
@@ -560,13 +564,10 @@ def report_copy(run: CopyRun) -> None:
     if run.launch_to_exit_s is not None:
         exit_part = f", exit {run.exit_code} at {run.launch_to_exit_s:.1f} s"
     say(
-        f"  {run.tool}: first records at {_s(t.launch_to_first_s)}, all {run.expected:,} at "
-        f"{_s(t.launch_to_copied_s)}{exit_part}; copy throughput {rate}"
+        f"  {run.tool}: first records at {seconds_text(t.launch_to_first_s)}, all "
+        f"{run.expected:,} at {seconds_text(t.launch_to_copied_s)}{exit_part}; copy "
+        f"throughput {rate}"
     )
-
-
-def _s(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds:.1f} s"
 
 
 # --- phases ----------------------------------------------------------------------------------
@@ -584,12 +585,14 @@ def ceilings(bench: Bench, n: int) -> dict[str, Any]:
     say("ceiling: ProducerPerformance to a scratch topic on the destination, the job's settings")
     bench.destination.create_topic(SCRATCH_TOPIC, bench.partitions, 1)
     p = producer_perf(
-        bench.destination.bootstrap_servers,
-        SCRATCH_TOPIC,
-        n,
-        bench.record_size,
-        acks="all",
-        extra_props=PRODUCER_SETTINGS,
+        producer_perf_args(
+            bench.destination.bootstrap_servers,
+            SCRATCH_TOPIC,
+            n,
+            bench.record_size,
+            acks="all",
+            extra_props=PRODUCER_SETTINGS,
+        )
     )
     say(
         f"  {p.records_per_s:,.0f} records/s ({p.mb_per_s:.1f} MB/s), send-to-ack p99 {p.p99_ms} ms"
@@ -632,7 +635,7 @@ def finish_check(
 ) -> None:
     """Check the copy against the source; latency of the records min_seq <= seq < end_seq."""
     run.check = check_copy(source, copy.seqs)
-    run.latency_ms = quantiles(copy.latencies(min_seq, end_seq))
+    run.latency_ms = latency_quantiles(copy.latencies(min_seq, end_seq))
     run.append_records_per_s = copy.append_rate(min_seq, end_seq)
     c = run.check
     say(
@@ -754,7 +757,7 @@ def steady_phase(
     finish_check(run, source.seqs, copy, min_seq=steady_from, end_seq=run.expected)
     if warm is not None:
         warm.check = run.check  # one topic: the check covers the steady and the warm records
-        warm.latency_ms = quantiles(copy.latencies(run.expected))
+        warm.latency_ms = latency_quantiles(copy.latencies(run.expected))
         warm.append_records_per_s = copy.append_rate(run.expected)
         say(f"  warm backlog by append times: {_rate(warm.append_records_per_s)} records/s")
         warm.error = warm.error or run.error
@@ -841,14 +844,6 @@ def flow_runs(
 # --- the job's own tables --------------------------------------------------------------------
 
 
-def local_session(workdir: Path) -> Any:
-    from testing.spark import small_local_session
-
-    return small_local_session(
-        "uatu-replication-bench", workdir / "spark-warehouse", {"spark.driver.memory": "1g"}
-    )
-
-
 def job_stats(spark: Any, path: Path) -> dict[str, Any]:
     """Records and replication-latency-ms quantiles (merged KLL sketches) of one job."""
     from pyspark.sql import functions as F
@@ -909,7 +904,7 @@ def achieved_rate(run: FlowRun) -> float | None:
 def read_job_tables(bench: Bench, flows: list[FlowRun], copies: list[CopyRun]) -> dict[str, Any]:
     """replication_stats of the backlog and steady copies (`job` names them) and flow runs."""
     say("reading the jobs' replication_stats tables (local SparkSession)")
-    spark = local_session(bench.workdir)
+    spark = table_session("uatu-replication-bench", bench.workdir, driver_memory="1g")
     try:
         stats = {run.job: job_stats(spark, bench.stats_path(run.job)) for run in copies}
         for flow in flows:
@@ -993,7 +988,7 @@ def summarize(
     rows += [(f"{labels[r.tool]}, warm backlog", r, "") for r in warm]
     for label, run, steady_text in rows:
         rate = run.timing.records_per_s
-        done_text = _s(run.timing.launch_to_copied_s)
+        done_text = seconds_text(run.timing.launch_to_copied_s)
         if run.launch_to_exit_s is not None:
             done_text += f" ({run.launch_to_exit_s:.0f})"
         c = run.check
@@ -1100,11 +1095,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.replication_bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bench_parser("bench.replication_bench", __doc__)
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records in the source topic"
     )
@@ -1121,12 +1112,6 @@ def main(argv: list[str] | None = None) -> int:
         help="records of the warm backlog after each steady phase (0: skip)",
     )
     parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run, other defaults: --records {records} --steady-rate {steady_rate} "
-        "--steady-seconds {steady_seconds} --warm-records {warm_records}".format(**QUICK),
-    )
-    parser.add_argument(
         "--flow-messages",
         type=float,
         default=FLOW_MESSAGES_PER_S,
@@ -1138,29 +1123,21 @@ def main(argv: list[str] | None = None) -> int:
         default=FLOW_BYTES_PER_S,
         help="flowControl.bytesPerSec of the second flow-control run",
     )
-    if parser.parse_known_args(argv)[0].quick:
-        parser.set_defaults(**QUICK)  # explicit options still win
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, QUICK)
     if args.record_size < HEADER_LEN:
         parser.error(f"--record-size must be at least {HEADER_LEN} (the seq/ts header)")
-    BENCH_DIR.mkdir(parents=True, exist_ok=True)
-    zip_path = ROOT / "build" / "uatu-jobs.zip"
-    if any(p.stat().st_mtime > zip_path.stat().st_mtime for p in (ROOT / "jobs").rglob("*.py")):
-        say(f"WARNING: {zip_path} is older than jobs/ and is what the job runs; `make build`")
-    workdir = Path(tempfile.mkdtemp(prefix="replication-", dir=BENCH_DIR))
-    say(
-        f"bench dir {workdir}: {args.records:,} records of {args.record_size} bytes, "
-        f"{args.partitions} partitions"
-    )
-    started = time.monotonic()
-    try:
+    warn_if_jobs_zip_stale()
+    with work_dir("replication-") as workdir:
+        say(
+            f"bench dir {workdir}: {args.records:,} records of {args.record_size} bytes, "
+            f"{args.partitions} partitions"
+        )
+        started = time.monotonic()
         ok, result = bench(args, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     result["wall_s"] = time.monotonic() - started
-    result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    RESULT_PATH.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_latest(RESULT_PATH, result)
     say(f"whole bench {result['wall_s']:.0f} s; result written to {RESULT_PATH}")
+    say(f"run recorded in {write_result('replication', result, args, argv=argv)}")
     return 0 if ok else 1
 
 

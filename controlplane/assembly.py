@@ -1,32 +1,54 @@
 """`python -m controlplane serve`: its typed options and the parts they assemble.
 
 `ServeOptions` is built once from the command line and validated before anything starts
-(a bad value raises ConfigError naming the option). `assemble` then builds, in order: the
-store (SQLite file, or etcd when `--store` is an http:// endpoint list), the leadership
+(a bad value raises ConfigError naming the option; so does a non-loopback address without
+TLS and authentication, unless --insecure). `assemble` then builds, in order: the server's
+security (certificates, auth file), the store (SQLite file, locked against a second control
+plane, or etcd when `--store` is an http(s):// endpoint list), the leadership
 (SoleLeader with SQLite; an etcd lease-backed election otherwise), the launcher (local,
 standalone or kubernetes), the JobGroups and Workers domains, and the reconciler.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from controlplane.auth import load_auth_file
 from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
+from controlplane.lookups import PartitionLookups
 from controlplane.reconciler import Reconciler
+from controlplane.server import ServerSecurity
 from controlplane.state.base import Store
+from controlplane.state.etcd_client import EtcdAccess
 from controlplane.state.leadership import Leadership, SoleLeader
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core import kafka_admin
 from core.config import Settings
 from core.errors import ConfigError
+from core.secret_files import read_secret_file
 
 LAUNCHERS = ("local", "standalone", "kubernetes")
+
+log = logging.getLogger("uatu.controlplane")
+
+
+def is_loopback(address: str) -> bool:
+    """True when host:port binds only the loopback interface (127.0.0.0/8, ::1, localhost)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name, or no host at all (every interface)
 
 
 @dataclass(frozen=True)
@@ -48,8 +70,28 @@ class ServeOptions:
     startup_seconds: float
     heartbeat_seconds: float
     partition_refresh_seconds: float
+    # Security (docs/security.md): TLS, mTLS, admin auth, and what applications are given.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    auth_token_file: Path | None = None
+    insecure: bool = False
+    reflection: bool = False
+    app_ca: Path | None = None
+    app_tls_cert: Path | None = None
+    app_tls_key: Path | None = None
+    allow_external_workers: bool = False
+    max_groups: int = 20_000
+    max_running: int = 200
+    standalone_rest_token_file: Path | None = None
+    etcd_ca: Path | None = None
+    etcd_cert: Path | None = None
+    etcd_key: Path | None = None
+    etcd_user: str | None = None
+    etcd_password_file: Path | None = None
 
     def __post_init__(self) -> None:
+        self._check_security()
         if self.launcher not in LAUNCHERS:
             raise ConfigError("--launcher", f"{self.launcher!r} is not one of {LAUNCHERS}")
         if self.launcher == "standalone" and not (
@@ -70,6 +112,36 @@ class ServeOptions:
                 f"{self.lease_seconds} must exceed --heartbeat-seconds {self.heartbeat_seconds}",
             )
 
+    def _check_security(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert", "--tls-cert and --tls-key go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("--tls-client-ca", "mTLS needs TLS: give --tls-cert and --tls-key")
+        if (self.app_tls_cert is None) != (self.app_tls_key is None):
+            raise ConfigError("--app-tls-cert", "--app-tls-cert and --app-tls-key go together")
+        if self.tls_client_ca is not None and self.reconcile and self.app_tls_cert is None:
+            raise ConfigError(
+                "--tls-client-ca",
+                "every caller must then present a certificate, applications too: "
+                "give --app-tls-cert and --app-tls-key",
+            )
+        authenticated = self.auth_token_file is not None or self.tls_client_ca is not None
+        exposed = not is_loopback(self.address) and not (self.tls and authenticated)
+        if exposed and not self.insecure:
+            raise ConfigError(
+                "--address",
+                f"{self.address} is not a loopback address: anyone who reaches it could "
+                "launch applications; give --tls-cert/--tls-key and --auth-token-file "
+                "(or --tls-client-ca), or --insecure to accept that",
+            )
+        for name in ("max_groups", "max_running"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(self, name)} < 1")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
     @property
     def uses_etcd(self) -> bool:
         return self.store.startswith(("http://", "https://"))
@@ -82,16 +154,91 @@ class ControlPlane:
     job_groups: JobGroups
     workers: Workers
     reconciler: Reconciler | None
+    security: ServerSecurity
+
+
+def _read(path: Path, option: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ConfigError(option, f"{path}: {e.strerror or e}") from None
+
+
+def server_security(options: ServeOptions) -> ServerSecurity:
+    """The files the security options name, read and checked once, before anything starts."""
+    if options.insecure and not is_loopback(options.address):
+        log.warning(
+            "--insecure: %s is served %s; anyone who reaches it can %s",
+            options.address,
+            "over TLS" if options.tls else "in plaintext",
+            "call the admin API" if not options.auth_token_file else "read the traffic",
+        )
+    return ServerSecurity(
+        tls_cert_chain=_read(options.tls_cert, "--tls-cert") if options.tls_cert else None,
+        tls_key=_read(options.tls_key, "--tls-key") if options.tls_key else None,
+        client_ca=_read(options.tls_client_ca, "--tls-client-ca")
+        if options.tls_client_ca
+        else None,
+        policy=load_auth_file(options.auth_token_file) if options.auth_token_file else None,
+        reflection=options.reflection,
+    )
+
+
+def etcd_access(options: ServeOptions) -> EtcdAccess:
+    """Every endpoint of --store, with its TLS files and credentials (read once, here)."""
+    password = None
+    if options.etcd_password_file is not None:
+        password = read_secret_file(options.etcd_password_file, "--etcd-password-file").strip()
+    if (options.etcd_user is None) != (password is None):
+        raise ConfigError("--etcd-user", "--etcd-user and --etcd-password-file go together")
+    if (options.etcd_cert is None) != (options.etcd_key is None):
+        raise ConfigError("--etcd-cert", "--etcd-cert and --etcd-key go together")
+    access = EtcdAccess(
+        endpoints=tuple(e.strip() for e in options.store.split(",") if e.strip()),
+        ca_file=str(options.etcd_ca) if options.etcd_ca else None,
+        cert_file=str(options.etcd_cert) if options.etcd_cert else None,
+        key_file=str(options.etcd_key) if options.etcd_key else None,
+        user=options.etcd_user,
+        password=password,
+    )
+    if (
+        options.etcd_user
+        and not is_loopback_url_list(access.endpoints)
+        and not all(e.startswith("https://") for e in access.endpoints)
+    ):
+        raise ConfigError("--etcd-user", "a password is sent to etcd only over https://")
+    return access
+
+
+def is_loopback_url_list(endpoints: tuple[str, ...]) -> bool:
+    return all(is_loopback(e.split("://", 1)[-1].rstrip("/")) for e in endpoints)
+
+
+def application_env(options: ServeOptions) -> dict[str, str]:
+    """What every launched application is told about the control plane (reporting.py)."""
+    env = {
+        "UATU_CONTROL_PLANE": options.app_control_plane,
+        "UATU_HEARTBEAT_SECONDS": str(options.heartbeat_seconds),
+    }
+    if options.tls:
+        ca = options.app_ca or options.tls_cert
+        assert ca is not None
+        env["UATU_CONTROL_PLANE_CA"] = str(ca.resolve())
+    if options.app_tls_cert is not None and options.app_tls_key is not None:
+        env["UATU_CONTROL_PLANE_CERT"] = str(options.app_tls_cert.resolve())
+        env["UATU_CONTROL_PLANE_KEY"] = str(options.app_tls_key.resolve())
+    return env
 
 
 def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
+    security = server_security(options)
     store: Store
     leadership: Leadership
     if options.uses_etcd:
         from controlplane.state.etcd_leader import EtcdLeadership
         from controlplane.state.etcd_store import EtcdStore
 
-        endpoint = options.store.split(",")[0]
+        endpoint = etcd_access(options)
         leader_key = f"{options.etcd_prefix.rstrip('/')}/leader"
         election = EtcdLeadership(
             endpoint, options.advertise, leader_key, options.leader_ttl_seconds
@@ -99,10 +246,14 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
         leadership = election
         store = EtcdStore(endpoint, options.etcd_prefix, election.fence, leader_key=leader_key)
     else:
-        store = SqliteStore(Path(options.store))
+        store = SqliteStore(Path(options.store), exclusive=True)
         leadership = SoleLeader(options.advertise)
     job_groups = JobGroups(
-        store, settings, kafka_admin.partition_count, fresh_seconds=3 * options.heartbeat_seconds
+        store,
+        settings,
+        PartitionLookups(kafka_admin.partition_count),
+        fresh_seconds=3 * options.heartbeat_seconds,
+        max_groups=options.max_groups,
     )
     reconciler = None
     if options.reconcile:
@@ -112,16 +263,15 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
             interval=options.reconcile_seconds,
             lease_seconds=options.lease_seconds,
             startup_seconds=options.startup_seconds,
-            app_env={
-                "UATU_CONTROL_PLANE": options.app_control_plane,
-                "UATU_HEARTBEAT_SECONDS": str(options.heartbeat_seconds),
-            },
+            app_env=application_env(options),
             leadership=leadership,
             refresh_partitions=job_groups.refresh_partitions,
             partition_refresh_seconds=options.partition_refresh_seconds,
+            max_running=options.max_running,
         )
         job_groups.subscribe(reconciler.wake)
-    return ControlPlane(store, leadership, job_groups, Workers(store, leadership), reconciler)
+    workers = Workers(store, leadership, allow_external=options.allow_external_workers)
+    return ControlPlane(store, leadership, job_groups, workers, reconciler, security)
 
 
 def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
@@ -134,6 +284,11 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
             options.spark_master,
             options.apps_dir,
             conf_dir=settings.conf_dir,
+            rest_token=read_secret_file(
+                options.standalone_rest_token_file, "--standalone-rest-token-file"
+            ).strip()
+            if options.standalone_rest_token_file
+            else None,
         )
     if options.launcher == "kubernetes":
         from controlplane.launchers.kubernetes import KubernetesLauncher

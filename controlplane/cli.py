@@ -5,8 +5,17 @@
     python -m controlplane get ID | list | set-state ID STATE | update GROUP.json | delete ID
     python -m controlplane scale
 
-Client commands take `--target host:port` (default $UATU_CONTROLPLANE or 127.0.0.1:8087)
-and `--json`. On error they print the server's message and exit 1 (2 for a bad request).
+Client commands take `--target host:port` (default: the first address of
+$UATU_CONTROL_PLANE, the variable the jobs read too, else 127.0.0.1:8087) and `--json`;
+against a secured control plane `--ca FILE` (TLS), `--token-file FILE` (a bearer token) and
+`--cert`/`--key` (mTLS), defaulting to $UATU_CONTROL_PLANE_CA, $UATU_CONTROL_PLANE_TOKEN_FILE,
+$UATU_CONTROL_PLANE_CERT and $UATU_CONTROL_PLANE_KEY. On error they print the server's message
+and exit 1 (2 for a bad request).
+
+`get` shows the group's version; `update --expected-version N` (and `set-state`, `delete`)
+then applies only if nobody changed the group since version N, and says so otherwise.
+Without it, `update` and `set-state` apply to the current version, retrying when a
+concurrent write lands first.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +35,21 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
+from controlplane.channel import ClientSecurity, open_channel
+from controlplane.service import EXPECTED_VERSION_HEADER, VERSION_HEADER
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
 from core.paths import VAR_DIR
 
 DEFAULT_ADDRESS = "127.0.0.1:8087"
+UNVERSIONED_RETRIES = 3
+
+
+def default_target(env: Mapping[str, str]) -> str:
+    """The first address of UATU_CONTROL_PLANE (host:port[,host:port]), else the default."""
+    addresses = [a.strip() for a in env.get("UATU_CONTROL_PLANE", "").split(",") if a.strip()]
+    return addresses[0] if addresses else DEFAULT_ADDRESS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,9 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--store",
         default=str(VAR_DIR / "controlplane.sqlite"),
-        help="SQLite file, or http://HOST:PORT of etcd for several replicas (default %(default)s)",
+        help="SQLite file, or http(s)://HOST:PORT[,...] of every etcd member for several "
+        "replicas (default %(default)s)",
     )
     serve.add_argument("--etcd-prefix", default="/uatu", help="etcd key prefix")
+    serve.add_argument("--etcd-ca", type=Path, help="CA that signed etcd's certificate (https)")
+    serve.add_argument("--etcd-cert", type=Path, help="client certificate for etcd (https)")
+    serve.add_argument("--etcd-key", type=Path, help="its private key")
+    serve.add_argument("--etcd-user", help="etcd user (etcd auth enabled)")
+    serve.add_argument("--etcd-password-file", type=Path, help="file holding its password")
     serve.add_argument(
         "--leader-ttl", type=int, default=5, help="etcd leader lease in seconds (default 5)"
     )
@@ -84,11 +109,61 @@ def build_parser() -> argparse.ArgumentParser:
         "--standalone-rest-url", default=None, help="standalone master REST URL (port 6066)"
     )
     serve.add_argument(
+        "--standalone-rest-token-file",
+        type=Path,
+        default=None,
+        help="file holding a JWS for a REST server behind JWSFilter (docs/security.md)",
+    )
+    serve.add_argument(
         "--kubernetes-config", type=Path, default=None, help="YAML of KubernetesConfig fields"
     )
     serve.add_argument(
         "--no-reconcile", action="store_true", help="serve the API only; launch nothing"
     )
+    serve.add_argument(
+        "--metrics-address",
+        default=None,
+        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by default)",
+    )
+    security = serve.add_argument_group("security (see docs/security.md)")
+    security.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve TLS")
+    security.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    security.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="PEM CA: every caller must present a client certificate it signed (mTLS)",
+    )
+    security.add_argument(
+        "--auth-token-file",
+        type=Path,
+        help="principals allowed to call the admin API: lines 'ROLE NAME CREDENTIAL' with "
+        "ROLE admin|read and CREDENTIAL token:T, token-sha256:HEX or cert:NAME",
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --address without TLS and authentication",
+    )
+    security.add_argument(
+        "--reflection", action="store_true", help="enable gRPC server reflection (off)"
+    )
+    security.add_argument(
+        "--app-ca", type=Path, help="CA applications verify the control plane with "
+        "(default --tls-cert)",
+    )  # fmt: skip
+    security.add_argument(
+        "--app-tls-cert", type=Path, help="client certificate applications present (mTLS)"
+    )
+    security.add_argument("--app-tls-key", type=Path, help="its private key")
+    security.add_argument(
+        "--allow-external-workers",
+        action="store_true",
+        help="admit heartbeats from applications this control plane did not launch (jobs a "
+        "scheduler started with UATU_CONTROL_PLANE set); refused by default",
+    )
+    limits = serve.add_argument_group("limits")
+    limits.add_argument("--max-groups", type=int, default=20_000, help="JobGroups stored")
+    limits.add_argument("--max-running", type=int, default=200, help="applications running at once")
     timing = serve.add_argument_group("timing (seconds)")
     timing.add_argument("--reconcile-seconds", type=float, default=2.0)
     timing.add_argument(
@@ -105,8 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--target", default=os.environ.get("UATU_CONTROLPLANE", DEFAULT_ADDRESS))
+        env = os.environ.get
+        sub.add_argument("--target", default=default_target(os.environ))
         sub.add_argument("--json", action="store_true", help="print protobuf JSON")
+        sub.add_argument(
+            "--ca", type=Path, default=env("UATU_CONTROL_PLANE_CA"), help="TLS: the server's CA"
+        )
+        sub.add_argument(
+            "--token-file",
+            type=Path,
+            default=env("UATU_CONTROL_PLANE_TOKEN_FILE"),
+            help="file holding a bearer token",
+        )
+        sub.add_argument("--cert", type=Path, default=env("UATU_CONTROL_PLANE_CERT"))
+        sub.add_argument("--key", type=Path, default=env("UATU_CONTROL_PLANE_KEY"))
         return sub
 
     add = client("add", "add a JobGroup from its JSON file")
@@ -114,19 +201,42 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--state", default="JOB_STATE_RUNNING", choices=job_pb2.JobState.keys())
     update = client("update", "replace a JobGroup's definition (state and jobs are kept)")
     update.add_argument("jobgroup", type=Path)
-    for name, help_text in (("get", "show one JobGroup"), ("delete", "delete a JobGroup")):
-        client(name, help_text).add_argument("id")
+    client("get", "show one JobGroup and its version").add_argument("id")
+    delete = client("delete", "delete a JobGroup")
+    delete.add_argument("id")
     set_state = client("set-state", "set a JobGroup's expected state")
     set_state.add_argument("id")
     set_state.add_argument("state", choices=job_pb2.JobState.keys())
+    for sub in (update, delete, set_state):
+        sub.add_argument(
+            "--expected-version",
+            type=int,
+            default=None,
+            help="apply only if the group is still at this version (from `get`)",
+        )
     client("list", "list every JobGroup")
     client("scale", "cluster scale status")
     return parser
 
 
+def version_of(call: grpc.Call) -> int | None:
+    for key, value in call.trailing_metadata() or ():
+        if key == VERSION_HEADER:
+            return int(value)
+    return None
+
+
+def conditional(version: int | None) -> tuple[tuple[str, str], ...]:
+    return () if version is None else ((EXPECTED_VERSION_HEADER, str(version)),)
+
+
 def run_client(args: argparse.Namespace) -> list[Message]:
-    with grpc.insecure_channel(args.target) as channel:
+    security = ClientSecurity.from_files(
+        ca=args.ca, token_file=args.token_file, cert=args.cert, key=args.key
+    )
+    with open_channel(args.target, security) as channel:
         stub = admin_grpc.MasterAdminServiceStub(channel)
+        expected = getattr(args, "expected_version", None)
         if args.command == "add":
             request = admin_pb2.AddJobGroupRequest(
                 job_group=load_jobgroup(args.jobgroup),
@@ -135,17 +245,35 @@ def run_client(args: argparse.Namespace) -> list[Message]:
             return [stub.AddJobGroup(request).group]
         if args.command == "update":
             request = admin_pb2.UpdateJobGroupRequest(job_group=load_jobgroup(args.jobgroup))
-            return [stub.UpdateJobGroup(request).group]
+            if expected is not None:  # the operator's read: a lost race is theirs to judge
+                return [stub.UpdateJobGroup(request, metadata=conditional(expected)).group]
+            for attempt in range(1, UNVERSIONED_RETRIES + 1):
+                _, call = stub.GetJobGroup.with_call(
+                    admin_pb2.GetJobGroupRequest(id=request.job_group.job_group_id)
+                )
+                try:
+                    return [
+                        stub.UpdateJobGroup(request, metadata=conditional(version_of(call))).group
+                    ]
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.ABORTED or attempt == UNVERSIONED_RETRIES:
+                        raise
+                    print(f"retrying: {e.details()}", file=sys.stderr)
+            raise AssertionError("unreachable")
         if args.command == "get":
-            return [stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=args.id)).group]
+            response, call = stub.GetJobGroup.with_call(admin_pb2.GetJobGroupRequest(id=args.id))
+            args.shown_version = version_of(call)
+            return [response.group]
         if args.command == "delete":
-            stub.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id=args.id))
+            stub.DeleteJobGroup(
+                admin_pb2.DeleteJobGroupRequest(id=args.id), metadata=conditional(expected)
+            )
             return []
         if args.command == "set-state":
             request = admin_pb2.UpdateJobGroupStateRequest(
                 id=args.id, state=job_pb2.JobState.Value(args.state)
             )
-            return [stub.UpdateJobGroupState(request).group]
+            return [stub.UpdateJobGroupState(request, metadata=conditional(expected)).group]
         if args.command == "list":
             return list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest()))
         return [stub.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())]
@@ -191,10 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     except grpc.RpcError as e:
-        print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+        hint = ""
+        if e.code() == grpc.StatusCode.ABORTED and getattr(args, "expected_version", None):
+            hint = " (someone changed it since you read it: `get` it, re-apply, retry)"
+        print(f"error: {e.code().name}: {e.details()}{hint}", file=sys.stderr)
         return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
     for message in results:
         print(json_format.MessageToJson(message, indent=2) if args.json else human(message))
+    if getattr(args, "shown_version", None) is not None and not args.json:
+        print(f"version {args.shown_version}")
     if args.command == "delete":
         print(f"deleted {args.id}")
     return 0
@@ -226,13 +359,69 @@ def serve_command(args: argparse.Namespace) -> int:
             startup_seconds=args.startup_seconds,
             heartbeat_seconds=args.heartbeat_seconds,
             partition_refresh_seconds=args.partition_refresh_seconds,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            auth_token_file=args.auth_token_file,
+            insecure=args.insecure,
+            reflection=args.reflection,
+            app_ca=args.app_ca,
+            app_tls_cert=args.app_tls_cert,
+            app_tls_key=args.app_tls_key,
+            allow_external_workers=args.allow_external_workers,
+            max_groups=args.max_groups,
+            max_running=args.max_running,
+            standalone_rest_token_file=args.standalone_rest_token_file,
+            etcd_ca=args.etcd_ca,
+            etcd_cert=args.etcd_cert,
+            etcd_key=args.etcd_key,
+            etcd_user=args.etcd_user,
+            etcd_password_file=args.etcd_password_file,
         )
         plane = assemble(options, load_settings(args.conf_dir))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
+    interceptors = metrics_hook(args.metrics_address, plane, options)
     try:
-        serve(options.address, plane.job_groups, plane.workers, plane.leadership, plane.reconciler)
+        serve(
+            options.address,
+            plane.job_groups,
+            plane.workers,
+            plane.leadership,
+            plane.reconciler,
+            security=plane.security,
+            interceptors=interceptors,
+        )
     finally:
         plane.store.close()
     return 0
+
+
+def metrics_hook(address: str | None, plane, options) -> list:
+    """With --metrics-address: serve /metrics and return the gRPC interceptors to install."""
+    if not address:
+        return []
+    from prometheus_client import CollectorRegistry
+
+    from controlplane.metrics import (
+        GrpcMetricsInterceptor,
+        MeteredLauncher,
+        StateCollector,
+        serve_metrics,
+    )
+
+    registry = CollectorRegistry()
+    interceptor = GrpcMetricsInterceptor(registry)
+    registry.register(StateCollector(plane.store, plane.leadership))
+    if plane.reconciler is not None:
+        plane.reconciler.launcher = MeteredLauncher(
+            plane.reconciler.launcher,
+            plane.store,
+            registry,
+            lease_seconds=options.lease_seconds,
+            startup_seconds=options.startup_seconds,
+        )
+    port = serve_metrics(address, registry)
+    logging.getLogger("uatu.controlplane").info("metrics on %s (port %d)", address, port)
+    return [interceptor]

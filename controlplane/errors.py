@@ -67,6 +67,45 @@ class LaunchFailed(UatuError):
         super().__init__(f"{action} of {handle} failed: {detail}")
 
 
+class Unauthenticated(UatuError):
+    """An admin call without a valid token or client certificate."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(
+            f"{method} needs a bearer token or a client certificate the control plane knows"
+        )
+
+
+class PermissionDenied(UatuError):
+    """A known caller whose role does not allow the call (a read-only token on a write)."""
+
+    def __init__(self, principal: str, role: str, method: str) -> None:
+        super().__init__(f"{principal!r} (role {role}) may not call {method}")
+
+
+class WorkerRefused(UatuError):
+    """A RegisterWorker or Heartbeat whose worker id and secret match no launch: a worker
+    the control plane did not start (and external workers are not allowed), or a forgery."""
+
+    def __init__(self, worker_id: int, reason: str) -> None:
+        super().__init__(f"worker {worker_id} refused: {reason}")
+
+
+class LookupsBusy(UatuError):
+    """Every broker-lookup slot is taken by slow clusters; the call is refused at once
+    rather than holding a gRPC thread that heartbeats need."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(f"all {slots} broker lookups are in progress; retry shortly")
+
+
+class LimitReached(UatuError):
+    """A configured cap (groups stored, applications running) would be exceeded."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} limit of {limit} reached")
+
+
 # Most specific first: InvalidJobGroup subclasses (unknown cluster, missing topic) included.
 GRPC_STATUS: list[tuple[type[Exception], grpc.StatusCode]] = [
     (JobGroupExists, grpc.StatusCode.ALREADY_EXISTS),
@@ -79,6 +118,11 @@ GRPC_STATUS: list[tuple[type[Exception], grpc.StatusCode]] = [
     (LaunchFailed, grpc.StatusCode.UNAVAILABLE),
     (ConfigError, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (WorkerRefused, grpc.StatusCode.UNAUTHENTICATED),
+    (LookupsBusy, grpc.StatusCode.UNAVAILABLE),
+    (LimitReached, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 

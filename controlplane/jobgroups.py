@@ -9,6 +9,11 @@ Semantics follow uForwarder's master (shared/reference/uforwarder-api.md §1.6, 
   start_offset = -1 / end_offset = 0 (resume from the checkpoint, unbounded);
 * UpdateJobGroup replaces the definition and keeps state and job ids; cluster, topic and type
   are immutable (a new group is needed to change them);
+* optimistic concurrency for clients: a write may name the version the client read
+  (`expected_version`); if the group changed since, it fails with StaleWrite (ABORTED) and
+  nothing is written. A write without one is applied to the current version (re-read and
+  retried a few times if a concurrent write lands in between, so a refresh of partitions by
+  the reconciler never makes an operator's call fail);
 * the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested);
 * reads show the actual state next to the expected one: each StoredJob gets the worker and
   the committed offset (as start_offset, where it would resume) of its latest heartbeat, and
@@ -28,14 +33,15 @@ from uber.data.kafka.datatransfer.job_pb2 import JobState
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
-from controlplane.errors import JobGroupNotFound
-from controlplane.state.base import Store
+from controlplane.errors import JobGroupNotFound, LimitReached, StaleWrite
+from controlplane.state.base import Store, Versioned
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from jobs import registry
 
 PartitionCount = Callable[[ClusterConfig, str, str], int]
 REQUESTABLE_STATES = (job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED)
+UNVERSIONED_ATTEMPTS = 3
 IMMUTABLE_FIELDS = (
     ("type", lambda g: g.type),
     ("kafka_consumer_task_group.cluster", lambda g: g.kafka_consumer_task_group.cluster),
@@ -132,8 +138,10 @@ class JobGroups:
         partition_count: PartitionCount,
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         fresh_seconds: float = 30.0,
+        max_groups: int | None = None,
     ) -> None:
         self._store = store
+        self._max_groups = max_groups
         self._settings = settings
         self._partition_count = partition_count
         self._now = now
@@ -149,10 +157,17 @@ class JobGroups:
             listener()
 
     def add(self, group: JobGroup, state: JobState, scale: ScaleStatus | None) -> StoredJobGroup:
+        return self.add_versioned(group, state, scale).group
+
+    def add_versioned(
+        self, group: JobGroup, state: JobState, scale: ScaleStatus | None
+    ) -> Versioned:
         if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
             state = job_pb2.JOB_STATE_RUNNING
         _check_state("job_group_state", state)
         partitions = self._validate(group)
+        if self._max_groups is not None and self._store.count() >= self._max_groups:
+            raise LimitReached("stored JobGroups", self._max_groups)
         ids = self._store.next_ids("job", partitions)
         stored = StoredJobGroup(
             last_updated=self._timestamp(),
@@ -161,25 +176,54 @@ class JobGroups:
             jobs=per_partition_jobs(group, state, partitions, ids),
             scale_status=scale or ScaleStatus(),
         )
-        self._store.create(stored)
+        version = self._store.create(stored)
         self._changed()
-        return stored
+        return Versioned(stored, version)
 
-    def update(self, group: JobGroup) -> StoredJobGroup:
-        current, version = self._get(group.job_group_id)
-        for field, read in IMMUTABLE_FIELDS:
-            if read(group) != read(current.job_group):
-                raise InvalidJobGroup(
-                    field, read(group), f"immutable (was {read(current.job_group)!r})"
-                )
-        partitions = self._validate(group)
-        updated = StoredJobGroup()
-        updated.CopyFrom(current)
-        updated.job_group.CopyFrom(group)
-        updated = self._with_jobs(updated, partitions)
-        self._store.replace(updated, version)
-        self._changed()
-        return updated
+    def update(self, group: JobGroup, expected_version: int | None = None) -> StoredJobGroup:
+        return self.update_versioned(group, expected_version).group
+
+    def update_versioned(self, group: JobGroup, expected_version: int | None = None) -> Versioned:
+        partitions: list[int] = []  # validated once, on the first attempt that gets that far
+
+        def change(current: StoredJobGroup) -> StoredJobGroup:
+            for field, read in IMMUTABLE_FIELDS:
+                if read(group) != read(current.job_group):
+                    raise InvalidJobGroup(
+                        field, read(group), f"immutable (was {read(current.job_group)!r})"
+                    )
+            if not partitions:
+                partitions.append(self._validate(group))
+            updated = StoredJobGroup()
+            updated.CopyFrom(current)
+            updated.job_group.CopyFrom(group)
+            return self._with_jobs(updated, partitions[0])
+
+        return self._write(group.job_group_id, change, expected_version)
+
+    def _write(
+        self,
+        job_group_id: str,
+        change: Callable[[StoredJobGroup], StoredJobGroup],
+        expected_version: int | None,
+    ) -> Versioned:
+        """Read, change, compare-and-swap: on the client's version, or retried on the current
+        one when the client named none."""
+        attempts = 1 if expected_version is not None else UNVERSIONED_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            current, version = self._get(job_group_id)
+            if expected_version is not None and version != expected_version:
+                raise StaleWrite(job_group_id, expected_version, version)
+            updated = change(current)
+            try:
+                new_version = self._store.replace(updated, version)
+            except StaleWrite:
+                if attempt == attempts:
+                    raise
+                continue
+            self._changed()
+            return Versioned(updated, new_version)
+        raise AssertionError("unreachable")
 
     def _with_jobs(self, current: StoredJobGroup, partitions: int) -> StoredJobGroup:
         """`current` with one job per partition: a partition keeps its job id, new ones get
@@ -195,25 +239,40 @@ class JobGroups:
         updated.jobs.extend(per_partition_jobs(current.job_group, current.state, partitions, ids))
         return updated
 
-    def set_state(self, job_group_id: str, state: JobState) -> StoredJobGroup:
-        _check_state("state", state)
-        current, version = self._get(job_group_id)
-        current.state = state
-        for job in current.jobs:
-            job.state = state
-        current.last_updated.CopyFrom(self._timestamp())
-        self._store.replace(current, version)
-        self._changed()
-        return current
+    def set_state(
+        self, job_group_id: str, state: JobState, expected_version: int | None = None
+    ) -> StoredJobGroup:
+        return self.set_state_versioned(job_group_id, state, expected_version).group
 
-    def delete(self, job_group_id: str) -> None:
+    def set_state_versioned(
+        self, job_group_id: str, state: JobState, expected_version: int | None = None
+    ) -> Versioned:
+        _check_state("state", state)
+
+        def change(current: StoredJobGroup) -> StoredJobGroup:
+            current.state = state
+            for job in current.jobs:
+                job.state = state
+            current.last_updated.CopyFrom(self._timestamp())
+            return current
+
+        return self._write(job_group_id, change, expected_version)
+
+    def delete(self, job_group_id: str, expected_version: int | None = None) -> None:
+        if expected_version is not None:
+            version = self._get(job_group_id)[1]
+            if version != expected_version:
+                raise StaleWrite(job_group_id, expected_version, version)
         self._store.delete(job_group_id)
         self._changed()
 
     def get(self, job_group_id: str) -> StoredJobGroup:
-        group = self._get(job_group_id)[0]
+        return self.get_versioned(job_group_id).group
+
+    def get_versioned(self, job_group_id: str) -> Versioned:
+        group, version = self._get(job_group_id)
         statuses = self._store.job_statuses(j.job.job_id for j in group.jobs)
-        return with_actuals(group, statuses, self._fresh())
+        return Versioned(with_actuals(group, statuses, self._fresh()), version)
 
     def all(self) -> Iterator[StoredJobGroup]:
         statuses, fresh = self._store.job_statuses(), self._fresh()

@@ -9,15 +9,31 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   (`backoff_seconds` x 2^(failures-1)); after `max_failures` in a row it is reported and
   left alone instead of being relaunched in a tight loop. Running for `healthy_seconds`
   resets the count.
-* heartbeat lease: every launch reserves a worker id and tells the application where the
-  control plane is (`app_env`); an application that is alive but has not heartbeated for
-  `lease_seconds` (or not at all within `startup_seconds` of its launch) is FAILED: it is
-  cancelled and relaunched like one that died. `lease_seconds=None` turns the lease off.
+* heartbeat lease: every launch reserves a random worker id and secret (workers.py) and
+  tells the application where the control plane is (`app_env`); an application that is
+  alive but has not heartbeated for `lease_seconds` (or not at all within `startup_seconds`
+  of its launch) is FAILED: it is cancelled and relaunched like one that died.
+  `lease_seconds=None` turns the lease off.
 * every `partition_refresh_seconds` the partition count of each RUNNING group's topic is
   looked up again and StoredJobs are added for new partitions (JobGroups.refresh_partitions).
 * workers and job statuses not heard from for `record_ttl_seconds` (1 h, as uForwarder's
   job-status TTL) are deleted at the same cadence, so deleted groups leave nothing behind.
 * only the leader reconciles; a follower's loop idles until it leads.
+
+No double launch across a failover: a launch is three steps, each named for the fault hook
+`on_step` (tests inject a fence flip or a crash between them):
+
+1. "intent-recorded": a fenced write of an intent record (the reserved worker id, no handle);
+   a replica that no longer leads gets NotLeader here and launches nothing;
+2. "launched": the launcher started the application;
+3. "launch-recorded": the launcher's record replaced the intent, fenced; if the fence is lost
+   between 2 and 3, the replica cancels the application it just started.
+
+A leader that finds an intent it did not resolve (its predecessor crashed between 1 and 3),
+or a record its launcher cannot observe (a local process started on another host), judges
+the application by its heartbeats instead: alive while its reserved worker id heartbeats
+within the lease (or, never heard yet, within `startup_seconds` of the intent), stopped by
+marking the record `cancel_requested`, which the worker service answers with CANCEL.
 """
 
 from __future__ import annotations
@@ -30,10 +46,12 @@ from collections.abc import Callable, Mapping
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
+from controlplane.errors import NotLeader
 from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership, SoleLeader
+from controlplane.workers import new_worker_id, new_worker_secret
 
 log = logging.getLogger("uatu.reconciler")
 
@@ -56,6 +74,8 @@ class Reconciler:
         partition_refresh_seconds: float = 60.0,
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        on_step: Callable[[str, str], None] | None = None,
+        max_running: int | None = None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -71,6 +91,10 @@ class Reconciler:
         self.partition_refresh_seconds = partition_refresh_seconds
         self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
+        # Fault hook: called with (step, job_group_id) after each step of a launch.
+        self.on_step = on_step or (lambda _step, _group: None)
+        self.max_running = max_running
+        self._recorded: set[str] = set()  # groups with a launch record (running, or may be)
         self._refreshed_at = float("-inf")
         self._wake = threading.Event()
 
@@ -78,6 +102,7 @@ class Reconciler:
         """One pass over every group and launch; returns the action taken per group id."""
         groups = {v.group.job_group.job_group_id: v.group for v in self.store.all()}
         launches = self.store.launches()
+        self._recorded = set(launches)
         heard = self._last_heartbeats() if self.lease_seconds is not None else {}
         taken = {}
         for job_group_id in sorted(groups.keys() | launches.keys()):
@@ -97,8 +122,9 @@ class Reconciler:
         record: LaunchRecord | None,
         heard: dict[int, float],
     ) -> Action:
-        alive = record is not None and self.launcher.alive(record)
-        if alive and record is not None and self._lease_expired(record, heard):
+        alive = record is not None and self._alive(record, heard)
+        observed = record is not None and self._observed(record)
+        if alive and observed and record is not None and self._lease_expired(record, heard):
             log.warning(
                 "%s (%s): no heartbeat within the lease; FAILED, cancelling",
                 job_group_id, record.handle,
@@ -115,6 +141,7 @@ class Reconciler:
         if action is Action.NONE and record is not None and not alive and not wanted:
             # Dead and no longer wanted: forget it, so a later RUNNING starts afresh.
             self.store.delete_launch(job_group_id)
+            self._recorded.discard(job_group_id)
             record = None
         return self._apply(job_group_id, action, stored, record)
 
@@ -179,6 +206,28 @@ class Reconciler:
             if w.last_updated.ToNanoseconds()
         }
 
+    def _observed(self, record: LaunchRecord) -> bool:
+        """True when the launcher itself can watch and stop this record's application."""
+        return not record.intent and self.launcher.observes(record)
+
+    def _alive(self, record: LaunchRecord, heard: dict[int, float]) -> bool:
+        if self._observed(record):
+            return self.launcher.alive(record)
+        # Only the application's own heartbeats can tell; a lease of None trusts the record.
+        if self.lease_seconds is None or not record.worker_id:
+            return True
+        return not self._lease_expired(record, heard)
+
+    def _stop(self, job_group_id: str, record: LaunchRecord) -> bool:
+        """Stop the application; False while it is asked to stop through its heartbeats."""
+        if self._observed(record):
+            self.launcher.cancel(record)
+            return True
+        if not record.cancel_requested:
+            log.info("%s: asking the application to stop (CANCEL on its heartbeats)", job_group_id)
+            self.store.put_launch(job_group_id, record.replace(cancel_requested=True))
+        return False
+
     def _lease_expired(self, record: LaunchRecord, heard: dict[int, float]) -> bool:
         if self.lease_seconds is None or not record.worker_id:
             return False
@@ -198,9 +247,11 @@ class Reconciler:
         now = self.clock()
         if action is Action.CANCEL or action is Action.UPDATE:
             assert record is not None  # decide() cancels or updates only what runs
-            log.info("%s %s (%s)", action.value, job_group_id, record.handle)
-            self.launcher.cancel(record)
+            log.info("%s %s (%s)", action.value, job_group_id, record.handle or "intent")
+            if not self._stop(job_group_id, record):
+                return action  # stopped through its heartbeats; relaunch once it is gone
             self.store.delete_launch(job_group_id)
+            self._recorded.discard(job_group_id)
             record = None
         if action is Action.CANCEL:
             return action
@@ -210,7 +261,8 @@ class Reconciler:
             return action
         assert stored is not None  # decide() runs only what is stored as RUNNING
         failures = 0
-        if record is not None:  # RUN with a record means the application died
+        # RUN with a record means the application died, unless it was asked to stop.
+        if record is not None and not record.cancel_requested:
             failures = record.failures + 1
             if failures > self.max_failures:
                 if not record.gave_up:
@@ -224,10 +276,45 @@ class Reconciler:
             if now < retry_at:
                 return Action.NONE
             log.warning("%s died (%s); relaunch #%d", job_group_id, record.handle, failures)
-        worker_id = self.store.next_ids("worker", 1)[0]
-        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id)}
-        launched = self.launcher.launch(stored.job_group, definition_of(stored.job_group), env)
-        self.store.put_launch(
-            job_group_id, launched.replace(failures=failures, worker_id=worker_id)
-        )
+        others = len(self._recorded - {job_group_id})
+        if self.max_running is not None and others >= self.max_running:
+            log.warning(
+                "%s not launched: %d applications run, the limit (--max-running)",
+                job_group_id, others,
+            )  # fmt: skip
+            return Action.NONE
+        self._launch(job_group_id, stored, failures)
+        self._recorded.add(job_group_id)
         return action
+
+    def _launch(self, job_group_id: str, stored: StoredJobGroup, failures: int) -> None:
+        """Intent, launch, record (see the module docstring); NotLeader if deposed."""
+        worker_id = new_worker_id()
+        secret, digest = new_worker_secret()
+        definition = definition_of(stored.job_group)
+        intent = LaunchRecord(
+            handle="",
+            definition=definition,
+            started_at=self.clock(),
+            log="",
+            worker_id=worker_id,
+            worker_secret_sha256=digest,
+            failures=failures,
+            intent=True,
+        )
+        self.store.put_launch(job_group_id, intent)
+        self.on_step("intent-recorded", job_group_id)
+        env = {**self.app_env, "UATU_WORKER_ID": str(worker_id), "UATU_WORKER_SECRET": secret}
+        launched = self.launcher.launch(stored.job_group, definition, env).replace(
+            failures=failures, worker_id=worker_id, worker_secret_sha256=digest
+        )
+        self.on_step("launched", job_group_id)
+        try:
+            self.store.put_launch(job_group_id, launched)
+        except NotLeader:
+            log.warning(
+                "%s: deposed while launching %s; cancelling it", job_group_id, launched.handle
+            )
+            self.launcher.cancel(launched)
+            raise
+        self.on_step("launch-recorded", job_group_id)

@@ -1,5 +1,8 @@
 """MasterAdminService and MasterWorkerService over gRPC: proto in, domain call, proto out.
 
+Optimistic concurrency rides on metadata (`VERSION_HEADER`, `EXPECTED_VERSION_HEADER`), so
+uForwarder's request and response messages stay as they are.
+
 Project errors become gRPC statuses in one place (`controlplane.errors.GRPC_STATUS`). A
 follower answers every admin call but GetClusterScaleStatus with FAILED_PRECONDITION, whose
 message names the leader and whose `google.rpc.PreconditionFailure` detail (type
@@ -21,11 +24,18 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
+from controlplane.auth import WORKER_SECRET_HEADER
 from controlplane.errors import NotLeader, grpc_status
 from controlplane.jobgroups import JobGroups
 from controlplane.state.leadership import Leadership
 from controlplane.workers import Reply, Workers
-from core.errors import UatuError
+from core.errors import InvalidJobGroup, UatuError
+
+# Optimistic concurrency without changing uForwarder's messages: every answer about one group
+# carries its stored version in trailing metadata, and a write may carry the version it was
+# based on; a write based on a version that is no longer current fails with ABORTED.
+VERSION_HEADER = "uatu-version"
+EXPECTED_VERSION_HEADER = "uatu-expected-version"
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -74,30 +84,38 @@ class MasterAdminServicer(admin_grpc.MasterAdminServiceServicer):
     def AddJobGroup(self, request, context):
         self._require_leader()
         scale = request.scale_status if request.HasField("scale_status") else None
-        group = self._groups.add(request.job_group, request.job_group_state, scale)
-        return admin_pb2.AddJobGroupResponse(group=group)
+        added = self._groups.add_versioned(request.job_group, request.job_group_state, scale)
+        _send_version(context, added.version)
+        return admin_pb2.AddJobGroupResponse(group=added.group)
 
     @_domain_errors
     def UpdateJobGroup(self, request, context):
         self._require_leader()
-        return admin_pb2.UpdateJobGroupResponse(group=self._groups.update(request.job_group))
+        updated = self._groups.update_versioned(request.job_group, _expected_version(context))
+        _send_version(context, updated.version)
+        return admin_pb2.UpdateJobGroupResponse(group=updated.group)
 
     @_domain_errors
     def UpdateJobGroupState(self, request, context):
         self._require_leader()
-        group = self._groups.set_state(request.id, request.state)
-        return admin_pb2.UpdateJobGroupStateResponse(group=group)
+        updated = self._groups.set_state_versioned(
+            request.id, request.state, _expected_version(context)
+        )
+        _send_version(context, updated.version)
+        return admin_pb2.UpdateJobGroupStateResponse(group=updated.group)
 
     @_domain_errors
     def DeleteJobGroup(self, request, context):
         self._require_leader()
-        self._groups.delete(request.id)
+        self._groups.delete(request.id, _expected_version(context))
         return admin_pb2.DeleteJobGroupResponse()
 
     @_domain_errors
     def GetJobGroup(self, request, context):
         self._require_leader()
-        return admin_pb2.GetJobGroupResponse(group=self._groups.get(request.id))
+        found = self._groups.get_versioned(request.id)
+        _send_version(context, found.version)
+        return admin_pb2.GetJobGroupResponse(group=found.group)
 
     @_domain_errors
     def GetAllJobGroups(self, request, context):
@@ -129,15 +147,40 @@ class MasterWorkerServicer(mw_grpc.MasterWorkerServiceServicer):
 
     @_domain_errors
     def RegisterWorker(self, request, context):
-        reply = self._workers.register(request.participants.worker)
+        reply = self._workers.register(request.participants.worker, _worker_secret(context))
         return mw_pb2.RegisterWorkerResponse(participants=_participants(reply))
 
     @_domain_errors
     def Heartbeat(self, request, context):
-        reply = self._workers.heartbeat(request.participants.worker, request.job_status)
+        reply = self._workers.heartbeat(
+            request.participants.worker, request.job_status, _worker_secret(context)
+        )
         return mw_pb2.HeartbeatResponse(
             participants=_participants(reply), commands=list(reply.commands)
         )
+
+
+def _send_version(context: grpc.ServicerContext, version: int) -> None:
+    """The stored version of the group in the answer, as an ETag (`uatu-version` metadata)."""
+    context.set_trailing_metadata(((VERSION_HEADER, str(version)),))
+
+
+def _expected_version(context: grpc.ServicerContext) -> int | None:
+    """The version a write is conditional on (`uatu-expected-version`), None if unconditional."""
+    for key, value in context.invocation_metadata() or ():
+        if key == EXPECTED_VERSION_HEADER:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                raise InvalidJobGroup(EXPECTED_VERSION_HEADER, value, "not a version") from None
+    return None
+
+
+def _worker_secret(context: grpc.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == WORKER_SECRET_HEADER and isinstance(value, str):
+            return value
+    return None
 
 
 def _participants(reply: Reply) -> mw_pb2.Participants:

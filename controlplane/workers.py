@@ -2,15 +2,24 @@
 
 In this product a worker is one running Spark application (see jobs/runtime/reporting.py).
 
-* RegisterWorker keeps the id the worker proposes when a launch record reserved it (the
-  control plane reserves one per launch and passes it as UATU_WORKER_ID), so heartbeats map to
-  their JobGroup through the launch record; any other worker (a job started by a scheduler
-  with UATU_CONTROL_PLANE set) gets a fresh id and is only recorded.
+* Workers prove who they are. Every launch reserves a random 63-bit worker id and a random
+  secret; the application gets both (UATU_WORKER_ID, UATU_WORKER_SECRET) and the launch record
+  keeps the id and the secret's SHA-256. RegisterWorker and every Heartbeat must carry the
+  secret (`uatu-worker-secret` metadata) matching the record of that id; anything else is
+  refused (WorkerRefused, UNAUTHENTICATED). Ids are no longer sequential, so they cannot be
+  guessed either.
+* A worker the control plane did not launch (a job a scheduler started with plain
+  `spark-submit.sh` and UATU_CONTROL_PLANE set) is refused unless `allow_external` is set
+  (`serve --allow-external-workers`). Then it gets a fresh random id on RegisterWorker and
+  the secret it registered with is remembered (in memory: after a restart or a leader change
+  it is refused once and registers again). Its heartbeats only mark it WORKING; they map to
+  no JobGroup, so it can neither report for nor be cancelled as one.
 * Heartbeat stores one StoredJobStatus per reported partition under the job id of that
   partition's StoredJob, marks the worker WORKING, and answers CANCEL for every reported job
-  whose JobGroup is deleted or no longer RUNNING (uForwarder's command matrix, worker side;
-  RUN and UPDATE are the launcher's business here, since a Spark application is launched
-  for its whole JobGroup).
+  whose JobGroup is deleted or no longer RUNNING, or whose launch record asks it to stop
+  (`cancel_requested`: the reconciler cannot stop that application itself), as uForwarder's
+  command matrix does on the worker side; RUN and UPDATE are the launcher's business here,
+  since a Spark application is launched for its whole JobGroup.
 * Every call of a follower is answered with the leader as master and no commands: the worker
   follows the redirect, as uForwarder's workers do. While no leader is elected the call fails
   with NotLeader (FAILED_PRECONDITION) and the worker retries.
@@ -18,6 +27,9 @@ In this product a worker is one running Spark application (see jobs/runtime/repo
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +46,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import (
     StoredWorker,
 )
 
-from controlplane.errors import NotLeader, WorkerNotFound
+from controlplane.errors import NotLeader, WorkerNotFound, WorkerRefused
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership
 
@@ -54,45 +66,91 @@ class Reply:
     commands: Sequence[mw_pb2.Command] = ()
 
 
+def new_worker_id() -> int:
+    """A random positive 63-bit id (Node.id is an int64): unguessable, never 0."""
+    return secrets.randbits(63) or 1
+
+
+def new_worker_secret() -> tuple[str, str]:
+    """(secret, its SHA-256 in hex): the application gets the first, the store the second."""
+    secret = secrets.token_urlsafe(32)
+    return secret, secret_digest(secret)
+
+
+def secret_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Launched:
+    job_group_id: str
+    secret_sha256: str | None
+
+
 class Workers:
     def __init__(
         self,
         store: Store,
         leadership: Leadership,
         *,
+        allow_external: bool = False,
         index_seconds: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._leadership = leadership
+        self._allow_external = allow_external
         self._index_seconds = index_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._group_of_worker: dict[int, str] = {}
+        self._launched: dict[int, _Launched] = {}
+        self._external: dict[int, str] = {}  # worker id -> secret digest, this process only
         self._indexed_at = float("-inf")
 
-    def register(self, proposed: Node) -> Reply:
+    def register(self, proposed: Node, secret: str | None) -> Reply:
         master = self._master()
         if not self._leadership.is_leader():
             return Reply(master, proposed)
         worker_id = proposed.id
-        if worker_id == 0 or self._job_group_of(worker_id) is None:
-            worker_id = self._store.next_ids("worker", 1)[0]
+        launched = self._launch_of(worker_id) if worker_id else None
+        if launched is not None:
+            self._check_secret(worker_id, launched.secret_sha256, secret)
+        elif not self._allow_external:
+            raise WorkerRefused(
+                worker_id,
+                "no launch of this control plane reserved this id (serve "
+                "--allow-external-workers admits applications it did not start)",
+            )
+        elif not secret:
+            raise WorkerRefused(worker_id, "no secret (uatu-worker-secret) presented")
+        else:
+            worker_id = new_worker_id()
+            with self._lock:
+                self._external[worker_id] = secret_digest(secret)
         node = Node(id=worker_id, host=proposed.host, port=proposed.port, zone=proposed.zone)
         self._store.put_worker(
             StoredWorker(last_updated=self._now(), node=node, state=WORKER_STATE_REGISTERING)
         )
         return Reply(master, node)
 
-    def heartbeat(self, worker: Node, statuses: Sequence[JobStatus]) -> Reply:
+    def heartbeat(self, worker: Node, statuses: Sequence[JobStatus], secret: str | None) -> Reply:
         master = self._master()
         if not self._leadership.is_leader():
             return Reply(master, worker)
+        launched = self._launch_of(worker.id) if worker.id else None
+        if launched is not None:
+            self._check_secret(worker.id, launched.secret_sha256, secret)
+        else:
+            with self._lock:
+                expected = self._external.get(worker.id)
+            if expected is None:
+                raise WorkerRefused(worker.id, "unknown worker; register first")
+            self._check_secret(worker.id, expected, secret)
         stored = self._store.get_worker(worker.id) if worker.id else None
         if stored is None:
             raise WorkerNotFound(worker.id)
         now = self._now()
-        job_group_id = self._job_group_of(worker.id)
+        job_group_id = launched.job_group_id if launched is not None else None
         group = self._store.get(job_group_id) if job_group_id else None
         if group is not None:
             job_ids = {j.job.kafka_consumer_task.partition: j.job.job_id for j in group.group.jobs}
@@ -102,7 +160,9 @@ class Workers:
         self._store.put_worker(stored)
         commands: list[mw_pb2.Command] = []
         unwanted = job_group_id is not None and (
-            group is None or group.group.state != job_pb2.JOB_STATE_RUNNING
+            group is None
+            or group.group.state != job_pb2.JOB_STATE_RUNNING
+            or self._cancel_requested(job_group_id)
         )
         if unwanted:  # CANCEL carries the actual job: the expected one may be gone
             commands = [
@@ -110,24 +170,36 @@ class Workers:
             ]
         return Reply(master, stored.node, commands)
 
+    @staticmethod
+    def _check_secret(worker_id: int, expected: str | None, secret: str | None) -> None:
+        if not expected:
+            raise WorkerRefused(worker_id, "its launch recorded no secret; it must be relaunched")
+        if not secret or not hmac.compare_digest(secret_digest(secret), expected):
+            raise WorkerRefused(worker_id, "wrong or missing secret (uatu-worker-secret)")
+
+    def _cancel_requested(self, job_group_id: str) -> bool:
+        record = self._store.get_launch(job_group_id)
+        return record is not None and record.cancel_requested
+
     def _master(self) -> Node:
         leader = self._leadership.leader()
         if leader is None:
             raise NotLeader(None)
         return node_of(leader)
 
-    def _job_group_of(self, worker_id: int) -> str | None:
-        """The JobGroup whose launch reserved this worker id (index refreshed on a miss)."""
+    def _launch_of(self, worker_id: int) -> _Launched | None:
+        """The launch that reserved this worker id (index refreshed on a miss, at most every
+        `index_seconds`, so forged ids cannot make every call scan the store)."""
         with self._lock:
-            found = self._group_of_worker.get(worker_id)
+            found = self._launched.get(worker_id)
             if found is None and self._clock() - self._indexed_at > self._index_seconds:
-                self._group_of_worker = {
-                    record.worker_id: job_group_id
+                self._launched = {
+                    record.worker_id: _Launched(job_group_id, record.worker_secret_sha256)
                     for job_group_id, record in self._store.launches().items()
                     if record.worker_id
                 }
                 self._indexed_at = self._clock()
-                found = self._group_of_worker.get(worker_id)
+                found = self._launched.get(worker_id)
             return found
 
     def _now(self) -> Timestamp:

@@ -20,20 +20,44 @@ Loaded once, before any Spark work, into frozen dataclasses:
             cluster: default     # the cluster's name in kafka-pixy's own config
 
 The conf folder is `$UATU_CONF_DIR` if set, else `<project root>/conf`.
+
+Secrets need not be written into clusters.yaml: any `properties` or `admin_properties` value
+may use ``${env:NAME}`` or ``${file:PATH:KEY}`` (core/secret_files.py), resolved at load time.
+A clusters.yaml that holds a literal secret (a password, a JAAS config with one) and is
+readable by others gets a warning naming it.
+
+librdkafka clients of the pre-start checks (`check_client_config()`) log through Python
+logging (logger `uatu.librdkafka`, quiet unless UATU_LIBRDKAFKA_LOG_LEVEL says otherwise),
+never straight to stderr: a failing check prints one line, not a page of connection errors.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import yaml
 
+from core import secret_files
 from core.errors import ConfigError
 from core.paths import CONF_DIR
+
+log = logging.getLogger("uatu.config")
+
+# librdkafka's own log lines, routed through Python logging (confluent-kafka `logger=`).
+LIBRDKAFKA_LOG = logging.getLogger("uatu.librdkafka")
+_level = os.environ.get("UATU_LIBRDKAFKA_LOG_LEVEL", "CRITICAL").upper()
+LIBRDKAFKA_LOG.setLevel(_level if _level in logging.getLevelNamesMapping() else "CRITICAL")
+
+SECURE_PROTOCOLS = ("SSL", "SASL_SSL")
+_SECRET_KEY = re.compile(r"password|secret|jaas|token|sasl\.oauthbearer", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -57,10 +81,26 @@ class ClusterConfig:
         """Configuration for a Java Kafka client (the replication sink's producer)."""
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
 
-    def client_config(self) -> dict[str, str | int | float | bool]:
+    def client_config(self) -> dict[str, Any]:
         """Configuration for a librdkafka client (the admin client that checks topics)."""
         props = self.properties if self.admin_properties is None else self.admin_properties
         return {**props, "bootstrap.servers": self.bootstrap_servers}
+
+    def check_client_config(self) -> dict[str, Any]:
+        """`client_config()` for a short-lived client of a pre-start check: its log lines go
+        to the `uatu.librdkafka` logger, not to stderr, so a failed check prints one line.
+
+        Not for clients that live as long as the job: librdkafka queues their log lines
+        until the client is polled, and an AdminClient never is."""
+        return {**self.client_config(), "logger": LIBRDKAFKA_LOG}
+
+    @property
+    def encrypted(self) -> bool:
+        """True when both client kinds talk TLS to the brokers (SSL or SASL_SSL)."""
+        protocols = {self.properties.get("security.protocol", "PLAINTEXT").upper()}
+        if self.admin_properties is not None:
+            protocols.add(self.admin_properties.get("security.protocol", "PLAINTEXT").upper())
+        return protocols <= set(SECURE_PROTOCOLS)
 
 
 @dataclass(frozen=True)
@@ -97,8 +137,40 @@ def _resolve_path(value: str, root: Path) -> str:
     return str((root / value).resolve())
 
 
-def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
-    """Validate the `clusters:` mapping of clusters.yaml into ClusterConfig objects."""
+def _client_properties(
+    raw: dict, field: str, base_dir: Path, env: Mapping[str, str] | None
+) -> Mapping[str, str]:
+    """String properties with ${env:...} / ${file:...} references resolved."""
+    return MappingProxyType(
+        {
+            str(k): secret_files.resolve(str(v), f"{field}.{k}", base_dir, env)
+            for k, v in raw.items()
+        }
+    )
+
+
+def literal_secrets(data: dict) -> list[str]:
+    """Fields of a clusters.yaml mapping that hold a secret written out (no reference)."""
+    found = []
+    for name, spec in (data.get("clusters") or {}).items():
+        if not isinstance(spec, dict):
+            continue
+        for kind in ("properties", "admin_properties"):
+            for key, value in (spec.get(kind) or {}).items():
+                if _SECRET_KEY.search(str(key)) and "${" not in str(value) and str(value):
+                    found.append(f"clusters.{name}.{kind}.{key}")
+    return found
+
+
+def parse_clusters(
+    data: dict,
+    source: str,
+    base_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, ClusterConfig]:
+    """Validate the `clusters:` mapping of clusters.yaml into ClusterConfig objects;
+    references in properties are resolved against `env` and files under `base_dir`."""
+    base_dir = base_dir or Path(source).parent
     clusters = data.get("clusters")
     if not isinstance(clusters, dict) or not clusters:
         raise ConfigError(source, "'clusters' must be a non-empty mapping of name -> settings")
@@ -117,13 +189,14 @@ def parse_clusters(data: dict, source: str) -> dict[str, ClusterConfig]:
         proxy = spec.get("proxy") or {}
         if not isinstance(proxy, dict) or not isinstance(proxy.get("grpc_address", ""), str):
             raise ConfigError(source, f"clusters.{name}.proxy must map grpc_address to host:port")
+        field = f"{source}: clusters.{name}"
         parsed[str(name)] = ClusterConfig(
             name=str(name),
             bootstrap_servers=servers.strip(),
-            properties=MappingProxyType({str(k): str(v) for k, v in props.items()}),
+            properties=_client_properties(props, f"{field}.properties", base_dir, env),
             admin_properties=None
             if admin_props is None
-            else MappingProxyType({str(k): str(v) for k, v in admin_props.items()}),
+            else _client_properties(admin_props, f"{field}.admin_properties", base_dir, env),
             proxy_grpc_address=proxy.get("grpc_address") or None,
             proxy_cluster=str(proxy.get("cluster") or "default"),
         )
@@ -143,7 +216,15 @@ def load_settings(conf_dir: Path | None = None, env: Mapping[str, str] | None = 
             raise ConfigError(str(conf_dir / "uatu.yaml"), f"'{key}' must be a non-empty path")
         paths[key] = _resolve_path(value, root)
     clusters_file = conf_dir / "clusters.yaml"
-    clusters = parse_clusters(_read_yaml(clusters_file), str(clusters_file))
+    data = _read_yaml(clusters_file)
+    written_out = literal_secrets(data)
+    if written_out and clusters_file.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning(
+            "%s holds secrets (%s) and is readable by others; chmod 600 it, or use "
+            "${env:NAME} / ${file:PATH:KEY} references",
+            clusters_file, ", ".join(written_out),
+        )  # fmt: skip
+    clusters = parse_clusters(data, str(clusters_file), conf_dir, env)
     return Settings(
         conf_dir=conf_dir,
         warehouse=paths["warehouse"],

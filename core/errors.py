@@ -28,7 +28,19 @@ class InvalidJobGroup(UatuError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"invalid JobGroup: {field}={value!r}: {reason}")
+        super().__init__(f"invalid JobGroup: {field}={shown(value)}: {reason}")
+
+
+MAX_SHOWN_CHARS = 120
+
+
+def shown(value: object) -> str:
+    """repr(value) on one line, at most MAX_SHOWN_CHARS: an error echoes the value, never a
+    megabyte of it."""
+    text = repr(value)
+    if len(text) > MAX_SHOWN_CHARS:
+        text = f"{text[:MAX_SHOWN_CHARS]}... ({len(text)} characters)"
+    return text
 
 
 class UnknownCluster(InvalidJobGroup):
@@ -62,3 +74,19 @@ class ConfigError(UatuError):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         super().__init__(f"configuration error in {path}: {reason}")
+
+
+class TableSchemaMismatch(UatuError):
+    """An existing Delta table's schema differs from the one its job declares in a way that
+    would make the job's writes fail; the job stops before its query starts."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, table: str, path: str, differences: list[str]) -> None:
+        self.table = table
+        self.path = path
+        self.differences = differences
+        super().__init__(
+            f"Delta table {table} at {path} does not match the schema its job declares: "
+            + "; ".join(differences)
+        )

@@ -28,7 +28,7 @@ _ATTEMPTS = 3
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
     """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
     try:
-        admin = AdminClient(cluster.client_config())
+        admin = AdminClient(cluster.check_client_config())
     except (KafkaException, ValueError, TypeError) as e:
         raise ConfigError(
             "clusters.yaml",

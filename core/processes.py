@@ -8,10 +8,8 @@ import signal
 import socket
 import subprocess
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Self
 
 
 def pid_alive(pid: int) -> bool:
@@ -136,17 +134,3 @@ def group_pids(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return sorted(members)
-
-
-class StopOnExit(ABC):
-    """Base of a started service: `with start_x(...) as x:` stops it when the block ends."""
-
-    @abstractmethod
-    def stop(self) -> None:
-        """Stop the service; idempotent."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -1,19 +1,22 @@
 """LinkedIn Burrow from Debian's ``burrow`` package (1.2.1), run on loopback next to our brokers.
 
 The integration tests run it side by side with the availability job's consumer-lag evaluator
-(``tests/test_burrow_side_by_side.py``). The binary is unpacked into the repo, not installed
-system-wide (``make burrow`` runs ``install``)::
+(``tests/jobs/availability/test_burrow_side_by_side.py``). The binary is unpacked into the
+repo, not installed system-wide (``make burrow`` runs ``install``)::
 
     python -m devservices.burrow install            # -> var/burrow/bin/burrow
+    python -m devservices.burrow up --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
+    python -m devservices.burrow status|down        # [--dir var/burrow/run]
 
-Tests use :func:`start_burrow`::
+Tests use :func:`start_burrow` (the ``burrow`` fixture)::
 
     with start_burrow(tmp_path / "burrow", kafka.bootstrap_servers, zookeeper.connect) as b:
         b.group_status("my-group")    # GET /v3/kafka/local/consumer/my-group/status
         b.groups()                    # GET /v3/kafka/local/consumer
 
 Layout of a Burrow dir: ``burrow.toml`` (written on every start), ``burrow.out`` (its log,
-zap JSON lines on stdout), ``burrow.pid`` (its own pid file, while it runs).
+zap JSON lines on stdout), ``burrow.pid`` (while it runs), ``burrow.ports`` (its HTTP port),
+``burrow-own.pid`` (the pid file Burrow itself insists on writing).
 
 What Burrow 1.2.1 needs to watch a Kafka 3.9 KRaft cluster:
 
@@ -63,28 +66,33 @@ import dataclasses
 import itertools
 import json
 import logging
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from core.paths import VAR_DIR
-from core.processes import StopOnExit, free_ports, terminate
-from devservices import _cli as cli
 from devservices._debian import DebPackageError, install_from_deb
-from devservices.kafka import HOST, log_tail
+from devservices._service import (
+    HOST,
+    LocalService,
+    Port,
+    ServiceCli,
+    ServiceError,
+    read_ports,
+    stopped_on_failure,
+)
 
 log = logging.getLogger("uatu.burrow")
 
 DEFAULT_BINARY = VAR_DIR / "burrow" / "bin" / "burrow"
+DEFAULT_DIR = VAR_DIR / "burrow" / "run"
 READY_TIMEOUT_S = 30.0
 WARM_UP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -95,10 +103,9 @@ _PACKAGE = "burrow"
 _MEMBER = "usr/bin/Burrow"
 _OFFSETS_TOPIC = "__consumer_offsets"
 _HTTP_TIMEOUT_S = 5.0
-_POLL_INTERVAL_S = 0.25
 
 
-class BurrowError(RuntimeError):
+class BurrowError(ServiceError):
     """Burrow could not be installed, did not start, or did not answer in time."""
 
 
@@ -120,14 +127,19 @@ class BurrowSettings:
     log_level: str = "info"
 
 
-@dataclass
-class Burrow(StopOnExit):
-    """One Burrow process started by :func:`start_burrow`; it runs until :meth:`stop`."""
+class Burrow(LocalService):
+    """One Burrow process serving its HTTP API on ``port``; ready once ``/burrow/admin``
+    answers ``GOOD``."""
 
-    dir: Path
-    port: int
-    settings: BurrowSettings
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    error = BurrowError
+    ready_timeout = READY_TIMEOUT_S
+    stop_timeout = STOP_TIMEOUT_S
+    poll_interval = 0.25
+    port = Port("http")
+
+    def __init__(self, dir: Path, port: int = 0, settings: BurrowSettings | None = None) -> None:
+        super().__init__(dir, "burrow", ports={"http": port})
+        self.settings = settings or BurrowSettings()
 
     @property
     def url(self) -> str:
@@ -138,13 +150,16 @@ class Burrow(StopOnExit):
         return self.settings.cluster
 
     @property
-    def log_path(self) -> Path:
-        return self.dir / "burrow.out"
+    def own_pid_path(self) -> Path:
+        """Burrow's own pid file ([general] pidfile): it refuses to start while the file
+        names a live process, so it must not be ours."""
+        return self.dir / "burrow-own.pid"
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM Burrow, SIGKILL its process group after ``timeout`` seconds; idempotent."""
-        if self.process is not None:
-            terminate(self.process, timeout)
+    def ready(self) -> bool:
+        return self.healthy()
+
+    def describe(self) -> str:
+        return self.url
 
     def get(self, path: str) -> dict[str, Any]:
         """GET ``path`` of Burrow's HTTP API, parsed. A 404 is an answer too (Burrow says
@@ -194,6 +209,7 @@ class Burrow(StopOnExit):
         return list(self.get(f"/v3/kafka/{self.cluster}/topic/{quoted}").get("offsets") or [])
 
     def healthy(self) -> bool:
+        """True if ``/burrow/admin`` answers ``GOOD``."""
         try:
             with urllib.request.urlopen(f"{self.url}/burrow/admin", timeout=1.0) as resp:
                 return bool(resp.read().strip() == b"GOOD")
@@ -219,12 +235,13 @@ def start_burrow(
     binary: Path = DEFAULT_BINARY,
     warm_up: bool = True,
     timeout: float = READY_TIMEOUT_S,
+    port: int = 0,
 ) -> Burrow:
     """Start Burrow watching ``bootstrap_servers`` as cluster ``cluster``; return once it answers.
 
-    The HTTP API listens on a free loopback port. ``settings`` overrides the test-sized
-    defaults of :class:`BurrowSettings` (its ``cluster`` gives way to ``cluster``). With
-    ``warm_up`` (the default) it also waits until Burrow reads new offset commits (see the
+    The HTTP API listens on loopback ``port`` (0: a free one). ``settings`` overrides the
+    test-sized defaults of :class:`BurrowSettings` (its ``cluster`` gives way to ``cluster``).
+    With ``warm_up`` (the default) it also waits until Burrow reads new offset commits (see the
     module docstring). Raises :class:`BurrowError` with the tail of its log if Burrow exits or
     does not answer in time; it is stopped in that case.
     """
@@ -233,48 +250,25 @@ def start_burrow(
     chosen = settings or BurrowSettings()
     if chosen.cluster != cluster:
         chosen = dataclasses.replace(chosen, cluster=cluster)
-    burrow_dir = burrow_dir.resolve()
-    burrow_dir.mkdir(parents=True, exist_ok=True)
-    (port,) = free_ports(1)
     burrow = Burrow(burrow_dir, port, chosen)
     _ensure_offsets_topic(bootstrap_servers)
-    (burrow_dir / "burrow.pid").unlink(missing_ok=True)
-    (burrow_dir / "burrow.toml").write_text(
-        burrow_toml(burrow_dir, port, bootstrap_servers, zookeeper_connect, chosen)
+    burrow.dir.mkdir(parents=True, exist_ok=True)
+    # Left behind by a SIGKILLed run it would name a dead or, worse, a reused pid.
+    burrow.own_pid_path.unlink(missing_ok=True)
+    (burrow.dir / "burrow.toml").write_text(
+        burrow_toml(burrow, bootstrap_servers, zookeeper_connect)
     )
-    started = time.monotonic()
-    with burrow.log_path.open("wb") as out:
-        burrow.process = subprocess.Popen(
-            [str(binary), "-config-dir", str(burrow_dir)],
-            cwd=burrow_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Own process group: Ctrl-C in the terminal does not reach it, and a stop that
-            # escalates kills the group.
-            start_new_session=True,
-        )
-    try:
-        _wait(burrow, burrow.healthy, timeout, "answer on /burrow/admin")
-        log.info("Burrow answers on %s (took %.1f s)", burrow.url, time.monotonic() - started)
-        if warm_up:
-            _warm_up(burrow, bootstrap_servers, WARM_UP_TIMEOUT_S)
-            log.info("Burrow reads commits (took %.1f s)", time.monotonic() - started)
-    except BaseException:
-        burrow.stop()
-        raise
+    burrow.start([str(binary), "-config-dir", str(burrow.dir)], timeout=timeout)
+    if warm_up:
+        with stopped_on_failure(burrow):
+            took = _warm_up(burrow, bootstrap_servers, WARM_UP_TIMEOUT_S)
+        log.info("Burrow reads commits (warm-up took %.1f s)", took)
     return burrow
 
 
-def burrow_toml(
-    burrow_dir: Path,
-    port: int,
-    bootstrap_servers: str,
-    zookeeper_connect: str,
-    settings: BurrowSettings,
-) -> str:
-    """The ``burrow.toml`` :func:`start_burrow` writes."""
-    s = settings
+def burrow_toml(burrow: Burrow, bootstrap_servers: str, zookeeper_connect: str) -> str:
+    """The ``burrow.toml`` :func:`start_burrow` writes for ``burrow``."""
+    s = burrow.settings
     servers = [b.strip() for b in bootstrap_servers.split(",") if b.strip()]
     zookeepers = [z.strip() for z in zookeeper_connect.split(",") if z.strip()]
     groups = ""
@@ -285,7 +279,7 @@ def burrow_toml(
     return f"""\
 # Written by devservices/burrow.py on every start; edits are lost.
 [general]
-pidfile={_str(str(burrow_dir / "burrow.pid"))}
+pidfile={_str(str(burrow.own_pid_path))}
 
 [logging]
 level={_str(s.log_level)}
@@ -293,7 +287,7 @@ level={_str(s.log_level)}
 [zookeeper]
 servers={json.dumps(zookeepers)}
 timeout=6
-root-path={_str(f"/burrow-{port}")}
+root-path={_str(f"/burrow-{burrow.port}")}
 
 [client-profile.uatu]
 client-id="burrow-uatu"
@@ -314,7 +308,7 @@ client-profile="uatu"
 start-latest=false
 {groups}
 [httpserver.default]
-address={_str(f"{HOST}:{port}")}
+address={_str(f"{HOST}:{burrow.port}")}
 
 [storage.default]
 class-name="inmemory"
@@ -379,9 +373,9 @@ _COORDINATOR_STARTING = {
 }
 
 
-def _warm_up(burrow: Burrow, bootstrap_servers: str, timeout: float) -> None:
+def _warm_up(burrow: Burrow, bootstrap_servers: str, timeout: float) -> float:
     """Commit for a group stored in the last ``__consumer_offsets`` partition, which Burrow
-    starts reading last, and wait until Burrow lists the group."""
+    starts reading last, and wait until Burrow lists the group; return the seconds waited."""
     partitions = _ensure_offsets_topic(bootstrap_servers)
     group = next(
         name
@@ -393,57 +387,38 @@ def _warm_up(burrow: Burrow, bootstrap_servers: str, timeout: float) -> None:
         consumer.commit(offsets=[TopicPartition(_OFFSETS_TOPIC, 0, 0)], asynchronous=False)
     finally:
         consumer.close()
-    _wait(burrow, lambda: group in burrow.groups(), timeout, f"list the warm-up group {group}")
 
-
-def _wait(burrow: Burrow, ready: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert burrow.process is not None
-        if burrow.process.poll() is not None:
-            raise BurrowError(
-                f"Burrow exited with code {burrow.process.returncode} while starting; "
-                f"tail of {burrow.log_path}:\n{log_tail(burrow.log_path)}"
-            )
+    def lists_group() -> bool:
         try:
-            if ready():
-                return
+            return group in burrow.groups()
         except BurrowError:
-            pass  # not answering yet
-        if time.monotonic() >= deadline:
-            raise BurrowError(
-                f"Burrow on {burrow.url} did not {what} within {timeout:.0f} s; "
-                f"tail of {burrow.log_path}:\n{log_tail(burrow.log_path)}"
-            )
-        time.sleep(_POLL_INTERVAL_S)
+            return False  # a slow answer is not yet an answer
+
+    return burrow.wait_ready(timeout, lists_group, f"list the warm-up group {group}")
 
 
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    binary = install(args.binary)
-    log.info("%s: Burrow from Debian's %s package", binary, _PACKAGE)
-    return 0
+def _recorded(dir: Path) -> list[Burrow]:
+    ports = read_ports(dir, "burrow")
+    return [Burrow(dir, ports["http"])] if ports else []
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.burrow",
-        description=(
-            "Install LinkedIn Burrow (Debian's burrow package) into var/burrow. Tests start it "
-            "with devservices.burrow.start_burrow."
-        ),
-    )
-    parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
-    inst = commands.add_parser("install", help="unpack Debian's burrow into var/burrow/bin")
-    inst.set_defaults(func=_cmd_install)
-    return parser
+def _up_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port,...")
+    up.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, host:port,...")
+    up.add_argument("--cluster", default="local", help="cluster name in its API (default: local)")
+    up.add_argument("--port", type=int, default=8000, help="HTTP port (default: 8000)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, BurrowError)
+def _start(args: argparse.Namespace) -> list[Burrow]:
+    return [start_burrow(args.dir, args.bootstrap, args.zookeeper, args.cluster, port=args.port)]
+
+
+main = ServiceCli(
+    "devservices.burrow", __doc__, DEFAULT_DIR, _recorded, _start, _up_arguments, install
+).main
 
 
 if __name__ == "__main__":

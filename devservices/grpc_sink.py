@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.paths import ROOT, VAR_DIR
-from core.processes import StopOnExit, free_ports, terminate
-from devservices import _cli as cli
+from core.processes import free_ports, terminate
+from devservices._service import ServiceError, StopOnExit
 
 log = logging.getLogger("uatu.grpc_sink")
 
@@ -48,7 +48,7 @@ _BUILD_TIMEOUT_S = 1800.0
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
 
 
-class GrpcSinkError(RuntimeError):
+class GrpcSinkError(ServiceError):
     """The sink or ghz could not be built, or the sink did not start."""
 
 
@@ -235,7 +235,15 @@ def main(argv: list[str] | None = None) -> int:
             [str(install_sink()), "-addr", f"{HOST}:{a.port}", "-fail-every", str(a.fail_every)]
         )
     )
-    return cli.run(parser, argv, GrpcSinkError)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
+    )
+    try:
+        return int(args.func(args))
+    except GrpcSinkError as e:
+        log.error("%s", e)  # one line, exit 1
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Real Apache Kafka (KRaft) brokers as plain JVM processes on 127.0.0.1.
 
-Used by the integration tests (:func:`start_cluster`) and by ``make kafka-up`` /
-``make kafka-down`` through the CLI at the bottom::
+Used by the integration tests (:func:`start_cluster`, the ``kafka`` and ``kafka_dest``
+fixtures) and by ``make kafka-up`` / ``make kafka-down`` through the CLI at the bottom::
 
     python -m devservices.kafka up [--dir var/kafka] [--port 9092] [--brokers 1] [--fresh]
     python -m devservices.kafka status [--dir var/kafka]
     python -m devservices.kafka down [--dir var/kafka]
 
 Every node is a combined broker+controller, so a 3-node cluster is also a 3-voter quorum that
-keeps working when any one node dies. Layout of a data dir::
+keeps working when any one node dies. Each node is a :class:`~devservices._service.LocalService`
+and the cluster composes them. Layout of a data dir::
 
     <data_dir>/node-<i>/server.properties   broker config, rewritten on every start
     <data_dir>/node-<i>/log4j.properties
@@ -16,6 +17,7 @@ keeps working when any one node dies. Layout of a data dir::
     <data_dir>/node-<i>/kafka.out           JVM stdout+stderr of the current run
     <data_dir>/node-<i>/server.log          broker log, WARN and up, rolled at 10 MB
     <data_dir>/node-<i>/kafka.pid           pid (= process group id) while it runs
+    <data_dir>/node-<i>/kafka.ports         broker and controller port of the last run
 """
 
 from __future__ import annotations
@@ -25,14 +27,11 @@ import base64
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +40,24 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from core.kafka_admin import create_topic
 from core.paths import KAFKA_JARS_DIR, VAR_DIR
-from core.processes import StopOnExit, free_ports, pid_alive, read_pid, signal_group, wait_gone
-from devservices import _cli as cli
+from core.processes import free_ports
+from devservices._service import (
+    HOST,
+    LocalService,
+    Port,
+    ServiceCli,
+    ServiceError,
+    StopOnExit,
+    stop_all,
+    stopped_on_failure,
+    wait_all_ready,
+)
+from devservices._service import log_tail as log_tail  # re-exported for older callers
 
 log = logging.getLogger("uatu.kafka")
 
 DEFAULT_JARS_DIR = KAFKA_JARS_DIR
 DEFAULT_DATA_DIR = VAR_DIR / "kafka"
-HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
@@ -57,32 +66,46 @@ _PROBE_TIMEOUT_S = 2.0
 _FORMAT_TIMEOUT_S = 120.0
 
 
-class KafkaBrokerError(RuntimeError):
+class KafkaBrokerError(ServiceError):
     """A broker failed to start, did not answer in time, or refused a request."""
 
 
-@dataclass
-class BrokerNode:
-    """One combined broker+controller JVM.
+class BrokerNode(LocalService):
+    """One combined broker+controller JVM in ``dir`` (``node-<node_id>`` of the data dir).
 
-    ``node_id`` equals the node's index in :attr:`KafkaCluster.brokers`. ``process`` is None
-    until the node is started from this Python process.
+    ``node_id`` equals the node's index in :attr:`KafkaCluster.brokers`; ``cluster_ids`` are
+    the ids of every node of its cluster, which it must list in its metadata to be ready.
     """
 
-    node_id: int
-    port: int
-    controller_port: int
-    dir: Path
-    rack: str | None = None  # broker.rack, the zone probes are tagged with
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    error = KafkaBrokerError
+    ready_timeout = READY_TIMEOUT_S
+    stop_timeout = STOP_TIMEOUT_S
+    poll_interval = _POLL_INTERVAL_S
+    port = Port("broker")
+    controller_port = Port("controller")
+
+    def __init__(
+        self,
+        node_id: int,
+        port: int,
+        controller_port: int,
+        dir: Path,
+        rack: str | None = None,
+        cluster_ids: Sequence[int] = (),
+    ) -> None:
+        super().__init__(
+            dir,
+            "kafka",
+            ports={"broker": port, "controller": controller_port},
+            label=f"broker {node_id}",
+        )
+        self.node_id = node_id
+        self.rack = rack  # broker.rack, the zone probes are tagged with
+        self.cluster_ids = list(cluster_ids) or [node_id]
 
     @property
     def address(self) -> str:
         return f"{HOST}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
     @property
     def config_path(self) -> Path:
@@ -96,17 +119,18 @@ class BrokerNode:
     def data_path(self) -> Path:
         return self.dir / "data"
 
-    @property
-    def out_path(self) -> Path:
-        return self.dir / "kafka.out"
+    def ready(self) -> bool:
+        return broker_answers(self.address, self.cluster_ids, _PROBE_TIMEOUT_S)
 
-    @property
-    def pid_path(self) -> Path:
-        return self.dir / "kafka.pid"
+    def describe(self) -> str:
+        return self.address
 
-    def is_running(self) -> bool:
-        """True while the JVM started by this process has not exited."""
-        return self.process is not None and self.process.poll() is None
+    def launch_broker(self, jars_dir: Path, heap: str) -> None:
+        """Launch the broker JVM on this node's config; returns at once."""
+        cmd = jvm_command(
+            jars_dir, self.log4j_path, "kafka.Kafka", str(self.config_path), heap=heap
+        )
+        self.launch(cmd)
 
 
 class KafkaCluster(StopOnExit):
@@ -148,19 +172,14 @@ class KafkaCluster(StopOnExit):
 
         Idempotent; removes the pid files.
         """
-        _terminate([b for b in self.brokers if b.is_running()], timeout)
-        for broker in self.brokers:
-            broker.pid_path.unlink(missing_ok=True)
+        stop_all(self.brokers, timeout)
 
     def kill_broker(self, i: int) -> None:
         """SIGKILL broker ``i`` (no controlled shutdown) and reap it."""
         broker = self.brokers[i]
-        if broker.process is None or not broker.is_running():
+        if not broker.is_running():
             raise KafkaBrokerError(f"broker {i} is not running")
-        log.info("killing broker %d (pid %d)", i, broker.process.pid)
-        signal_group(broker.process.pid, signal.SIGKILL)
-        broker.process.wait()
-        broker.pid_path.unlink(missing_ok=True)
+        broker.kill()
 
     def restart_broker(self, i: int, timeout: float = READY_TIMEOUT_S) -> None:
         """Start broker ``i`` again with its existing config and storage.
@@ -171,13 +190,11 @@ class KafkaCluster(StopOnExit):
         later, so a client may reach any of them right after this returns.
         """
         broker = self.brokers[i]
-        if broker.is_running():
-            _terminate([broker], STOP_TIMEOUT_S)
+        broker.stop()
         log.info("restarting broker %d on %s", i, broker.address)
-        started = time.monotonic()
-        _launch(broker, self.jars_dir, self.heap)
+        broker.launch_broker(self.jars_dir, self.heap)
         running = [b for b in self.brokers if b.is_running()]
-        _wait_ready(running, {b.node_id for b in running}, timeout, started)
+        _wait_listed(running, [b.node_id for b in running], timeout)
 
     def create_topic(
         self,
@@ -264,9 +281,6 @@ def start_cluster(
             raise ValueError(f"racks must name one rack per broker, got {list(racks)}")
         for node, rack in zip(nodes, racks, strict=True):
             node.rack = rack
-    for port in [p for n in nodes for p in (n.port, n.controller_port)]:
-        if not _port_free(port):
-            raise KafkaBrokerError(f"port {HOST}:{port} is already in use")
     cluster_id = _existing_cluster_id(nodes) or _new_cluster_id()
     for node in nodes:
         node.dir.mkdir(parents=True, exist_ok=True)
@@ -275,49 +289,16 @@ def start_cluster(
     _format_storage(nodes, cluster_id, jars_dir)
 
     cluster = KafkaCluster(data_dir, nodes, jars_dir, heap)
-    started = time.monotonic()
-    try:
+    with stopped_on_failure(cluster):
         for node in nodes:
-            log.info("starting broker %d on %s", node.node_id, node.address)
-            _launch(node, jars_dir, heap)
-        _wait_ready(nodes, {n.node_id for n in nodes}, timeout, started)
-    except BaseException:
-        # Half a cluster is worse than none: it holds ports and confuses the next attempt.
-        cluster.stop()
-        raise
+            node.launch_broker(jars_dir, heap)
+        _wait_listed(nodes, [n.node_id for n in nodes], timeout)
     return cluster
 
 
-def stop_from_pidfiles(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> list[int]:
-    """Stop brokers that a previous process started in ``data_dir``; return their pids.
-
-    SIGTERM each broker's process group, SIGKILL whatever is left after ``timeout`` seconds,
-    then remove the pid files. A pid file whose process is gone, or now belongs to something
-    other than this node's broker, is just removed. Safe when nothing runs.
-    """
-    data_dir = data_dir.resolve()
-    pids = running_pids(data_dir)
-    for pid in pids:
-        log.info("stopping broker pid %d", pid)
-        signal_group(pid, signal.SIGTERM)
-    survivors = wait_gone(pids, timeout)
-    for pid in survivors:
-        log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
-        signal_group(pid, signal.SIGKILL)
-    wait_gone(survivors, 10.0)
-    for pid_file in data_dir.glob("node-*/kafka.pid"):
-        pid_file.unlink(missing_ok=True)
-    return pids
-
-
 def running_pids(data_dir: Path) -> list[int]:
-    """Pids from ``data_dir``'s pid files that are still this data dir's brokers."""
-    pids = []
-    for pid_file in sorted(data_dir.glob("node-*/kafka.pid")):
-        pid = read_pid(pid_file)
-        if pid is not None and _is_node_broker(pid, pid_file.parent):
-            pids.append(pid)
-    return pids
+    """Pids of the brokers of ``data_dir`` that run, as their pid files say."""
+    return [pid for node in load_nodes(data_dir) if (pid := node.running_pid()) is not None]
 
 
 def load_nodes(data_dir: Path) -> list[BrokerNode]:
@@ -341,6 +322,9 @@ def load_nodes(data_dir: Path) -> list[BrokerNode]:
                 dir=config.parent,
             )
         )
+    ids = [n.node_id for n in nodes]
+    for node in nodes:
+        node.cluster_ids = ids
     return sorted(nodes, key=lambda n: n.node_id)
 
 
@@ -355,6 +339,21 @@ def broker_answers(address: str, expected_ids: Iterable[int], timeout: float) ->
     except KafkaException:
         return False
     return set(expected_ids) <= set(md.brokers)
+
+
+def _wait_listed(nodes: Sequence[BrokerNode], ids: Sequence[int], timeout: float) -> None:
+    """Return once every node lists ``ids`` in its metadata; raise if one exits or time is up."""
+    pending = list(nodes)
+
+    def all_listed() -> bool:
+        for node in list(pending):
+            if broker_answers(node.address, ids, _PROBE_TIMEOUT_S):
+                log.info("broker ready: %s", node.address)
+                pending.remove(node)
+        return not pending
+
+    took = wait_all_ready(nodes, all_listed, timeout, f"list brokers {sorted(ids)}")
+    log.info("%d broker(s) ready (took %.1f s)", len(nodes), took)
 
 
 def _topic_ready(address: str, name: str, partitions: int) -> bool:
@@ -389,8 +388,9 @@ def _plan_nodes(data_dir: Path, n_brokers: int, base_port: int | None) -> list[B
         free = free_ports(n_brokers if fixed else 2 * n_brokers, HOST, exclude=fixed)
         ports = fixed or free[n_brokers:]
         controller_ports = free[:n_brokers]
+    ids = list(range(n_brokers))
     return [
-        BrokerNode(i, ports[i], controller_ports[i], data_dir / f"node-{i}")
+        BrokerNode(i, ports[i], controller_ports[i], data_dir / f"node-{i}", cluster_ids=ids)
         for i in range(n_brokers)
     ]
 
@@ -554,203 +554,10 @@ def _format_storage(nodes: Sequence[BrokerNode], cluster_id: str, jars_dir: Path
             )
 
 
-def _launch(node: BrokerNode, jars_dir: Path, heap: str) -> None:
-    cmd = jvm_command(jars_dir, node.log4j_path, "kafka.Kafka", str(node.config_path), heap=heap)
-    with node.out_path.open("wb") as out:
-        node.process = subprocess.Popen(
-            cmd,
-            cwd=node.dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Own process group: Ctrl-C in the terminal that ran `up` does not reach the
-            # broker, and stop() can signal the whole group.
-            start_new_session=True,
-        )
-    node.pid_path.write_text(f"{node.process.pid}\n")
-
-
-def _wait_ready(
-    nodes: Sequence[BrokerNode], expected_ids: set[int], timeout: float, started: float
-) -> None:
-    """Return once every node lists ``expected_ids`` in its metadata; raise on exit or timeout."""
-    deadline = time.monotonic() + timeout
-    pending = list(nodes)
-    while True:
-        for node in list(pending):
-            if node.process is None or node.process.poll() is not None:
-                code = node.process.returncode if node.process else None
-                raise KafkaBrokerError(
-                    f"broker {node.node_id} exited with code {code} while starting; "
-                    f"tail of {node.out_path}:\n{log_tail(node.out_path)}"
-                )
-            probe_timeout = min(_PROBE_TIMEOUT_S, max(0.1, deadline - time.monotonic()))
-            if broker_answers(node.address, expected_ids, probe_timeout):
-                took = time.monotonic() - started
-                log.info("broker ready: %s (took %.1f s)", node.address, took)
-                pending.remove(node)
-        if not pending:
-            return
-        if time.monotonic() >= deadline:
-            node = pending[0]
-            raise KafkaBrokerError(
-                f"broker(s) {[n.address for n in pending]} did not list brokers "
-                f"{sorted(expected_ids)} within {timeout:.0f} s; "
-                f"tail of {node.out_path}:\n{log_tail(node.out_path)}"
-            )
-        time.sleep(_POLL_INTERVAL_S)
-
-
-def _terminate(nodes: Sequence[BrokerNode], timeout: float) -> None:
-    procs = [n.process for n in nodes if n.process is not None]
-    # Signal all first and wait after: shutdowns overlap instead of adding up.
-    for proc in procs:
-        signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("broker pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _is_node_broker(pid: int, node_dir: Path) -> bool:
-    # Pids get reused: only trust a pid file if the process is this node's kafka.Kafka.
-    if not pid_alive(pid):
-        return False
-    if not Path("/proc/self").exists():
-        return True  # no procfs (macOS): liveness is all we can check
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    config = str(node_dir.resolve() / "server.properties").encode()
-    return b"kafka.Kafka" in cmdline and config in cmdline
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Match the JVM, which sets SO_REUSEADDR: a port in TIME_WAIT is usable.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a log file, for error messages; never raises."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - 16384))
-            text = f.read().decode(errors="replace")
-    except OSError as e:
-        return f"(cannot read: {e})"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
-
-
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def _cmd_up(args: argparse.Namespace) -> int:
-    data_dir: Path = args.dir.resolve()
-    if args.fresh:
-        stop_from_pidfiles(data_dir)
-        _wipe(data_dir)
-    pids = running_pids(data_dir)
-    if pids:
-        nodes = load_nodes(data_dir)
-        ids = [n.node_id for n in nodes]
-        bootstrap = ",".join(n.address for n in nodes)
-        wanted = [args.port + i for i in range(args.brokers)]
-        if [n.port for n in nodes] != wanted:
-            # Succeeding here would hand the caller a cluster of another shape than it asked for.
-            log.error(
-                "brokers from %s already running on %s, not on %s; use --fresh to replace them",
-                data_dir,
-                bootstrap,
-                ",".join(f"{HOST}:{p}" for p in wanted),
-            )
-            return 1
-        if all(broker_answers(n.address, ids, _PROBE_TIMEOUT_S) for n in nodes):
-            log.info("brokers from %s already running: %s", data_dir, bootstrap)
-            return 0
-        log.error(
-            "brokers from %s are running (pids %s) but not all answer on %s; "
-            "wait and retry, or run `down` first",
-            data_dir,
-            pids,
-            bootstrap,
-        )
-        return 1
-    cluster = start_cluster(
-        data_dir,
-        n_brokers=args.brokers,
-        base_port=args.port,
-        jars_dir=args.jars,
-        heap=args.heap,
-        timeout=args.timeout,
-    )
-    log.info("kafka up: bootstrap.servers=%s", cluster.bootstrap_servers)
-    return 0
-
-
-def _wipe(data_dir: Path) -> None:
-    if not data_dir.exists():
-        return
-    strangers = [p.name for p in data_dir.iterdir() if not p.name.startswith("node-")]
-    if strangers:
-        # A mistyped --dir must not cost someone their home directory.
-        raise KafkaBrokerError(f"not wiping {data_dir}: it holds more than node dirs {strangers}")
-    log.info("wiping %s", data_dir)
-    shutil.rmtree(data_dir)
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    data_dir: Path = args.dir.resolve()
-    pids = stop_from_pidfiles(data_dir)
-    if pids:
-        log.info("stopped %d broker(s) from %s", len(pids), data_dir)
-    else:
-        log.info("no brokers running from %s", data_dir)
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    """Print one line per node; exit 0 only if every node runs and answers."""
-    data_dir: Path = args.dir.resolve()
-    nodes = load_nodes(data_dir)
-    if not nodes:
-        print(f"no brokers configured in {data_dir}")
-        return 1
-    ids = [n.node_id for n in nodes]
-    healthy = True
-    for node in nodes:
-        pid = read_pid(node.pid_path)
-        if pid is not None and _is_node_broker(pid, node.dir):
-            answers = broker_answers(node.address, ids, _PROBE_TIMEOUT_S)
-            state = f"running (pid {pid}), {'answering' if answers else 'NOT answering'}"
-            healthy = healthy and answers
-        else:
-            state = "stopped"
-            healthy = False
-        print(f"broker {node.node_id}  {node.address}  {state}")
-    return 0 if healthy else 1
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.kafka",
-        description="Run local Apache Kafka (KRaft) brokers as background JVM processes.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    dir_help = "data dir holding the node dirs (default: var/kafka in the repo)"
-
-    up = commands.add_parser("up", help="start brokers in the background and wait for them")
-    up.add_argument("--dir", type=Path, default=DEFAULT_DATA_DIR, help=dir_help)
+def _up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument(
         "--port",
         type=int,
@@ -764,20 +571,49 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for readiness"
     )
     up.add_argument("--jars", type=Path, default=DEFAULT_JARS_DIR, help=argparse.SUPPRESS)
-    up.set_defaults(func=_cmd_up)
-
-    down = commands.add_parser("down", help="stop brokers started from the data dir")
-    down.add_argument("--dir", type=Path, default=DEFAULT_DATA_DIR, help=dir_help)
-    down.set_defaults(func=_cmd_down)
-
-    status = commands.add_parser("status", help="show which brokers run and answer")
-    status.add_argument("--dir", type=Path, default=DEFAULT_DATA_DIR, help=dir_help)
-    status.set_defaults(func=_cmd_status)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, KafkaBrokerError)
+def _fresh(args: argparse.Namespace) -> None:
+    if not args.fresh:
+        return
+    stop_all(load_nodes(args.dir))
+    if not args.dir.exists():
+        return
+    strangers = [p.name for p in args.dir.iterdir() if not p.name.startswith("node-")]
+    if strangers:
+        # A mistyped --dir must not cost someone their home directory.
+        raise KafkaBrokerError(f"not wiping {args.dir}: it holds more than node dirs {strangers}")
+    log.info("wiping %s", args.dir)
+    shutil.rmtree(args.dir)
+
+
+def _asked_ports(args: argparse.Namespace) -> list[int]:
+    return [args.port + i for i in range(args.brokers)]
+
+
+def _start(args: argparse.Namespace) -> list[BrokerNode]:
+    cluster = start_cluster(
+        args.dir,
+        n_brokers=args.brokers,
+        base_port=args.port,
+        jars_dir=args.jars,
+        heap=args.heap,
+        timeout=args.timeout,
+    )
+    log.info("kafka up: bootstrap.servers=%s", cluster.bootstrap_servers)
+    return cluster.brokers
+
+
+main = ServiceCli(
+    "devservices.kafka",
+    __doc__,
+    DEFAULT_DATA_DIR,
+    load_nodes,
+    _start,
+    _up_arguments,
+    asked_ports=_asked_ports,
+    prepare=_fresh,
+).main
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ kafka-pixy has no packages we can use, so :func:`install` builds it from source 
 (``make kafka-pixy`` runs ``install``)::
 
     python -m devservices.kafka_pixy install        # -> var/kafka-pixy/bin/kafka-pixy
-    python -m devservices.kafka_pixy run --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
+    python -m devservices.kafka_pixy up --bootstrap 127.0.0.1:9092 --zookeeper 127.0.0.1:2181
+    python -m devservices.kafka_pixy status|down    # [--dir var/kafka-pixy/run]
 
 ``install`` fetches the module with ``go mod download`` (from Go's configured module proxy,
 ``go env GOPROXY``, checked against the Go checksum database) and builds it with
@@ -15,12 +16,13 @@ which the public module proxy refuses (403) for this module.
 
 kafka-pixy keeps consumer-group membership in ZooKeeper (devservices/zookeeper.py), and speaks
 Kafka through Sarama 1.23, told to assume Kafka 2.3.0 (the newest version it knows). Tests use
-:func:`start_kafka_pixy`::
+:func:`start_kafka_pixy` (the ``kafka_pixy`` fixture)::
 
     with start_kafka_pixy(tmp_path / "pixy", kafka.bootstrap_servers, zk.connect) as pixy:
         pixy.grpc_address    # "127.0.0.1:<port>", see jobs/availability/probes/proxy_client.py
 
-Layout of a run dir: ``kafka-pixy.yaml`` (the config written here), ``kafka-pixy.log``.
+Layout of a run dir: ``kafka-pixy.yaml`` (the config written here), ``kafka-pixy.log`` (its
+output), ``kafka-pixy.pid`` (while it runs), ``kafka-pixy.ports`` (gRPC and HTTP port).
 """
 
 from __future__ import annotations
@@ -36,15 +38,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from core.paths import VAR_DIR
-from core.processes import StopOnExit, free_ports, terminate
-from devservices import _cli as cli
+from devservices._service import HOST, LocalService, Port, ServiceCli, ServiceError, read_ports
 
 log = logging.getLogger("uatu.kafka_pixy")
 
@@ -53,7 +52,6 @@ MODULE = "github.com/mailgun/kafka-pixy"
 VERSION = "v0.18.0"
 DEFAULT_BINARY = VAR_DIR / "kafka-pixy" / "bin" / "kafka-pixy"
 DEFAULT_DIR = VAR_DIR / "kafka-pixy" / "run"
-HOST = "127.0.0.1"
 # The newest Kafka version Sarama 1.23 (and so kafka-pixy's config) accepts.
 KAFKA_VERSION = "2.3.0"
 READY_TIMEOUT_S = 30.0
@@ -63,23 +61,31 @@ LONG_POLLING_TIMEOUT_S = 1.0
 
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
 _BUILD_TIMEOUT_S = 1200.0
-_POLL_INTERVAL_S = 0.2
 _PROBE_TIMEOUT_S = 1.0
 
 
-class KafkaPixyError(RuntimeError):
+class KafkaPixyError(ServiceError):
     """kafka-pixy could not be built, did not start, or did not answer in time."""
 
 
-@dataclass
-class KafkaPixy(StopOnExit):
-    """One kafka-pixy process started by :func:`start_kafka_pixy`; it runs until :meth:`stop`."""
+class KafkaPixy(LocalService):
+    """One kafka-pixy process; ready once both its APIs answer.
 
-    dir: Path
-    grpc_port: int
-    http_port: int
-    cluster: str
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    ``cluster`` is the name clients pass in requests (also its default cluster).
+    """
+
+    error = KafkaPixyError
+    ready_timeout = READY_TIMEOUT_S
+    stop_timeout = STOP_TIMEOUT_S  # on SIGTERM it commits offsets and leaves its groups
+    grpc_port = Port("grpc")
+    http_port = Port("http")
+
+    def __init__(
+        self, dir: Path, grpc_port: int = 0, http_port: int = 0, cluster: str = "default"
+    ) -> None:
+        ports = {"grpc": grpc_port, "http": http_port}
+        super().__init__(dir, "kafka-pixy", ports=ports, out_name="kafka-pixy.log")
+        self.cluster = cluster
 
     @property
     def grpc_address(self) -> str:
@@ -93,18 +99,13 @@ class KafkaPixy(StopOnExit):
     def config_path(self) -> Path:
         return self.dir / "kafka-pixy.yaml"
 
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "kafka-pixy.log"
+    def ready(self) -> bool:
+        # kafka-pixy connects to Kafka and ZooKeeper before it opens its listeners, so once
+        # both answer it is serving.
+        return pings(self.http_url) and _accepts(self.grpc_port)
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM kafka-pixy (it commits offsets and leaves its groups), SIGKILL it after
-        ``timeout`` seconds; idempotent."""
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            # terminate() SIGKILLs the process group (its own, see start_new_session) if
-            # kafka-pixy lingers.
-            terminate(proc, timeout=timeout)
+    def describe(self) -> str:
+        return f"grpc {self.grpc_address}, http {self.http_url}"
 
 
 # --- install ---------------------------------------------------------------------------------
@@ -281,47 +282,29 @@ def start_kafka_pixy(
     binary: Path = DEFAULT_BINARY,
     timeout: float = READY_TIMEOUT_S,
     long_polling_timeout_s: float = LONG_POLLING_TIMEOUT_S,
+    grpc_port: int = 0,
+    http_port: int = 0,
 ) -> KafkaPixy:
-    """Start kafka-pixy on free loopback ports and return once both its APIs answer.
+    """Start kafka-pixy on loopback (port 0: a free one) and return once both its APIs answer.
 
     ``cluster`` is the name clients pass in requests (it is also the default cluster).
     Raises :class:`KafkaPixyError` with the tail of the log if it exits or does not answer
     within ``timeout`` seconds; the process is stopped in that case.
     """
-    run_dir = run_dir.resolve()
     if not binary.exists():
         raise KafkaPixyError(f"no kafka-pixy binary at {binary}; run `make kafka-pixy`")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    grpc_port, http_port = free_ports(2)
     pixy = KafkaPixy(run_dir, grpc_port, http_port, cluster)
     config = pixy_config(
-        grpc_port, http_port, bootstrap_servers, zookeeper_connect, cluster, long_polling_timeout_s
+        pixy.grpc_port,
+        pixy.http_port,
+        bootstrap_servers,
+        zookeeper_connect,
+        cluster,
+        long_polling_timeout_s,
     )
+    pixy.dir.mkdir(parents=True, exist_ok=True)
     pixy.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    started = time.monotonic()
-    with pixy.log_path.open("wb") as out:
-        pixy.process = subprocess.Popen(
-            [str(binary), "-config", str(pixy.config_path)],
-            cwd=run_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Own process group: a Ctrl-C meant for the caller does not reach it.
-            start_new_session=True,
-        )
-    try:
-        _wait_ready(pixy, timeout)
-        log.info(
-            "kafka-pixy ready: grpc %s, http %s (took %.1f s)",
-            pixy.grpc_address,
-            pixy.http_url,
-            time.monotonic() - started,
-        )
-    except BaseException:
-        # Ctrl-C included: never leave a kafka-pixy behind that nobody holds.
-        pixy.stop()
-        raise
-    return pixy
+    return pixy.start([str(binary), "-config", str(pixy.config_path)], timeout=timeout)
 
 
 def pings(http_url: str, timeout: float = _PROBE_TIMEOUT_S) -> bool:
@@ -341,89 +324,37 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _wait_ready(pixy: KafkaPixy, timeout: float) -> None:
-    # kafka-pixy connects to Kafka and ZooKeeper before it opens its listeners, so once both
-    # answer it is serving.
-    deadline = time.monotonic() + timeout
-    while True:
-        assert pixy.process is not None
-        if pixy.process.poll() is not None:
-            raise KafkaPixyError(
-                f"kafka-pixy exited with code {pixy.process.returncode} while starting; "
-                f"tail of {pixy.log_path}:\n{_tail(pixy.log_path)}"
-            )
-        if pings(pixy.http_url) and _accepts(pixy.grpc_port):
-            return
-        if time.monotonic() >= deadline:
-            raise KafkaPixyError(
-                f"kafka-pixy (grpc {pixy.grpc_address}) did not answer within {timeout:.0f} s; "
-                f"tail of {pixy.log_path}:\n{_tail(pixy.log_path)}"
-            )
-        time.sleep(_POLL_INTERVAL_S)
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_bytes()[-16384:].decode(errors="replace")
-    except OSError as e:
-        return f"(cannot read: {e})"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
-
-
 # --- CLI -------------------------------------------------------------------------------------
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    binary = install(args.binary)
-    log.info("%s: %s %s", binary, MODULE, installed_version(binary))
-    return 0
+def _recorded(dir: Path) -> list[KafkaPixy]:
+    ports = read_ports(dir, "kafka-pixy")
+    return [KafkaPixy(dir, ports["grpc"], ports["http"])] if ports else []
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    try:
-        with start_kafka_pixy(
-            args.dir, args.bootstrap, args.zookeeper, args.cluster, binary=args.binary
-        ) as pixy:
-            log.info(
-                "grpc %s, http %s, cluster %r; Ctrl-C stops it",
-                pixy.grpc_address,
-                pixy.http_url,
-                pixy.cluster,
-            )
-            assert pixy.process is not None
-            code = pixy.process.wait()
-    except KeyboardInterrupt:
-        return 0  # the `with` stopped kafka-pixy
-    log.error("kafka-pixy exited with code %d; see %s", code, pixy.log_path)
-    return 1
+def _up_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port,...")
+    up.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, host:port,...")
+    up.add_argument("--cluster", default="default", help="cluster name in requests")
+    up.add_argument("--grpc-port", type=int, default=0, help="gRPC port (default: a free one)")
+    up.add_argument("--http-port", type=int, default=0, help="HTTP port (default: a free one)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.kafka_pixy",
-        description=f"Build kafka-pixy {VERSION} into var/kafka-pixy and run it on loopback.",
+def _start(args: argparse.Namespace) -> list[KafkaPixy]:
+    pixy = start_kafka_pixy(
+        args.dir,
+        args.bootstrap,
+        args.zookeeper,
+        args.cluster,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
     )
-    parser.add_argument("--binary", type=Path, default=DEFAULT_BINARY, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    inst = commands.add_parser(
-        "install", help=f"build {MODULE}@{VERSION} into var/kafka-pixy/bin (needs Go)"
-    )
-    inst.set_defaults(func=_cmd_install)
-
-    run = commands.add_parser("run", help="run kafka-pixy in the foreground until Ctrl-C")
-    run.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port,...")
-    run.add_argument("--zookeeper", required=True, help="ZooKeeper connect string, host:port,...")
-    run.add_argument("--cluster", default="default", help="cluster name in requests")
-    run.add_argument(
-        "--dir", type=Path, default=DEFAULT_DIR, help="run dir: config and log (var/kafka-pixy/run)"
-    )
-    run.set_defaults(func=_cmd_run)
-    return parser
+    return [pixy]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, KafkaPixyError)
+main = ServiceCli(
+    "devservices.kafka_pixy", __doc__, DEFAULT_DIR, _recorded, _start, _up_arguments, install
+).main
 
 
 if __name__ == "__main__":

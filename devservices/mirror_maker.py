@@ -12,7 +12,7 @@ clusters are enough::
 
     python -m devservices.mirror_maker up --dir var/mm2 --source 127.0.0.1:9092 \\
         --target 127.0.0.1:9093 --topics bench
-    python -m devservices.mirror_maker down --dir var/mm2
+    python -m devservices.mirror_maker status|down --dir var/mm2
 
 Layout of a work dir::
 
@@ -21,6 +21,7 @@ Layout of a work dir::
     <work_dir>/mm2.log           MM2's log: WARN and up, INFO from the mirror connectors
     <work_dir>/mm2.out           JVM stdout+stderr (crashes before logging starts)
     <work_dir>/mm2.pid           pid (= process group id) while it runs
+    <work_dir>/mm2.ports         {} (MM2 listens on no port)
 
 MM2 keeps its progress in internal topics on the target (``mm2-offsets.source.internal``...),
 so a second run against the same target resumes where the first stopped.
@@ -30,16 +31,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.paths import VAR_DIR
-from core.processes import StopOnExit, pid_alive, read_pid, signal_group, terminate, wait_gone
-from devservices import _cli as cli
-from devservices.kafka import DEFAULT_JARS_DIR, jvm_command, log_tail
+from devservices._service import LocalService, ServiceCli, ServiceError
+from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
 
 log = logging.getLogger("uatu.mirror_maker")
 
@@ -51,61 +49,42 @@ DEFAULT_HEAP = "1g"
 STOP_TIMEOUT_S = 30.0
 
 
-class MirrorMakerError(RuntimeError):
+class MirrorMakerError(ServiceError):
     """MM2 could not be started, or exited while it should be running."""
 
 
-class MirrorMakerProcess(StopOnExit):
-    """A running MM2 started by :func:`start_mirror_maker`; stops on :meth:`stop` or at the end
-    of a ``with`` block, not when this object is dropped."""
+class MirrorMakerProcess(LocalService):
+    """MM2 running from ``work_dir``, started by :func:`start_mirror_maker`; it stops on
+    :meth:`stop` or at the end of a ``with`` block, not when this object is dropped.
 
-    def __init__(self, work_dir: Path, process: subprocess.Popen[bytes]) -> None:
-        self.work_dir = work_dir
-        self.process = process
+    Has no readiness signal worth waiting for: poll the target and call
+    :meth:`check_running` in the loop.
+    """
+
+    error = MirrorMakerError
+    stop_timeout = STOP_TIMEOUT_S  # on SIGTERM MM2 stops its connectors and commits offsets
+
+    def __init__(self, work_dir: Path) -> None:
+        super().__init__(work_dir, "mm2", label="MirrorMaker")
+
+    @property
+    def work_dir(self) -> Path:
+        return self.dir
 
     @property
     def pid(self) -> int:
+        """The pid (= process group id) of the launched JVM."""
+        assert self.process is not None, "MirrorMaker was never launched"
         return self.process.pid
 
     @property
     def config_path(self) -> Path:
-        return config_path(self.work_dir)
+        return config_path(self.dir)
 
     @property
     def log_path(self) -> Path:
-        return self.work_dir / "mm2.log"
-
-    @property
-    def out_path(self) -> Path:
-        return self.work_dir / "mm2.out"
-
-    @property
-    def pid_path(self) -> Path:
-        return pid_path(self.work_dir)
-
-    def is_running(self) -> bool:
-        return self.process.poll() is None
-
-    def check_running(self) -> None:
-        """Raise :class:`MirrorMakerError` with the log tails if MM2 has exited.
-
-        Meant for polling loops: a bad config makes MM2 exit, not stall, and the loop should
-        fail with the reason instead of at its deadline.
-        """
-        code = self.process.poll()
-        if code is not None:
-            raise MirrorMakerError(
-                f"MirrorMaker exited with code {code}; tail of {self.log_path}:\n"
-                f"{log_tail(self.log_path)}\ntail of {self.out_path}:\n{log_tail(self.out_path)}"
-            )
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM (MM2 stops its connectors and commits offsets), SIGKILL the process group
-        after ``timeout`` seconds. Idempotent; removes the pid file."""
-        if self.is_running():
-            log.info("stopping MirrorMaker (pid %d)", self.pid)
-        terminate(self.process, timeout)
-        self.pid_path.unlink(missing_ok=True)
+        """MM2's log4j log; :attr:`out_path` has the JVM's stdout and stderr."""
+        return self.dir / "mm2.log"
 
 
 def mm2_properties(
@@ -214,14 +193,11 @@ def start_mirror_maker(
     :meth:`MirrorMakerProcess.check_running` in the loop. Raises :class:`MirrorMakerError` if
     the jars are missing or an MM2 from ``work_dir`` is still running.
     """
-    work_dir = work_dir.resolve()
     jars_dir = jars_dir.resolve()
     if not any(jars_dir.glob("connect-mirror-[0-9]*.jar")):
         raise MirrorMakerError(f"no connect-mirror jar in {jars_dir}; run `make jars`")
-    live = running_pid(work_dir)
-    if live is not None:
-        raise MirrorMakerError(f"MirrorMaker from {work_dir} is already running (pid {live})")
-    work_dir.mkdir(parents=True, exist_ok=True)
+    mm2 = MirrorMakerProcess(work_dir)
+    mm2.dir.mkdir(parents=True, exist_ok=True)
     props = mm2_properties(
         source_bootstrap,
         target_bootstrap,
@@ -232,61 +208,15 @@ def start_mirror_maker(
         emit_heartbeats=emit_heartbeats,
         extra=extra,
     )
-    config_path(work_dir).write_text(render_properties(props))
-    (work_dir / "log4j.properties").write_text(_log4j_properties(work_dir / "mm2.log"))
-
-    cmd = mm2_command(work_dir, jars_dir, heap)
+    mm2.config_path.write_text(render_properties(props))
+    (mm2.dir / "log4j.properties").write_text(_log4j_properties(mm2.log_path))
     log.info("starting MirrorMaker %s -> %s, topics %r", source_bootstrap, target_bootstrap, topics)
-    with (work_dir / "mm2.out").open("wb") as out:
-        process = subprocess.Popen(
-            cmd,
-            cwd=work_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            # Own process group: Ctrl-C in the caller's terminal does not reach it, and stop()
-            # can signal the whole group.
-            start_new_session=True,
-        )
-    pid_path(work_dir).write_text(f"{process.pid}\n")
-    return MirrorMakerProcess(work_dir, process)
-
-
-def stop_from_pidfile(work_dir: Path, timeout: float = STOP_TIMEOUT_S) -> int | None:
-    """Stop the MM2 a previous process started from ``work_dir``; return its pid, None if none
-    ran. A pid file naming some other process is just removed."""
-    work_dir = work_dir.resolve()
-    pid = running_pid(work_dir)
-    if pid is not None:
-        signal_group(pid, signal.SIGTERM)
-        if wait_gone([pid], timeout):
-            log.warning("MirrorMaker pid %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
-            signal_group(pid, signal.SIGKILL)
-            wait_gone([pid], 10.0)
-    pid_path(work_dir).unlink(missing_ok=True)
-    return pid
-
-
-def running_pid(work_dir: Path) -> int | None:
-    """The pid in ``work_dir``'s pid file if it is still that work dir's MM2."""
-    pid = read_pid(pid_path(work_dir))
-    if pid is None or not pid_alive(pid):
-        return None
-    # Pids get reused: only trust the file if the process runs MM2 on this work dir's config.
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return pid if not Path("/proc/self").exists() else None  # no procfs: liveness only
-    wanted = str(config_path(work_dir.resolve())).encode()
-    return pid if MAIN_CLASS.encode() in cmdline and wanted in cmdline else None
+    mm2.launch(mm2_command(mm2.dir, jars_dir, heap))
+    return mm2
 
 
 def config_path(work_dir: Path) -> Path:
     return work_dir / "mm2.properties"
-
-
-def pid_path(work_dir: Path) -> Path:
-    return work_dir / "mm2.pid"
 
 
 def _log4j_properties(log_file: Path) -> str:
@@ -345,43 +275,11 @@ def _parse_set(items: Sequence[str]) -> dict[str, str]:
     return extra
 
 
-def _cmd_up(args: argparse.Namespace) -> int:
-    mm2 = start_mirror_maker(
-        args.dir,
-        args.source,
-        args.target,
-        args.topics,
-        tasks=args.tasks,
-        producer_acks=args.acks,
-        emit_checkpoints=args.checkpoints,
-        emit_heartbeats=args.heartbeats,
-        extra=_parse_set(args.set),
-        heap=args.heap,
-    )
-    log.info("MirrorMaker running (pid %d); log in %s", mm2.pid, mm2.log_path)
-    return 0
+def _recorded(dir: Path) -> list[MirrorMakerProcess]:
+    return [MirrorMakerProcess(dir)] if config_path(dir).exists() else []
 
 
-def _cmd_down(args: argparse.Namespace) -> int:
-    pid = stop_from_pidfile(args.dir)
-    if pid is None:
-        log.info("no MirrorMaker running from %s", args.dir.resolve())
-    else:
-        log.info("stopped MirrorMaker pid %d", pid)
-    return 0
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m devservices.mirror_maker",
-        description="Run Apache Kafka MirrorMaker 2 (dedicated mode) as a background JVM, "
-        "replicating one source cluster's topics to a target under the same names.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    dir_help = "work dir for config, logs and pid file (default: var/mm2 in the repo)"
-
-    up = commands.add_parser("up", help="write the config and start MM2 in the background")
-    up.add_argument("--dir", type=Path, default=DEFAULT_WORK_DIR, help=dir_help)
+def _up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--source", required=True, help="source bootstrap servers")
     up.add_argument("--target", required=True, help="target bootstrap servers")
     up.add_argument("--topics", required=True, help="comma-separated topic regexes to mirror")
@@ -397,16 +295,28 @@ def _parser() -> argparse.ArgumentParser:
         help="extra MM2 property, wins over the defaults; repeatable",
     )
     up.add_argument("--heap", default=DEFAULT_HEAP, help=f"JVM heap (default: {DEFAULT_HEAP})")
-    up.set_defaults(func=_cmd_up)
-
-    down = commands.add_parser("down", help="stop the MM2 started from the work dir")
-    down.add_argument("--dir", type=Path, default=DEFAULT_WORK_DIR, help=dir_help)
-    down.set_defaults(func=_cmd_down)
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return cli.run(_parser(), argv, MirrorMakerError)
+def _start(args: argparse.Namespace) -> list[MirrorMakerProcess]:
+    mm2 = start_mirror_maker(
+        args.dir,
+        args.source,
+        args.target,
+        args.topics,
+        tasks=args.tasks,
+        producer_acks=args.acks,
+        emit_checkpoints=args.checkpoints,
+        emit_heartbeats=args.heartbeats,
+        extra=_parse_set(args.set),
+        heap=args.heap,
+    )
+    log.info("MirrorMaker log in %s", mm2.log_path)
+    return [mm2]
+
+
+main = ServiceCli(
+    "devservices.mirror_maker", __doc__, DEFAULT_WORK_DIR, _recorded, _start, _up_arguments
+).main
 
 
 if __name__ == "__main__":

@@ -1,102 +1,117 @@
 """A real standalone ZooKeeper on 127.0.0.1, run from the ZooKeeper jars that Kafka 3.9 ships.
 
 Our brokers run KRaft and need no ZooKeeper; kafka-pixy (consumer-group membership) and
-Burrow 1.2 (its own cluster state) still do. Tests use :func:`start_zookeeper`::
+Burrow 1.2 (its own cluster state) still do. Tests use :func:`start_zookeeper` (the
+``zookeeper`` fixture)::
 
     with start_zookeeper(tmp_path / "zk") as zk:
         zk.connect      # "127.0.0.1:<port>"
 
-Layout of a server dir: ``zoo.cfg``, ``log4j.properties``, ``data/``, ``zookeeper.out``.
+    python -m devservices.zookeeper up [--dir var/zookeeper] [--port 2181]
+    python -m devservices.zookeeper status|down [--dir var/zookeeper]
+
+Layout of a server dir: ``zoo.cfg``, ``log4j.properties``, ``data/``, ``zookeeper.out``,
+``zookeeper.pid`` (while it runs), ``zookeeper.ports``.
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
-import subprocess
-import time
-from dataclasses import dataclass
+import sys
 from pathlib import Path
 
-from core.processes import StopOnExit, free_ports, terminate
-from devservices.kafka import DEFAULT_JARS_DIR, HOST, jvm_command, log_tail
+from core.paths import VAR_DIR
+from devservices._service import HOST, LocalService, Port, ServiceCli, ServiceError, read_ports
+from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
 
+DEFAULT_DIR = VAR_DIR / "zookeeper"
 READY_TIMEOUT_S = 30.0
 
 
-class ZooKeeperError(RuntimeError):
+class ZooKeeperError(ServiceError):
     """ZooKeeper exited while starting or did not answer in time."""
 
 
-@dataclass
-class ZooKeeper(StopOnExit):
-    """One ZooKeeper JVM started by :func:`start_zookeeper`; it runs until :meth:`stop`."""
+class ZooKeeper(LocalService):
+    """One ZooKeeper JVM serving clients on ``port``; ready once it answers ``ruok``."""
 
-    port: int
-    dir: Path
-    process: subprocess.Popen[bytes]
+    error = ZooKeeperError
+    ready_timeout = READY_TIMEOUT_S
+    port = Port("client")
+
+    def __init__(self, dir: Path, port: int = 0) -> None:
+        super().__init__(dir, "zookeeper", ports={"client": port})
 
     @property
     def connect(self) -> str:
+        """The connect string clients take, ``127.0.0.1:<port>``."""
         return f"{HOST}:{self.port}"
 
-    def stop(self) -> None:
-        terminate(self.process, timeout=10.0)
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def describe(self) -> str:
+        return self.connect
 
 
-def start_zookeeper(server_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR) -> ZooKeeper:
-    """Start ZooKeeper on a free loopback port; returns once it answers `ruok` with `imok`."""
-    (server_dir / "data").mkdir(parents=True, exist_ok=True)
-    (port,) = free_ports(1)
-    config = server_dir / "zoo.cfg"
+def start_zookeeper(
+    server_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, port: int = 0
+) -> ZooKeeper:
+    """Start ZooKeeper on ``port`` (0: a free one); returns once it answers `ruok` with `imok`.
+
+    Raises :class:`ZooKeeperError` with the tail of its output if it exits or does not answer
+    in time; it is stopped in that case.
+    """
+    zookeeper = ZooKeeper(server_dir, port)
+    data = zookeeper.dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    config = zookeeper.dir / "zoo.cfg"
     config.write_text(
-        f"dataDir={server_dir / 'data'}\n"
-        f"clientPort={port}\n"
+        f"dataDir={data}\n"
+        f"clientPort={zookeeper.port}\n"
         f"clientPortAddress={HOST}\n"
         "tickTime=2000\n"
         "maxClientCnxns=0\n"
         "admin.enableServer=false\n"
         "4lw.commands.whitelist=ruok\n"
     )
-    log4j = server_dir / "log4j.properties"
+    log4j = zookeeper.dir / "log4j.properties"
     log4j.write_text(
         "log4j.rootLogger=WARN, stdout\n"
         "log4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
         "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
         "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
     )
-    out_path = server_dir / "zookeeper.out"
-    cmd = jvm_command(
-        jars_dir,
-        log4j,
-        "org.apache.zookeeper.server.ZooKeeperServerMain",
-        str(config),
-        heap="128m",
-    )
-    with out_path.open("wb") as out:
-        process = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    zookeeper = ZooKeeper(port, server_dir, process)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not _answers_ruok(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            zookeeper.stop()
-            raise ZooKeeperError(
-                f"ZooKeeper on {HOST}:{port} did not start (exit {process.returncode}); "
-                f"tail of {out_path}:\n{log_tail(out_path)}"
-            )
-        time.sleep(0.2)
-    return zookeeper
+    main_class = "org.apache.zookeeper.server.ZooKeeperServerMain"
+    return zookeeper.start(jvm_command(jars_dir, log4j, main_class, str(config), heap="128m"))
 
 
-def _answers_ruok(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=1.0) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(4) == b"imok"
-    except OSError:
-        return False
+# --- CLI -------------------------------------------------------------------------------------
+
+
+def _recorded(dir: Path) -> list[ZooKeeper]:
+    ports = read_ports(dir, "zookeeper")
+    return [ZooKeeper(dir, ports["client"])] if ports else []
+
+
+def _up_arguments(up: argparse.ArgumentParser) -> None:
+    up.add_argument("--port", type=int, default=2181, help="client port (default: 2181)")
+
+
+def _start(args: argparse.Namespace) -> list[ZooKeeper]:
+    return [start_zookeeper(args.dir, port=args.port)]
+
+
+main = ServiceCli(
+    "devservices.zookeeper", __doc__, DEFAULT_DIR, _recorded, _start, _up_arguments
+).main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,11 +2,12 @@
 
 1. starts a real single-node Kafka broker (KRaft) under var/demo/kafka on a free port,
 2. produces a demo stream to `demo-orders` with duplicates, late records and records without
-   a usable event time (testing.demo_data.py), and remembers what it sent,
+   a usable event time (testing/demo_data.py), and remembers what it sent,
 3. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
 4. reads `audit_counts` back from Delta and prints it, with the totals checked against what
    was sent,
-5. stops the broker (also on failure or Ctrl-C).
+5. writes the completeness report (integrations/report) to var/demo/report.html,
+6. stops the broker (also on failure or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from core.paths import ROOT, project_jars
 from devservices.kafka import start_cluster
+from integrations.report import write_report
 from jobs.runtime.session import build_session
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
@@ -127,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         log.info("stopping the demo broker")
         cluster.stop()
-    return 0 if show_results(DEMO_DIR / "warehouse", sent) else 1
+    matched = show_results(DEMO_DIR / "warehouse", sent)
+    report = write_report(DEMO_DIR / "warehouse", DEMO_DIR / "report.html")
+    print(f"\ncompleteness report: {report} (open it in a browser; it works offline)")
+    return 0 if matched else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Generate and produce an audit data set whose true counts are known.
 
-Used by `make run` (examples.demo.py) and by the integration tests, which compute the expected
+Used by `make run` (examples/demo.py) and by the integration tests, which compute the expected
 audit table from the returned records in plain Python, independently of Spark.
 
 Records are JSON values {"id", "ts", "payload"}; `ts` is the event time in epoch ms. The set

@@ -1,10 +1,14 @@
 """The `Launcher` contract, and the `LaunchRecord` the store keeps for every application.
 
-Every launcher has the same three calls: `launch(group, definition, env)` starts one Spark
-application for a JobGroup and returns its `LaunchRecord`; `alive(record)` says whether it
-still runs; `cancel(record)` stops it (gracefully first) and returns once it is gone. `env`
-is extra environment for the application (control-plane address, worker id) that the
-reconciler builds.
+Every launcher has the same calls: `launch(group, definition, env)` starts one Spark
+application for a JobGroup and returns its `LaunchRecord`; `observes(record)` says whether
+this launcher, in this process, can see and stop that application (a local process on
+another host cannot be); `alive(record)` says whether it still runs; `cancel(record)` stops
+it (gracefully first) and returns once it is gone. `env` is extra environment for the
+application (control-plane address, worker id) that the reconciler builds.
+
+An application the launcher does not observe is watched through its own heartbeats and
+stopped with a CANCEL in the reply to them (controlplane/reconciler.py, workers.py).
 
 Implementations: `local.py` (spark-submit.sh in a process group), `standalone.py` (a Spark
 standalone master's REST API) and `kubernetes.py` (a Spark Operator SparkApplication).
@@ -31,18 +35,28 @@ class LaunchRecord:
     """One launched application of one JobGroup, as the store keeps it.
 
     The launcher fills `handle` (its name for the application: a pid, a driver id,
-    namespace/name), `log` and `details`; the reconciler adds `worker_id` (the id reserved
-    for the application's heartbeats) and counts `failures` across relaunches.
+    namespace/name), `log` and `details`; the reconciler adds `worker_id` (the random id
+    reserved for the application's heartbeats) with the digest of its secret, and counts
+    `failures` across relaunches.
     """
 
-    handle: str
+    handle: str  # "" while `intent`: the launch is decided, not yet confirmed
     definition: str  # reconcile.definition_of the JobGroup it runs
     started_at: float  # POSIX seconds
     log: str  # where its output goes (a path, or the command that shows it)
     details: Details = field(default_factory=lambda: MappingProxyType({}))
     worker_id: int | None = None
+    # SHA-256 (hex) of the per-launch secret the application proves itself with; the secret
+    # itself goes only to the application (UATU_WORKER_SECRET), never into the store.
+    worker_secret_sha256: str | None = None
     failures: int = 0  # relaunches in a row after the application died
     gave_up: bool = False  # failures passed the limit; no more relaunches
+    # Written (fenced) before the launcher is called, replaced by the launcher's record after
+    # it: a leader deposed in between leaves an intent, never an unrecorded application.
+    intent: bool = False
+    # Set when the application must stop but this replica cannot stop it itself; its
+    # heartbeats are then answered with CANCEL.
+    cancel_requested: bool = False
 
     def replace(self, **changes: Any) -> LaunchRecord:
         return dataclasses.replace(self, **changes)
@@ -75,6 +89,10 @@ def launch_details(**values: str | int | float | bool | None) -> Details:
 
 
 class Launcher(Protocol):
+    def observes(self, record: LaunchRecord) -> bool:
+        """True when `alive` and `cancel` work for `record` from this process."""
+        ...
+
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         """Start the group's application; raises LaunchFailed when it cannot."""
         ...

@@ -6,7 +6,7 @@ and a `SparkApplication` (type Python, cluster mode, restartPolicy Never) runs
 functions (`app_name`, `render_manifests`, the `*_argv` builders); `KubernetesLauncher` only
 runs `kubectl` with those argv lists (no shell) and reads its output.
 
-Launcher contract (controlplane/launchers.py `Launcher`):
+Launcher contract (controlplane/launchers/base.py `Launcher`):
 
 * `launch` deletes any earlier SparkApplication of the same name (waiting until it is gone),
   then `kubectl apply`s the ConfigMap and a fresh SparkApplication. The delete matters: with
@@ -50,7 +50,8 @@ Cluster requirements: the operator's mutating webhook enabled (it applies `volum
 `volumeMounts` and the driver `lifecycle`; on by default in its Helm chart); an image with
 the project tree at IMAGE_ROOT (built with `make setup build`), so the paths in
 `KubernetesConfig` exist;
-a site conf (`conf_config_map`, mounted at `conf_dir`) whose uatu.yaml points the warehouse
+a site conf (`conf_secret`, a Secret, or `conf_config_map`, mounted at `conf_dir`; a Secret
+when clusters.yaml holds credentials, see docs/security.md) whose uatu.yaml points the warehouse
 and checkpoints at shared storage (s3a://, hdfs://), not at the pod's own disk.
 """
 
@@ -84,7 +85,8 @@ DEFINITION_ANNOTATION = "uatu.io/definition"
 JOB_GROUP_ID_ANNOTATION = "uatu.io/job-group-id"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "uatu-controlplane"}
 JOBGROUP_FILE = "jobgroup.json"
-STOP_FILE = "/tmp/uatu-stop"  # inside the driver container; the preStop hook creates it
+STOP_FILE = "/tmp/uatu-stop"
+WORKER_SECRET_ENV = "UATU_WORKER_SECRET"  # inside the driver container; the preStop hook creates it
 IMAGE_ROOT = "/opt/uatu"
 
 # Names stay short enough that `<name>-ui-svc`, the UI Service the operator creates, is a
@@ -148,6 +150,7 @@ class KubernetesConfig:
     log4j_config: str = f"{IMAGE_ROOT}/conf/log4j2.properties"
     conf_dir: str = f"{IMAGE_ROOT}/conf"  # UATU_CONF_DIR in the pods
     conf_config_map: str = ""  # if set, this ConfigMap is mounted at conf_dir (site conf)
+    conf_secret: str = ""  # or this Secret (read-only, 0400): clusters.yaml with credentials
     jobgroup_dir: str = "/etc/uatu/jobgroup"  # where the JobGroup ConfigMap is mounted
     stop_grace_seconds: int = 30
     spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -196,6 +199,14 @@ class KubernetesConfig:
             not self.conf_config_map or _DNS_SUBDOMAIN.fullmatch(self.conf_config_map),
             "conf_config_map", self.conf_config_map, "not a valid ConfigMap name",
         )  # fmt: skip
+        _check(
+            not self.conf_secret or _DNS_SUBDOMAIN.fullmatch(self.conf_secret),
+            "conf_secret", self.conf_secret, "not a valid Secret name",
+        )  # fmt: skip
+        _check(
+            not (self.conf_secret and self.conf_config_map),
+            "conf_secret", self.conf_secret, "give conf_secret or conf_config_map, not both",
+        )  # fmt: skip
         _check(self.kubectl, "kubectl", self.kubectl, "must name the kubectl executable")
         for key, value in self.spark_conf.items():
             ok = isinstance(key, str) and isinstance(value, str)
@@ -233,13 +244,20 @@ def config_map_name(job_group_id: str) -> str:
     return f"{app_name(job_group_id)}-jobgroup"
 
 
+def worker_secret_name(job_group_id: str) -> str:
+    return f"{app_name(job_group_id)}-worker"
+
+
 def render_manifests(
     group: JobGroup, definition: str, env: Mapping[str, str], config: KubernetesConfig
 ) -> list[dict[str, Any]]:
     """[ConfigMap with the JobGroup JSON, SparkApplication running it] for `kubectl apply`.
 
     `env` (control-plane address, worker id, ...) goes to the driver and the executors, over
-    UATU_CONF_DIR; `definition` is recorded as the `uatu.io/definition` annotation.
+    UATU_CONF_DIR; `definition` is recorded as the `uatu.io/definition` annotation. The
+    worker secret (UATU_WORKER_SECRET), when `env` has one, goes into a Secret of its own
+    between the two, which only the driver reads (`secretKeyRef`): it is not written into
+    the SparkApplication, which more people may read.
     """
     name = app_name(group.job_group_id)
     labels = {**MANAGED_BY, JOB_GROUP_LABEL: name}
@@ -259,15 +277,38 @@ def render_manifests(
         "metadata": metadata(config_map_name(group.job_group_id)),
         "data": {JOBGROUP_FILE: json_format.MessageToJson(group, indent=2)},
     }
+    secret_value = env.get(WORKER_SECRET_ENV)
     pod_env = {"UATU_CONF_DIR": config.conf_dir, **env}
+    pod_env.pop(WORKER_SECRET_ENV, None)
+    secret_ref = []
+    if secret_value is not None:
+        secret_ref = [
+            {
+                "name": WORKER_SECRET_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": worker_secret_name(group.job_group_id),
+                        "key": "secret",
+                    }
+                },
+            }
+        ]
     volumes: list[dict[str, Any]] = [
         {"name": "jobgroup", "configMap": {"name": config_map_name(group.job_group_id)}}
     ]
     if config.conf_config_map:
         volumes.append({"name": "uatu-conf", "configMap": {"name": config.conf_config_map}})
+    elif config.conf_secret:
+        volumes.append(
+            {
+                "name": "uatu-conf",
+                "secret": {"secretName": config.conf_secret, "defaultMode": 0o400},
+            }
+        )
+    has_conf = bool(config.conf_config_map or config.conf_secret)
 
     def conf_mounts() -> list[dict[str, Any]]:  # fresh dicts: no object is shared in the output
-        if not config.conf_config_map:
+        if not has_conf:
             return []
         return [{"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}]
 
@@ -306,7 +347,7 @@ def render_manifests(
                 "memory": config.driver_memory,
                 "serviceAccount": config.service_account,
                 "labels": dict(labels),
-                "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}),
+                "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}) + secret_ref,
                 "volumeMounts": [
                     {"name": "jobgroup", "mountPath": config.jobgroup_dir, "readOnly": True},
                     *conf_mounts(),
@@ -332,11 +373,20 @@ def render_manifests(
                 "memory": config.executor_memory,
                 "labels": dict(labels),
                 "env": _env_list(pod_env),
-                **({"volumeMounts": conf_mounts()} if config.conf_config_map else {}),
+                **({"volumeMounts": conf_mounts()} if has_conf else {}),
             },
         },
     }
-    return [config_map, application]
+    if secret_value is None:
+        return [config_map, application]
+    worker_secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(worker_secret_name(group.job_group_id)),
+        "type": "Opaque",
+        "stringData": {"secret": secret_value},
+    }
+    return [config_map, worker_secret, application]
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
@@ -402,7 +452,8 @@ class KubernetesLauncher:
 
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         manifests = render_manifests(group, definition, env, self.config)
-        config_map, application = manifests
+        config_map, application = manifests[0], manifests[-1]
+        secrets = [m["metadata"]["name"] for m in manifests if m["kind"] == "Secret"]
         namespace = self.config.namespace
         name = application["metadata"]["name"]
         handle = f"{namespace}/{name}"
@@ -416,9 +467,15 @@ class KubernetesLauncher:
             started_at=self.clock(),
             log=f"{self.config.kubectl} logs -n {namespace} {name}-driver",
             details=launch_details(
-                namespace=namespace, name=name, config_map=config_map["metadata"]["name"]
+                namespace=namespace,
+                name=name,
+                config_map=config_map["metadata"]["name"],
+                **({"worker_secret": secrets[0]} if secrets else {}),
             ),
         )
+
+    def observes(self, record: LaunchRecord) -> bool:
+        return True  # the cluster's API answers from any host
 
     def alive(self, record: LaunchRecord) -> bool:
         namespace, name = str(record.detail("namespace")), str(record.detail("name"))
@@ -436,10 +493,13 @@ class KubernetesLauncher:
     def cancel(self, record: LaunchRecord) -> None:
         namespace, handle = str(record.detail("namespace")), record.handle
         # The application first: its driver stops; the ConfigMap only fed its volume.
-        for kind, name in (
+        objects = [
             ("sparkapplication", str(record.detail("name"))),
             ("configmap", str(record.detail("config_map"))),
-        ):
+        ]
+        if record.details.get("worker_secret"):
+            objects.append(("secret", str(record.details["worker_secret"])))
+        for kind, name in objects:
             self._run("cancel", handle, delete_argv(self.config, kind, namespace, name))
         log.info("canceled SparkApplication %s", handle)
 

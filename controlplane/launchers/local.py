@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -36,11 +37,13 @@ class LocalLauncher:
         conf_dir: Path | None = None,
         spark_master: str | None = None,
         grace_seconds: float = 10.0,
+        host: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.conf_dir = conf_dir
         self.spark_master = spark_master
         self.grace_seconds = grace_seconds
+        self.host = host or socket.gethostname()
         # Children started by this process; polling them reaps exited ones (no zombies).
         self._children: dict[int, subprocess.Popen] = {}
 
@@ -67,9 +70,17 @@ class LocalLauncher:
             started_at=time.time(),
             log=str(app_dir / "app.log"),
             details=launch_details(
-                pid=proc.pid, pid_start=start_ticks(proc.pid), stop_file=str(files.stop_file)
+                pid=proc.pid,
+                pid_start=start_ticks(proc.pid),
+                stop_file=str(files.stop_file),
+                host=self.host,
             ),
         )
+
+    def observes(self, record: LaunchRecord) -> bool:
+        # A pid means something only on the host that started it; records from before the
+        # host was recorded were all written by a single-host control plane.
+        return record.details.get("host", self.host) == self.host
 
     def alive(self, record: LaunchRecord) -> bool:
         pid = int(record.detail("pid"))

@@ -1,6 +1,6 @@
 """Run one JobGroup as a driver on a Spark standalone cluster, through the master's REST API.
 
-`StandaloneLauncher` implements the `Launcher` protocol (controlplane/launchers.py) with the
+`StandaloneLauncher` implements the `Launcher` protocol (controlplane/launchers/base.py) with the
 standalone master's REST submission server (``spark.master.rest.enabled``, port 6066 by
 default): ``POST /v1/submissions/create``, ``GET /v1/submissions/status/<id>`` and
 ``POST /v1/submissions/kill/<id>``. The launch handle is the submission id (``driver-...``).
@@ -158,6 +158,16 @@ def submission_request(
     }
 
 
+SECRET_ENV = ("UATU_WORKER_SECRET",)
+
+
+def redacted(request: dict) -> dict:
+    """The request as written to submission.json: the worker secret is not kept on disk."""
+    env = dict(request.get("environmentVariables", {}))
+    env.update({name: "<redacted>" for name in SECRET_ENV if name in env})
+    return {**request, "environmentVariables": env}
+
+
 class MasterUnreachable(Exception):
     """No usable answer from the REST server (not reachable, timed out, not JSON)."""
 
@@ -190,6 +200,7 @@ class StandaloneLauncher:
         grace_seconds: float = 15.0,
         kill_timeout: float = 30.0,
         http_timeout: float = 5.0,
+        rest_token: str | None = None,
     ) -> None:
         self.rest_url = rest_url.rstrip("/")
         self.master_url = master_url
@@ -207,6 +218,8 @@ class StandaloneLauncher:
         self.grace_seconds = grace_seconds
         self.kill_timeout = kill_timeout
         self.http_timeout = http_timeout
+        # A JWS for a REST server behind spark.master.rest.filters=...JWSFilter.
+        self._rest_token = rest_token
 
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         """Submit the group; the record's handle (and "submission_id" detail) is the driver id.
@@ -228,7 +241,7 @@ class StandaloneLauncher:
             resources=self.resources,
             extra_conf=self.extra_conf,
         )
-        (app_dir / "submission.json").write_text(json.dumps(request, indent=2) + "\n")
+        (app_dir / "submission.json").write_text(json.dumps(redacted(request), indent=2) + "\n")
         try:
             response = self._call("POST", "create", request)
         except MasterUnreachable as e:
@@ -256,6 +269,9 @@ class StandaloneLauncher:
                 jobgroup_file=str(jobgroup_file),
             ),
         )
+
+    def observes(self, record: LaunchRecord) -> bool:
+        return True  # the cluster's API answers from any host
 
     def alive(self, record: LaunchRecord) -> bool:
         """True while the driver runs or may; True (and a warning) when nobody can tell."""
@@ -340,6 +356,8 @@ class StandaloneLauncher:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Content-Type", "application/json;charset=UTF-8")
+        if self._rest_token:
+            request.add_header("Authorization", f"Bearer {self._rest_token}")
         try:
             with urllib.request.urlopen(request, timeout=self.http_timeout) as resp:
                 return _json_object(resp.read())

@@ -15,6 +15,14 @@ is ``/v3/`` since etcd 3.4). Keys and values travel base64-encoded; int64 fields
 strings and fields equal to their default (``succeeded: false``, ``count: 0``) are omitted.
 
 `EtcdClient` is thread-safe: each thread keeps its own keep-alive connection.
+
+Access (`EtcdAccess`): one or more endpoints, ``http://`` or ``https://``; for https a CA
+file to verify etcd with and optionally a client certificate and key (etcd's
+--client-cert-auth); optionally a user and password (etcd's auth: a token from
+``auth/authenticate`` is sent as the Authorization header, and fetched again when etcd says
+it expired). Failover: a connection that cannot be opened moves on to the next endpoint at
+once (nothing was sent); a call that fails after it was sent is not resent (it may have been
+applied) but raises StoreUnavailable, and the next call starts at the next endpoint.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from controlplane.errors import StoreUnavailable
@@ -63,17 +73,71 @@ class KeyValue(NamedTuple):
         )
 
 
-class EtcdClient:
-    """Calls to one etcd endpoint (``http://host:port``); `timeout` is per call, in seconds."""
+# etcd's answers when a request lacks a valid token: INVALID_ARGUMENT "user name is empty",
+# UNAUTHENTICATED "invalid auth token" (gRPC codes 3 and 16).
+_AUTH_MESSAGES = ("invalid auth token", "user name is empty", "token is expired")
 
-    def __init__(self, endpoint: str, timeout: float = 5.0) -> None:
-        url = urllib.parse.urlsplit(endpoint)
-        if url.scheme != "http" or not url.hostname:
-            raise ValueError(f"etcd endpoint must look like http://host:port, got {endpoint!r}")
-        self.endpoint = endpoint.rstrip("/")
+
+@dataclass(frozen=True)
+class EtcdAccess:
+    """How to reach and authenticate to an etcd cluster."""
+
+    endpoints: tuple[str, ...]
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, endpoints: str | Sequence[str] | EtcdAccess) -> EtcdAccess:
+        if isinstance(endpoints, EtcdAccess):
+            return endpoints
+        if isinstance(endpoints, str):
+            endpoints = endpoints.split(",")
+        return cls(tuple(e.strip() for e in endpoints if e.strip()))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+class _Endpoint(NamedTuple):
+    url: str
+    scheme: str
+    host: str
+    port: int
+
+
+class EtcdClient:
+    """Calls to an etcd cluster (`EtcdAccess`, or an ``http(s)://host:port`` list);
+    `timeout` is per call, in seconds."""
+
+    def __init__(self, access: str | Sequence[str] | EtcdAccess, timeout: float = 5.0) -> None:
+        self.access = EtcdAccess.of(access)
+        self._endpoints = []
+        for endpoint in self.access.endpoints:
+            url = urllib.parse.urlsplit(endpoint)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(
+                    f"etcd endpoint must look like http(s)://host:port, got {endpoint!r}"
+                )
+            if url.scheme == "http" and (self.access.cert_file or self.access.ca_file):
+                raise ValueError(f"{endpoint}: a CA or client certificate needs https://")
+            self._endpoints.append(
+                _Endpoint(endpoint.rstrip("/"), url.scheme, url.hostname, url.port or 2379)
+            )
+        if not self._endpoints:
+            raise ValueError("no etcd endpoint given")
+        self.endpoint = ",".join(e.url for e in self._endpoints)
         self.timeout = timeout
-        self._host = url.hostname
-        self._port = url.port or 2379
+        self._ssl = (
+            self.access.ssl_context() if any(e.scheme == "https" for e in self._endpoints) else None
+        )
+        self._current = 0  # index of the endpoint calls go to; moves on failure
+        self._token: str | None = None
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[http.client.HTTPConnection] = []
@@ -88,30 +152,68 @@ class EtcdClient:
     def call(self, method: str, body: Json, timeout: float | None = None) -> Json:
         """POST ``body`` to ``/v3/<method>`` and return the decoded answer.
 
-        Raises `StoreUnavailable` when etcd cannot be reached, times out or says it is
+        Raises `StoreUnavailable` when no endpoint can be reached, one times out or says it is
         unavailable (no leader, shutting down), `EtcdRequestFailed` for any other error answer.
         """
+        if self.access.user and self._token is None and method != "auth/authenticate":
+            self._authenticate()
+        try:
+            return self._call_once(method, body, timeout)
+        except EtcdRequestFailed as e:
+            if not self.access.user or not any(m in str(e) for m in _AUTH_MESSAGES):
+                raise
+        self._authenticate()  # the token expired (or etcd restarted): once more with a new one
+        return self._call_once(method, body, timeout)
+
+    def _authenticate(self) -> None:
+        answer = self._call_once(
+            "auth/authenticate",
+            {"name": self.access.user, "password": self.access.password},
+            None,
+        )
+        self._token = str(answer.get("token") or "") or None
+
+    def _call_once(self, method: str, body: Json, timeout: float | None) -> Json:
         payload = json.dumps(body).encode()
-        for attempt in (1, 2):
-            conn, reused = self._connection()
-            try:
-                conn.timeout = self.timeout if timeout is None else timeout
-                if conn.sock is not None:
-                    conn.sock.settimeout(conn.timeout)
-                conn.request("POST", f"/v3/{method}", payload, {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                status, data = resp.status, resp.read()
-            except _STALE_CONNECTION as e:
-                self._drop(conn)
-                if reused and attempt == 1:
-                    continue
-                raise StoreUnavailable(self.endpoint, f"{method}: {e!r}") from e
-            except (OSError, http.client.HTTPException) as e:
-                # The request may or may not have been applied: never resend it.
-                self._drop(conn)
-                raise StoreUnavailable(self.endpoint, f"{method}: {e!r}") from e
-            return self._decode(method, status, data)
-        raise AssertionError("unreachable")
+        headers = {"Content-Type": "application/json"}
+        if self._token and method != "auth/authenticate":
+            headers["Authorization"] = self._token
+        refused: list[str] = []
+        for _ in range(len(self._endpoints)):
+            endpoint = self._endpoints[self._current % len(self._endpoints)]
+            for attempt in (1, 2):
+                conn, reused = self._connection(endpoint)
+                try:
+                    conn.timeout = self.timeout if timeout is None else timeout
+                    if conn.sock is None:
+                        conn.connect()
+                    else:
+                        conn.sock.settimeout(conn.timeout)
+                except OSError as e:  # nothing was sent: the next endpoint may answer
+                    self._drop(conn)
+                    refused.append(f"{endpoint.url}: {e!r}")
+                    break
+                try:
+                    conn.request("POST", f"/v3/{method}", payload, headers)
+                    resp = conn.getresponse()
+                    status, data = resp.status, resp.read()
+                except _STALE_CONNECTION as e:
+                    self._drop(conn)
+                    if reused and attempt == 1:
+                        continue
+                    self._advance()
+                    raise StoreUnavailable(endpoint.url, f"{method}: {e!r}") from e
+                except (OSError, http.client.HTTPException) as e:
+                    # The request may or may not have been applied: never resend it.
+                    self._drop(conn)
+                    self._advance()
+                    raise StoreUnavailable(endpoint.url, f"{method}: {e!r}") from e
+                return self._decode(endpoint.url, method, status, data)
+            self._advance()
+        raise StoreUnavailable(self.endpoint, f"{method}: no endpoint answered: {refused}")
+
+    def _advance(self) -> None:
+        self._current = (self._current + 1) % len(self._endpoints)
 
     def range(
         self, key: bytes, range_end: bytes | None = None, limit: int = 0, count_only: bool = False
@@ -151,24 +253,34 @@ class EtcdClient:
             "kv/txn", {"compare": list(compare), "success": list(success), "failure": list(failure)}
         )
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+    def _connection(self, endpoint: _Endpoint) -> tuple[http.client.HTTPConnection, bool]:
+        conns: dict[str, http.client.HTTPConnection] = getattr(self._local, "conns", None) or {}
+        self._local.conns = conns
+        conn = conns.get(endpoint.url)
         if conn is not None:
             return conn, True
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
-        self._local.conn = conn
+        if endpoint.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                endpoint.host, endpoint.port, timeout=self.timeout, context=self._ssl
+            )
+        else:
+            conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=self.timeout)
+        conns[endpoint.url] = conn
         with self._lock:
             self._connections.append(conn)
         return conn, False
 
     def _drop(self, conn: http.client.HTTPConnection) -> None:
         conn.close()
-        self._local.conn = None
+        conns: dict[str, http.client.HTTPConnection] = getattr(self._local, "conns", None) or {}
+        for url, known in list(conns.items()):
+            if known is conn:
+                del conns[url]
         with self._lock:
             if conn in self._connections:
                 self._connections.remove(conn)
 
-    def _decode(self, method: str, status: int, data: bytes) -> Json:
+    def _decode(self, endpoint: str, method: str, status: int, data: bytes) -> Json:
         try:
             answer = json.loads(data) if data else {}
         except ValueError:
@@ -178,7 +290,8 @@ class EtcdClient:
         code = answer.get("code") if isinstance(answer, dict) else None
         message = str(answer.get("message") or answer.get("error") or f"HTTP {status}")
         if code in _UNAVAILABLE_CODES or status in (503, 504):
-            raise StoreUnavailable(self.endpoint, f"{method}: {message}")
+            self._advance()
+            raise StoreUnavailable(endpoint, f"{method}: {message}")
         raise EtcdRequestFailed(method, code, message)
 
 

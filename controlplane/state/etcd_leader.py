@@ -29,7 +29,7 @@ import time
 
 from controlplane.errors import StoreUnavailable
 from controlplane.state import etcd_client as ops
-from controlplane.state.etcd_client import EtcdClient
+from controlplane.state.etcd_client import EtcdAccess, EtcdClient
 
 log = logging.getLogger("uatu.leader")
 
@@ -42,7 +42,7 @@ class EtcdLeadership:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | EtcdAccess,
         address: str,
         name: str = "/uatu/leader",
         ttl_seconds: int = 5,

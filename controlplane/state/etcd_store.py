@@ -1,6 +1,6 @@
 """The `Store` contract on etcd, so several control-plane replicas share one state.
 
-Same semantics as `SqliteStore` (store.py), with these etcd specifics:
+Same semantics as `SqliteStore` (state/sqlite.py), with these etcd specifics:
 
 * versions are etcd mod_revisions: they grow with every write but are not consecutive, and
   a group's first version is not 1. Callers treat them as opaque, which the contract allows;
@@ -38,7 +38,7 @@ from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, Sta
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state import etcd_client as ops
 from controlplane.state.base import Versioned
-from controlplane.state.etcd_client import EtcdClient, Json, KeyValue
+from controlplane.state.etcd_client import EtcdAccess, EtcdClient, Json, KeyValue
 
 Fence = Callable[[], tuple[str, int] | None]
 
@@ -55,7 +55,7 @@ class EtcdStore:
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | EtcdAccess,
         prefix: str = "/uatu",
         fence: Fence | None = None,
         *,
@@ -84,6 +84,10 @@ class EtcdStore:
     def get(self, job_group_id: str) -> Versioned | None:
         kv = self._etcd.get(self._groups + job_group_id.encode())
         return None if kv is None else Versioned(_parse(kv.value), kv.mod_revision)
+
+    def count(self) -> int:
+        answer = self._etcd.range(self._groups, ops.prefix_end(self._groups), count_only=True)
+        return int(answer.get("count", 0))
 
     def create(self, group: StoredJobGroup) -> int:
         job_group_id = group.job_group.job_group_id
@@ -151,6 +155,10 @@ class EtcdStore:
             kv.key[len(self._launches) :].decode(): LaunchRecord.from_json(kv.value)
             for kv in self._etcd.scan(self._launches, self._page_size)
         }
+
+    def get_launch(self, job_group_id: str) -> LaunchRecord | None:
+        kv = self._etcd.get(self._launches + job_group_id.encode())
+        return None if kv is None else LaunchRecord.from_json(kv.value)
 
     def delete_launch(self, job_group_id: str) -> None:
         self._fenced([ops.delete(self._launches + job_group_id.encode())])

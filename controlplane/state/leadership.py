@@ -3,7 +3,7 @@
 With several control-plane replicas exactly one is the leader. Followers answer admin calls
 with FAILED_PRECONDITION naming the leader (as uForwarder's master does) and do not
 reconcile. `SoleLeader` is the single-replica case (the embedded SQLite store);
-`controlplane/etcd_leader.py` campaigns for a lease-backed key in etcd.
+`controlplane/state/etcd_leader.py` campaigns for a lease-backed key in etcd.
 """
 
 from __future__ import annotations

@@ -2,11 +2,29 @@
 
 `SqliteStore` is thread-safe: one connection behind a lock. `state/etcd_store.py`
 implements the same contract on etcd for high availability.
+
+It never acknowledges a write it did not commit:
+
+* every write is one transaction (`_transaction`): BEGIN IMMEDIATE takes the write lock up
+  front, COMMIT ends it, and any error in between (a "database is locked" after the busy
+  timeout, a constraint, a crash of the statement) rolls it back before the error leaves,
+  as `StoreUnavailable` (UNAVAILABLE) for SQLite's own errors. The connection is therefore
+  never left inside an open transaction whose later writes would "succeed" in memory and
+  vanish with the process;
+* `busy_seconds` (5 s) is how long a write waits for a lock someone else holds (an
+  operator's sqlite3 shell, a backup) before it fails;
+* `exclusive=True` (what `serve` uses) takes an exclusive lock on ``<file>.lock`` for the
+  store's lifetime: a second control plane on the same file is refused at start
+  (`StoreLocked`) instead of both reconciling. The lock is flock(2): the kernel drops it
+  when the process dies, however it dies.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -16,9 +34,17 @@ from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
-from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite
+from controlplane.errors import (
+    JobGroupExists,
+    JobGroupNotFound,
+    NotLeader,
+    StaleWrite,
+    StoreUnavailable,
+)
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state.base import Versioned
+from controlplane.state.leadership import Leadership
+from core.errors import ConfigError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_groups (
@@ -45,57 +71,135 @@ CREATE TABLE IF NOT EXISTS job_statuses (
 """
 
 
+class StoreLocked(ConfigError):
+    """Another process (a second control plane) holds the store file's exclusive lock."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(
+            str(path),
+            f"another control plane ({holder or 'unknown process'}) uses this store; "
+            "two on one SQLite file would both launch applications",
+        )
+
+
+def _lock_exclusively(path: Path) -> int:
+    """Open and flock ``<path>.lock``; the fd holds the lock until closed (or process exit)."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StoreLocked(path, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class SqliteStore:
-    def __init__(self, path: Path | str) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+    def __init__(
+        self,
+        path: Path | str,
+        leadership: Leadership | None = None,
+        *,
+        exclusive: bool = False,
+        busy_seconds: float = 5.0,
+    ) -> None:
+        """`leadership`, when given, fences the leader-only writes (launch records): they
+        raise NotLeader once it no longer leads, as the etcd store's fenced txns do."""
+        self._leadership = leadership
         self._lock = threading.Lock()
+        self._path = str(path)
+        self._lock_fd: int | None = None
+        if self._path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            if exclusive:
+                self._lock_fd = _lock_exclusively(Path(path))
+        self._db = sqlite3.connect(
+            self._path, timeout=busy_seconds, check_same_thread=False, isolation_level=None
+        )
+        self._db.execute(f"PRAGMA busy_timeout = {int(busy_seconds * 1000)}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss
+        self._db.executescript(_SCHEMA)  # idempotent statements, each its own transaction
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction; rolled back on any error. Call with `self._lock` held."""
+        try:
+            if self._db.in_transaction:  # never nest into (or inherit) an open transaction
+                self._db.execute("ROLLBACK")
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise StoreUnavailable(self._path, str(e)) from None
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException as e:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError):
+                raise StoreUnavailable(self._path, str(e)) from None
+            raise
+
+    def _read(self, sql: str, parameters: tuple = ()) -> list:
+        try:
+            return self._db.execute(sql, parameters).fetchall()
+        except sqlite3.OperationalError as e:
+            raise StoreUnavailable(self._path, str(e)) from None
 
     def get(self, job_group_id: str) -> Versioned | None:
         with self._lock:
-            row = self._db.execute(
-                "SELECT version, data FROM job_groups WHERE id = ?", (job_group_id,)
-            ).fetchone()
-        return None if row is None else Versioned(_parse(row[1]), row[0])
+            rows = self._read("SELECT version, data FROM job_groups WHERE id = ?", (job_group_id,))
+        return None if not rows else Versioned(_parse(rows[0][1]), rows[0][0])
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._read("SELECT count(*) FROM job_groups")[0][0])
 
     def create(self, group: StoredJobGroup) -> int:
         job_group_id = group.job_group.job_group_id
         with self._lock:
             try:
-                self._db.execute(
-                    "INSERT INTO job_groups (id, version, data) VALUES (?, 1, ?)",
-                    (job_group_id, group.SerializeToString()),
-                )
+                with self._transaction():
+                    self._db.execute(
+                        "INSERT INTO job_groups (id, version, data) VALUES (?, 1, ?)",
+                        (job_group_id, group.SerializeToString()),
+                    )
             except sqlite3.IntegrityError:
                 raise JobGroupExists(job_group_id) from None
         return 1
 
     def replace(self, group: StoredJobGroup, expected_version: int) -> int:
         job_group_id = group.job_group.job_group_id
-        with self._lock:
+        with self._lock, self._transaction():
             updated = self._db.execute(
                 "UPDATE job_groups SET version = version + 1, data = ? "
                 "WHERE id = ? AND version = ?",
                 (group.SerializeToString(), job_group_id, expected_version),
             ).rowcount
-            if updated == 1:
-                return expected_version + 1
-            row = self._db.execute(
-                "SELECT version FROM job_groups WHERE id = ?", (job_group_id,)
-            ).fetchone()
+            row = None
+            if updated != 1:
+                row = self._db.execute(
+                    "SELECT version FROM job_groups WHERE id = ?", (job_group_id,)
+                ).fetchone()
+        if updated == 1:
+            return expected_version + 1
         if row is None:
             raise JobGroupNotFound(job_group_id)
         raise StaleWrite(job_group_id, expected_version, row[0])
 
     def delete(self, job_group_id: str) -> None:
-        with self._lock:
+        with self._lock, self._transaction():
             deleted = self._db.execute(
                 "DELETE FROM job_groups WHERE id = ?", (job_group_id,)
             ).rowcount
@@ -107,10 +211,10 @@ class SqliteStore:
         last = ""
         while True:
             with self._lock:
-                rows = self._db.execute(
+                rows = self._read(
                     "SELECT id, version, data FROM job_groups WHERE id > ? ORDER BY id LIMIT 500",
                     (last,),
-                ).fetchall()
+                )
             if not rows:
                 return
             for job_group_id, version, data in rows:
@@ -119,8 +223,7 @@ class SqliteStore:
 
     def next_ids(self, sequence: str, count: int) -> range:
         """Reserve `count` consecutive ids of a named sequence (ids start at 1)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._lock, self._transaction():
             row = self._db.execute(
                 "SELECT value FROM sequences WHERE name = ?", (sequence,)
             ).fetchone()
@@ -130,13 +233,13 @@ class SqliteStore:
                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                 (sequence, start + count - 1),
             )
-            self._db.execute("COMMIT")
         return range(start, start + count)
 
     # Launch records: what runs for a JobGroup, kept so a restarted control plane adopts it.
 
     def put_launch(self, job_group_id: str, record: LaunchRecord) -> None:
-        with self._lock:
+        self._check_fence()
+        with self._lock, self._transaction():
             self._db.execute(
                 "INSERT INTO launches (id, record) VALUES (?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET record = excluded.record",
@@ -145,17 +248,27 @@ class SqliteStore:
 
     def launches(self) -> dict[str, LaunchRecord]:
         with self._lock:
-            rows = self._db.execute("SELECT id, record FROM launches").fetchall()
+            rows = self._read("SELECT id, record FROM launches")
         return {job_group_id: LaunchRecord.from_json(record) for job_group_id, record in rows}
 
-    def delete_launch(self, job_group_id: str) -> None:
+    def get_launch(self, job_group_id: str) -> LaunchRecord | None:
         with self._lock:
+            rows = self._read("SELECT record FROM launches WHERE id = ?", (job_group_id,))
+        return None if not rows else LaunchRecord.from_json(rows[0][0])
+
+    def delete_launch(self, job_group_id: str) -> None:
+        self._check_fence()
+        with self._lock, self._transaction():
             self._db.execute("DELETE FROM launches WHERE id = ?", (job_group_id,))
+
+    def _check_fence(self) -> None:
+        if self._leadership is not None and not self._leadership.is_leader():
+            raise NotLeader(self._leadership.leader())
 
     # Workers (running Spark applications) and their latest per-job statuses.
 
     def put_worker(self, worker: StoredWorker) -> None:
-        with self._lock:
+        with self._lock, self._transaction():
             self._db.execute(
                 "INSERT INTO workers (id, data) VALUES (?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET data = excluded.data",
@@ -164,44 +277,42 @@ class SqliteStore:
 
     def get_worker(self, worker_id: int) -> StoredWorker | None:
         with self._lock:
-            row = self._db.execute("SELECT data FROM workers WHERE id = ?", (worker_id,)).fetchone()
-        return None if row is None else StoredWorker.FromString(row[0])
+            rows = self._read("SELECT data FROM workers WHERE id = ?", (worker_id,))
+        return None if not rows else StoredWorker.FromString(rows[0][0])
 
     def workers(self) -> list[StoredWorker]:
         with self._lock:
-            rows = self._db.execute("SELECT data FROM workers ORDER BY id").fetchall()
+            rows = self._read("SELECT data FROM workers ORDER BY id")
         return [StoredWorker.FromString(data) for (data,) in rows]
 
     def delete_worker(self, worker_id: int) -> None:
-        with self._lock:
+        with self._lock, self._transaction():
             self._db.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
 
     def put_job_statuses(self, statuses: Iterable[StoredJobStatus]) -> None:
         rows = [(s.job_status.job.job_id, s.SerializeToString()) for s in statuses]
-        with self._lock:
-            self._db.execute("BEGIN")
+        with self._lock, self._transaction():
             self._db.executemany(
                 "INSERT INTO job_statuses (job_id, data) VALUES (?, ?) "
                 "ON CONFLICT(job_id) DO UPDATE SET data = excluded.data",
                 rows,
             )
-            self._db.execute("COMMIT")
 
     def job_statuses(self, job_ids: Iterable[int] | None = None) -> dict[int, StoredJobStatus]:
         """Every job's latest status, or only those of `job_ids` (one group's, say)."""
         with self._lock:
             if job_ids is None:
-                rows = self._db.execute("SELECT job_id, data FROM job_statuses").fetchall()
+                rows = self._read("SELECT job_id, data FROM job_statuses")
             else:
-                rows = self._db.execute(
+                rows = self._read(
                     "SELECT job_id, data FROM job_statuses WHERE job_id IN "
                     "(SELECT value FROM json_each(?))",
                     (json.dumps(sorted(set(job_ids))),),
-                ).fetchall()
+                )
         return {job_id: StoredJobStatus.FromString(data) for job_id, data in rows}
 
     def delete_job_statuses(self, job_ids: Iterable[int]) -> None:
-        with self._lock:
+        with self._lock, self._transaction():
             self._db.executemany(
                 "DELETE FROM job_statuses WHERE job_id = ?", [(i,) for i in job_ids]
             )

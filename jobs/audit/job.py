@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,6 +33,7 @@ from pyspark.sql import functions as F
 from jobs.audit import tables
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import (
+    WINDOW_KEY,
     assign_windows,
     audit_records,
     new_keys,
@@ -39,6 +41,8 @@ from jobs.audit.transforms import (
     window_partials,
     with_new_unique_counts,
 )
+from jobs.runtime import metrics
+from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import observe_source
 from jobs.runtime.runner import streaming_query_id
@@ -113,8 +117,31 @@ class AuditBatchWriter:
                 # recompute the whole batch; a local checkpoint hands it the computed rows.
                 computed = partials.localCheckpoint()
             with phases("merge"):
-                tables.merge_counts(spark, computed, spec.audit_counts_path, app_id, batch_id)
+                tables.merge_counts(computed, spec.audit_counts_path, app_id, batch_id)
+            if metrics.serving():
+                self._publish(computed)
         log.info("batch %d written: %s", batch_id, phases)
+
+    def _publish(self, computed: DataFrame) -> None:
+        """The batch's per-window increments -> the driver's Prometheus metrics."""
+        exact = F.col("audit_type") == "AUDIT_TYPE_EXACT_UNIQ"
+        rows = computed.select(
+            *WINDOW_KEY,
+            "window_end",
+            "message_count",
+            "bytes",
+            "no_event_time_count",
+            "late_count",
+            F.when(exact, F.col("message_count") - F.col("new_unique_count")).alias(
+                "duplicate_count"
+            ),
+        ).collect()
+        lateness = self.spec.allowed_lateness_seconds
+        metrics.audit_windows(
+            [r.asDict() for r in rows],
+            {w.interval_seconds: lateness or w.interval_seconds for w in self.spec.windows},
+            datetime.now(UTC),
+        )
 
 
 class PhaseTimes:
@@ -155,7 +182,7 @@ class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its tables, its stream, its batch writer."""
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        tables.ensure_tables(spark, self.spec.audit_counts_path, self.spec.audit_keys_path)
+        ensure_tables(spark, tables.locations(self.spec))
         spec = self.spec
         log.info(
             "auditing %s/%s (%s) into %s: %s",

@@ -28,7 +28,15 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from core.jobgroup import (
+    MAX_AUDIT_CONFIGS,
+    JobGroup,
+    SourceTopic,
+    check_topic,
+    job_options,
+    require_cluster,
+)
+from core.storage import checkpoint_location, table_location
 
 SUPPORTED_AUDIT_TYPES = ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
 
@@ -128,7 +136,14 @@ def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
             [],
             "at least one AuditConfig is required",
         )
-    windows = []
+    if len(configs) > MAX_AUDIT_CONFIGS:
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.audit_metadata.audit_configs",
+            f"{len(configs)} items",
+            f"at most {MAX_AUDIT_CONFIGS}",
+        )
+    windows: list[AuditWindow] = []
+    seen: set[AuditWindow] = set()
     for i, config in enumerate(configs):
         field = f"kafka_consumer_task_group.audit_metadata.audit_configs[{i}]"
         type_name = job_pb2.AuditType.Name(config.audit_type)
@@ -145,8 +160,9 @@ def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
                 "must be > 0",
             )
         window = AuditWindow(type_name, config.audit_interval_in_seconds)
-        if window in windows:
+        if window in seen:
             raise InvalidJobGroup(field, f"{type_name}/{window.interval_seconds}s", "duplicate")
+        seen.add(window)
         windows.append(window)
     return tuple(windows)
 
@@ -171,6 +187,7 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
             )
             audited_cluster = group.audit_task_group.cluster
         audited_topic = group.audit_task_group.topic or audited_topic
+        check_topic("audit_task_group.topic", group.audit_task_group.topic)
 
     options = job_options(group)
     audit = options.audit
@@ -217,7 +234,22 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
         max_messages_per_sec=group.flow_control.messages_per_sec,
         trigger_interval_seconds=trigger_seconds,
-        audit_counts_path=output.audit_counts_path or f"{settings.warehouse}/audit_counts",
-        audit_keys_path=output.audit_keys_path or f"{settings.warehouse}/audit_keys",
-        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
+        audit_counts_path=table_location(
+            "extension.output.audit_counts_path",
+            output.audit_counts_path,
+            settings.warehouse,
+            "audit_counts",
+        ),
+        audit_keys_path=table_location(
+            "extension.output.audit_keys_path",
+            output.audit_keys_path,
+            settings.warehouse,
+            "audit_keys",
+        ),
+        checkpoint_path=checkpoint_location(
+            "extension.output.checkpoint_path",
+            output.checkpoint_path,
+            settings.checkpoints,
+            group.job_group_id,
+        ),
     )

@@ -26,15 +26,14 @@ updated_at              timestamp  audit time of the last batch that touched the
 `audit_keys` holds the distinct dedupe keys of exact audits (DEDUPE_KEY + first_batch_id).
 
 Exactly-once: every write of batch N carries Delta's idempotent-write marker (txnAppId =
-the streaming query id from the checkpoint, txnVersion = N), so a batch replayed after a
-crash is skipped by a table that already committed it. New keys are computed against keys
-whose first_batch_id < N, so a replay recomputes the same unique increments even when the
-keys table committed and the counts table did not.
+the streaming query id from the checkpoint, txnVersion = N; `jobs.runtime.delta`), so a
+batch replayed after a crash is skipped by a table that already committed it. New keys are
+computed against keys whose first_batch_id < N, so a replay recomputes the same unique
+increments even when the keys table committed and the counts table did not.
 """
 
 from __future__ import annotations
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -48,43 +47,60 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import DEDUPE_KEY, WINDOW_KEY
+from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, merge_once
 
-AUDIT_COUNTS_SCHEMA = StructType(
-    [
-        StructField("cluster", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("audit_type", StringType(), False),
-        StructField("audit_interval_seconds", IntegerType(), False),
-        StructField("window_start", TimestampType(), False),
-        StructField("window_end", TimestampType(), False),
-        StructField("message_count", LongType(), False),
-        StructField("unique_count", LongType(), False),
-        StructField("duplicate_count", LongType(), True),
-        StructField("bytes", LongType(), False),
-        StructField("no_event_time_count", LongType(), False),
-        StructField("late_count", LongType(), False),
-        StructField("latency_p50_ms", DoubleType(), True),
-        StructField("latency_p95_ms", DoubleType(), True),
-        StructField("latency_p99_ms", DoubleType(), True),
-        StructField("hll_sketch", BinaryType(), False),
-        StructField("latency_kll_sketch", BinaryType(), True),
-        StructField("updated_at", TimestampType(), False),
-    ]
+AUDIT_COUNTS = DeltaTableSpec(
+    name="audit_counts",
+    description="Kafka audit: counts, unique counts and latency per partition and window",
+    keys=tuple(WINDOW_KEY),
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), False),
+            StructField("topic", StringType(), False),
+            StructField("partition", IntegerType(), False),
+            StructField("audit_type", StringType(), False),
+            StructField("audit_interval_seconds", IntegerType(), False),
+            StructField("window_start", TimestampType(), False),
+            StructField("window_end", TimestampType(), False),
+            StructField("message_count", LongType(), False),
+            StructField("unique_count", LongType(), False),
+            StructField("duplicate_count", LongType(), True),
+            StructField("bytes", LongType(), False),
+            StructField("no_event_time_count", LongType(), False),
+            StructField("late_count", LongType(), False),
+            StructField("latency_p50_ms", DoubleType(), True),
+            StructField("latency_p95_ms", DoubleType(), True),
+            StructField("latency_p99_ms", DoubleType(), True),
+            StructField("hll_sketch", BinaryType(), False),
+            StructField("latency_kll_sketch", BinaryType(), True),
+            StructField("updated_at", TimestampType(), False),
+        ]
+    ),
 )
 
-AUDIT_KEYS_SCHEMA = StructType(
-    [
-        StructField("cluster", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("audit_interval_seconds", IntegerType(), False),
-        StructField("window_start", TimestampType(), False),
-        StructField("dedupe_key", LongType(), False),
-        StructField("first_batch_id", LongType(), False),
-    ]
+AUDIT_KEYS = DeltaTableSpec(
+    name="audit_keys",
+    description="Kafka audit: the distinct dedupe keys of exact audits per window",
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), False),
+            StructField("topic", StringType(), False),
+            StructField("partition", IntegerType(), False),
+            StructField("audit_interval_seconds", IntegerType(), False),
+            StructField("window_start", TimestampType(), False),
+            StructField("dedupe_key", LongType(), False),
+            StructField("first_batch_id", LongType(), False),
+        ]
+    ),
 )
+
+
+def locations(spec: AuditSpec) -> list[tuple[DeltaTableSpec, str]]:
+    """The audit job's tables and where the JobGroup puts them."""
+    return [(AUDIT_COUNTS, spec.audit_counts_path), (AUDIT_KEYS, spec.audit_keys_path)]
+
 
 _EXACT = "'AUDIT_TYPE_EXACT_UNIQ'"
 _MERGED_HLL = "hll_union(t.hll_sketch, s.hll_sketch, true)"
@@ -93,60 +109,51 @@ _MERGED_KLL = (
     "WHEN s.latency_kll_sketch IS NULL THEN t.latency_kll_sketch "
     "ELSE kll_sketch_merge_double(t.latency_kll_sketch, s.latency_kll_sketch) END"
 )
-
-
-def _quantile(sketch: str, rank: float) -> str:
-    quantile = f"kll_sketch_get_quantile_double({sketch}, {rank})"
-    return f"CASE WHEN {sketch} IS NULL THEN NULL ELSE {quantile} END"
+_LATENCY_QUANTILES = {"latency_p50_ms": 0.5, "latency_p95_ms": 0.95, "latency_p99_ms": 0.99}
 
 
 def _unique(total: str, hll: str) -> str:
     return f"CASE WHEN s.audit_type = {_EXACT} THEN {total} ELSE hll_sketch_estimate({hll}) END"
 
 
-_ON_MATCH: dict[str, str | Column] = {
-    "window_end": "s.window_end",
-    "message_count": "t.message_count + s.message_count",
-    "unique_count": _unique("t.unique_count + s.new_unique_count", _MERGED_HLL),
-    "duplicate_count": (
-        f"CASE WHEN s.audit_type = {_EXACT} THEN (t.message_count + s.message_count) "
-        "- (t.unique_count + s.new_unique_count) END"
-    ),
-    "bytes": "t.bytes + s.bytes",
-    "no_event_time_count": "t.no_event_time_count + s.no_event_time_count",
-    "late_count": "t.late_count + s.late_count",
-    "latency_p50_ms": _quantile(_MERGED_KLL, 0.5),
-    "latency_p95_ms": _quantile(_MERGED_KLL, 0.95),
-    "latency_p99_ms": _quantile(_MERGED_KLL, 0.99),
-    "hll_sketch": _MERGED_HLL,
-    "latency_kll_sketch": _MERGED_KLL,
-    "updated_at": "s.updated_at",
-}
-
-_ON_INSERT: dict[str, str | Column] = {
-    **{c: f"s.{c}" for c in WINDOW_KEY},
-    "window_end": "s.window_end",
-    "message_count": "s.message_count",
-    "unique_count": _unique("s.new_unique_count", "s.hll_sketch"),
-    "duplicate_count": (
-        f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END"
-    ),
-    "bytes": "s.bytes",
-    "no_event_time_count": "s.no_event_time_count",
-    "late_count": "s.late_count",
-    "latency_p50_ms": _quantile("s.latency_kll_sketch", 0.5),
-    "latency_p95_ms": _quantile("s.latency_kll_sketch", 0.95),
-    "latency_p99_ms": _quantile("s.latency_kll_sketch", 0.99),
-    "hll_sketch": "s.hll_sketch",
-    "latency_kll_sketch": "s.latency_kll_sketch",
-    "updated_at": "s.updated_at",
-}
+def _on_match() -> dict[str, str | Column]:
+    """An existing window row (t) plus the batch's partial (s)."""
+    return {
+        "window_end": "s.window_end",
+        "message_count": "t.message_count + s.message_count",
+        "unique_count": _unique("t.unique_count + s.new_unique_count", _MERGED_HLL),
+        "duplicate_count": (
+            f"CASE WHEN s.audit_type = {_EXACT} THEN (t.message_count + s.message_count) "
+            "- (t.unique_count + s.new_unique_count) END"
+        ),
+        "bytes": "t.bytes + s.bytes",
+        "no_event_time_count": "t.no_event_time_count + s.no_event_time_count",
+        "late_count": "t.late_count + s.late_count",
+        **kll_quantiles(F.expr(_MERGED_KLL), "double", _LATENCY_QUANTILES),
+        "hll_sketch": _MERGED_HLL,
+        "latency_kll_sketch": _MERGED_KLL,
+        "updated_at": "s.updated_at",
+    }
 
 
-def ensure_tables(spark: SparkSession, counts_path: str, keys_path: str) -> None:
-    """Create both Delta tables with their fixed schemas if they do not exist yet."""
-    for path, schema in ((counts_path, AUDIT_COUNTS_SCHEMA), (keys_path, AUDIT_KEYS_SCHEMA)):
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+def _on_insert() -> dict[str, str | Column]:
+    """A window the table has no row for yet: the batch's partial (s) as it is."""
+    return {
+        **{c: f"s.{c}" for c in WINDOW_KEY},
+        "window_end": "s.window_end",
+        "message_count": "s.message_count",
+        "unique_count": _unique("s.new_unique_count", "s.hll_sketch"),
+        "duplicate_count": (
+            f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END"
+        ),
+        "bytes": "s.bytes",
+        "no_event_time_count": "s.no_event_time_count",
+        "late_count": "s.late_count",
+        **kll_quantiles(F.col("s.latency_kll_sketch"), "double", _LATENCY_QUANTILES),
+        "hll_sketch": "s.hll_sketch",
+        "latency_kll_sketch": "s.latency_kll_sketch",
+        "updated_at": "s.updated_at",
+    }
 
 
 def known_keys(
@@ -172,34 +179,20 @@ def known_keys(
 
 
 def append_keys(fresh_keys: DataFrame, keys_path: str, app_id: str, batch_id: int) -> None:
-    (
-        fresh_keys.select(*DEDUPE_KEY)
-        .withColumn("first_batch_id", F.lit(batch_id).cast("long"))
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(keys_path)
+    """Record a batch's new dedupe keys (DEDUPE_KEY columns) in audit_keys, once per batch."""
+    rows = fresh_keys.select(*DEDUPE_KEY).withColumn("first_batch_id", F.lit(batch_id).cast("long"))
+    append_once(rows, AUDIT_KEYS, keys_path, app_id, batch_id)
+
+
+def merge_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: int) -> None:
+    """Fold one batch's partials (with new_unique_count) into audit_counts, once per batch:
+    counts add up, HLL sketches union, KLL sketches merge and the quantiles are re-read."""
+    merge_once(
+        partials,
+        AUDIT_COUNTS,
+        counts_path,
+        app_id,
+        batch_id,
+        update=_on_match(),
+        insert=_on_insert(),
     )
-
-
-def merge_counts(
-    spark: SparkSession, partials: DataFrame, counts_path: str, app_id: str, batch_id: int
-) -> None:
-    """Fold one batch's partials (with new_unique_count) into audit_counts, once."""
-    condition = " AND ".join(f"t.{c} = s.{c}" for c in WINDOW_KEY)
-    # MERGE takes its idempotency marker from the session, not from writer options.
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-    try:
-        (
-            DeltaTable.forPath(spark, counts_path)
-            .alias("t")
-            .merge(partials.alias("s"), condition)
-            .whenMatchedUpdate(set=_ON_MATCH)
-            .whenNotMatchedInsert(values=_ON_INSERT)
-            .execute()
-        )
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")

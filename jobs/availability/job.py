@@ -69,7 +69,8 @@ from jobs.availability.probes.proxy_client import PixyClient
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
-from jobs.runtime.delta import append_once
+from jobs.runtime import metrics
+from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.runner import streaming_query_id
 from jobs.runtime.template import StreamingJob
@@ -91,7 +92,10 @@ def ensure_source(spec: AvailabilitySpec) -> None:
     for an unknown group makes.
     """
     consumer = Consumer(
-        {**spec.cluster.client_config(), "group.id": f"uatu-availability-{spec.job_group_id}"}
+        {
+            **spec.cluster.check_client_config(),
+            "group.id": f"uatu-availability-{spec.job_group_id}",
+        }
     )
     deadline = time.monotonic() + 60
     try:
@@ -190,7 +194,8 @@ def status_rows(
     results: list[GroupResult],
     time_lags: Mapping[GroupPartition, int],
 ) -> list[dict[str, Any]]:
-    """`consumer_group_status` rows from the evaluator's results (`tables.STATUS_DDL`)."""
+    """`consumer_group_status` rows (`tables.CONSUMER_GROUP_STATUS`) from the evaluator's
+    results."""
     rows = []
     for result in results:
         partitions = [
@@ -204,6 +209,7 @@ def status_rows(
                 "start_offset": p.start.offset if p.start else None,
                 "end_offset": p.end.offset if p.end else None,
                 "end_commit_time": _time(p.end.timestamp_ms) if p.end else None,
+                "rule": p.rule,
             }
             for p in result.partitions
         ]
@@ -223,9 +229,50 @@ def status_rows(
                 "max_time_lag_ms": max(group_time_lags, default=None),
                 "total_partitions": result.total_partitions,
                 "partitions": partitions,
+                "reason": result.reason,
             }
         )
     return rows
+
+
+NO_COMMITS = "NO_COMMITS"
+OWN_GROUP_PREFIXES = ("uatu-probe-", "uatu-availability-")
+
+
+def no_commit_rows(
+    cluster: str, evaluated_at: datetime, groups: Mapping[str, str], evaluated: set[str]
+) -> list[dict[str, Any]]:
+    """Rows for the groups the broker lists that have no commit in the lag windows.
+
+    `groups` maps group id -> the coordinator's state (STABLE, EMPTY, ...). Burrow and KMinion
+    leave such groups out of their listings (Burrow #451, KMinion #240); here they are listed
+    with status NO_COMMITS, no partitions and a reason that says so.
+    """
+    return [
+        {
+            "cluster": cluster,
+            "evaluated_at": evaluated_at,
+            "group": group,
+            "status": NO_COMMITS,
+            "complete": 0.0,
+            "total_lag": None,
+            "max_lag_topic": None,
+            "max_lag_partition": None,
+            "max_lag": None,
+            "max_time_lag_ms": None,
+            "total_partitions": 0,
+            "partitions": [],
+            "reason": f"known to the group coordinator ({state}) but no offset commit was read",
+        }
+        for group, state in sorted(groups.items())
+        if group not in evaluated
+    ]
+
+
+def listed_groups(admin: AdminClient) -> dict[str, str]:
+    """Every consumer group the cluster's coordinators know, with its state name."""
+    result = admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT_S).result()
+    return {g.group_id: g.state.name for g in result.valid}
 
 
 def _time(ms: int) -> datetime:
@@ -265,8 +312,9 @@ class AvailabilityBatchWriter:
                 {"cluster": self.spec.cluster.name, "sampled_at": now, **row}
                 for row in partition_availability(states, brokers)
             ]
-            frame = spark.createDataFrame(rows, tables.TOPIC_DDL)
-            append_once(frame, self.spec.topic_availability_path, self.app_id, batch_id)
+            frame = spark.createDataFrame(rows, tables.TOPIC_AVAILABILITY.schema)
+            path = self.spec.topic_availability_path
+            append_once(frame, tables.TOPIC_AVAILABILITY, path, self.app_id, batch_id)
             offline = sum(r["offline"] for r in rows)
             under = sum(r["under_replicated"] for r in rows)
             log.info(
@@ -291,13 +339,14 @@ class AvailabilityBatchWriter:
         rows = self.prober.take_final(int(now.timestamp() * 1000))
         if not rows:
             return
+        metrics.probes(rows)
         frame = spark.createDataFrame(rows, PROBE_OUTCOME_DDL).transform(
             probe_window_stats,
             self.spec.cluster.name,
             self.spec.probe_type,
             self.spec.zone_isolated,
         )
-        append_once(frame, self.spec.probes_path, self.app_id, batch_id)
+        append_once(frame, tables.AVAILABILITY_PROBES, self.spec.probes_path, self.app_id, batch_id)
         failed = sum(not r["produced"] for r in rows)
         lost = sum(r["produced"] and r["copies"] == 0 for r in rows)
         log.info(
@@ -335,6 +384,7 @@ class AvailabilityBatchWriter:
             self.tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
         )
         self.tracker.refresh_heads(self.heads.history.latest())
+        metrics.topic_offsets(self.spec.cluster.name, self.heads.history.latest())
         now_ms = int(now.timestamp() * 1000)
         stored = []
         for event in events:
@@ -360,8 +410,9 @@ class AvailabilityBatchWriter:
                 }
             )
         if stored:
-            frame = spark.createDataFrame(stored, tables.COMMITS_DDL)
-            append_once(frame, self.spec.commits_path, self.app_id, batch_id)
+            frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
+            path = self.spec.commits_path
+            append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
         results = self.tracker.evaluate(now_ms)
         lagging = {
             key: offset
@@ -376,9 +427,19 @@ class AvailabilityBatchWriter:
             if (key[1], key[2]) in record_ms
         }
         rows = status_rows(self.spec.cluster.name, now, results, time_lags)
+        try:
+            listed = listed_groups(self.admin_client())
+        except KafkaException as e:  # the statuses of the groups with commits still count
+            log.warning("consumer groups not listed: %s", e)
+            listed = {}
+        # The job's own clients (probe receivers, the record reader) are not users' groups.
+        listed = {g: state for g, state in listed.items() if not g.startswith(OWN_GROUP_PREFIXES)}
+        rows += no_commit_rows(self.spec.cluster.name, now, listed, {r.group for r in results})
         if rows:
-            frame = spark.createDataFrame(rows, tables.STATUS_DDL)
-            append_once(frame, self.spec.status_path, self.app_id, batch_id)
+            frame = spark.createDataFrame(rows, tables.CONSUMER_GROUP_STATUS.schema)
+            path = self.spec.status_path
+            append_once(frame, tables.CONSUMER_GROUP_STATUS, path, self.app_id, batch_id)
+            metrics.consumer_groups(self.spec.cluster.name, rows)
         log.info(
             "batch %d: %d commits read, %d groups evaluated (%s)%s",
             batch_id,
@@ -484,15 +545,7 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
                 if on
             ),
         )
-        tables.ensure_tables(
-            spark,
-            [
-                (spec.probes_path, tables.PROBES_DDL),
-                (spec.topic_availability_path, tables.TOPIC_DDL),
-                (spec.commits_path, tables.COMMITS_DDL),
-                (spec.status_path, tables.STATUS_DDL),
-            ],
-        )
+        ensure_tables(spark, tables.locations(spec))
 
     def before_query(self, spark: SparkSession) -> int | None:
         spec = self.spec

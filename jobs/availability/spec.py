@@ -38,6 +38,7 @@ from uber.data.kafka.datatransfer import job_pb2
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from core.storage import checkpoint_location, table_location
 from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC
 from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
 from jobs.availability.lag.tracker import LagSettings
@@ -155,18 +156,25 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
             burrow_strict=available.lag_burrow_strict,
         ),
         trigger_interval_seconds=trigger_seconds,
-        probes_path=output.availability_probes_path or f"{settings.warehouse}/availability_probes",
-        topic_availability_path=(
-            output.topic_availability_path or f"{settings.warehouse}/topic_availability"
+        probes_path=_table(output.availability_probes_path, "availability_probes", settings),
+        topic_availability_path=_table(
+            output.topic_availability_path, "topic_availability", settings
         ),
-        commits_path=(
-            output.consumer_offset_commits_path or f"{settings.warehouse}/consumer_offset_commits"
+        commits_path=_table(
+            output.consumer_offset_commits_path, "consumer_offset_commits", settings
         ),
-        status_path=(
-            output.consumer_group_status_path or f"{settings.warehouse}/consumer_group_status"
+        status_path=_table(output.consumer_group_status_path, "consumer_group_status", settings),
+        checkpoint_path=checkpoint_location(
+            "extension.output.checkpoint_path",
+            output.checkpoint_path,
+            settings.checkpoints,
+            group.job_group_id,
         ),
-        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
     )
+
+
+def _table(requested: str, name: str, settings: Settings) -> str:
+    return table_location(f"extension.output.{name}_path", requested, settings.warehouse, name)
 
 
 def _probe_settings(available: job_options_pb2.AvailabilityOptions) -> ProbeSettings:

@@ -23,7 +23,10 @@ cluster, evaluated_at, group, status (NOTFOUND, OK, WARN, ERR), complete, total_
 max_lag_topic/_partition, max_lag, max_time_lag_ms (now - timestamp of the oldest unconsumed
 record, over the group's partitions), total_partitions, and `partitions`: topic, partition,
 status (OK, WARN, STOP, STALL, REWIND), current_lag, time_lag_ms, complete, the window's
-start/end offsets and end commit time.
+start/end offsets and end commit time, and `rule`: which rule decided the status
+(`lag.rules.RULES`). `reason` says why the group has its status: its worst partition and
+rule, or why it is NOTFOUND. A group the broker knows but that has committed nothing has
+status NO_COMMITS (listed, not hidden) and no partitions.
 
 `availability_probes`, one row per probe window, broker and zone (`probes/stats.py`), plus
 roll-ups with broker null (per zone when zone-isolated, else the whole cluster):
@@ -49,46 +52,142 @@ ack/e2e_latency_kll       binary       the KLL doubles sketches behind them (mer
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
-from pyspark.sql.types import StructType
-
-from jobs.runtime.delta import ensure_table
-
-TOPIC_COLUMNS = (
-    "topic string, partition int, leader int, replication_factor int, isr_size int, "
-    "replicas array<int>, isr array<int>, offline_replicas array<int>, has_leader boolean, "
-    "offline boolean, under_replicated boolean"
-)
-TOPIC_DDL = f"cluster string, sampled_at timestamp, {TOPIC_COLUMNS}"
-COMMITS_DDL = (
-    "cluster string, group string, topic string, partition int, offset long, "
-    "commit_time timestamp, lag long"
-)
-PARTITION_STATUS_DDL = (
-    "topic string, partition int, status string, current_lag long, time_lag_ms long, "
-    "complete double, start_offset long, end_offset long, end_commit_time timestamp"
-)
-STATUS_DDL = (
-    "cluster string, evaluated_at timestamp, group string, status string, complete double, "
-    "total_lag long, max_lag_topic string, max_lag_partition int, max_lag long, "
-    f"max_time_lag_ms long, total_partitions int, partitions array<struct<{PARTITION_STATUS_DDL}>>"
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
-PROBES_DDL = (
-    "cluster string, window_start timestamp, window_end timestamp, probe_type string, "
-    "broker int, zone string, partitions array<int>, probes long, produced long, "
-    "produce_failed long, produce_success_ratio double, consumed long, "
-    "consume_success_ratio double, lost long, duplicated long, sample_error string, "
-    "ack_latency_p50_ms double, ack_latency_p99_ms double, ack_latency_p999_ms double, "
-    "e2e_latency_p50_ms double, e2e_latency_p99_ms double, e2e_latency_p999_ms double, "
-    "ack_latency_kll binary, e2e_latency_kll binary"
+from jobs.availability.spec import AvailabilitySpec
+from jobs.runtime.delta import DeltaTableSpec
+
+TOPIC_AVAILABILITY = DeltaTableSpec(
+    name="topic_availability",
+    description="Kafka availability: leader, ISR and replicas per partition and sample",
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), True),
+            StructField("sampled_at", TimestampType(), True),
+            StructField("topic", StringType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("leader", IntegerType(), True),
+            StructField("replication_factor", IntegerType(), True),
+            StructField("isr_size", IntegerType(), True),
+            StructField("replicas", ArrayType(IntegerType(), True), True),
+            StructField("isr", ArrayType(IntegerType(), True), True),
+            StructField("offline_replicas", ArrayType(IntegerType(), True), True),
+            StructField("has_leader", BooleanType(), True),
+            StructField("offline", BooleanType(), True),
+            StructField("under_replicated", BooleanType(), True),
+        ]
+    ),
+)
+
+CONSUMER_OFFSET_COMMITS = DeltaTableSpec(
+    name="consumer_offset_commits",
+    description="Kafka availability: every consumer offset commit read, with its lag",
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), True),
+            StructField("group", StringType(), True),
+            StructField("topic", StringType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("offset", LongType(), True),
+            StructField("commit_time", TimestampType(), True),
+            StructField("lag", LongType(), True),
+        ]
+    ),
+)
+
+CONSUMER_GROUP_STATUS = DeltaTableSpec(
+    name="consumer_group_status",
+    description="Kafka availability: Burrow's status of each consumer group per evaluation",
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), True),
+            StructField("evaluated_at", TimestampType(), True),
+            StructField("group", StringType(), True),
+            StructField("status", StringType(), True),
+            StructField("complete", DoubleType(), True),
+            StructField("total_lag", LongType(), True),
+            StructField("max_lag_topic", StringType(), True),
+            StructField("max_lag_partition", IntegerType(), True),
+            StructField("max_lag", LongType(), True),
+            StructField("max_time_lag_ms", LongType(), True),
+            StructField("total_partitions", IntegerType(), True),
+            StructField(
+                "partitions",
+                ArrayType(
+                    StructType(
+                        [
+                            StructField("topic", StringType(), True),
+                            StructField("partition", IntegerType(), True),
+                            StructField("status", StringType(), True),
+                            StructField("current_lag", LongType(), True),
+                            StructField("time_lag_ms", LongType(), True),
+                            StructField("complete", DoubleType(), True),
+                            StructField("start_offset", LongType(), True),
+                            StructField("end_offset", LongType(), True),
+                            StructField("end_commit_time", TimestampType(), True),
+                            StructField("rule", StringType(), True),
+                        ]
+                    ),
+                    True,
+                ),
+                True,
+            ),
+            StructField("reason", StringType(), True),
+        ]
+    ),
+)
+
+AVAILABILITY_PROBES = DeltaTableSpec(
+    name="availability_probes",
+    description="Kafka availability: round-trip probe outcomes and latency per window",
+    schema=StructType(
+        [
+            StructField("cluster", StringType(), True),
+            StructField("window_start", TimestampType(), True),
+            StructField("window_end", TimestampType(), True),
+            StructField("probe_type", StringType(), True),
+            StructField("broker", IntegerType(), True),
+            StructField("zone", StringType(), True),
+            StructField("partitions", ArrayType(IntegerType(), True), True),
+            StructField("probes", LongType(), True),
+            StructField("produced", LongType(), True),
+            StructField("produce_failed", LongType(), True),
+            StructField("produce_success_ratio", DoubleType(), True),
+            StructField("consumed", LongType(), True),
+            StructField("consume_success_ratio", DoubleType(), True),
+            StructField("lost", LongType(), True),
+            StructField("duplicated", LongType(), True),
+            StructField("sample_error", StringType(), True),
+            StructField("ack_latency_p50_ms", DoubleType(), True),
+            StructField("ack_latency_p99_ms", DoubleType(), True),
+            StructField("ack_latency_p999_ms", DoubleType(), True),
+            StructField("e2e_latency_p50_ms", DoubleType(), True),
+            StructField("e2e_latency_p99_ms", DoubleType(), True),
+            StructField("e2e_latency_p999_ms", DoubleType(), True),
+            StructField("ack_latency_kll", BinaryType(), True),
+            StructField("e2e_latency_kll", BinaryType(), True),
+        ]
+    ),
 )
 
 
-def schema(spark: SparkSession, ddl: str) -> StructType:
-    return spark.createDataFrame([], ddl).schema
-
-
-def ensure_tables(spark: SparkSession, paths_and_ddls: list[tuple[str, str]]) -> None:
-    for path, ddl in paths_and_ddls:
-        ensure_table(spark, path, schema(spark, ddl))
+def locations(spec: AvailabilitySpec) -> list[tuple[DeltaTableSpec, str]]:
+    """The availability job's tables and where the JobGroup puts them (all four, whichever
+    samplers run, so a table is there to query from the start)."""
+    return [
+        (AVAILABILITY_PROBES, spec.probes_path),
+        (TOPIC_AVAILABILITY, spec.topic_availability_path),
+        (CONSUMER_OFFSET_COMMITS, spec.commits_path),
+        (CONSUMER_GROUP_STATUS, spec.status_path),
+    ]

@@ -28,7 +28,8 @@ class PartitionState:
 def partition_availability(
     states: Iterable[PartitionState], live_brokers: Iterable[int]
 ) -> list[dict[str, Any]]:
-    """One row per partition, sorted by topic and partition (columns: `tables.TOPIC_SCHEMA`)."""
+    """One row per partition, sorted by topic and partition: the columns of
+    `tables.TOPIC_AVAILABILITY` after cluster and sampled_at."""
     live = set(live_brokers)
     rows = []
     for s in sorted(states, key=lambda s: (s.topic, s.partition)):

@@ -56,6 +56,7 @@ from jobs.dispatch.routing import Kind
 from jobs.dispatch.runner import QueryPlan, run_queries
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
+from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import streaming_query_id
 from jobs.runtime.template import StreamingJob
@@ -117,7 +118,9 @@ class DispatchBatchWriter:
             )
         )
         # One file per batch: the rows are few, and each extra task and file costs more than it.
-        tables.append_once(stats.coalesce(1), self.spec.stats_path, self._app_id, batch_id)
+        append_once(
+            stats.coalesce(1), tables.DISPATCH_STATS, self.spec.stats_path, self._app_id, batch_id
+        )
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
         if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
             dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
@@ -195,7 +198,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        tables.ensure_tables(spark, self.spec.stats_path)
+        ensure_tables(spark, tables.locations(self.spec))
 
     def _source_query(self) -> TopicQuery:
         return self.spec.queries()[0]

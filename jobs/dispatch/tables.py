@@ -1,5 +1,5 @@
-"""The dispatcher job's Delta table, `dispatch_stats`, and its exactly-once append. The schema is
-written here once; docs/dispatch.md quotes it.
+"""The dispatcher job's Delta table, `dispatch_stats`, declared once (`DISPATCH_STATS`); the
+job appends to it with `jobs.runtime.delta.append_once`. docs/dispatch.md quotes the schema.
 
 One row per micro-batch, topic, partition and window (``extension.dispatch.
 stats_window_seconds``, 60 s by default, of wall-clock dispatch time). A window's totals are the
@@ -51,7 +51,6 @@ records are dispatched twice, which `redelivered` counts.)
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
     DoubleType,
@@ -63,9 +62,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jobs.runtime.delta import append_once, ensure_table
+from jobs.dispatch.spec import DispatchSpec
+from jobs.runtime.delta import DeltaTableSpec
 
-__all__ = ["STATS_SCHEMA", "append_once", "ensure_tables"]
+__all__ = ["DISPATCH_STATS", "STATS_SCHEMA", "locations"]
 
 COUNTS = (
     "records",
@@ -115,5 +115,14 @@ STATS_SCHEMA = StructType(
 )
 
 
-def ensure_tables(spark: SparkSession, stats_path: str) -> None:
-    ensure_table(spark, stats_path, STATS_SCHEMA)
+DISPATCH_STATS = DeltaTableSpec(
+    name="dispatch_stats",
+    description="Kafka to gRPC dispatch: outcomes, latency and flow control per batch, "
+    "topic, partition and window",
+    schema=STATS_SCHEMA,
+)
+
+
+def locations(spec: DispatchSpec) -> list[tuple[DeltaTableSpec, str]]:
+    """The dispatcher's tables and where the JobGroup puts them."""
+    return [(DISPATCH_STATS, spec.stats_path)]

@@ -48,7 +48,8 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
-from jobs.runtime.delta import append_once
+from jobs.runtime import metrics
+from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
@@ -170,17 +171,24 @@ class ReplicationBatchWriter:
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
         audit_appended = self._audit_appender.submit(
-            append_once, audit, self.spec.audit_path, self.app_id, batch_id
+            append_once,
+            audit,
+            tables.REPLICATION_AUDIT,
+            self.spec.audit_path,
+            self.app_id,
+            batch_id,
         )
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
-        append_once(stats, self.spec.stats_path, self.app_id, batch_id)
+        append_once(stats, tables.REPLICATION_STATS, self.spec.stats_path, self.app_id, batch_id)
         audit_appended.result()  # the batch is done only when both are written
         # One row per partition: the pacer's totals and the group offsets come from it.
         per_partition = stats.select(
             "partition", "last_offset", "records_replicated", "record_bytes_replicated"
         ).collect()
+        if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
+            metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
         records = sum(r["records_replicated"] for r in per_partition)
         nbytes = sum(r["record_bytes_replicated"] for r in per_partition)
         self._commit_group_offsets({r["partition"]: r["last_offset"] + 1 for r in per_partition})
@@ -270,7 +278,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         _warn_if_copies_queue(spark, len(self.plan.source_partitions))
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        tables.ensure_tables(spark, self.spec.stats_path, self.spec.audit_path)
+        ensure_tables(spark, tables.locations(self.spec))
 
     def copy_complete(self, progress: Mapping) -> bool:
         return self.plan.is_done(end_offsets(progress, self.spec.source_topic))

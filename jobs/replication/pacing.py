@@ -7,9 +7,8 @@ occupies the time its records and bytes are allowed to take at the capped rates,
 from when its copy finished; the job sleeps until that allowance has passed, so the next copy
 cannot start before. Measured where the records land (from one batch's last write to the
 next's), the rate therefore never exceeds a cap; it falls short by a batch's copy time over
-its allowance. Counting from the batch's start instead let a slow first batch (a cold JVM)
-and fast later ones land 6-11 % above a cap over four batches. Idle time builds up no credit
-for a later burst.
+its allowance. Counting from the batch's start instead would let a slow first batch (a cold
+JVM) and fast later ones land above a cap. Idle time builds up no credit for a later burst.
 """
 
 from __future__ import annotations

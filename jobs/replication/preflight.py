@@ -207,7 +207,7 @@ def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:
         spec.destination_topic,
         source_count,
     )
-    admin = AdminClient(spec.destination_cluster.client_config())
+    admin = AdminClient(spec.destination_cluster.check_client_config())
     topic = NewTopic(spec.destination_topic, num_partitions=source_count, replication_factor=-1)
     try:
         create_topic(admin, topic, timeout_s=_TIMEOUT_S)
@@ -221,7 +221,7 @@ def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:
 def _consumer(cluster: ClusterConfig, read_committed: bool) -> Consumer:
     return Consumer(
         {
-            **cluster.client_config(),
+            **cluster.check_client_config(),
             "group.id": "uatu-replication-preflight",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

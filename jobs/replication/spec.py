@@ -39,7 +39,8 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from core.jobgroup import JobGroup, SourceTopic, check_topic, job_options, require_cluster
+from core.storage import checkpoint_location, table_location
 
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
@@ -135,6 +136,7 @@ def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
     if not source.HasField("partition_offset_ranges"):
         return ()
     ranges: list[OffsetRange] = []
+    seen: set[int] = set()
     for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
         if r.end_offset < r.start_offset:
             raise InvalidJobGroup(
@@ -142,8 +144,9 @@ def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
                 r.end_offset,
                 f"ends before its start_offset {r.start_offset}",
             )
-        if any(prev.partition == r.partition for prev in ranges):
+        if r.partition in seen:
             raise InvalidJobGroup(f"{_RANGES_FIELD}[{i}].partition", r.partition, "listed twice")
+        seen.add(r.partition)
         ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
     if not ranges:
         raise InvalidJobGroup(_RANGES_FIELD, [], "set but empty")
@@ -179,9 +182,10 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
     destination_cluster = require_cluster(
         "kafka_dispatcher_task_group.cluster", dispatcher.cluster, settings.clusters
     )
-    destination_topic = dispatcher.topic.strip()
-    if not destination_topic:
-        raise InvalidJobGroup("kafka_dispatcher_task_group.topic", dispatcher.topic, "required")
+    # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a topic
+    # the copy keeps the source topic's name, so consumers fail over without renaming.
+    destination_topic = dispatcher.topic.strip() or source.topic
+    check_topic("kafka_dispatcher_task_group.topic", destination_topic)
     same_cluster = (
         source_cluster.name == destination_cluster.name
         or source_cluster.bootstrap_servers == destination_cluster.bootstrap_servers
@@ -258,7 +262,22 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         max_bytes_per_sec=group.flow_control.bytes_per_sec,
         trigger_interval_seconds=trigger_seconds,
         audit_interval_seconds=audit_seconds,
-        stats_path=output.replication_stats_path or f"{settings.warehouse}/replication_stats",
-        audit_path=output.replication_audit_path or f"{settings.warehouse}/replication_audit",
-        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
+        stats_path=table_location(
+            "extension.output.replication_stats_path",
+            output.replication_stats_path,
+            settings.warehouse,
+            "replication_stats",
+        ),
+        audit_path=table_location(
+            "extension.output.replication_audit_path",
+            output.replication_audit_path,
+            settings.warehouse,
+            "replication_audit",
+        ),
+        checkpoint_path=checkpoint_location(
+            "extension.output.checkpoint_path",
+            output.checkpoint_path,
+            settings.checkpoints,
+            group.job_group_id,
+        ),
     )

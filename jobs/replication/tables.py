@@ -19,7 +19,8 @@ record_bytes_replicated          long       key + value bytes written
 first_offset, last_offset        long       source offsets of the batch
 record_age_ms_min/_avg/_max      num        MM2 record-age-ms: read time - source timestamp
 replication_latency_ms_min/...   num        MM2 replication-latency-ms: destination ack time
-                                            - source timestamp (min, avg, max, p99)
+                                            - source timestamp (min, avg, max; p99 read
+                                            from the batch's KLL sketch below)
 replication_latency_kll_sketch   binary     KLL sketch of the latencies; merge across batches
                                             with kll_merge_agg_bigint for any percentile
 ===============================  =========  ================================================
@@ -29,12 +30,12 @@ replication_latency_kll_sketch   binary     KLL sketch of the latencies; merge a
 records_already_present. Sum over batches for a window's totals.
 
 Exactly-once: both appends carry Delta's idempotent-write marker (txnAppId = the streaming
-query id, txnVersion = batch id), so a batch replayed after a crash is not recorded twice.
+query id, txnVersion = batch id; `jobs.runtime.delta.append_once`), so a batch replayed after
+a crash is not recorded twice.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
     DoubleType,
@@ -46,7 +47,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jobs.runtime.delta import ensure_table
+from jobs.replication.spec import ReplicationSpec
+from jobs.runtime.delta import DeltaTableSpec
 
 LABELS = (
     "job_group_id",
@@ -55,53 +57,56 @@ LABELS = (
     "destination_cluster",
     "destination_topic",
 )
+# The leading columns of both tables: which copy a row is about.
+_LABEL_FIELDS = [StructField(name, StringType(), True) for name in LABELS]
 
-
-def _fields(*specs: tuple[str, object]) -> list[StructField]:
-    return [StructField(name, kind, True) for name, kind in specs]  # type: ignore[arg-type]
-
-
-_LABEL_FIELDS = _fields(*[(name, StringType()) for name in LABELS])
-
-STATS_SCHEMA = StructType(
-    _LABEL_FIELDS
-    + _fields(
-        ("batch_id", LongType()),
-        ("batch_time", TimestampType()),
-        ("partition", IntegerType()),
-        ("destination_partition", IntegerType()),
-        ("records_read", LongType()),
-        ("records_replicated", LongType()),
-        ("records_already_present", LongType()),
-        ("bytes_replicated", LongType()),
-        ("record_bytes_replicated", LongType()),
-        ("first_offset", LongType()),
-        ("last_offset", LongType()),
-        ("record_age_ms_min", LongType()),
-        ("record_age_ms_avg", DoubleType()),
-        ("record_age_ms_max", LongType()),
-        ("replication_latency_ms_min", LongType()),
-        ("replication_latency_ms_avg", DoubleType()),
-        ("replication_latency_ms_max", LongType()),
-        ("replication_latency_ms_p99", LongType()),
-        ("replication_latency_kll_sketch", BinaryType()),
-    )
+REPLICATION_STATS = DeltaTableSpec(
+    name="replication_stats",
+    description="Kafka replication: counts, bytes, record age and latency per batch and partition",
+    schema=StructType(
+        [
+            *_LABEL_FIELDS,
+            StructField("batch_id", LongType(), True),
+            StructField("batch_time", TimestampType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("destination_partition", IntegerType(), True),
+            StructField("records_read", LongType(), True),
+            StructField("records_replicated", LongType(), True),
+            StructField("records_already_present", LongType(), True),
+            StructField("bytes_replicated", LongType(), True),
+            StructField("record_bytes_replicated", LongType(), True),
+            StructField("first_offset", LongType(), True),
+            StructField("last_offset", LongType(), True),
+            StructField("record_age_ms_min", LongType(), True),
+            StructField("record_age_ms_avg", DoubleType(), True),
+            StructField("record_age_ms_max", LongType(), True),
+            StructField("replication_latency_ms_min", LongType(), True),
+            StructField("replication_latency_ms_avg", DoubleType(), True),
+            StructField("replication_latency_ms_max", LongType(), True),
+            StructField("replication_latency_ms_p99", LongType(), True),
+            StructField("replication_latency_kll_sketch", BinaryType(), True),
+        ]
+    ),
 )
 
-AUDIT_SCHEMA = StructType(
-    _LABEL_FIELDS
-    + _fields(
-        ("batch_id", LongType()),
-        ("partition", IntegerType()),
-        ("window_start", TimestampType()),
-        ("window_end", TimestampType()),
-        ("records_read", LongType()),
-        ("records_written", LongType()),
-        ("records_already_present", LongType()),
-    )
+REPLICATION_AUDIT = DeltaTableSpec(
+    name="replication_audit",
+    description="Kafka replication: records read and written per batch, partition and window",
+    schema=StructType(
+        [
+            *_LABEL_FIELDS,
+            StructField("batch_id", LongType(), True),
+            StructField("partition", IntegerType(), True),
+            StructField("window_start", TimestampType(), True),
+            StructField("window_end", TimestampType(), True),
+            StructField("records_read", LongType(), True),
+            StructField("records_written", LongType(), True),
+            StructField("records_already_present", LongType(), True),
+        ]
+    ),
 )
 
 
-def ensure_tables(spark: SparkSession, stats_path: str, audit_path: str) -> None:
-    for path, schema in ((stats_path, STATS_SCHEMA), (audit_path, AUDIT_SCHEMA)):
-        ensure_table(spark, path, schema)
+def locations(spec: ReplicationSpec) -> list[tuple[DeltaTableSpec, str]]:
+    """The replication job's tables and where the JobGroup puts them."""
+    return [(REPLICATION_STATS, spec.stats_path), (REPLICATION_AUDIT, spec.audit_path)]

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from jobs.runtime.delta import kll_quantiles
+
 
 def _labels(labels: Mapping[str, str]) -> list[Column]:
     return [F.lit(v).alias(k) for k, v in labels.items()]
@@ -33,8 +35,11 @@ def replication_stats(
 ) -> DataFrame:
     """One row per source partition of a micro-batch: counts, bytes, age and latency.
 
-    `labels` become leading string columns (job_group_id, clusters and topics).
+    `labels` become leading string columns (job_group_id, clusters and topics). Latency
+    min/avg/max are exact; p99 is read from the partition's KLL sketch (bigint, mergeable
+    across batches with kll_merge_agg_bigint).
     """
+    sketch = "replication_latency_kll_sketch"
     latencies = (
         summaries.select("partition", F.explode("replication_latency_ms").alias("latency"))
         .groupBy("partition")
@@ -42,9 +47,11 @@ def replication_stats(
             F.min("latency").alias("replication_latency_ms_min"),
             F.avg("latency").alias("replication_latency_ms_avg"),
             F.max("latency").alias("replication_latency_ms_max"),
-            F.percentile_approx("latency", 0.99).alias("replication_latency_ms_p99"),
-            F.kll_sketch_agg_bigint("latency").alias("replication_latency_kll_sketch"),
+            # Never empty: a partition without latencies has no row here.
+            F.kll_sketch_agg_bigint("latency").alias(sketch),
         )
+        # The percentile is the sketch's own, so it agrees with any merge of the sketches.
+        .withColumns(kll_quantiles(sketch, "bigint", {"replication_latency_ms_p99": 0.99}))
     )
     counts = summaries.groupBy("partition", "destination_partition").agg(
         *(

@@ -16,10 +16,9 @@ For the range its task holds (`ranges.SourceRange`), the copy
    sum, max) and the replication-latency-ms of every written record, which Spark turns into
    `replication_stats` and `replication_audit`.
 
-Why records do not go through Spark rows: Spark's Kafka source rows, the projection and the
-conversion back to byte arrays alone ran at about MirrorMaker 2's whole copy rate on the
-benchmark machine; consumer to producer directly, as MirrorMaker 2 does it, copies at its pace.
-(Through a Python worker, librdkafka in `mapInArrow`, it was half MirrorMaker 2's rate.) Why not
+Why records do not go through Spark rows: turning every record into a Spark row (and into
+Python) costs more than the copy itself; consumer to producer directly, as MirrorMaker 2 does
+it, keeps the copy at the Kafka clients' pace (docs/benchmarks.md has the figures). Why not
 Spark's own Kafka sink: in Spark 4.2 it cannot set the record timestamp (SPARK-50160 is not in
 it), it reports no per-record ack, and a retried task re-sends records the failed attempt
 already wrote. Step 1 in every task makes task retries, executor loss and driver restarts all

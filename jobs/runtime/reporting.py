@@ -3,15 +3,23 @@
 A Spark application is one uForwarder "worker". When `UATU_CONTROL_PLANE` is set (the
 control plane sets it for every application it launches), the driver
 
-* registers once (proposing `UATU_WORKER_ID`, the id the launcher reserved for it),
+* registers once (proposing `UATU_WORKER_ID`, the id the launcher reserved for it, and
+  proving it with `UATU_WORKER_SECRET` in `uatu-worker-secret` metadata on every call; a job
+  started without them makes up a secret and gets an id, if the control plane admits
+  workers it did not launch),
 * then every `UATU_HEARTBEAT_SECONDS` (default 5) sends one JobStatus per Kafka partition:
   read_offset / commit_offset (the end offsets of the last committed micro-batch: Spark
   commits a batch before it reports its progress, so the two are equal), messages_per_sec
   (offset advance per partition between progress events) and bytes_per_sec (that rate times
   the batch's average record size, from the `uatu_source` observed metric),
-* follows a redirect when a non-leader answers with another master, tries the next address
-  on UNAVAILABLE, registers again on NOT_FOUND (its record expired),
-* turns a CANCEL command for one of its jobs into a graceful stop (`stop_requested`).
+* follows a redirect when a non-leader answers with another master, but only to an address
+  listed in UATU_CONTROL_PLANE (any other is logged and the next listed address tried), tries
+  the next address on UNAVAILABLE, registers again on NOT_FOUND (its record expired) or
+  UNAUTHENTICATED (a new leader that does not know an external worker),
+* talks TLS when `UATU_CONTROL_PLANE_CA` names the CA file that signed the control plane's
+  certificate (and presents `UATU_CONTROL_PLANE_CERT`/`_KEY` when it demands mTLS),
+* turns a CANCEL command for one of its own jobs (its cluster and topic) into a graceful
+  stop (`stop_requested`); a CANCEL naming any other job is logged and ignored.
 
 Before the first micro-batch of a restarted query the statuses come from the checkpoint
 (`committed_offsets`): Spark reports no offsets until it has new data to read.
@@ -25,10 +33,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import grpc
@@ -52,12 +62,19 @@ def observe_source(df: DataFrame) -> DataFrame:
     return df.observe(SOURCE_METRIC, F.count(F.lit(1)).alias("records"), F.sum(size).alias("bytes"))
 
 
+WORKER_SECRET_HEADER = "uatu-worker-secret"
+
+
 @dataclass(frozen=True)
 class ReporterConfig:
     addresses: tuple[str, ...]
     worker_id: int = 0
     interval_seconds: float = 5.0
     timeout_seconds: float = 2.0
+    secret: str = field(default="", repr=False)
+    ca_file: str | None = None  # TLS to the control plane when set
+    cert_file: str | None = None  # client certificate, when it demands mTLS
+    key_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ReporterConfig | None:
@@ -70,11 +87,41 @@ class ReporterConfig:
             host, _, port = address.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError("UATU_CONTROL_PLANE", f"{address!r} is not host:port")
+        files = {}
+        for name in ("UATU_CONTROL_PLANE_CA", "UATU_CONTROL_PLANE_CERT", "UATU_CONTROL_PLANE_KEY"):
+            value = env.get(name, "").strip() or None
+            if value is not None and not os.path.isfile(value):
+                raise ConfigError(name, f"{value!r} is not a readable file")
+            files[name] = value
+        if bool(files["UATU_CONTROL_PLANE_CERT"]) != bool(files["UATU_CONTROL_PLANE_KEY"]):
+            raise ConfigError("UATU_CONTROL_PLANE_CERT", "needs UATU_CONTROL_PLANE_KEY too")
         return cls(
             addresses=addresses,
             worker_id=_number(env, "UATU_WORKER_ID", "0", int, minimum=0),
             interval_seconds=_number(env, "UATU_HEARTBEAT_SECONDS", "5", float, minimum=0.1),
+            # A job the control plane did not launch makes its own up (trust on first use).
+            secret=env.get("UATU_WORKER_SECRET") or secrets.token_urlsafe(32),
+            ca_file=files["UATU_CONTROL_PLANE_CA"],
+            cert_file=files["UATU_CONTROL_PLANE_CERT"],
+            key_file=files["UATU_CONTROL_PLANE_KEY"],
         )
+
+    def channel(self, target: str) -> grpc.Channel:
+        if self.ca_file is None:
+            return grpc.insecure_channel(target)
+
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file),
+            private_key=read(self.key_file),
+            certificate_chain=read(self.cert_file),
+        )
+        return grpc.secure_channel(target, credentials)
 
 
 def _number(env: Mapping[str, str], name: str, default: str, kind: type, minimum: float):
@@ -299,13 +346,15 @@ class Heartbeater:
             self._stopped.wait(self.config.interval_seconds)
 
     def _beat(self) -> None:
-        with grpc.insecure_channel(self._target) as channel:
+        metadata = ((WORKER_SECRET_HEADER, self.config.secret),)
+        with self.config.channel(self._target) as channel:
             stub = mw_grpc.MasterWorkerServiceStub(channel)
             participants = worker_participants(self._target, self._worker)
             if not self._registered:
                 reply = stub.RegisterWorker(
                     mw_pb2.RegisterWorkerRequest(participants=participants),
                     timeout=self.config.timeout_seconds,
+                    metadata=metadata,
                 )
                 if self._redirected(reply.participants.master):
                     return
@@ -318,31 +367,55 @@ class Heartbeater:
                     participants=participants, job_status=self.listener.statuses()
                 ),
                 timeout=self.config.timeout_seconds,
+                metadata=metadata,
             )
         if self._redirected(response.participants.master):
             return
         for command in response.commands:
-            if command.type == mw_pb2.COMMAND_TYPE_CANCEL_JOB and not self.stop_requested.is_set():
-                log.info("control plane sent CANCEL for job %d; stopping", command.job.job_id)
-                self.stop_requested.set()
+            if command.type != mw_pb2.COMMAND_TYPE_CANCEL_JOB or self.stop_requested.is_set():
+                continue
+            task = command.job.kafka_consumer_task
+            template = self.listener.template
+            if (task.cluster, task.topic) != (template.cluster, template.topic):
+                log.warning(
+                    "ignoring CANCEL for %s/%s: not this application's job",
+                    task.cluster, task.topic,
+                )  # fmt: skip
+                continue
+            log.info("control plane sent CANCEL for job %d; stopping", command.job.job_id)
+            self.stop_requested.set()
 
     def _redirected(self, master: worker_pb2.Node) -> bool:
         leader = f"{master.host}:{master.port}"
-        if master.host and leader != self._target:
+        if not master.host or leader == self._target:
+            return False
+        if leader in self.config.addresses:
             log.info("%s is not the leader; following it to %s", self._target, leader)
             self._target = leader
-            return True
-        return False
+        else:  # never follow a redirect to an address the launcher did not give us
+            log.warning(
+                "%s redirects to %s, which UATU_CONTROL_PLANE does not list; trying the next",
+                self._target, leader,
+            )  # fmt: skip
+            self._next_address()
+        return True
+
+    def _next_address(self) -> None:
+        addresses = self.config.addresses
+        index = addresses.index(self._target) if self._target in addresses else -1
+        self._target = addresses[(index + 1) % len(addresses)]
 
     def _on_error(self, error: grpc.RpcError) -> None:
         code = error.code()  # type: ignore[attr-defined]
         if code == grpc.StatusCode.NOT_FOUND:
             log.warning("control plane forgot worker %d; registering again", self._worker.id)
             self._registered = False
+        elif code == grpc.StatusCode.UNAUTHENTICATED:
+            # A launched worker keeps its reserved id; one that was given an id registers anew.
+            self._registered = False
+            self._worker.id = self.config.worker_id
         elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            addresses = self.config.addresses
-            index = addresses.index(self._target) if self._target in addresses else -1
-            self._target = addresses[(index + 1) % len(addresses)]
+            self._next_address()
         log.warning("heartbeat failed (%s): %s", code.name, error.details())  # type: ignore[attr-defined]
 
 

@@ -20,6 +20,9 @@ BASE_CONF = {
     # Audit batches aggregate to few rows; 200 shuffle partitions would be mostly overhead.
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.showConsoleProgress": "false",
+    # The UI shows what runs; it does not stop it (docs/security.md). spark-submit.sh also
+    # keeps the driver and the UI on loopback in local mode.
+    "spark.ui.killEnabled": "false",
     # Delta replays its log with this many tasks (default 50); the audit tables are small and
     # touched every micro-batch, so a handful of tasks is faster.
     "spark.databricks.delta.snapshotPartitions": "2",

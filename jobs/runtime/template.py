@@ -6,18 +6,25 @@ the function that writes each micro-batch, its tables, and optional hooks (broke
 before any Spark work, work between the tables and the query, extra session settings,
 cleanup). `jobs/main.py` builds the job from its validated spec and calls `run`.
 
+Metrics: with `UATU_METRICS_PORT` set, the driver serves Prometheus metrics for the run
+(`jobs/runtime/metrics.py`); every session gets Spark's streaming metrics and its
+PrometheusServlet.
+
 Exit status: whatever `runner.run_query` returns (0 finished or stopped, 1 failed), or the
 status `before_query` returns to finish without starting a query.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
+from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import BatchWriter, QuerySettings, run_query
 from jobs.runtime.session import build_session
@@ -89,7 +96,12 @@ class StreamingJob(ABC, Generic[S]):
     ) -> int:
         """Check, build the session and tables, run the query to its end, close."""
         self.check()
-        spark = build_session(self.spec.query_name, conf=self.session_conf)
+        spark = build_session(self.spec.query_name, conf={**SESSION_CONF, **self.session_conf})
+        endpoint = start_metrics(
+            os.environ, self.spec.job_group_id, ui_port_of(spark.sparkContext.uiWebUrl)
+        )
+        if endpoint is not None:
+            spark.streams.addListener(QueryMetricsListener(self.spec.query_name))
         try:
             self.check_session(spark)
             self.ensure_tables(spark)
@@ -101,3 +113,5 @@ class StreamingJob(ABC, Generic[S]):
             return run_query(self.stream(spark), writer, settings, reporting)
         finally:
             self.close()
+            if endpoint is not None:
+                endpoint.stop()

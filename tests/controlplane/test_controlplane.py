@@ -313,7 +313,11 @@ def test_serve_assembles_the_embedded_default(tmp_path):
 
 def test_kubernetes_config_file_refuses_unknown_fields(tmp_path):
     path = tmp_path / "k8s.yaml"
-    path.write_text("namespace: audit\nimage: registry/uatu:1\nexecutor_instances: 2\n")
+    # Jars named in the file: the default (this checkout's var/jars) needs `make jars`.
+    path.write_text(
+        "namespace: audit\nimage: registry/uatu:1\nexecutor_instances: 2\n"
+        "jars: [/opt/uatu/var/jars/spark/kafka.jar]\n"
+    )
     config = kubernetes_config(path)
     assert (config.namespace, config.image, config.executor_instances) == (
         "audit",
@@ -361,3 +365,9 @@ def test_every_admin_write_wakes_the_reconciler(tmp_path):
     with pytest.raises(JobGroupNotFound):
         groups.delete("orders-audit")  # a failed write wakes nobody
     assert len(woken) == 4
+
+
+def test_cli_target_defaults_to_the_first_address_the_jobs_are_given():
+    assert cli.default_target({"UATU_CONTROL_PLANE": " a:1 , b:2"}) == "a:1"
+    assert cli.default_target({"UATU_CONTROLPLANE": "old:1"}) == "127.0.0.1:8087"
+    assert cli.default_target({}) == "127.0.0.1:8087"

@@ -27,21 +27,33 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
+from controlplane.channel import ClientSecurity, open_channel
 from controlplane.launchers.base import LaunchRecord
+from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
 from core.paths import ROOT
 from core.processes import free_ports, pid_alive, signal_group, terminate
+from testing.apps import spark_submit_groups
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
+from testing.tls import TestCA
 
 
 @contextmanager
 def control_plane_process(
-    address: str, store: str, conf: Path, apps: Path, log: Path, *extra: str
+    address: str,
+    store: str,
+    conf: Path,
+    apps: Path,
+    log: Path,
+    *extra: str,
+    security: ClientSecurity | None = None,
 ) -> Iterator[subprocess.Popen]:
-    """`python -m controlplane serve`, healthy, in its own process group; SIGTERM at the end."""
+    """`python -m controlplane serve`, healthy, in its own process group; SIGTERM at the end.
+
+    `security` is how to reach it when `extra` turns on TLS (health needs no token)."""
     argv = [
         sys.executable, "-m", "controlplane", "serve", "--address", address,
         "--store", store, "--conf-dir", str(conf), "--apps-dir", str(apps),
@@ -52,7 +64,7 @@ def control_plane_process(
             argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        with grpc.insecure_channel(address) as channel:
+        with open_channel(address, security) as channel:
             health = health_pb2_grpc.HealthStub(channel)
 
             def serving() -> bool:
@@ -69,6 +81,12 @@ def control_plane_process(
         terminate(proc)
 
 
+def resolved_launch(store: Store, job_group_id: str) -> LaunchRecord | None:
+    """The group's launch record once the launcher has started it (not while an intent)."""
+    record = store.launches().get(job_group_id)
+    return None if record is None or record.intent else record
+
+
 def stop_applications(launches: dict[str, LaunchRecord]) -> None:
     """The control plane leaves applications running on purpose; a test must not."""
     for record in launches.values():
@@ -78,6 +96,8 @@ def stop_applications(launches: dict[str, LaunchRecord]) -> None:
 
 @pytest.mark.integration
 def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
+    """Secured as an operator would run it: TLS, an admin token, applications that verify
+    the control plane's certificate and prove themselves with their per-launch secret."""
     topic = f"e2e-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)
     sent = audit_dataset(300, 2, int(time.time() * 1000))
@@ -89,6 +109,16 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
     store_path = tmp_path / "cp.sqlite"
     store = SqliteStore(store_path)  # read-only view of what the control plane records
     cp_log = tmp_path / "controlplane.log"
+    ca = TestCA.create(tmp_path / "pki")
+    server = ca.issue("control-plane", hosts=("127.0.0.1",))
+    token = "e2e-admin-" + uuid.uuid4().hex * 2
+    auth = tmp_path / "auth.txt"
+    auth.write_text(f"admin e2e token:{token}\n")
+    auth.chmod(0o600)
+    secured = (
+        "--tls-cert", str(server.chain_pem), "--tls-key", str(server.key_pem),
+        "--auth-token-file", str(auth), "--app-ca", str(ca.cert_pem),
+    )  # fmt: skip
     try:
         with (
             control_plane_process(
@@ -99,9 +129,18 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
                 cp_log,
                 "--lease-seconds",
                 "15",
+                *secured,
+                security=ClientSecurity(ca=ca.cert_pem),
             ),  # fmt: skip
-            grpc.insecure_channel(address) as channel,
+            open_channel(address, ClientSecurity(ca=ca.cert_pem, token=token)) as channel,
         ):
+            with open_channel(address, ClientSecurity(ca=ca.cert_pem)) as anonymous:
+                stub = admin_grpc.MasterAdminServiceStub(anonymous)
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.AddJobGroup(
+                        admin_pb2.AddJobGroupRequest(job_group=audit_group("x", topic))
+                    )
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
             admin = admin_grpc.MasterAdminServiceStub(channel)
             admin.AddJobGroup(
                 admin_pb2.AddJobGroupRequest(job_group=audit_group("e2e", topic, 100))
@@ -131,7 +170,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             )
             second = wait_for(
                 lambda: (
-                    (r := store.launches().get("e2e"))
+                    (r := resolved_launch(store, "e2e"))
                     and r.detail("pid") != first.detail("pid")
                     and r
                 ),
@@ -149,7 +188,7 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             os.killpg(second.detail("pid"), signal.SIGSTOP)
             third = wait_for(
                 lambda: (
-                    (r := store.launches().get("e2e"))
+                    (r := resolved_launch(store, "e2e"))
                     and r.detail("pid") != second.detail("pid")
                     and r
                 ),
@@ -237,7 +276,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 leader = admin_grpc.MasterAdminServiceStub(to_first)
                 group = audit_group("ha", topic, rate=100)
                 leader.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
-                launched = wait_for(lambda: store.launches().get("ha"), 30, "the launch")
+                launched = wait_for(lambda: resolved_launch(store, "ha"), 30, "the launch")
                 wait_for(
                     lambda: store.get_worker(launched.worker_id) is not None,
                     240,
@@ -260,6 +299,14 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 wait_for(heartbeats_reach_the_new_leader, 60, "heartbeats to the new leader")
                 assert store.launches()["ha"] == launched  # never launched twice
                 assert pid_alive(launched.detail("pid"))
+                # What really runs: one spark-submit process group, one worker heartbeating.
+                jobgroup_file = str(tmp_path / "apps" / "ha" / "jobgroup.json")
+                assert spark_submit_groups(jobgroup_file) == {launched.detail("pid")}
+                assert {
+                    w.node.id
+                    for w in store.workers()
+                    if w.last_updated.ToNanoseconds() / 1e9 > heard_at
+                } == {launched.worker_id}
 
                 def statuses_from_the_adopted_worker():
                     shown = follower.GetJobGroup(admin_pb2.GetJobGroupRequest(id="ha")).group
@@ -274,7 +321,7 @@ def test_etcd_replicas_fail_over_without_launching_twice(kafka, etcd, tmp_path):
                 )
                 updated = wait_for(
                     lambda: (
-                        (r := store.launches().get("ha"))
+                        (r := resolved_launch(store, "ha"))
                         and r.detail("pid") != launched.detail("pid")
                         and r
                     ),

@@ -18,13 +18,13 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node
 
-from controlplane.errors import NotLeader, WorkerNotFound
+from controlplane.errors import NotLeader, WorkerNotFound, WorkerRefused
 from controlplane.jobgroups import JobGroups, per_partition_jobs, with_actuals
 from controlplane.launchers.base import LaunchRecord
 from controlplane.server import create_server
 from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore
-from controlplane.workers import Workers
+from controlplane.workers import Workers, new_worker_id, new_worker_secret
 from core.config import load_settings
 from core.errors import ConfigError
 from jobs.runtime.reporting import JobTemplate, ReporterConfig, end_offsets, partition_statuses
@@ -100,7 +100,14 @@ def test_reporter_config_from_env():
     config = ReporterConfig.from_env(
         {"UATU_CONTROL_PLANE": "a:1, b:2", "UATU_WORKER_ID": "7", "UATU_HEARTBEAT_SECONDS": "1"}
     )
-    assert config == ReporterConfig(addresses=("a:1", "b:2"), worker_id=7, interval_seconds=1.0)
+    assert config is not None and len(config.secret) >= 32  # made up when none was given
+    assert config == ReporterConfig(
+        addresses=("a:1", "b:2"), worker_id=7, interval_seconds=1.0, secret=config.secret
+    )
+    given = ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_WORKER_SECRET": "s3"})
+    assert given is not None and given.secret == "s3" and "s3" not in repr(given)
+    with pytest.raises(ConfigError, match=r"UATU_CONTROL_PLANE_CA.*not a readable file"):
+        ReporterConfig.from_env({"UATU_CONTROL_PLANE": "a:1", "UATU_CONTROL_PLANE_CA": "/nope"})
     with pytest.raises(ConfigError, match=r"UATU_CONTROL_PLANE.*'nohost' is not host:port"):
         ReporterConfig.from_env({"UATU_CONTROL_PLANE": "nohost"})
     with pytest.raises(ConfigError, match=r"UATU_WORKER_ID.*'x' is not a number"):
@@ -147,6 +154,12 @@ def stored_group(job_group_id: str, state=job_pb2.JOB_STATE_RUNNING) -> StoredJo
     )
 
 
+def launched(worker_id: int, digest: str) -> LaunchRecord:
+    """The record a launch leaves: the reserved worker id and its secret's digest."""
+    record = LaunchRecord("1", "def", 0.0, "app.log", worker_id=worker_id)
+    return record.replace(worker_secret_sha256=digest)
+
+
 class Clock:
     def __init__(self, now: float) -> None:
         self.now = now
@@ -160,16 +173,16 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
     clock = Clock(1_000.0)
     workers = Workers(store, SoleLeader("cp:1"), clock=clock)
     store.create(stored_group("g"))
-    reserved = store.next_ids("worker", 1)[0]
-    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=reserved))
+    reserved, (secret, digest) = new_worker_id(), new_worker_secret()
+    store.put_launch("g", launched(reserved, digest))
 
-    registered = workers.register(Node(id=reserved, host="driver", port=4040))
+    registered = workers.register(Node(id=reserved, host="driver", port=4040), secret)
     assert registered.worker == Node(id=reserved, host="driver", port=4040)
     assert registered.master == Node(host="cp", port=1)
-    stranger = workers.register(Node(id=0, host="other"))  # not launched by us: a fresh id
-    assert stranger.worker.id not in (0, reserved)
+    with pytest.raises(WorkerRefused):  # not launched by us, and external workers are off
+        workers.register(Node(id=0, host="other"), "s")
 
-    reply = workers.heartbeat(registered.worker, [status(0, 40, 5.0), status(1, 60, 7.0)])
+    reply = workers.heartbeat(registered.worker, [status(0, 40, 5.0), status(1, 60, 7.0)], secret)
     assert reply.commands == []
     statuses = store.job_statuses()
     assert sorted(statuses) == [11, 12]
@@ -179,15 +192,19 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
     assert worker is not None and worker.state == WORKER_STATE_WORKING
     assert worker.last_updated.seconds == 1_000
 
+    with pytest.raises(WorkerRefused):
+        workers.heartbeat(Node(id=999), [], secret)
+    store.delete_worker(reserved)  # expired: registering again is the remedy
     with pytest.raises(WorkerNotFound):
-        workers.heartbeat(Node(id=999), [])
+        workers.heartbeat(registered.worker, [], secret)
+    workers.register(registered.worker, secret)
 
     # The group is no longer RUNNING: every reported job gets CANCEL.
     found = store.get("g")
     assert found is not None
     found.group.state = job_pb2.JOB_STATE_CANCELED
     store.replace(found.group, found.version)
-    reply = workers.heartbeat(registered.worker, [status(0, 41, 5.0)])
+    reply = workers.heartbeat(registered.worker, [status(0, 41, 5.0)], secret)
     assert [(c.type, c.job.kafka_consumer_task.partition) for c in reply.commands] == [
         (mw_pb2.COMMAND_TYPE_CANCEL_JOB, 0)
     ]
@@ -196,11 +213,11 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
 def test_a_follower_redirects_workers_to_the_leader_and_stores_nothing():
     store = SqliteStore(":memory:")
     workers = Workers(store, Follower("leader:8087"))
-    reply = workers.register(Node(id=0, host="driver"))
+    reply = workers.register(Node(id=0, host="driver"), None)
     assert reply.master == Node(host="leader", port=8087)
     assert store.workers() == []
     with pytest.raises(NotLeader, match="no leader is elected"):
-        Workers(store, Follower(None)).heartbeat(Node(id=1), [])
+        Workers(store, Follower(None)).heartbeat(Node(id=1), [], None)
 
 
 def test_reads_fold_in_the_latest_heartbeats():
@@ -209,9 +226,10 @@ def test_reads_fold_in_the_latest_heartbeats():
     workers = Workers(store, SoleLeader("cp:1"), clock=clock)
     group = stored_group("g")
     store.create(group)
-    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=5))
-    assert workers.register(Node(id=5)).worker.id == 5
-    workers.heartbeat(Node(id=5), [status(0, 40, 5.0), status(1, 60, 7.0)])
+    secret, digest = new_worker_secret()
+    store.put_launch("g", launched(5, digest))
+    assert workers.register(Node(id=5), secret).worker.id == 5
+    workers.heartbeat(Node(id=5), [status(0, 40, 5.0), status(1, 60, 7.0)], secret)
 
     shown = with_actuals(group, store.job_statuses(), fresh_after=900.0)
     assert [j.job.kafka_consumer_task.start_offset for j in shown.jobs] == [40, 60]
@@ -291,13 +309,14 @@ def test_reconciler_expires_workers_and_statuses_after_the_ttl():
 
     store = SqliteStore(":memory:")
     clock = Clock(1_000.0)
-    workers = Workers(store, SoleLeader("cp:1"), clock=clock)
+    workers = Workers(store, SoleLeader("cp:1"), clock=clock, allow_external=True)
     store.create(stored_group("g"))
-    store.put_launch("g", LaunchRecord("1", "def", 0.0, "app.log", worker_id=5))
-    workers.register(Node(id=5))
-    workers.heartbeat(Node(id=5), [status(0, 40, 5.0)])
+    secret, digest = new_worker_secret()
+    store.put_launch("g", launched(5, digest))
+    workers.register(Node(id=5), secret)
+    workers.heartbeat(Node(id=5), [status(0, 40, 5.0)], secret)
     clock.now = 2_000.0
-    workers.register(Node(id=0, host="fresh"))
+    workers.register(Node(id=0, host="fresh"), "an external worker's own secret")
     reconciler = Reconciler(
         store, LocalLauncher(Path("/nonexistent")), record_ttl_seconds=600, clock=clock
     )

@@ -1,7 +1,8 @@
 """The Spark Operator launcher without a cluster: golden manifests and a fake `kubectl`.
 
 Goldens live in tests/controlplane/golden/kubernetes/<case>.yaml; regenerate them with
-`UATU_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_kubernetes_launcher.py` and read the diff.
+`UATU_UPDATE_GOLDEN=1 .venv/bin/pytest tests/controlplane/test_kubernetes_launcher.py` and
+read the diff.
 The fake kubectl (written into tmp_path) records its argv and stdin and answers `get` with a
 canned SparkApplication, so the launcher runs its real subprocess path.
 """
@@ -368,3 +369,47 @@ def test_default_config_uses_the_project_jars_at_their_image_paths():
         "/opt/uatu/build/uatu-jvm.jar",
     )
     assert config.spark_version == "4.2.0"
+
+
+def test_the_site_conf_can_come_from_a_secret() -> None:
+    """clusters.yaml with credentials belongs in a Secret, mounted read-only (issue 20)."""
+    from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+    from controlplane.launchers.kubernetes import KubernetesConfig, render_manifests
+    from core.errors import ConfigError
+
+    config = KubernetesConfig(conf_secret="uatu-site-conf", jars=("/opt/uatu/x.jar",))
+    _, app = render_manifests(JobGroup(job_group_id="g"), "d", {}, config)
+    assert {
+        "name": "uatu-conf",
+        "secret": {"secretName": "uatu-site-conf", "defaultMode": 0o400},
+    } in (app["spec"]["volumes"])
+    mount = {"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}
+    assert mount in app["spec"]["driver"]["volumeMounts"]
+    assert app["spec"]["executor"]["volumeMounts"] == [mount]
+    with pytest.raises(ConfigError, match="not both"):
+        KubernetesConfig(conf_secret="a", conf_config_map="b", jars=("/opt/uatu/x.jar",))
+
+
+def test_the_worker_secret_travels_in_a_secret_only_the_driver_reads(launcher, kubectl):
+    """Not in the SparkApplication (readable by more people), not on executors (issue 20)."""
+    group, _, _ = GOLDEN_CASES["audit_defaults"]
+    env = {"UATU_WORKER_ID": "3", "UATU_WORKER_SECRET": "s3cr3t-value"}
+    config_map, secret, app = render_manifests(group, "d", env, launcher.config)
+    assert secret["kind"] == "Secret" and secret["stringData"] == {"secret": "s3cr3t-value"}
+    assert "s3cr3t-value" not in json.dumps([config_map, app])
+    driver_env = {e["name"]: e for e in app["spec"]["driver"]["env"]}
+    assert driver_env["UATU_WORKER_SECRET"]["valueFrom"] == {
+        "secretKeyRef": {"name": secret["metadata"]["name"], "key": "secret"}
+    }
+    assert "UATU_WORKER_SECRET" not in {e["name"] for e in app["spec"]["executor"]["env"]}
+
+    record = launcher.launch(group, "def1", env)
+    assert record.details["worker_secret"] == "uatu-audit-orders-worker"
+    launcher.cancel(record)
+    deleted = [c["argv"][2:4] for c in kubectl.calls() if c["argv"][1] == "delete"]
+    assert deleted[-3:] == [
+        ["sparkapplication", "uatu-audit-orders"],
+        ["configmap", "uatu-audit-orders-jobgroup"],
+        ["secret", "uatu-audit-orders-worker"],
+    ]

@@ -361,7 +361,7 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     measured["graceful_cancel_s"] = time.monotonic() - started
     assert not launcher.alive(record)
     assert launcher.driver_state(record.handle) == "FINISHED"
-    job_log = Path(record["log"]).read_text()
+    job_log = Path(record.log).read_text()
     assert "received stop file" in job_log and "query audit-sa finished" in job_log
     wait_for(lambda: cluster_processes(standalone) == [], 30, "no driver or executor processes")
     measured["cancel_to_no_processes_s"] = time.monotonic() - started

@@ -135,6 +135,15 @@ def test_all_is_ordered_by_id_across_pages(store: Store) -> None:
 
 def test_all_of_an_empty_store_is_empty(store: Store) -> None:
     assert list(store.all()) == []
+    assert store.count() == 0
+
+
+def test_count_counts_groups_only(store: Store) -> None:
+    for job_group_id in ("a", "b", "c"):
+        store.create(group(job_group_id))
+    store.put_launch("a", launch_record("1", pid=1))
+    store.delete("b")
+    assert store.count() == 2
 
 
 def test_next_ids_are_unique_and_consecutive_under_four_threads(store: Store) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.config import load_settings
-from core.errors import ConfigError
+from core.errors import ConfigError, InvalidJobGroup
 from jobs import main as job_main
 from testing.conf import write_conf_dir
 
@@ -170,3 +170,155 @@ def test_java_only_client_property_is_a_config_error_naming_the_cluster(tmp_path
     status, err = run_main(tmp_path, conf_dir, VALID, capsys)
     assert status == 2
     assert "clusters.local" in err and "admin_properties" in err
+
+
+# --- The bad-input contract under attack (issue 20): every case exits 2 with one line. -------
+
+
+def options(**output) -> dict:
+    group = copy.deepcopy(VALID)
+    group["extension"] = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "output": output}
+    return group
+
+
+HOSTILE = [
+    pytest.param(
+        b'{"jobGroupId": "caf\xe9", "type": "JOB_TYPE_KAFKA_AUDIT"}', "not UTF-8", id="latin-1"
+    ),
+    pytest.param(with_change(["type"], 99), "type=99: not a value of JobType", id="enum-number"),
+    pytest.param(
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": 42, "auditIntervalInSeconds": 60}],
+        ),
+        "audit_configs[0].audit_type=42",
+        id="nested-enum-number",
+    ),
+    pytest.param(
+        with_change(["flowControl"], {"messagesPerSec": "Infinity"}),
+        "flow_control.messages_per_sec=inf",
+        id="infinite-rate",
+    ),
+    pytest.param(
+        with_change(["flowControl"], {"bytesPerSec": 1e308}),
+        "flow_control.bytes_per_sec=1e+308",
+        id="overflowing-rate",
+    ),
+    pytest.param(
+        with_change(["jobGroupId"], "x" * (2 << 20)), "larger than 1048576 bytes", id="2-MB-value"
+    ),
+    pytest.param(
+        with_change(["kafkaConsumerTaskGroup", "consumerGroup"], "g" * 5000),
+        "consumer_group='ggg",
+        id="long-field",
+    ),
+    pytest.param(
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [
+                {"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": i + 1}
+                for i in range(5000)
+            ],
+        ),
+        "audit_configs='5000 items': at most 64",
+        id="long-config-list",
+    ),
+    pytest.param(
+        with_change(["jobGroupId"], "orders-audit\n"), "job_group_id='orders-audit\\n'", id="nl"
+    ),
+    pytest.param(
+        '{"jobGroupId": "a", "job_group_id": "b", "type": "JOB_TYPE_KAFKA_AUDIT"}',
+        "key given twice: 'jobGroupId' and 'job_group_id'",
+        id="both-id-spellings",
+    ),
+    pytest.param(
+        with_change(["kafkaConsumerTaskGroup", "topic"], "orders;rm -rf"),
+        "not a Kafka topic name",
+        id="topic-characters",
+    ),
+    pytest.param(
+        with_change(["kafkaConsumerTaskGroup", "topic"], "t" * 250),
+        "not a Kafka topic name",
+        id="topic-length",
+    ),
+    pytest.param("[" * 100_000 + "]" * 100_000, "nested too deep", id="deep-json"),
+]
+
+
+@pytest.mark.parametrize(("group", "expected"), HOSTILE)
+def test_hostile_jobgroup_exits_2_with_one_short_line(tmp_path, conf_dir, capsys, group, expected):
+    path = tmp_path / "group.json"
+    if isinstance(group, bytes):
+        path.write_bytes(group)
+    else:
+        path.write_text(group if isinstance(group, str) else json.dumps(group))
+    status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2, err
+    assert expected in err
+    assert len(err.splitlines()) == 1
+    assert len(err) < 1000  # echoed values are truncated
+
+
+def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(tmp_path, conf_dir, capfd):
+    """librdkafka's own log lines go through Python logging, not straight to fd 2."""
+    path = tmp_path / "group.json"
+    path.write_text(json.dumps(VALID))
+    status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
+    err = capfd.readouterr().err.strip()
+    assert status == 2
+    assert err.splitlines() == [err] and "cluster 'local' at 127.0.0.1:9 did not answer" in err
+
+
+PATHS_REFUSED = [
+    pytest.param({"auditCountsPath": "/etc"}, "audit_counts_path='/etc': must be under", id="etc"),
+    pytest.param({"auditKeysPath": "../../x"}, "audit_keys_path='../../x'", id="dotdot"),
+    pytest.param({"auditCountsPath": "file:///etc/x"}, "must be under", id="file-uri"),
+    pytest.param({"auditCountsPath": "hdfs://any-host/wh"}, "must be under", id="other-host"),
+    pytest.param({"auditCountsPath": "ftp://h/x"}, "scheme 'ftp' is not one of", id="scheme"),
+    pytest.param({"checkpointPath": "other-group"}, "the group's own folder", id="checkpoint"),
+    pytest.param({"checkpointPath": "/tmp/elsewhere"}, "must be under", id="checkpoint-out"),
+    pytest.param({"auditCountsPath": "a%2e%2e/x"}, "'%'", id="percent"),
+]
+
+
+@pytest.mark.parametrize(("output", "expected"), PATHS_REFUSED)
+def test_output_paths_outside_the_roots_exit_2(tmp_path, conf_dir, capsys, output, expected):
+    status, err = run_main(tmp_path, conf_dir, options(**output), capsys)
+    assert status == 2
+    assert expected in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "wh").exists() and not (tmp_path / "ck").exists()
+
+
+def test_output_paths_under_the_roots_are_kept_normalised(tmp_path, conf_dir):
+    from jobs import registry
+    from testing.jobgroups import parse
+
+    settings = load_settings(conf_dir)
+    group = options(
+        auditCountsPath="team-a/./audit_counts",
+        auditKeysPath=f"{settings.warehouse}/team-a/keys",
+        checkpointPath=f"{settings.checkpoints}/orders-audit/v2",
+    )
+    _, spec = registry.validate(parse(group), settings)
+    assert spec.audit_counts_path == f"{settings.warehouse}/team-a/audit_counts"
+    assert spec.audit_keys_path == f"{settings.warehouse}/team-a/keys"
+    assert spec.checkpoint_path == f"{settings.checkpoints}/orders-audit/v2"
+
+
+def test_a_symlink_under_the_warehouse_does_not_lead_out_of_it(tmp_path, conf_dir):
+    from jobs import registry
+    from testing.jobgroups import parse
+
+    settings = load_settings(conf_dir)
+    (tmp_path / "wh").mkdir()
+    (tmp_path / "wh" / "escape").symlink_to("/etc")
+    with pytest.raises(InvalidJobGroup, match="must be under"):
+        registry.validate(parse(options(auditCountsPath="escape/x")), settings)
+
+
+def test_is_secure_refuses_a_plaintext_cluster(tmp_path, conf_dir, capsys):
+    group = with_change(["securityConfig"], {"isSecure": True})
+    status, err = run_main(tmp_path, conf_dir, group, capsys)
+    assert status == 2
+    assert "security_config.is_secure=True: cluster 'local' is not reached over TLS" in err

@@ -22,10 +22,12 @@ after PRs #292, #338, #591 and #716):
 6. WARN: `lag_not_decreasing`.
 7. OK.
 
-`legacy_rewind=True` gives the rules as they were before PR #716, which is the revision
-Burrow's published test table was written against. There, REWIND means any backwards step, and
-it is checked only after rule 4, just before STALL. `idle_caught_up_is_ok=True` adds one rule
-(1b) that Burrow does not have; see `partition_status`.
+`legacy_rewind=True` gives the rules as they were before PR #716 (Burrow 1.3.6 and earlier,
+so the 1.2.1 that the side-by-side test runs). There, REWIND means any backwards step, and it
+is checked only after rule 4, just before STALL. Burrow's evaluator test table passes with the
+default rules, and the table as it was before #716 with `legacy_rewind=True`.
+`idle_caught_up_is_ok=True` adds one rule (1b) that Burrow does not have; see
+`partition_status`.
 
 `evaluate_group` aggregates partitions as Burrow's `evaluateConsumerStatus` does and applies the
 storage's `expire-group` purge.
@@ -41,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import pairwise
+from typing import Any
 
 DEFAULT_INTERVALS = 10
 """Burrow storage `intervals`: commits kept per partition."""
@@ -91,6 +94,8 @@ class PartitionResult:
     end: Commit | None
     current_lag: int
     complete: float
+    # Which rule decided `status` (one of RULES), so a status can be explained, not just shown.
+    rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,25 @@ class GroupResult:
     total_lag: int
     max_lag_partition: PartitionResult | None
     total_partitions: int
+    # Why the group has its status: the rule of its worst partition, or why it is NOTFOUND.
+    reason: str = ""
+
+
+# The rule that decided a partition's status, by the numbers of `partition_status` (rule 0 is
+# `evaluate_partition`'s), as written to consumer_group_status.partitions.rule.
+RULES = {
+    "no_commits": "0: the window holds no commit yet",
+    "incomplete_window": "0: the window is less complete than minimum_complete",
+    "lag_within_allowed": "1: current lag <= allowed lag",
+    "idle_caught_up": "1b: nothing produced since the newest commit, lag within the idle tail",
+    "commits_stopped": "2: no commit for longer than the window spans, and lag is not zero",
+    "rewind": "3: an offset went backwards and did not recover",
+    "lag_zero_in_window": "4: some commit in the window had lag <= allowed lag",
+    "rewind_legacy": "4b: an offset went backwards (rules before Burrow PR #716)",
+    "offsets_stalled": "5: every commit in the window has the same offset",
+    "lag_not_decreasing": "6: lag never decreased across the window",
+    "lag_decreasing": "7: lag decreased somewhere in the window",
+}
 
 
 # --- Burrow's rule predicates. Each takes the window's commits, oldest first, without the
@@ -165,7 +189,7 @@ def recent_lag_zero(commits: Sequence[Commit], broker_offsets: Sequence[int]) ->
 # --- Evaluation.
 
 
-def partition_status(
+def partition_rule(
     commits: Sequence[Commit],
     current_lag: int,
     now_ms: int,
@@ -175,8 +199,9 @@ def partition_status(
     legacy_rewind: bool = False,
     idle_caught_up_is_ok: bool = False,
     idle_tail_lag: int = 1,
-) -> Status:
-    """Burrow `calculatePartitionStatus`: rules 1-7 of the module docstring, first match wins.
+) -> tuple[Status, str]:
+    """Burrow `calculatePartitionStatus`: rules 1-7 of the module docstring, first match wins;
+    returns the status and the name of the rule that decided it (a key of RULES).
 
     `commits` is the non-empty window without leading empty slots. `legacy_rewind` reproduces the
     rules from before PR #716 (see the module docstring).
@@ -194,30 +219,40 @@ def partition_status(
     than the tail is still reported STOP.
     """
     if current_lag <= allowed_lag:
-        return Status.OK
+        return Status.OK, "lag_within_allowed"
     if idle_caught_up_is_ok:
         newest_lag = commits[-1].lag
         if newest_lag == current_lag and current_lag <= allowed_lag + idle_tail_lag:
-            return Status.OK
+            return Status.OK, "idle_caught_up"
     # STOP comes before the zero-lag rule because the window can hold days-old zero-lag commits
     # (issue #290); the broker-offset escape delays it for data that has only just arrived (#303).
     if commits_stopped(commits, now_ms) and not recent_lag_zero(commits, broker_offsets):
-        return Status.STOP
+        return Status.STOP, "commits_stopped"
     if not legacy_rewind:
         # Above the zero-lag rule: a consumer reset to earliest usually had zero lag before the
         # reset, which would otherwise hide it (issue #714).
         index = first_rewind_index(commits)
         if index is not None and not rewind_recovered(commits, index):
-            return Status.REWIND
+            return Status.REWIND, "rewind"
     if not lag_always_above_allowed(commits, allowed_lag):
-        return Status.OK
+        return Status.OK, "lag_zero_in_window"
     if legacy_rewind and first_rewind_index(commits) is not None:
-        return Status.REWIND
+        return Status.REWIND, "rewind_legacy"
     if commits_stalled(commits):
-        return Status.STALL
+        return Status.STALL, "offsets_stalled"
     if lag_not_decreasing(commits):
-        return Status.WARN
-    return Status.OK
+        return Status.WARN, "lag_not_decreasing"
+    return Status.OK, "lag_decreasing"
+
+
+def partition_status(
+    commits: Sequence[Commit],
+    current_lag: int,
+    now_ms: int,
+    **options: Any,
+) -> Status:
+    """Burrow `calculatePartitionStatus`: the status alone (see `partition_rule`)."""
+    return partition_rule(commits, current_lag, now_ms, **options)[0]
 
 
 def evaluate_partition(
@@ -247,10 +282,12 @@ def evaluate_partition(
     commits = _stored(window)
     complete = len(commits) / len(window) if commits else 0.0
     if not commits:
-        return PartitionResult(topic, partition, Status.OK, None, None, current_lag, complete)
-    status = Status.OK
+        return PartitionResult(
+            topic, partition, Status.OK, None, None, current_lag, complete, "no_commits"
+        )
+    status, rule = Status.OK, "incomplete_window"
     if complete >= minimum_complete:
-        status = partition_status(
+        status, rule = partition_rule(
             commits,
             current_lag,
             now_ms,
@@ -260,7 +297,9 @@ def evaluate_partition(
             idle_caught_up_is_ok=idle_caught_up_is_ok,
             idle_tail_lag=idle_tail_lag,
         )
-    return PartitionResult(topic, partition, status, commits[0], commits[-1], current_lag, complete)
+    return PartitionResult(
+        topic, partition, status, commits[0], commits[-1], current_lag, complete, rule
+    )
 
 
 def evaluate_group(
@@ -287,13 +326,13 @@ def evaluate_group(
       default HTTP view.
     """
     if partitions is None:
-        return _not_found(group)
+        return _not_found(group, "unknown group: no commit read for it")
     if last_commit_ms is None:
         last_commit_ms = max(
             (p.end.timestamp_ms for p in partitions if p.end is not None), default=0
         )
     if now_ms - expire_group_ms > last_commit_ms:
-        return _not_found(group)
+        return _not_found(group, f"expired: no commit for more than {expire_group_ms} ms")
 
     status = Status.OK
     max_lag: PartitionResult | None = None
@@ -306,6 +345,12 @@ def evaluate_group(
             complete_count += 1
     total = len(partitions)
     shown = tuple(partitions) if show_all else tuple(p for p in partitions if p.status > Status.OK)
+    worst = max(partitions, key=lambda p: p.status, default=None)
+    reason = (
+        f"{worst.topic}/{worst.partition} {worst.status.name}: {worst.rule}"
+        if worst is not None
+        else "no partitions"
+    )
     return GroupResult(
         group=group,
         status=status,
@@ -314,6 +359,7 @@ def evaluate_group(
         total_lag=sum(p.current_lag for p in partitions),
         max_lag_partition=max_lag,
         total_partitions=total,
+        reason=reason,
     )
 
 
@@ -356,6 +402,6 @@ def _stored(window: Sequence[Commit | None]) -> list[Commit]:
     return stored
 
 
-def _not_found(group: str) -> GroupResult:
+def _not_found(group: str, reason: str) -> GroupResult:
     # Burrow's 404 reply reports completeness 1.0 and no partitions.
-    return GroupResult(group, Status.NOTFOUND, 1.0, (), 0, None, 0)
+    return GroupResult(group, Status.NOTFOUND, 1.0, (), 0, None, 0, reason)

@@ -8,7 +8,7 @@ Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`
 * nothing, for the current lag: it is recomputed from the newest head offsets at every
   evaluation, so a stopped consumer's lag keeps growing. Users of older Burrow releases saw it
   frozen at the last commit (Burrow #287, #446); Burrow 1.2.1 recomputes it too (checked side
-  by side in tests/test_burrow_side_by_side.py);
+  by side in tests/jobs/availability/test_burrow_side_by_side.py);
 * a caught-up consumer on an idle partition whose tail cannot be consumed (a transaction
   marker leaves lag 1 forever) is OK, not STOP, unless `burrow_strict` (Burrow #38, #94...);
 * the job persists every commit it records, and `record` replays them on start, so a restart

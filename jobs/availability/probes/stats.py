@@ -1,16 +1,19 @@
 """Probe outcomes -> `availability_probes` rows: pure DataFrame transforms, no I/O.
 
 Input: one row per probe whose outcome is final (`PROBE_OUTCOME_DDL`, made by
-`ProbeLedger.take_final`). Output (`tables.PROBES_DDL`): one row per window, broker and zone,
-plus roll-up rows with broker null: one per zone when the job is zone-isolated, otherwise one
-for the whole cluster (zone null too). Latencies are KLL sketches (mergeable across windows,
-brokers and jobs with `kll_merge_agg_double`) and their p50, p99 and p999.
+`ProbeLedger.take_final`). Output (`tables.AVAILABILITY_PROBES`): one row per window, broker
+and zone, plus roll-up rows with broker null: one per zone when the job is zone-isolated,
+otherwise one for the whole cluster (zone null too). Latencies are KLL sketches (mergeable
+across windows, brokers and jobs with `kll_merge_agg_double`) and their p50, p99 and p999,
+read from those sketches.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from jobs.runtime.delta import kll_quantiles
 
 PROBE_OUTCOME_DDL = (
     "window_start_ms long, window_end_ms long, broker int, zone string, partition int, "
@@ -54,21 +57,15 @@ def _stats(outcomes: DataFrame, keys: list[Column]) -> DataFrame:
 
 def _with_quantiles(stats: DataFrame) -> DataFrame:
     for sketch, prefix in (("ack_latency_kll", "ack_latency"), ("e2e_latency_kll", "e2e_latency")):
-        for name, rank in QUANTILES:
-            stats = stats.withColumn(
-                f"{prefix}_{name}_ms",
-                F.when(
-                    F.col(sketch).isNotNull(),
-                    F.kll_sketch_get_quantile_double(F.col(sketch), F.lit(rank)),
-                ),
-            )
+        names = {f"{prefix}_{name}_ms": rank for name, rank in QUANTILES}
+        stats = stats.withColumns(kll_quantiles(sketch, "double", names))
     return stats
 
 
 def probe_window_stats(
     outcomes: DataFrame, cluster: str, probe_type: str, zone_isolated: bool
 ) -> DataFrame:
-    """`availability_probes` rows for a set of final probe outcomes (columns: PROBES_DDL)."""
+    """`availability_probes` rows (`tables.AVAILABILITY_PROBES`) for final probe outcomes."""
     per_broker = _stats(outcomes, [F.col("broker"), F.col("zone")])
     if zone_isolated:
         rollup = _stats(outcomes, [F.lit(None).cast("int").alias("broker"), F.col("zone")])

@@ -1,4 +1,5 @@
-"""The audit transforms on small literal frames, against hand-computed expectations."""
+"""The audit transforms on small literal frames, against hand-computed expectations, and
+how a batch folds into the audit tables."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import math
 
 import datasketches
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
+from jobs.audit import tables
 from jobs.audit.spec import AuditWindow, FieldRef
 from jobs.audit.transforms import (
     assign_windows,
@@ -18,6 +21,7 @@ from jobs.audit.transforms import (
     window_partials,
     with_new_unique_counts,
 )
+from jobs.runtime.delta import ensure_tables
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
@@ -231,3 +235,68 @@ def test_new_keys_without_known_keys_is_the_batch(spark):
     batch_keys = window_keys(windowed)
     assert_df_equality(new_keys(batch_keys, None), batch_keys, ignore_row_order=True)
     assert batch_keys.count() == 3
+
+
+# --- the tables -----------------------------------------------------------------------------
+
+
+def fold_batch(spark, keys_path, counts_path, rows, batch_id):
+    """What the job's foreachBatch does with one batch of exact and approximate audits."""
+    windows = [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60), AuditWindow("AUDIT_TYPE_APPROX_UNIQ", 60)]
+    windowed, partials = build_partials(spark, rows, windows)
+    known = tables.known_keys(spark, keys_path, partials, batch_id)
+    fresh = new_keys(window_keys(windowed), known)
+    tables.append_keys(fresh, keys_path, "query", batch_id)
+    computed = with_new_unique_counts(partials, fresh).localCheckpoint()
+    tables.merge_counts(computed, counts_path, "query", batch_id)
+
+
+def versions(spark, *paths):
+    return [DeltaTable.forPath(spark, p).history(1).first()["version"] for p in paths]
+
+
+def counts_by_type(spark, counts_path):
+    table = spark.read.format("delta").load(counts_path)
+    return {r["audit_type"]: r for r in table.collect()}
+
+
+def test_batches_fold_into_audit_counts_once_with_quantiles_of_the_merged_sketch(spark, tmp_path):
+    keys_path, counts_path = str(tmp_path / "keys"), str(tmp_path / "counts")
+    ensure_tables(spark, [(tables.AUDIT_COUNTS, counts_path), (tables.AUDIT_KEYS, keys_path)])
+    # Batch 0: 6 records, keys k0..k2, latencies 595..600 s. Batch 1: 5 records, keys k0..k4
+    # (two new), latencies 586..590 s. Same window.
+    batch0 = [(b"k%d" % (i % 3), b"v", 0, i, at(i), None) for i in range(6)]
+    batch1 = [(b"k%d" % i, b"v", 0, 6 + i, at(10 + i), None) for i in range(5)]
+
+    fold_batch(spark, keys_path, counts_path, batch0, 0)
+    first = counts_by_type(spark, counts_path)
+    assert first["AUDIT_TYPE_EXACT_UNIQ"]["latency_p50_ms"] == 597_000.0  # 3rd of 6
+    before = spark.createDataFrame(
+        spark.read.format("delta").load(counts_path).collect(), tables.AUDIT_COUNTS.schema
+    )
+    before_versions = versions(spark, keys_path, counts_path)
+
+    fold_batch(spark, keys_path, counts_path, batch0, 0)  # replayed after a crash
+
+    assert_df_equality(spark.read.format("delta").load(counts_path), before, ignore_row_order=True)
+    assert versions(spark, keys_path, counts_path) == before_versions == [1, 1]
+
+    fold_batch(spark, keys_path, counts_path, batch1, 1)
+    got = counts_by_type(spark, counts_path)
+    exact, approx = got["AUDIT_TYPE_EXACT_UNIQ"], got["AUDIT_TYPE_APPROX_UNIQ"]
+    assert (exact["message_count"], exact["unique_count"], exact["duplicate_count"]) == (11, 5, 6)
+    assert (approx["message_count"], approx["unique_count"], approx["duplicate_count"]) == (
+        11,
+        5,
+        None,
+    )
+    assert exact["bytes"] == 11 * 3
+    # The quantiles are the merged sketch's: 11 latencies, the 6th is the median.
+    sketch = datasketches.kll_doubles_sketch.deserialize(bytes(exact["latency_kll_sketch"]))
+    assert (sketch.n, sketch.get_min_value(), sketch.get_max_value()) == (11, 586_000, 600_000)
+    assert (exact["latency_p50_ms"], exact["latency_p95_ms"], exact["latency_p99_ms"]) == (
+        595_000.0,
+        600_000.0,
+        600_000.0,
+    )
+    assert spark.read.format("delta").load(keys_path).count() == 5

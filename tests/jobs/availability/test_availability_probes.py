@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
+from chispa.schema_comparer import assert_schema_equality
 
 from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
 from jobs.availability.probes.probers import parse_probe, probe_value
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.probes.topic import probe_targets, replica_lists, uncovered_brokers
+from jobs.availability.tables import AVAILABILITY_PROBES
 
 B1 = ProbeTarget(partition=0, broker=1, zone="a")
 B2 = ProbeTarget(partition=1, broker=2, zone="b")
@@ -121,3 +123,5 @@ def test_window_stats_per_broker_and_rolled_up(spark, zone_isolated) -> None:
     first = stats.where("broker = 1").first()
     assert first is not None and first["cluster"] == "c1" and first["partitions"] == [1]
     assert first["ack_latency_kll"] is not None
+    # The rows are what the table declares, column for column: append_once takes them as is.
+    assert_schema_equality(stats.schema, AVAILABILITY_PROBES.schema, ignore_nullable=True)

@@ -14,7 +14,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import InvalidJobGroup, UnknownCluster
-from jobs.availability.job import status_rows
+from jobs.availability.job import no_commit_rows, status_rows
 from jobs.availability.lag.offsets_topic import (
     OffsetCommit,
     OffsetDeleted,
@@ -23,6 +23,7 @@ from jobs.availability.lag.offsets_topic import (
 )
 from jobs.availability.lag.tracker import LagSettings, LagTracker
 from jobs.availability.spec import ProbeSettings, availability_spec
+from jobs.availability.tables import CONSUMER_GROUP_STATUS, TOPIC_AVAILABILITY
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from testing.conf import write_conf_dir
 
@@ -167,6 +168,32 @@ def test_status_rows_carry_group_and_partition_verdicts() -> None:
         300,
         1.0,
     )
+
+
+def test_the_rows_the_job_appends_fill_their_declared_tables(spark) -> None:
+    """Keys are the tables' columns exactly (a dict key the schema lacks would be dropped, a
+    column no key fills would be null), and values land typed, nested ones included."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    status = status_rows("c1", at, tracked().evaluate(31_000), {("g", "t", 0): 4_000})
+    assert set(status[0]) == set(CONSUMER_GROUP_STATUS.columns)
+    partitions = CONSUMER_GROUP_STATUS.schema["partitions"].dataType.elementType
+    assert set(status[0]["partitions"][0]) == set(partitions.fieldNames())
+    silent = no_commit_rows("c1", at, {"quiet": "EMPTY"}, evaluated=set())
+    assert set(silent[0]) == set(CONSUMER_GROUP_STATUS.columns)
+    frame = spark.createDataFrame(status + silent, CONSUMER_GROUP_STATUS.schema)
+    row = frame.where("group = 'g'").first()
+    assert row is not None and row["partitions"][0]["end_offset"] == 300
+    assert row["partitions"][0]["end_commit_time"] is not None
+    assert row["partitions"][0]["rule"] == status[0]["partitions"][0]["rule"] is not None
+    quiet = frame.where("group = 'quiet'").first()
+    assert quiet is not None and quiet["partitions"] == [] and "EMPTY" in quiet["reason"]
+
+    states = [PartitionState("a", 0, NO_LEADER, (1,), (1,)), PartitionState("a", 1, 2, (2,), (2,))]
+    topics = [{"cluster": "c1", "sampled_at": at, **r} for r in partition_availability(states, [2])]
+    assert set(topics[0]) == set(TOPIC_AVAILABILITY.columns)
+    frame = spark.createDataFrame(topics, TOPIC_AVAILABILITY.schema)
+    offline = frame.where("offline").select("partition", "offline_replicas", "leader").collect()
+    assert [tuple(r) for r in offline] == [(0, [1], None)]
 
 
 # --- JobGroup validation --------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""kafka-pixy through jobs.availability.proxy_client: the partitioner (pure) and a real proxy.
+"""kafka-pixy through jobs.availability.probes.proxy_client: the partitioner (pure) and a real
+proxy.
 
 The integration tests run a real kafka-pixy (devservices.kafka_pixy, built from source) in front of
 the session's KRaft broker, with its consumer groups in a real ZooKeeper.

@@ -1,28 +1,27 @@
 """`jobs.availability.lag.rules` against LinkedIn Burrow's published evaluator tests.
 
-Where the vectors come from:
+Where the vectors come from, all in linkedin/Burrow `core/internal/evaluator/caching_test.go`,
+read at ced55ba90f6b833a45a124d411fd5eef63a70933 (the newest upstream commit; the file's table
+last changed in d69a8ec044626f4a651a0b35b61715fbc2d9f1de, PR #716, released in 1.3.7):
 
-* Partition vectors 0-11 are the `tests` table ("correctness proof") in linkedin/Burrow
-  `core/internal/evaluator/caching_test.go`, read at revision
-  62a851a1306be8d4f23bdb8bb9236698b0470d79 (the upstream revision the code index holds).
-* Partition vectors 12-14 are the allowed-lag cases that Burrow PR #591 added to the same table.
-  No upstream revision of the file after #591 is in the index, so they are read from the fork
-  getdreams/Burrow at e24f2e62eadda9e976a1237ce7708d6736d1d853. That fork's vectors 0-11 are
-  identical to upstream's.
+* Partition vectors 0-15 are its `tests` table ("correctness proof"), written here as data.
+  Each keeps Burrow's inputs, the result Burrow asserts for every rule predicate (for the rewind
+  check, the index of the first backwards commit, -1 for none) and the expected status.
+  Burrow's commits also carry an `Order` field, which no rule reads; it is left out. Burrow's
+  `timeNow` is in seconds and is passed here as milliseconds.
+* `PRE_716_STATUS` is the same table at 3a98882f04b928166328cb4391e3a53342b8af3e, the parent of
+  PR #716's merge (eab12c58). It has vectors 0-14 with the same inputs and predicates (the rewind
+  check was a boolean then), and vectors 7 and 14 expected REWIND. `legacy_rewind=True` replays
+  it, as the rules of Burrow 1.2.1 (the release the side-by-side test runs).
 * The group cases replay `TestCachingEvaluator_Start`, `_SingleRequest_NoShowAll`,
   `_SingleRequest_ShowAll`, `_SingleRequest_Incomplete` and `_TopicDeleted` from the same file.
-  Their storage contents are rebuilt from linkedin/Burrow `core/internal/storage/fixtures.go`
-  (`CoordinatorWithOffsets`).
+  Their storage contents are rebuilt from `core/internal/storage/fixtures.go`
+  (`CoordinatorWithOffsets`) at the same commit. Burrow's `Cluster` is not modelled.
 
-Every vector keeps Burrow's inputs, its expected result for each rule predicate and its expected
-status. Burrow's `timeNow` is in seconds and is passed here as milliseconds.
-
-The table predates PR #716, which forgives a rewind that is made good later in the window. So
-the vectors are replayed exactly with `legacy_rewind=True`, and again with Burrow's current
-rules. Under the current rules, vectors 7 and 14 (a rewind from 3000 to 2000, then a commit at
-4000) are OK rather than REWIND. That expected change is derived here from the code after #716,
-because Burrow's re-labelled table for #716 is not in the index. Everything after the Burrow
-sections tests this project's own cases.
+The rules agree with Burrow on every vector. Their deliberate differences from Burrow (rule 1b,
+`idle_caught_up_is_ok`, off by default; windows without commits; milliseconds for "now") are
+for inputs the table does not have, and `test_idle_fix_changes_no_burrow_outcome` shows rule 1b
+changes none of its answers. Everything after the Burrow sections tests this project's own cases.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ import pytest
 
 from jobs.availability.lag.rules import (
     EXPIRE_GROUP_MS,
+    RULES,
     Commit,
     PartitionResult,
     Status,
@@ -52,8 +52,8 @@ from jobs.availability.lag.rules import (
 class Predicates(NamedTuple):
     """Burrow's per-rule expectations, in its table's column order."""
 
-    lag_always_above_allowed: bool  # isLagAlwaysNotZero / isLagAlwaysGreaterAllowedLag
-    rewind: bool  # checkIfOffsetsRewind
+    lag_always_above_allowed: bool  # isLagAlwaysNotZero
+    rewind_index: int  # checkIfOffsetsRewind: index of the first backwards commit, -1 if none
     stopped: bool  # checkIfOffsetsStopped
     stalled: bool  # checkIfOffsetsStalled
     lag_not_decreasing: bool  # checkIfLagNotDecreasing
@@ -73,10 +73,10 @@ class Vector(NamedTuple):
 OK, WARN, ERR = Status.OK, Status.WARN, Status.ERR
 STOP, STALL, REWIND = Status.STOP, Status.STALL, Status.REWIND
 T, F = True, False
+NONE = -1  # Burrow's checkIfOffsetsRewind result when no commit goes backwards
 
 # fmt: off
 # Commit lists that several vectors share in Burrow's table: 0-2, 3/8, 5/13, 7/14 and 9/10.
-# Burrow's commits also carry an `Order` field, which no rule reads; it is left out.
 _ZERO_AT_START = ((1000, 100000, 0), (2000, 200000, 50), (3000, 300000, 100),
                   (4000, 400000, 150), (5000, 500000, 200))
 _ALWAYS_LAGGING = ((1000, 100000, 50), (2000, 200000, 100), (3000, 300000, 150),
@@ -96,64 +96,73 @@ _FAST_COMMITTER = tuple(
 
 BURROW_VECTORS: dict[int, Vector] = {
     # 0 - OK because there is zero lag somewhere
-    0: Vector(_ZERO_AT_START, (5200,), 200, 0, 600, Predicates(F, F, F, F, T, F), OK),
+    0: Vector(_ZERO_AT_START, (5200,), 200, 0, 600, Predicates(F, NONE, F, F, T, F), OK),
     # 1 - not stopped: time since last commit (400 s) equals the window span, not greater
-    1: Vector(_ZERO_AT_START, (5200,), 200, 0, 900, Predicates(F, F, F, F, T, F), OK),
+    1: Vector(_ZERO_AT_START, (5200,), 200, 0, 900, Predicates(F, NONE, F, F, T, F), OK),
     # 2 - STOP once the silence (500 s) exceeds the span, despite the zero lag at the start (#290)
-    2: Vector(_ZERO_AT_START, (5200,), 200, 0, 1000, Predicates(F, F, T, F, T, F), STOP),
+    2: Vector(_ZERO_AT_START, (5200,), 200, 0, 1000, Predicates(F, NONE, T, F, T, F), STOP),
     # 3 - STOP when the lag is always non-zero as well
-    3: Vector(_ALWAYS_LAGGING, (5250,), 250, 0, 1000, Predicates(T, F, T, F, T, F), STOP),
+    3: Vector(_ALWAYS_LAGGING, (5250,), 250, 0, 1000, Predicates(T, NONE, T, F, T, F), STOP),
     # 4 - OK because of the zero lag, although the offsets are stalled
     4: Vector(
         ((1000, 100000, 0), (1000, 200000, 50), (1000, 300000, 100),
          (1000, 400000, 150), (1000, 500000, 200)),
-        (1200,), 200, 0, 600, Predicates(F, F, F, T, T, F), OK,
+        (1200,), 200, 0, 600, Predicates(F, NONE, F, T, T, F), OK,
     ),
     # 5 - STALL because the lag is always non-zero
-    5: Vector(_STALLED_GROWING, (1300,), 300, 0, 600, Predicates(T, F, F, T, T, F), STALL),
+    5: Vector(_STALLED_GROWING, (1300,), 300, 0, 600, Predicates(T, NONE, F, T, T, F), STALL),
     # 6 - still STALL when the lag stays the same
     6: Vector(
         tuple((1000, ts, 100) for ts in (100000, 200000, 300000, 400000, 500000)),
-        (1100,), 100, 0, 600, Predicates(T, F, F, T, T, F), STALL,
+        (1100,), 100, 0, 600, Predicates(T, NONE, F, T, T, F), STALL,
     ),
-    # 7 - REWIND: the offsets go backwards, even though the lag decreases (rewind is worse)
-    7: Vector(_REWOUND, (4300,), 300, 0, 600, Predicates(T, T, F, F, F, F), REWIND),
+    # 7 - OK: the offsets go back (3000 -> 2000 at index 3), but 4000 makes up for the rewind
+    7: Vector(_REWOUND, (4300,), 300, 0, 600, Predicates(T, 3, F, F, F, F), OK),
     # 8 - OK because the current lag is 0, although the timestamps say stopped
-    8: Vector(_ALWAYS_LAGGING, (5250,), 0, 0, 1000, Predicates(T, F, T, F, T, F), OK),
+    8: Vector(_ALWAYS_LAGGING, (5250,), 0, 0, 1000, Predicates(T, NONE, T, F, T, F), OK),
     # 9 - STOP: current lag non-zero, zero lag in every commit, new data arrived (#290)
     9: Vector(
         _FAST_COMMITTER,
         (792749024, 792749000, 792748800, 792748600, 792748500),
-        931, 0, 1512224650, Predicates(F, F, T, F, T, F), STOP,
+        931, 0, 1512224650, Predicates(F, NONE, T, F, T, F), STOP,
     ),
     # 10 - OK although stopped by timestamps: lag was zero within the recent broker offsets (#303)
     10: Vector(
         _FAST_COMMITTER,
         (792748094, 792748093, 792748093, 792748093),
-        1, 0, 1512224650, Predicates(F, F, T, F, T, T), OK,
+        1, 0, 1512224650, Predicates(F, NONE, T, F, T, T), OK,
     ),
     # 11 - vector 0 with unmeasured (nil) lag entries, which must not change the result
     11: Vector(
         ((1000, 100000, 0), (1500, 150000, None), (2000, 200000, 50), (2500, 250000, None),
          (3000, 300000, 100), (3500, 350000, None), (4000, 400000, 150), (4500, 450000, None),
          (5000, 500000, 200), (5500, 550000, None)),
-        (5700,), 200, 0, 600, Predicates(F, F, F, F, T, F), OK,
+        (5700,), 200, 0, 600, Predicates(F, NONE, F, F, T, F), OK,
     ),
     # 12 - OK: lag > 0 and stopped by timestamps, but within the configured allowed lag (#591)
     12: Vector(
         ((1000, 100000, 2), (2000, 200000, 1), (2000, 300000, 1)),
-        (2001,), 1, 1, 550, Predicates(F, F, T, F, F, F), OK,
+        (2001,), 1, 1, 550, Predicates(F, NONE, T, F, F, F), OK,
     ),
-    # 13 - STALL: the lag is always greater than the allowed lag
-    13: Vector(_STALLED_GROWING, (1300,), 300, 1, 600, Predicates(T, F, F, T, T, F), STALL),
-    # 14 - REWIND with an allowed lag too
-    14: Vector(_REWOUND, (4300,), 300, 1, 600, Predicates(T, T, F, F, F, F), REWIND),
+    # 13 - vector 5 with allowed lag 99: still STALL, every stored lag is above it
+    13: Vector(_STALLED_GROWING, (1300,), 300, 99, 600, Predicates(T, NONE, F, T, T, F), STALL),
+    # 14 - vector 7 with allowed lag 99: still OK, the rewind is made up for
+    14: Vector(_REWOUND, (4300,), 300, 99, 600, Predicates(T, 3, F, F, F, F), OK),
+    # 15 - REWIND: back from 3000 to 2000 at index 3, and 2500 does not get back to 3000
+    15: Vector(
+        ((1000, 100000, 100), (2000, 200000, 150), (3000, 300000, 200),
+         (2000, 400000, 1250), (2500, 500000, 300)),
+        (4300,), 300, 0, 600, Predicates(T, 3, F, F, F, F), REWIND,
+    ),
 }
 
 # fmt: on
 
-# Burrow's current rules (PR #716) forgive these rewinds: 4000 gets back past the pre-rewind 3000.
-CHANGED_BY_PR_716 = {7: OK, 14: OK}
+# Vectors 0-14 as Burrow's table expected them before PR #716: the same, except these two.
+PRE_716_STATUS = {i: v.status for i, v in BURROW_VECTORS.items() if i <= 14} | {
+    7: REWIND,
+    14: REWIND,
+}
 
 VECTOR_IDS = [f"burrow-{i:02d}" for i in BURROW_VECTORS]
 
@@ -180,15 +189,16 @@ def evaluate_vector(
 
 
 def test_the_table_is_complete() -> None:
-    assert sorted(BURROW_VECTORS) == list(range(15))
+    assert sorted(BURROW_VECTORS) == list(range(16))
 
 
 @pytest.mark.parametrize("v", BURROW_VECTORS.values(), ids=VECTOR_IDS)
 def test_burrow_vector_rule_predicates(v: Vector) -> None:
     commits = commits_of(v)
+    rewind_index = first_rewind_index(commits)
     got = Predicates(
         lag_always_above_allowed(commits, v.allowed_lag),
-        first_rewind_index(commits) is not None,
+        NONE if rewind_index is None else rewind_index,
         commits_stopped(commits, v.time_now_s * 1000),
         commits_stalled(commits),
         lag_not_decreasing(commits),
@@ -198,8 +208,8 @@ def test_burrow_vector_rule_predicates(v: Vector) -> None:
 
 
 @pytest.mark.parametrize("v", BURROW_VECTORS.values(), ids=VECTOR_IDS)
-def test_burrow_vector_status_with_the_rules_it_was_published_against(v: Vector) -> None:
-    result = evaluate_vector(v, legacy_rewind=True)
+def test_burrow_vector_status(v: Vector) -> None:
+    result = evaluate_vector(v)
     assert result.status == v.status
     assert result.complete == 1.0
     assert result.start == Commit(*v.commits[0])
@@ -207,17 +217,14 @@ def test_burrow_vector_status_with_the_rules_it_was_published_against(v: Vector)
     assert result.current_lag == v.current_lag
 
 
-@pytest.mark.parametrize("i", BURROW_VECTORS, ids=VECTOR_IDS)
-def test_burrow_vector_status_with_current_rules(i: int) -> None:
-    v = BURROW_VECTORS[i]
-    assert evaluate_vector(v).status == CHANGED_BY_PR_716.get(i, v.status)
+@pytest.mark.parametrize("i", PRE_716_STATUS, ids=VECTOR_IDS[: len(PRE_716_STATUS)])
+def test_burrow_vector_status_before_pr_716_with_legacy_rewind(i: int) -> None:
+    assert evaluate_vector(BURROW_VECTORS[i], legacy_rewind=True).status == PRE_716_STATUS[i]
 
 
-@pytest.mark.parametrize("i", BURROW_VECTORS, ids=VECTOR_IDS)
-def test_idle_fix_changes_no_burrow_outcome(i: int) -> None:
-    v = BURROW_VECTORS[i]
-    expected = CHANGED_BY_PR_716.get(i, v.status)
-    assert evaluate_vector(v, idle_caught_up_is_ok=True).status == expected
+@pytest.mark.parametrize("v", BURROW_VECTORS.values(), ids=VECTOR_IDS)
+def test_idle_fix_changes_no_burrow_outcome(v: Vector) -> None:
+    assert evaluate_vector(v, idle_caught_up_is_ok=True).status == v.status
 
 
 # --- Burrow's group cases, on the contents of its storage fixture (`CoordinatorWithOffsets`):
@@ -266,6 +273,7 @@ def test_burrow_group_single_request(show_all: bool) -> None:
 def test_burrow_group_single_request_incomplete() -> None:
     result = evaluate_group("testgroup2", [fixture_partition(5)], NOW_MS)
     assert result.status == ERR
+    assert result.group == "testgroup2"
     assert result.complete == 0.0
     assert result.total_partitions == 1
     assert result.total_lag == 2921
@@ -483,3 +491,40 @@ def test_group_without_any_commit_expires_like_burrow() -> None:
 
 def test_status_names_are_burrows() -> None:
     assert [str(s) for s in Status] == ["NOTFOUND", "OK", "WARN", "ERR", "STOP", "STALL", "REWIND"]
+
+
+# --- Own cases: every status says which rule decided it (Burrow #303, #113: "why WARN?").
+
+
+def _window(*lags: int, offsets: tuple[int, ...] | None = None, step_ms: int = 1_000):
+    offsets = offsets or tuple(range(100, 100 + 10 * len(lags), 10))
+    start = NOW_MS - step_ms * len(lags)
+    pairs = enumerate(zip(offsets, lags, strict=True))
+    return [Commit(o, start + i * step_ms, lag) for i, (o, lag) in pairs]
+
+
+@pytest.mark.parametrize(
+    ("window", "current_lag", "now_ms", "expected"),
+    [
+        (_window(5, 4), 0, NOW_MS, (OK, "lag_within_allowed")),
+        (_window(5, 4), 4, NOW_MS + 60_000, (STOP, "commits_stopped")),
+        (_window(5, 4, offsets=(300, 200)), 4, NOW_MS, (REWIND, "rewind")),
+        (_window(0, 4), 4, NOW_MS, (OK, "lag_zero_in_window")),
+        (_window(5, 5, offsets=(100, 100)), 5, NOW_MS, (STALL, "offsets_stalled")),
+        (_window(5, 6, 7), 7, NOW_MS, (WARN, "lag_not_decreasing")),
+        (_window(7, 6, 5), 5, NOW_MS, (OK, "lag_decreasing")),
+    ],
+)
+def test_each_status_names_the_rule_that_decided_it(window, current_lag, now_ms, expected):
+    result = evaluate_partition(window, current_lag, now_ms)
+    assert (result.status, result.rule) == expected
+    assert result.rule in RULES
+
+
+def test_an_empty_window_and_the_group_reason_are_explained() -> None:
+    empty = evaluate_partition([None, None], 3, NOW_MS, topic="t", partition=2)
+    assert (empty.status, empty.rule) == (OK, "no_commits")
+    stalled = evaluate_partition(_window(5, 5, offsets=(100, 100)), 5, NOW_MS, topic="t")
+    group = evaluate_group("g", [part(OK, 0), stalled], NOW_MS)
+    assert group.reason == "t/0 STALL: offsets_stalled"
+    assert "unknown group" in evaluate_group("g", None, NOW_MS).reason

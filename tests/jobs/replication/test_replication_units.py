@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import datasketches
 import pytest
+from chispa.schema_comparer import assert_schema_equality
 from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -16,6 +18,7 @@ from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
+from jobs.replication.tables import LABELS, REPLICATION_STATS
 from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.replication.writer import (
     SUMMARY_SCHEMA,
@@ -88,6 +91,14 @@ def test_defaults(settings) -> None:
     assert s.trigger_interval_seconds == 2
 
 
+def test_a_destination_without_a_topic_keeps_the_source_name(settings) -> None:
+    # MirrorMaker 2's IdentityReplicationPolicy (KAFKA-9726): no "src." prefix, no rename.
+    copy = spec(settings, **{"kafkaDispatcherTaskGroup.topic": ""})
+    assert (copy.destination_cluster.name, copy.destination_topic) == ("dst", "orders")
+    renamed = spec(settings, **{"kafkaDispatcherTaskGroup.topic": "orders-dr"})
+    assert renamed.destination_topic == "orders-dr"
+
+
 def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flight(
     settings,
 ) -> None:
@@ -104,7 +115,11 @@ def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flig
             "kafka_dispatcher_task_group.cluster",
             "unknown",
         ),
-        ({"kafkaDispatcherTaskGroup.topic": " "}, "kafka_dispatcher_task_group.topic", "required"),
+        (
+            {"kafkaDispatcherTaskGroup.topic": " ", "kafkaDispatcherTaskGroup.cluster": "src"},
+            "kafka_dispatcher_task_group.topic",
+            "onto itself",
+        ),
         (
             {"kafkaDispatcherTaskGroup.cluster": "src"},
             "kafka_dispatcher_task_group.topic",
@@ -470,6 +485,36 @@ def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
         )
     ).first()
     assert merged is not None and merged[0] == 600
+
+
+def test_replication_p99_is_read_from_the_rows_own_kll_sketch(spark) -> None:
+    """Enough latencies that the sketch is approximate: p99 is its sketch's answer (so it
+    agrees with any merge of the sketches), within the sketch's rank error of the exact p99,
+    and the rows fit the declared replication_stats table."""
+    n = 20_000
+    latencies = [(i * 7_919) % n + 1 for i in range(n)]  # 1..n, shuffled
+    summary = dict.fromkeys(SUMMARY_COLUMNS, 0) | {
+        "partition": 0,
+        "destination_partition": 0,
+        "records_read": n,
+        "replication_latency_ms": latencies,
+    }
+    labels = {name: "x" for name in LABELS}
+    stats = spark.createDataFrame([summary], SUMMARY_SCHEMA).transform(
+        replication_stats, 7, F.current_timestamp(), labels
+    )
+    row = stats.select(
+        "replication_latency_ms_p99",
+        F.kll_sketch_get_quantile_bigint("replication_latency_kll_sketch", F.lit(0.99)),
+    ).first()
+    assert row is not None and row[0] == row[1]
+    epsilon = datasketches.kll_doubles_sketch.get_normalized_rank_error(200, False)
+    assert abs(row[0] / n - 0.99) <= epsilon
+    assert_schema_equality(
+        stats.select(*REPLICATION_STATS.columns).schema,
+        REPLICATION_STATS.schema,
+        ignore_nullable=True,
+    )
 
 
 def test_replication_audit_counts_per_window(spark) -> None:

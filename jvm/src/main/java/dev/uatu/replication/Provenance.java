@@ -11,7 +11,7 @@ import org.apache.kafka.common.header.internals.RecordHeader;
  * is {@code <cluster>/<topic>/<partition>/<offset>} in UTF-8.
  *
  * <p>One header rather than four: the producer sizes and encodes every header key of every
- * record, which was the largest item of a profiled copy. A topic name has no {@code /}, so the
+ * record, so fewer headers make every copied record cheaper. A topic name has no {@code /}, so the
  * value parses from the right even when a cluster name has one. A record copied twice
  * (A to B to C) carries a stamp per hop, the later one last. Public for the tests, which
  * check it against the Python reader ({@code jobs/replication/provenance.py}).

@@ -25,9 +25,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * py4j. Spark's Kafka source plans each micro-batch (its offsets, {@code maxOffsetsPerTrigger},
  * the checkpoint); {@link RangeCopier} tasks then move the planned offset ranges from the
  * source consumer to the destination producer as Kafka's own byte arrays. The records never
- * become Spark rows nor cross into Python: Spark's row path alone (the source's rows, the
- * projection, the conversion back) ran at about MirrorMaker 2's whole copy rate on the
- * benchmark machine.
+ * become Spark rows nor cross into Python: that row path costs more than the copy itself
+ * (docs/benchmarks.md).
  *
  * <p>Why not Spark's own Kafka sink: in Spark 4.2 it cannot set the record timestamp
  * (SPARK-50160 is not in it), it reports no per-record ack, and a retried task re-sends what

@@ -1,0 +1,86 @@
+"""The benches' entry points (`python -m bench.<module> --help`) and the audit bench's pure parts:
+its JobGroup and its summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
+from bench.kafka_perf import parse_consumer_output
+from core.paths import ROOT
+
+
+@pytest.mark.parametrize(
+    "module", ["audit_bench", "availability_bench", "controlplane_bench", "replication_bench"]
+)
+def test_each_bench_answers_help_as_its_make_target_runs_it(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m bench.{module}")
+    assert "--quick" in done.stdout
+
+
+def test_audit_jobgroup_reads_from_the_earliest_offset_with_the_default_trigger(
+    tmp_path: Path,
+) -> None:
+    conf = write_job("AUDIT_TYPE_EXACT_UNIQ", "127.0.0.1:9", tmp_path / "exact", 1_000_000)
+    assert (conf / "clusters.yaml").exists()
+    group = json.loads((tmp_path / "exact" / "jobgroup.json").read_text())
+    assert group["jobGroupId"] == "bench-exact"
+    assert group["type"] == "JOB_TYPE_KAFKA_AUDIT"
+    # 1M records per batch over the job's default 10 s trigger: no JobOptions extension.
+    assert group["flowControl"] == {"messagesPerSec": 100_000}
+    assert "extension" not in group
+    source = group["kafkaConsumerTaskGroup"]
+    assert source["topic"] == TOPIC
+    assert source["consumerGroup"] == "bench-exact"
+    assert source["autoOffsetResetPolicy"] == "AUTO_OFFSET_RESET_POLICY_EARLIEST"
+    assert source["auditMetadata"]["auditConfigs"] == [
+        {"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}
+    ]
+    unlimited = write_job("AUDIT_TYPE_APPROX_UNIQ", "127.0.0.1:9", tmp_path / "approx", 0)
+    assert unlimited.is_dir()
+    assert "flowControl" not in json.loads((tmp_path / "approx" / "jobgroup.json").read_text())
+
+
+def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A ConsumerPerformance summary: 1M records at 1M records/s, 100 MB/s.
+    raw = parse_consumer_output(
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+        "2026-11-21 09:30:17:501, 2026-11-21 09:30:18:501, 100.0, 100.0, 1000000, 1000000.0, "
+        "0, 1000, 100.0, 1000000.0\n"
+    )
+    # EXACT: 1M records in 2 + 2 s = 250k/s = 0.25x raw, under its 0.3x target.
+    exact = AuditRun("AUDIT_TYPE_EXACT_UNIQ", 0, 10.0, [(500_000, 2.0), (500_000, 2.0)])
+    exact.message_count, exact.bytes = 1_000_000, 150_000_000
+    # APPROX: 1M records in 1 + 0.5 s = 667k/s = 0.67x raw, over its 0.5x target; after the
+    # first batch 500k in 0.5 s = 1M/s.
+    approx = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0, 5.0, [(500_000, 1.0), (500_000, 0.5)])
+    approx.message_count, approx.bytes = 1_000_000, 150_000_000
+    result = summarize(1_000_000, raw, {"cold": 500_000.0}, [exact, approx])
+    assert result["raw"]["records_per_s"] == 1_000_000.0
+    e, a = result["audits"]["AUDIT_TYPE_EXACT_UNIQ"], result["audits"]["AUDIT_TYPE_APPROX_UNIQ"]
+    assert e["batch_records_per_s"] == pytest.approx(250_000)
+    assert e["e2e_records_per_s"] == pytest.approx(100_000)
+    assert e["target_met"] is False
+    assert a["batch_records_per_s"] == pytest.approx(666_666.67)
+    assert a["steady_records_per_s"] == pytest.approx(1_000_000)
+    assert a["target_met"] is True
+    table = capsys.readouterr().out
+    assert "raw consumer (ConsumerPerformance)" in table and "1,000,000" in table
+    assert "EXACT_UNIQ all batches" in table and "NOT MET" in table

@@ -1,0 +1,295 @@
+"""No double launch across a leader change: the fault lands between the steps of a launch.
+
+The reconciler's fault hook (`Reconciler(on_step=...)`) runs after each step (intent
+recorded, launched, launch recorded). Two replicas share one store; the hook deposes the
+first replica right after it started the application, or crashes it there. Whatever happens,
+exactly one application runs per JobGroup, exactly one worker heartbeats for it, and nothing
+is left behind. Real Spark applications, a real broker, real SQLite files and a real etcd.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from uber.data.kafka.datatransfer import job_pb2
+
+from controlplane.errors import NotLeader
+from controlplane.jobgroups import JobGroups
+from controlplane.launchers.base import LaunchRecord
+from controlplane.launchers.local import LocalLauncher
+from controlplane.reconcile import Action
+from controlplane.reconciler import Reconciler
+from controlplane.server import create_server
+from controlplane.state.base import Store
+from controlplane.state.sqlite import SqliteStore
+from controlplane.workers import Workers
+from core import kafka_admin
+from core.config import load_settings
+from core.processes import group_pids, signal_group
+from testing.apps import spark_submit_groups
+from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
+from testing.jobgroups import audit_group
+from testing.polling import wait_for
+
+pytestmark = pytest.mark.integration
+
+RUNNING = job_pb2.JOB_STATE_RUNNING
+
+
+class Seat:
+    """Who leads, for replicas that share a store in one test process."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+
+    def view(self, name: str) -> Leadership:
+        return Leadership(self, name)
+
+
+class Leadership:
+    def __init__(self, seat: Seat, name: str) -> None:
+        self.seat, self.name = seat, name
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def is_leader(self) -> bool:
+        return self.seat.holder == self.name
+
+    def leader(self) -> str | None:
+        return self.seat.holder
+
+
+class Crash(BaseException):
+    """A replica dying at a fault point: not an Exception, so nothing in it handles it."""
+
+
+@contextmanager
+def worker_service(store: Store, leadership: Leadership) -> Iterator[str]:
+    """The MasterWorkerService the applications heartbeat to (the given replica's)."""
+    groups = JobGroups(store, load_settings(None), lambda *_: 1)
+    server, port, _ = create_server("127.0.0.1:0", groups, Workers(store, leadership), leadership)
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)
+
+
+def setup_group(kafka, tmp_path: Path) -> tuple[Path, str]:
+    topic = f"fo-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    produce(kafka.bootstrap_servers, topic, audit_dataset(100, 2, int(time.time() * 1000)))
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    return conf, topic
+
+
+def reconciler(store: Store, apps: Path, conf: Path, address: str, **kwargs) -> Reconciler:
+    launcher = LocalLauncher(apps, conf_dir=conf, grace_seconds=5, host=kwargs.pop("host", None))
+    env = {"UATU_CONTROL_PLANE": address, "UATU_HEARTBEAT_SECONDS": "1"}
+    return Reconciler(store, launcher, backoff_seconds=0, app_env=env, **kwargs)
+
+
+def heard_workers(store: Store, since: float) -> set[int]:
+    return {
+        w.node.id
+        for w in store.workers()
+        if w.state and w.last_updated.ToNanoseconds() / 1e9 > since
+    }
+
+
+def one_application(store: Store, group_id: str, marker: str, since: float) -> LaunchRecord:
+    """Wait until one resolved launch runs and heartbeats; check nothing else does."""
+
+    def settled() -> LaunchRecord | None:
+        record = store.launches().get(group_id)
+        if record is None or record.intent:
+            return None
+        return record if heard_workers(store, since) == {record.worker_id} else None
+
+    record = wait_for(settled, 240, "one application heartbeating")
+    assert spark_submit_groups(marker) == {int(record.detail("pid"))}
+    assert heard_workers(store, time.time() - 3) <= {record.worker_id}
+    return record
+
+
+def fault_at(step: str, action: Callable[[], None]) -> Callable[[str, str], None]:
+    def on_step(name: str, _group: str) -> None:
+        if name == step:
+            action()
+
+    return on_step
+
+
+def stop_all(marker: str) -> None:
+    for pgid in spark_submit_groups(marker):
+        signal_group(pgid, signal.SIGKILL)
+
+
+def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_path):
+    conf, topic = setup_group(kafka, tmp_path)
+    os.environ.pop("UATU_WAREHOUSE", None)
+    seat = Seat("a")
+    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
+    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    marker = str(tmp_path)
+    try:
+        with worker_service(store_b, seat.view("b")) as address:
+            JobGroups(store_a, load_settings(conf), kafka_admin.partition_count).add(
+                audit_group("fo", topic), RUNNING, None
+            )
+            replica_a = reconciler(
+                store_a, tmp_path / "apps-a", conf, address,
+                on_step=fault_at("launched", lambda: setattr(seat, "holder", "b")),
+            )  # fmt: skip
+            started = time.time()
+            # The fenced record write fails; the per-group error is logged, not raised.
+            assert replica_a.reconcile_once() == {"fo": Action.NONE}
+            intent = store_b.get_launch("fo")
+            assert intent is not None and intent.intent and intent.handle == ""
+            # A cancelled the application it started: no process of it is left.
+            wait_for(lambda: not spark_submit_groups(str(tmp_path / "apps-a")), 30, "A's app")
+
+            replica_b = reconciler(store_b, tmp_path / "apps-b", conf, address, startup_seconds=5)
+            # Within the startup window the intent might still come alive: B waits.
+            assert replica_b.reconcile_once() == {"fo": Action.NONE}
+            wait_for(lambda: time.time() - intent.started_at > 5, 10, "the startup window")
+            assert replica_b.reconcile_once() == {"fo": Action.RUN}
+            record = one_application(store_b, "fo", marker, started)
+            assert record.worker_id != intent.worker_id
+            assert replica_b.reconcile_once() == {"fo": Action.NONE}
+    finally:
+        stop_all(marker)
+        store_a.close()
+        store_b.close()
+
+
+def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(kafka, tmp_path):
+    """A dies between launch and record; B, on another host (its launcher cannot see A's
+    pid), adopts the application through its heartbeats. An update must restart it: B asks it
+    to stop with CANCEL replies (the driver stops itself; nobody signals it), and relaunches
+    it once its heartbeats have lapsed."""
+    conf, topic = setup_group(kafka, tmp_path)
+    os.environ.pop("UATU_WAREHOUSE", None)
+    seat = Seat("a")
+    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
+    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    groups = JobGroups(store_b, load_settings(conf), kafka_admin.partition_count)
+    marker = str(tmp_path)
+    try:
+        with worker_service(store_b, seat.view("b")) as address:
+            groups.add(audit_group("fo", topic), RUNNING, None)
+
+            def crash() -> None:
+                raise Crash
+
+            replica_a = reconciler(
+                store_a, tmp_path / "apps-a", conf, address, on_step=fault_at("launched", crash)
+            )
+            started = time.time()
+            with pytest.raises(Crash):
+                replica_a.reconcile_once()
+            seat.holder = "b"
+            replica_b = reconciler(
+                store_b, tmp_path / "apps-b", conf, address, host="another-host",
+                lease_seconds=6, startup_seconds=240,
+            )  # fmt: skip
+            intent = store_b.get_launch("fo")
+            assert intent is not None and intent.intent
+
+            def adopted() -> bool:
+                assert replica_b.reconcile_once() == {"fo": Action.NONE}  # never a 2nd launch
+                return heard_workers(store_b, started) == {intent.worker_id}
+
+            wait_for(adopted, 240, "the orphaned application's heartbeats")
+            (pgid,) = spark_submit_groups(str(tmp_path / "apps-a"))
+            assert spark_submit_groups(marker) == {pgid}
+
+            # The group is still RUNNING, so only the record's cancel_requested makes the
+            # worker service answer CANCEL; B cannot signal a process on another host.
+            groups.update(audit_group("fo", topic, rate=50))
+            assert replica_b.reconcile_once() == {"fo": Action.UPDATE}
+            assert store_b.get_launch("fo").cancel_requested  # type: ignore[union-attr]
+            wait_for(lambda: not group_pids(pgid), 120, "the application to stop by itself")
+            log = (tmp_path / "apps-a" / "fo" / "app.log").read_text()
+            assert "control plane sent CANCEL" in log
+            # Once its heartbeats have lapsed, B relaunches it with the new definition.
+            stopped = time.time()
+            wait_for(lambda: replica_b.reconcile_once() == {"fo": Action.RUN}, 60, "the relaunch")
+            record = one_application(store_b, "fo", marker, stopped)
+            assert record.failures == 0  # a requested stop is not a failure
+            assert spark_submit_groups(str(tmp_path / "apps-b")) == {int(record.detail("pid"))}
+    finally:
+        stop_all(marker)
+        store_a.close()
+        store_b.close()
+
+
+def test_deposed_between_launch_and_record_cancels_its_launch_etcd(kafka, etcd, tmp_path):
+    """The same fault on etcd: A is deposed for real (its leader key deleted, B elected), so
+    its fenced txn fails on the key's create_revision, not on a flag."""
+    from controlplane.state.etcd_client import EtcdClient, b64
+    from controlplane.state.etcd_leader import EtcdLeadership
+    from controlplane.state.etcd_store import EtcdStore
+
+    conf, topic = setup_group(kafka, tmp_path)
+    os.environ.pop("UATU_WAREHOUSE", None)
+    prefix = f"/fo-{uuid.uuid4().hex[:8]}"
+    key = f"{prefix}/leader"
+    a = EtcdLeadership(etcd.endpoint, "a:1", key, ttl_seconds=2)
+    b = EtcdLeadership(etcd.endpoint, "b:1", key, ttl_seconds=2)
+    store_a = EtcdStore(etcd.endpoint, prefix, a.fence, leader_key=key)
+    store_b = EtcdStore(etcd.endpoint, prefix, b.fence, leader_key=key)
+    marker = str(tmp_path)
+    operator = EtcdClient(etcd.endpoint)
+
+    def depose_a() -> None:
+        b.start()
+        operator.call("kv/deleterange", {"key": b64(key.encode())})
+        wait_for(b.is_leader, 15, "B to win the next round")
+
+    try:
+        a.start()
+        wait_for(a.is_leader, 15, "A to lead")
+        with worker_service(store_b, b) as address:  # type: ignore[arg-type]
+            JobGroups(store_a, load_settings(conf), kafka_admin.partition_count).add(
+                audit_group("fo", topic), RUNNING, None
+            )
+            replica_a = reconciler(
+                store_a, tmp_path / "apps-a", conf, address, on_step=fault_at("launched", depose_a)
+            )
+            started = time.time()
+            assert replica_a.reconcile_once() == {"fo": Action.NONE}
+            wait_for(lambda: not spark_submit_groups(str(tmp_path / "apps-a")), 30, "A's app")
+            with pytest.raises(NotLeader):
+                store_a.put_launch("fo", LaunchRecord("x", "d", 0.0, "l"))
+            intent = store_b.get_launch("fo")
+            assert intent is not None and intent.intent
+
+            replica_b = reconciler(
+                store_b, tmp_path / "apps-b", conf, address, startup_seconds=5,
+                leadership=b,
+            )  # fmt: skip
+            wait_for(lambda: time.time() - intent.started_at > 5, 10, "the startup window")
+            assert replica_b.reconcile_once() == {"fo": Action.RUN}
+            one_application(store_b, "fo", marker, started)
+    finally:
+        stop_all(marker)
+        operator.close()
+        for replica in (a, b):
+            replica.stop()
+        store_a.close()
+        store_b.close()

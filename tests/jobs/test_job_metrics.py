@@ -1,0 +1,182 @@
+"""The driver's Prometheus metrics: the names and labels existing dashboards use, from the rows
+the jobs write (pure updates; the scrape by a real Prometheus is in
+tests/integrations/test_prometheus.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobs.runtime import metrics
+
+
+def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """{sorted labels: value} of every sample called `name` in the driver's registry."""
+    text = generate_latest(metrics.REGISTRY).decode()
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    }
+
+
+def group_row(group: str, status: str, lag: int, time_lag_ms: int | None = 2500) -> dict:
+    return {
+        "group": group,
+        "status": status,
+        "total_lag": lag,
+        "partitions": [
+            {
+                "topic": "orders",
+                "partition": 0,
+                "current_lag": lag,
+                "complete": 1.0,
+                "end_offset": 40,
+                "time_lag_ms": time_lag_ms,
+            }
+        ],
+    }
+
+
+def test_consumer_groups_use_burrows_and_kafka_lag_exporters_names() -> None:
+    metrics.consumer_groups(
+        "main",
+        [
+            group_row("billing", "ERR", 7),
+            group_row("gone", "NOTFOUND", 0),
+            {"group": "idle", "status": "NO_COMMITS", "partitions": []},
+        ],
+    )
+    status = samples("burrow_kafka_consumer_status")
+    assert status == {(("cluster", "main"), ("consumer_group", "billing")): 3.0}  # ERR
+    assert (
+        samples("burrow_kafka_consumer_lag_total")[
+            (("cluster", "main"), ("consumer_group", "billing"))
+        ]
+        == 7
+    )
+    partition = (("cluster", "main"), ("consumer_group", "billing"), ("partition", "0"))
+    assert samples("burrow_kafka_consumer_partition_lag")[(*partition, ("topic", "orders"))] == 7
+    assert samples("burrow_kafka_consumer_current_offset")[(*partition, ("topic", "orders"))] == 40
+    seconds = samples("kafka_consumergroup_group_max_lag_seconds")
+    assert list(seconds.values()) == [2.5]
+    assert dict(next(iter(seconds)))["group"] == "billing"
+    assert samples("uatu_consumer_group_without_commits") == {
+        (("cluster", "main"), ("consumer_group", "idle")): 1.0
+    }
+
+
+def test_a_group_gone_from_the_next_evaluation_is_removed() -> None:
+    metrics.consumer_groups("c2", [group_row("a", "OK", 1), group_row("b", "WARN", 2)])
+    metrics.consumer_groups("c2", [group_row("b", "WARN", 3)])
+    groups = {dict(k)["consumer_group"] for k in samples("burrow_kafka_consumer_status")}
+    assert "a" not in groups and "b" in groups
+
+
+def test_probes_take_kminions_end_to_end_shape() -> None:
+    base = {"ack_latency_ms": 12.0, "e2e_latency_ms": 30.0}
+    metrics.probes(
+        [
+            {"partition": 7, "produced": True, "copies": 1, **base},
+            {"partition": 7, "produced": True, "copies": 0, **base},
+            {"partition": 7, "produced": False, "copies": 0, "ack_latency_ms": None},
+        ]
+    )
+    label = (("partition_id", "7"),)
+    assert samples("kminion_end_to_end_messages_produced_total")[label] == 3
+    assert samples("kminion_end_to_end_messages_produced_failed_total")[label] == 1
+    assert samples("kminion_end_to_end_messages_received_total")[label] == 1
+    assert samples("kminion_end_to_end_messages_lost_total")[label] == 1
+    assert samples("kminion_end_to_end_roundtrip_latency_seconds_count")[label] == 1
+    assert samples("kminion_end_to_end_produce_latency_seconds_count")[label] == 2
+
+
+def test_replication_uses_mirrormaker2s_names() -> None:
+    labels = {
+        "job_group_id": "dr",
+        "source_cluster": "main",
+        "source_topic": "orders",
+        "destination_cluster": "dr",
+        "destination_topic": "orders",
+    }
+    row = {
+        "partition": 1,
+        "destination_partition": 1,
+        "records_replicated": 10,
+        "records_already_present": 2,
+        "bytes_replicated": 100,
+        "record_age_ms_min": 5,
+        "record_age_ms_avg": 7.5,
+        "record_age_ms_max": 9,
+        "replication_latency_ms_min": 20,
+        "replication_latency_ms_avg": 25.0,
+        "replication_latency_ms_max": 40,
+    }
+    metrics.replication(labels, [row, row])
+    mm2 = (("partition", "1"), ("source", "main"), ("target", "dr"), ("topic", "orders"))
+    mm2_name = "kafka_connect_mirror_mirrorsourceconnector_"
+    assert samples(f"{mm2_name}replication_latency_ms_max")[mm2] == 40
+    assert samples(f"{mm2_name}record_age_ms_avg")[mm2] == 7.5
+    assert samples(f"{mm2_name}record_count")[mm2] == 20
+    present = samples("uatu_replication_records_already_present_total")
+    assert sum(present.values()) == 4
+
+
+def test_audit_windows_count_mark_complete_and_stay_bounded() -> None:
+    now = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    rows = []
+    for minutes_ago in range(6, 0, -1):  # six one-minute windows, the newest still open
+        start = now - timedelta(minutes=minutes_ago)
+        rows.append(
+            {
+                "cluster": "main",
+                "topic": "pay",
+                "partition": 0,
+                "audit_type": "AUDIT_TYPE_EXACT_UNIQ",
+                "audit_interval_seconds": 60,
+                "window_start": start,
+                "window_end": start + timedelta(minutes=1),
+                "message_count": 10,
+                "duplicate_count": 1,
+                "bytes": 100,
+                "late_count": 0,
+                "no_event_time_count": 0,
+            }
+        )
+    metrics.audit_windows(rows, {60: 60}, now)
+    windows = {dict(k)["window_start"]: v for k, v in samples("uatu_audit_window_complete").items()}
+    assert len(windows) == metrics.AUDIT_WINDOWS_KEPT
+    newest = (now - timedelta(minutes=1)).isoformat()
+    assert windows[newest] == 0  # ends now; the lateness has not passed
+    assert windows[(now - timedelta(minutes=3)).isoformat()] == 1
+    total = samples("uatu_audit_messages_total")
+    assert (
+        total[
+            (
+                ("audit_type", "AUDIT_TYPE_EXACT_UNIQ"),
+                ("cluster", "main"),
+                ("partition", "0"),
+                ("topic", "pay"),
+            )
+        ]
+        == 60
+    )
+
+
+def test_file_sd_targets_name_both_endpoints_of_an_application(tmp_path) -> None:
+    path = metrics.write_sd_file(tmp_path / "sd", "orders-audit", "host1", 9400, 4041)
+    assert path.name == "orders-audit.json"
+    import json
+
+    groups = json.loads(path.read_text())
+    assert groups[0]["targets"] == ["host1:9400"]
+    assert groups[1] == {
+        "targets": ["host1:4041"],
+        "labels": {"job_group_id": "orders-audit", "__metrics_path__": "/metrics/prometheus"},
+    }
+    assert metrics.sd_targets("x", "h", 1, None) == [
+        {"targets": ["h:1"], "labels": {"job_group_id": "x"}}
+    ]

@@ -1,0 +1,72 @@
+"""Spark hardened by default (issue 20, item 6): what `spark-submit.sh` hands spark-submit.
+
+A stand-in `spark-submit` (UATU_VENV pointing at a folder holding it) records its argv and
+environment, so no JVM starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.paths import JOBS_ZIP, PROJECT_JAR, ROOT, SPARK_JARS_DIR
+from jobs.runtime.session import BASE_CONF
+
+pytestmark = pytest.mark.skipif(
+    not (JOBS_ZIP.exists() and PROJECT_JAR.exists() and SPARK_JARS_DIR.is_dir()),
+    reason="spark-submit.sh needs `make build` (job zip, project jar) and var/jars/spark",
+)
+
+RECORDER = """#!/bin/sh
+python3 -c 'import json, os, sys; json.dump({"argv": sys.argv[1:], "env": dict(os.environ)},
+    open(os.environ["RECORD"], "w"))' "$@"
+"""
+
+
+def run_script(tmp_path: Path, master: str | None) -> dict:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "spark-submit"
+    fake.write_text(RECORDER)
+    fake.chmod(0o755)
+    record = tmp_path / "record.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "UATU_"))}
+    env.update(UATU_VENV=str(venv), RECORD=str(record), UATU_STOP_FILE=str(tmp_path / "stop"))
+    if master:
+        env["SPARK_MASTER"] = master
+    group = tmp_path / "g.json"
+    group.write_text("{}")
+    subprocess.run(
+        [str(ROOT / "spark-submit.sh"), str(group), "--once"], env=env, check=True, timeout=60
+    )
+    return json.loads(record.read_text())
+
+
+def conf_of(argv: list[str]) -> dict[str, str]:
+    pairs = [argv[i + 1] for i, word in enumerate(argv) if word == "--conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_local_mode_keeps_driver_and_ui_on_loopback_and_the_ui_cannot_kill(tmp_path) -> None:
+    seen = run_script(tmp_path, None)
+    conf = conf_of(seen["argv"])
+    assert conf["spark.ui.killEnabled"] == "false"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.driver.host"] == "127.0.0.1"
+    assert seen["env"]["SPARK_LOCAL_IP"] == "127.0.0.1"  # the UI's bind address
+
+
+def test_cluster_masters_still_disable_ui_kill(tmp_path) -> None:
+    seen = run_script(tmp_path, "spark://10.1.2.3:7077")
+    conf = conf_of(seen["argv"])
+    assert conf["spark.ui.killEnabled"] == "false"
+    assert "spark.driver.bindAddress" not in conf  # executors elsewhere must reach it
+    assert "SPARK_LOCAL_IP" not in seen["env"]
+
+
+def test_every_session_disables_ui_kill() -> None:
+    assert BASE_CONF["spark.ui.killEnabled"] == "false"
