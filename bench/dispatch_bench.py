@@ -29,7 +29,8 @@ tier). For the 5% run, records/s is source records over the whole span until the
 answered, and `source_records_per_s` compares like with like with the all-OK run. The job's
 launch-to-exit time is reported too. Latency: ghz's own; the hand-written dispatcher's per
 call; the job's from dispatch_stats (the merged KLL sketches). Results go to
-docs/benchmarks/dispatch-<date>.json (with the commit) and var/bench/dispatch-bench-result.json.
+docs/benchmarks/dispatch-<UTC time>-<commit>.json (bench._common.write_result) and
+var/bench/dispatch-bench-result.json.
 Nothing here asserts a duration; the exit status is 1 only if a run lost or failed records.
 """
 
@@ -49,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._common import write_latest, write_result
 from core.paths import ROOT
 from devservices.grpc_sink import GrpcSink, bench_proto, install_ghz, install_sink, start_sink
 from devservices.kafka import start_cluster
@@ -58,7 +60,6 @@ from testing.topic_data import Record, produce_records
 
 BENCH_DIR = ROOT / "var" / "bench" / "dispatch"
 RESULT_PATH = ROOT / "var" / "bench" / "dispatch-bench-result.json"
-DOCS_DIR = ROOT / "docs" / "benchmarks"
 GROUP, TOPIC = "bench", "bench"
 METHOD = f"/kafka.consumerproxy.{GROUP}/{TOPIC}"
 
@@ -385,11 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         kafka.stop()
     results["ratios"] = ratios(results["runs"], args.inflight)
     report(results)
+    results["machine"]["load_average_at_end"] = os.getloadavg()
     RESULT_PATH.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_PATH.write_text(json.dumps(results, indent=2) + "\n")
-    DOCS_DIR.mkdir(parents=True, exist_ok=True)
-    out = DOCS_DIR / f"dispatch-{results['date'][:10]}.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_latest(RESULT_PATH, results)
+    out = write_result("dispatch", results, args, argv=argv)
     say(f"results in {out} and {RESULT_PATH}")
     return 1 if failures else 0
 
