@@ -34,6 +34,10 @@ Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the sou
 bounded source (partition_offset_ranges, end_timestamp), the application stops by itself, exit
 0, once the source is read to its end and every tier and the resq are empty of records to
 dispatch, waiting out their delays.
+
+Metrics: with `UATU_METRICS_PORT` set, each batch's dispatch_stats rows also update the driver's
+Prometheus series under uForwarder's names (`jobs.runtime.metrics.dispatch`), and every query,
+tiers and resq included, gets `uatu_query_*`.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from jobs.dispatch.routing import Kind
 from jobs.dispatch.runner import QueryPlan, run_queries
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
+from jobs.runtime import metrics
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import streaming_query_id
@@ -122,6 +127,8 @@ class DispatchBatchWriter:
             stats.coalesce(1), tables.DISPATCH_STATS, self.spec.stats_path, self._app_id, batch_id
         )
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
+        if metrics.serving():  # the rows are few; only collected for a scrape endpoint
+            metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
         if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
             dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
 
@@ -131,6 +138,17 @@ class DispatchBatchWriter:
             "cluster": self.spec.cluster.name,
             "source_topic": self.spec.topic,
         }
+
+    def _metric_labels(self) -> Mapping[str, str]:
+        return {
+            "kafka_cluster": self.spec.cluster.name,
+            "kafka_group": self.spec.consumer_group,
+            "uri": self.spec.uri,
+        }
+
+    def _adaptive(self) -> bool:
+        flow = self.spec.resq_flow if self.query.kind is Kind.RESQ else None
+        return (flow or self.spec.flow).max_inflight == 0
 
     def _log(self, batch_id: int, summaries: DataFrame, dispatch_s: float, stats_s: float) -> None:
         names = ("records", "value_bytes", "committed", "skipped", "retried", "dlq", "resq")
@@ -253,6 +271,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
             )
+            if metrics.serving():  # the template listens to the source's query only
+                for q in spec.queries()[1:]:
+                    spark.streams.addListener(metrics.QueryMetricsListener(spec.query_name_of(q)))
             finished = None
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check
@@ -271,6 +292,10 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def close(self) -> None:
         if self._spark is not None:
             dispatcher.close(self._spark)
+
+
+def _rows(stats: DataFrame) -> list[dict[str, object]]:
+    return [row.asDict() for row in stats.collect()]
 
 
 @dataclass
