@@ -47,7 +47,7 @@ service always refuses with RESOURCE_EXHAUSTED is called once from the source (r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import grpc
@@ -129,6 +129,9 @@ class Tier:
     topic: str
     delay_ms: int
     max_retry_count: int
+    # Its position in the JobGroup's retry_config.retry_queues (tiers are used sorted by delay,
+    # but errors name the field the user wrote).
+    index: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

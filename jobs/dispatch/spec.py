@@ -175,8 +175,8 @@ class DispatchSpec:
         found: list[tuple[str, str]] = []
         if self.routes.dlq_topic:
             found.append((f"{_RPC}.dlq_topic", self.routes.dlq_topic))
-        for i, tier in enumerate(self.routes.tiers):
-            found.append((f"retry_config.retry_queues[{i}].retry_queue_topic", tier.topic))
+        for tier in self.routes.tiers:  # sorted by delay; named by their JobGroup position
+            found.append((f"retry_config.retry_queues[{tier.index}].retry_queue_topic", tier.topic))
         if self.routes.resq_topic:
             found.append(("resq_config.resq_topic", self.routes.resq_topic))
         return tuple(found)
@@ -299,7 +299,7 @@ def _tiers(group: JobGroup, source_topic: str, dlq: str) -> tuple[Tier, ...]:
         if q.max_retry_count < 0:
             raise InvalidJobGroup(f"{field}.max_retry_count", q.max_retry_count, "must be >= 0")
         delay = _delay(f"{field}.processing_delay_ms", q.processing_delay_ms)
-        tiers.append(Tier(topic, delay, q.max_retry_count))
+        tiers.append(Tier(topic, delay, q.max_retry_count, index=i))
     return sort_tiers(tiers)
 
 

@@ -209,6 +209,18 @@ def test_the_tier_trigger_is_never_shorter_than_the_source_trigger(conf_dir: Pat
     assert (spec.trigger_interval_seconds, spec.tier_trigger_seconds) == (10, 10)
 
 
+def test_the_topics_checked_on_the_broker_are_named_by_their_jobgroup_field(
+    conf_dir: Path,
+) -> None:
+    # VALID lists orders-r2 first; the tiers are used sorted by delay, r1 first.
+    assert spec_of(conf_dir, VALID).produced_topics() == (
+        ("rpc_dispatcher_task_group.dlq_topic", "orders-dlq"),
+        ("retry_config.retry_queues[1].retry_queue_topic", "orders-r1"),
+        ("retry_config.retry_queues[0].retry_queue_topic", "orders-r2"),
+        ("resq_config.resq_topic", "orders-resq"),
+    )
+
+
 def test_retry_disabled_means_no_tiers(conf_dir: Path) -> None:
     spec = spec_of(conf_dir, changed(["retryConfig", "retryEnabled"], False))
     assert spec.routes.tiers == ()
