@@ -124,7 +124,11 @@ class DispatchBatchWriter:
         )
         # One file per batch: the rows are few, and each extra task and file costs more than it.
         append_once(
-            stats.coalesce(1), tables.DISPATCH_STATS, self.spec.stats_path, self._app_id, batch_id
+            stats.coalesce(1),
+            tables.DISPATCH_STATS,
+            self.spec.stats_path,
+            _stats_app_id(self._app_id, redelivered, spark.sparkContext.applicationId),
+            batch_id,
         )
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
         if metrics.serving():  # the rows are few; only collected for a scrape endpoint
@@ -292,6 +296,16 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def close(self) -> None:
         if self._spark is not None:
             dispatcher.close(self._spark)
+
+
+def _stats_app_id(query_app_id: str, redelivered: bool, application_id: str) -> str:
+    """The idempotency marker of a batch's dispatch_stats append. A redelivered batch was
+    dispatched again, so its rows must land even when the cut-short attempt wrote its own
+    (a crash between the append and the checkpoint): they get a marker of this application
+    run, under which a batch id is still written once."""
+    if not redelivered:
+        return query_app_id
+    return f"{query_app_id}-redelivery-{application_id}"
 
 
 def _rows(stats: DataFrame) -> list[dict[str, object]]:

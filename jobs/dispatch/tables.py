@@ -44,9 +44,11 @@ inflight_limit                      int        the inflight cap at the end (adap
 rate_limited_ms                     double     time records waited for messages/bytes limits
 ==================================  =========  ===============================================
 
-Exactly-once: the append carries Delta's idempotent-write marker (txnAppId = the query's id,
-txnVersion = the batch id), so a batch replayed after a crash is not recorded twice. (Its
-records are dispatched twice, which `redelivered` counts.)
+Each dispatch of a batch is recorded once: the append carries Delta's idempotent-write marker
+(txnAppId = the query's id, txnVersion = the batch id). A batch that a crash cut short is
+dispatched again on restart, and that dispatch is recorded too, under a marker of its own (the
+query's id and the application's), with `redelivered` = its records: rows of the cut-short
+attempt, if it wrote any before the crash, stay beside them.
 """
 
 from __future__ import annotations
