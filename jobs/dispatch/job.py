@@ -18,10 +18,9 @@ uForwarder routes it (`jobs/dispatch/routing.py`): commit, skip, a retry tier, t
 (records written there carry a DLQMetadata key, value and headers unchanged, acks=all, retried
 until acknowledged), or an in-memory retry.
 
-Why JVM tasks: measured on this 2-core machine against the Go sink with 64 calls in flight,
-grpc-java made 5,800-8,900 calls/s and Python's grpc.aio 2,800; the records also never become
-Spark rows (the replication job's lesson: Spark's row path alone cost as much as the whole
-copy). docs/dispatch.md has the benchmark.
+Why JVM tasks: grpc-java clients in the executors' JVMs make far more calls per second than
+Python's grpc.aio, and the records never become Spark rows (the replication job's lesson);
+docs/dispatch.md ("Why JVM tasks") has the measurements.
 
 Guarantee: at-least-once. A micro-batch returns only when every record of it is committed,
 skipped, or acknowledged by the topic it was written to, and only then does Spark checkpoint
