@@ -6,7 +6,8 @@ contract: exit 0 when finished or stopped (stop file, SIGTERM/SIGINT to the driv
 the control plane), 1 when any query fails (the others are stopped). Each query runs in its own
 FAIR scheduler pool, so a long batch of one topic never starves the others of task slots.
 `finished`, when given, is polled every `poll_seconds`: a bounded or `--once` run ends when it
-returns True.
+returns True. With `reporting`, the run's last heartbeat, after its queries stopped, carries the
+source's committed offsets from its checkpoint.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from core.errors import EXIT_FAILED, EXIT_OK
-from jobs.runtime.reporting import Reporting
+from jobs.runtime.reporting import Reporting, committed_offsets
 from jobs.runtime.runner import BatchWriter
 
 log = logging.getLogger("uatu.dispatch.runner")
@@ -107,6 +108,12 @@ def run_queries(
             signal.signal(sig, handler)
         if heartbeater is not None:
             heartbeater.stop()
+            # The last word: the source's committed offsets from its checkpoint, so a bounded
+            # run reports where it ended even if Spark's progress events are still on their way.
+            committed = committed_offsets(spark, plans[0].checkpoint)
+            if committed is not None:
+                heartbeater.listener.settle(committed)
+            heartbeater.beat_once()
 
 
 def _stop_all(queries: Sequence[StreamingQuery], grace_seconds: float) -> None:
