@@ -21,18 +21,22 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import json_format
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from clients import dlq_list
 from clients.dlq_metadata import decode
 from core.config import load_settings
 from core.errors import EXIT_OK
 from core.paths import ROOT
 from jobs import registry
 from jobs.dispatch.job import DispatchJob
+from jobs.runtime import metrics
 from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
@@ -217,7 +221,17 @@ def main_run(kafka, work: Path, service: ScriptedService) -> MainRun:
         for r in got:
             offsets[r.value.split(b"|")[0].decode()] = (partition, r.offset)  # type: ignore[union-attr]
     started = time.time()
-    status = run_in_process(group("dsp", topics, service), work / "conf")
+    # This run also serves the driver's Prometheus metrics (test_prometheus_series_...).
+    saved = {k: os.environ.get(k) for k in (metrics.ENV_PORT, "UATU_METRICS_HOST")}
+    os.environ.update({metrics.ENV_PORT: "0", "UATU_METRICS_HOST": "127.0.0.1"})
+    try:
+        status = run_in_process(group("dsp", topics, service), work / "conf")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     calls = [c for c in service.snapshot() if c.message.topic == topics.main]
     return MainRun(topics, records, offsets, status, calls, work / "wh" / "dispatch_stats", started)
 
@@ -287,6 +301,25 @@ def test_every_record_ends_committed_skipped_or_in_the_dlq_once(kafka, main_run:
             assert last in ("exists", "t-skip"), rid
 
 
+def test_the_dlq_lister_shows_each_dlq_records_origin_and_counts(
+    kafka, main_run: MainRun, capsys
+) -> None:
+    by_id = calls_by_record(main_run)
+    expected = {rid: expected_path(plan_of(calls[0].message.value)) for rid, calls in by_id.items()}
+    dlq = read_partitions(kafka.bootstrap_servers, main_run.topics.dlq, 1)[0]
+    args = [main_run.topics.dlq, "--bootstrap-servers", kafka.bootstrap_servers, "--json"]
+    assert dlq_list.main(args) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["partition"], d["offset"]) for d in listed] == [(0, r.offset) for r in dlq]
+    for d, record in zip(listed, dlq, strict=True):
+        rid = record.value.split(b"|")[0].decode()  # type: ignore[union-attr]
+        partition, offset = main_run.offsets[rid]
+        assert d["origin"] == f"{main_run.topics.main}/{partition}/{offset}"
+        assert d["retry_count"] == expected[rid].final_retry_count
+        assert d["key"] == f"key-{rid[1:]}"
+        assert d["value_bytes"] == len(record.value or b"")
+
+
 def test_no_record_is_dispatched_from_a_tier_before_its_due_time(kafka, main_run: MainRun) -> None:
     delays = {main_run.topics.r1: R1_DELAY_MS, main_run.topics.r2: R2_DELAY_MS}
     written = {}
@@ -346,6 +379,43 @@ def test_dispatch_stats_count_what_the_service_saw(spark, main_run: MainRun) -> 
     latency = stats.where("latency_p50_ms IS NOT NULL").select("latency_p50_ms", "inflight_limit")
     assert latency.count() > 0
     assert all(0 < r.inflight_limit <= 1000 for r in latency.collect())  # adaptive, bounded
+
+
+def test_prometheus_series_count_what_the_service_saw(main_run: MainRun) -> None:
+    """The driver's /metrics registry after the run: uForwarder's call counter and the
+    outcome counter by DispatcherResponse code, for this run's topics only."""
+    text = generate_latest(metrics.REGISTRY).decode()
+    topics = {main_run.topics.main, main_run.topics.r1, main_run.topics.r2}
+
+    def total(name: str, **where: str) -> float:
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+            and s.labels.get("kafka_topic") in topics
+            and all(s.labels.get(k) == v for k, v in where.items())
+        )
+
+    by_id = calls_by_record(main_run)
+    paths = [expected_path(plan_of(calls[0].message.value)) for calls in by_id.values()]
+    outcomes = Counter(p.outcome for p in paths)
+    tier_deliveries = sum(sum(t != "main" for t in p.topics) for p in paths)
+    assert total("dispatcher_grpc_call_total", kafka_group="svc") == len(main_run.calls)
+    assert total("uatu_dispatch_messages_total", code="commit") == outcomes["committed"]
+    assert total("uatu_dispatch_messages_total", code="skip") == outcomes["skipped"]
+    assert total("uatu_dispatch_messages_total", code="dlq") == outcomes["dlq"]
+    assert total("uatu_dispatch_messages_total", code="retry") == tier_deliveries
+    slow = sum(1 for c in main_run.calls if c.answer.startswith("slow"))
+    assert total("uatu_dispatch_timeouts_total") == slow
+    tier_query = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "uatu_query_batches_total"
+        and s.labels.get("query") == f"dispatch-dsp-{main_run.topics.r1}"
+    ]
+    assert tier_query and tier_query[0] > 0  # the tiers' queries are listened to as well
 
 
 def test_dlq_redrive_is_bounded_and_gives_the_sixth_invocation(
@@ -450,11 +520,20 @@ def test_flow_control_holds_every_10_second_window(spark, kafka, work, service, 
         assert 0 < peak <= flow["maxInflightMessages"]
 
 
-def test_a_missing_dlq_topic_is_refused_before_spark(kafka, work: Path, service) -> None:
-    topics = Topics.create(kafka, "nodlq")
-    rpc = {"uri": f"dns:///{service.address}", "rpcTimeoutMs": 100, "dlqTopic": "no-such-dlq"}
-    data = group("nodlq", topics, service, rpcDispatcherTaskGroup=rpc)
-    path = work / "nodlq.json"
+@pytest.mark.parametrize("missing", ["dlq", "retry"])
+def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
+    kafka, work: Path, service, missing: str
+) -> None:
+    topics = Topics.create(kafka, f"no{missing}")
+    if missing == "dlq":
+        rpc = {"uri": f"dns:///{service.address}", "rpcTimeoutMs": 100, "dlqTopic": "no-such-dlq"}
+        data = group(f"no{missing}", topics, service, rpcDispatcherTaskGroup=rpc)
+        expected = "rpc_dispatcher_task_group.dlq_topic='no-such-dlq'"
+    else:
+        data = group(f"no{missing}", topics, service)
+        data["retryConfig"]["retryQueues"][1]["retryQueueTopic"] = "no-such-r1"
+        expected = "retry_config.retry_queues[1].retry_queue_topic='no-such-r1'"
+    path = work / f"no{missing}.json"
     path.write_text(json.dumps(data))
     done = subprocess.run(
         [str(ROOT / "spark-submit.sh"), str(path), "--check", "--conf-dir", str(work / "conf")],
@@ -464,32 +543,36 @@ def test_a_missing_dlq_topic_is_refused_before_spark(kafka, work: Path, service)
         check=False,
     )
     assert done.returncode == 2
-    assert (
-        "rpc_dispatcher_task_group.dlq_topic='no-such-dlq'" in done.stderr.strip().splitlines()[-1]
-    )
+    assert expected in done.stderr.strip().splitlines()[-1]
 
 
-def test_a_crash_after_a_tier_write_loses_nothing(kafka, work: Path, service, spark) -> None:
-    topics = Topics.create(kafka, "crash")
+@pytest.mark.parametrize("step", ["after_tier_produce", "before_checkpoint"])
+def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
+    kafka, work: Path, service, spark, step: str
+) -> None:
+    """after_tier_produce: in a task, with part of the batch's tier writes done;
+    before_checkpoint: on the driver, with the batch's dispatch_stats rows already written."""
+    name = f"crash-{step.replace('_', '-')}"
+    topics = Topics.create(kafka, name)
     now = int(time.time() * 1000)
     plans = ["ok", "retry,ok", "fail", "exists"]
     records = [
         Record(i % 2, f"c{i}".encode(), value(f"c{i}", plans[i % 4]), now) for i in range(80)
     ]
     produce_records(kafka.bootstrap_servers, topics.main, records)
-    data = group("crash", topics, service)
-    path = work / "crash.json"
+    data = group(name, topics, service)
+    path = work / f"{name}.json"
     path.write_text(json.dumps(data))
     cmd = [str(ROOT / "spark-submit.sh"), str(path), "--once", "--conf-dir", str(work / "conf")]
     env = {**os.environ, "UATU_DRIVER_MEMORY": "1g"}
     before = len(service.snapshot())
 
     crashed = subprocess.run(
-        cmd, env={**env, "UATU_DISPATCH_FAULT": f"after_tier_produce:{topics.main}"},
+        cmd, env={**env, "UATU_DISPATCH_FAULT": f"{step}:{topics.main}"},
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert crashed.returncode != 0
-    assert "UATU_DISPATCH_FAULT: halting the JVM at after_tier_produce" in crashed.stderr
+    assert f"UATU_DISPATCH_FAULT: halting the JVM at {step}" in crashed.stderr
     first_calls = len(service.snapshot()) - before
     assert first_calls > 0
 
@@ -520,7 +603,9 @@ def test_a_crash_after_a_tier_write_loses_nothing(kafka, work: Path, service, sp
     assert max(from_main.values()) <= 2 and sum(from_main.values()) > 80
     stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
     redelivered = (
-        stats.where("job_group_id = 'crash' AND tier = 'main'").agg(F.sum("redelivered")).first()[0]
+        stats.where(f"job_group_id = '{name}' AND tier = 'main'")
+        .agg(F.sum("redelivered"))
+        .first()[0]
     )
     assert redelivered == 80
 
