@@ -61,9 +61,7 @@ def _audit_client_config(settings: AuditSettings, config: Mapping[str, Any]) -> 
     if settings.audit_config is not None:
         return dict(settings.audit_config)
     return {
-        k: v
-        for k, v in config.items()
-        if k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl."))
+        k: v for k, v in config.items() if k in _CONNECTION_KEYS or k.startswith(("sasl.", "ssl."))
     }
 
 
