@@ -2,7 +2,7 @@
 
 Shared by the client wrappers (`clients/`), the KRP path of the availability job
 (`jobs/availability/probes/proxy_client.py`) and the tests; the Java interceptors
-(`jvm/src/main/java/dev/uatu/audit/`) write the same bytes.
+(`jvm/src/main/java/dev/uatu/audit/report/`) write the same bytes.
 
 * `dedupe_key(key, value)` is Spark's `xxhash64(key, value)` (seed 42, a null column skipped),
   the audit job's default dedupe key, as a signed 64-bit integer.

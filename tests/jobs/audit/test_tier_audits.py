@@ -9,10 +9,6 @@ the audit runs and the expected verdicts are final.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -23,14 +19,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import functions as F
 
-from clients import AuditedConsumer, AuditedProducer, AuditSettings
+from clients import AuditedProducer, AuditSettings
 from core.config import load_settings
-from core.paths import ROOT
 from jobs import registry
 from jobs.runtime.runner import run_query
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
-from testing.polling import wait_for
 from testing.topic_data import Record, produce_records
 
 pytestmark = pytest.mark.integration
@@ -188,7 +182,11 @@ def test_service_reports_loss_duplicate_report_and_a_revision_on_late_data(spark
 
 def read_values(bootstrap: str, topic: str) -> list[bytes]:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+        }
     )
     consumer.subscribe([topic])
     values: list[bytes] = []
