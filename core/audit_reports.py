@@ -73,7 +73,7 @@ class WindowCounts:
 
     lg_k: int
     message_count: int = 0
-    bytes: int = 0
+    byte_count: int = 0
     failed_count: int = 0
     hll: Any = None  # datasketches.hll_sketch, created on first use
     kll: Any = None  # datasketches.kll_doubles_sketch, created on first latency
@@ -154,10 +154,10 @@ class WindowTally:
                 h = SPARK_HASH_SEED
                 if key is not None:
                     h = _xxh64(key, h)
-                    counts.bytes += len(key)
+                    counts.byte_count += len(key)
                 if value is not None:
                     h = _xxh64(value, h)
-                    counts.bytes += len(value)
+                    counts.byte_count += len(value)
                 counts.message_count += 1
                 counts.hll.update(h - _U64 if h >= _I63 else h)
                 if latency_ms is not None:
@@ -216,7 +216,7 @@ def build_report(
         window_start_ms=window_start,
         window_seconds=window_seconds,
         message_count=counts.message_count,
-        bytes=counts.bytes,
+        byte_count=counts.byte_count,
         failed_count=counts.failed_count,
         hll_sketch=counts.hll_bytes(),
         latency_kll_sketch=counts.kll_bytes(),

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from uatu.v1 import audit_report_pb2
@@ -276,7 +276,7 @@ class TierBatchWriter:
                     r.window_seconds,
                     r.window_start_ms,
                     r.message_count,
-                    r.bytes,
+                    r.byte_count,
                     r.failed_count,
                     bytes(r.hll_sketch) or None,
                     bytes(r.latency_kll_sketch) or None,
@@ -526,11 +526,7 @@ class TierBatchWriter:
         if not refs:
             return {}, {}
         counts = spark.read.format("delta").load(self.spec.audit_counts_path)
-        wanted = None
-        for ref in refs:
-            one = (F.col("cluster") == ref.cluster) & (F.col("topic") == ref.topic)
-            wanted = one if wanted is None else wanted | one
-        mine = counts.where(wanted)
+        mine = counts.where(_any_of(refs))
         until = {
             TopicRef(r.cluster, r.topic): r.until
             for r in mine.groupBy("cluster", "topic")
@@ -940,15 +936,20 @@ class TierBatchWriter:
         log.info("batch %d: %d verdict rows written: %s", batch_id, len(rows), dict(counts))
 
 
+def _any_of(refs: Iterable[TopicRef]) -> Column:
+    """A filter matching the rows of any of `refs` (false for none)."""
+    match = F.lit(False)
+    for ref in refs:
+        match = match | ((F.col("cluster") == ref.cluster) & (F.col("topic") == ref.topic))
+    return match
+
+
 def _ledger_frames(batch: DataFrame, check: Check) -> list[DataFrame]:
     """This batch's contiguous offset ranges of one REPLICATION check: source records per
     (partition, source window), destination stamps of its sources with their copies."""
     interval_ms = check.interval_seconds * 1000
     frames = []
-    source = None
-    for ref in check.source:
-        one = (F.col("cluster") == ref.cluster) & (F.col("topic") == ref.topic)
-        source = one if source is None else source | one
+    source = _any_of(check.source)
     ts = F.unix_millis("timestamp")
     src = batch.where(source).select(
         "cluster",
@@ -976,10 +977,7 @@ def _ledger_frames(batch: DataFrame, check: Check) -> list[DataFrame]:
             F.lit(1).cast("long").alias("copies"),
         )
     )
-    destination = None
-    for ref in check.destination:
-        one = (F.col("cluster") == ref.cluster) & (F.col("topic") == ref.topic)
-        destination = one if destination is None else destination | one
+    destination = _any_of(check.destination)
     pattern = r"^(.*)/([^/]+)/(\d+)/(\d+)$"
     stamped = (
         batch.where(destination & F.col("stamp").isNotNull())
@@ -997,12 +995,8 @@ def _ledger_frames(batch: DataFrame, check: Check) -> list[DataFrame]:
             F.col("o").cast("long").alias("offset"),
         )
     )
-    wanted = None
-    for ref in check.source:
-        one = (F.col("cluster") == ref.cluster) & (F.col("topic") == ref.topic)
-        wanted = one if wanted is None else wanted | one
     per_offset = (
-        stamped.where(wanted)
+        stamped.where(_any_of(check.source))
         .groupBy("cluster", "topic", "partition", "offset")
         .agg(F.count(F.lit(1)).alias("copies"))
     )

@@ -89,7 +89,7 @@ def test_java_report_parses_and_its_hll_unions_with_spark(spark):
         7,
     )
     assert report.message_count == 300 and report.failed_count == 1
-    assert report.bytes == sum(len(k) + len(v) for k, v in java_records)
+    assert report.byte_count == sum(len(k) + len(v) for k, v in java_records)
     assert len(report.latency_kll_sketch) > 0
 
     spark_sketch = (
