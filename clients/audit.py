@@ -88,10 +88,11 @@ class AuditedProducer:
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         timestamp = msg.timestamp()[1]
+        topic = msg.topic() or ""
         if err is not None:
-            self._add_failed(msg.topic(), timestamp)
+            self._add_failed(topic, timestamp)
             return
-        self._add(msg.topic(), msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
+        self._add(topic, msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
 
     def produce(
         self,
@@ -164,7 +165,8 @@ class AuditedConsumer:
         if msg is None or msg.error() is not None:
             return
         timestamp = msg.timestamp()[1]
-        self.tally.add(msg.topic(), msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
+        topic = msg.topic() or ""
+        self.tally.add(topic, msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
 
     def poll(self, timeout: float = -1) -> Message | None:
         msg = self._consumer.poll(timeout)
