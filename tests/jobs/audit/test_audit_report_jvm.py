@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StructField, StructType
 from uatu.v1 import audit_report_pb2
@@ -108,3 +110,37 @@ def test_java_report_parses_and_its_hll_unions_with_spark(spark):
     )
     assert java_alone.collect()[0]["n"] in range(297, 304)
     assert abs(row["union"] - 500) <= 5  # 500 distinct: the 100 shared records counted once
+
+
+@pytest.mark.parametrize(
+    ("drop", "change", "named"),
+    [
+        ("uatu.audit.service", {}, "uatu.audit.service"),
+        ("uatu.audit.topic", {}, "uatu.audit.topic"),
+        (None, {"uatu.audit.lg.k": "30"}, "uatu.audit.lg.k"),
+        (None, {"uatu.audit.window.seconds": "soon"}, "uatu.audit.window.seconds"),
+        (None, {"uatu.audit.tier": "CONSUMER"}, "uatu.audit.tier"),
+        ("bootstrap.servers", {}, "uatu.audit.producer.bootstrap.servers"),
+    ],
+)
+def test_interceptor_settings_refuse_a_bad_value_naming_it(spark, drop, change, named):
+    pkg = _java(spark)
+    good = {
+        "bootstrap.servers": "127.0.0.1:9",
+        "uatu.audit.service": "orders-api",
+        "uatu.audit.cluster": "local",
+        "uatu.audit.topic": "uatu-audit",
+    }
+    configs = spark.sparkContext._jvm.java.util.HashMap()
+    for k, v in {**good, **change}.items():
+        if k != drop:
+            configs.put(k, v)
+    with pytest.raises(Py4JJavaError) as refused:
+        getattr(pkg.AuditSettings, "from")(configs, 1)
+    assert "ConfigException" in str(refused.value) and named in str(refused.value)
+    # The same settings without the bad one are accepted: the case above can fail.
+    fine = spark.sparkContext._jvm.java.util.HashMap()
+    for k, v in good.items():
+        fine.put(k, v)
+    settings = getattr(pkg.AuditSettings, "from")(fine, 1)
+    assert (settings.service(), settings.windowSeconds(), settings.lgK()) == ("orders-api", 60, 12)
