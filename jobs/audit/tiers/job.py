@@ -298,7 +298,11 @@ class TierBatchWriter:
                 F.sum("failed_count").alias("failed_count"),
                 F.count(F.lit(1)).alias("reports"),
                 F.hll_union_agg("hll", True).alias("hll_sketch"),
-                F.kll_merge_agg_double("kll").alias("latency_kll_sketch"),
+                # No report of the group measured latency: null, not an empty sketch (an empty
+                # one makes kll_sketch_get_quantile_double fail the batch).
+                F.when(F.count("kll") > 0, F.kll_merge_agg_double("kll")).alias(
+                    "latency_kll_sketch"
+                ),
             )
             .withColumn("window_start", F.timestamp_millis("start_ms"))
             .withColumn(
