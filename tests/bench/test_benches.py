@@ -19,6 +19,7 @@ from core.paths import ROOT
     "module",
     [
         "audit_bench",
+        "audit_clients_bench",
         "availability_bench",
         "controlplane_bench",
         "loadgen_bench",
