@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import (
@@ -109,6 +110,7 @@ class AuditBatchWriter:
                     known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
                     fresh = keep(new_keys(window_keys(windowed), known))
                     tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
+                    fault_point("audit.keys_committed")  # core/faults.py: tests only
                 partials = with_new_unique_counts(partials, fresh)
             else:
                 partials = partials.withColumn("new_unique_count", F.lit(0).cast("long"))
