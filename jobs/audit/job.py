@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.errors import UatuError
 from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.spec import AuditSpec
@@ -42,11 +43,12 @@ from jobs.audit.transforms import (
     window_partials,
     with_new_unique_counts,
 )
-from jobs.runtime import metrics
+from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import observe_source
 from jobs.runtime.runner import streaming_query_id
+from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.audit")
@@ -200,3 +202,14 @@ class AuditJob(StreamingJob[AuditSpec]):
 
     def batch_writer(self, spark: SparkSession) -> AuditBatchWriter:
         return AuditBatchWriter(self.spec)
+
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        spec = self.spec
+        return source_failure.explain(
+            spark,
+            job_group_id=spec.job_group_id,
+            checkpoint=spec.checkpoint_path,
+            cluster=spec.source_cluster,
+            topic=spec.source_topic,
+            loss_table=data_loss_path(spec.audit_counts_path),
+        )

@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.errors import UatuError
 from jobs.replication import tables
 from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, preflight
@@ -48,11 +49,12 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
-from jobs.runtime import metrics
+from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.replication")
@@ -319,6 +321,17 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             until=None if self.plan.end_offsets is None else self.copy_complete,
             record_bytes=(lambda: writer.last_record_bytes) if writer is not None else None,
             log_batches=False,
+        )
+
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        spec = self.spec
+        return source_failure.explain(
+            spark,
+            job_group_id=spec.job_group_id,
+            checkpoint=spec.checkpoint_path,
+            cluster=spec.source_cluster,
+            topic=spec.source_topic,
+            loss_table=data_loss_path(spec.stats_path),
         )
 
     def close(self) -> None:
