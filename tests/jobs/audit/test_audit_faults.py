@@ -1,0 +1,72 @@
+"""The audit job's exactly-once guarantee at the one step where it can break: a crash after a
+batch's keys are committed to audit_keys and before its counts are MERGEd into audit_counts
+(fault point `audit.keys_committed`, `core/faults.py`).
+
+The replay of that batch must count its keys as new although audit_keys already holds them;
+the truth is computed in plain Python from the records sent (`expected_rows`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from jobs.audit.transforms import DEDUPE_KEY
+from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
+from testing.jobrun import committed_batch, run_job
+from tests.jobs.audit.test_audit_job_integration import (
+    COMPARED,
+    expected_df,
+    expected_rows,
+    jobgroup,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_crash_between_keys_commit_and_counts_merge_then_restart_gives_the_truth(
+    spark, kafka, tmp_path: Path
+) -> None:
+    topic = f"audit-crash-{time.monotonic_ns()}"
+    kafka.create_topic(topic, partitions=3)
+    records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
+    produce(kafka.bootstrap_servers, topic, records)
+    conf_dir = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    keys_path, counts_path = tmp_path / "wh" / "audit_keys", tmp_path / "wh" / "audit_counts"
+    # 150 records a batch (rate 150 x 1 s trigger; --once keeps the limit): 3 batches.
+    group = jobgroup("crash-keys", topic, rate=150, trigger_s=1)
+
+    status, log = run_job(
+        group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": "audit.keys_committed@2"}
+    )
+
+    assert status == -9, log  # the whole process group got SIGKILL
+    assert "UATU_FAULT: crash at audit.keys_committed (hit 2)" in log
+    # Batch 1 is in audit_keys, not in audit_counts: the crash landed between the two.
+    assert (committed_batch(keys_path), committed_batch(counts_path)) == (1, 0)
+
+    status, log = run_job(group, tmp_path, conf_dir, "--once")
+
+    assert status == 0, log
+    counts = spark.read.format("delta").load(str(counts_path))
+    assert_df_equality(
+        counts.select(*COMPARED),
+        expected_df(spark, expected_rows(records, topic)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    # Every distinct key recorded once: the replay appended no key twice.
+    keys = spark.read.format("delta").load(str(keys_path))
+    exact_unique = (
+        counts.where(F.col("audit_type") == "AUDIT_TYPE_EXACT_UNIQ")
+        .agg(F.sum("unique_count"))
+        .first()[0]
+    )
+    assert keys.count() == keys.select(*DEDUPE_KEY).distinct().count() == exact_unique
