@@ -90,7 +90,11 @@ def run_query(
         settings.name,
         query.id,
         settings.checkpoint,
-        "bounded run (AvailableNow)" if settings.once else "streaming until stopped",
+        "bounded run (AvailableNow)"
+        if settings.once
+        else "streaming until stopped"
+        if settings.until is None
+        else "streaming until the job's own bound or a stop",
     )
 
     # A signal handler must not call into the JVM: it can fire while the main thread is in the

@@ -16,7 +16,15 @@ from core.paths import ROOT
 
 
 @pytest.mark.parametrize(
-    "module", ["audit_bench", "availability_bench", "controlplane_bench", "replication_bench"]
+    "module",
+    [
+        "audit_bench",
+        "audit_clients_bench",
+        "availability_bench",
+        "controlplane_bench",
+        "loadgen_bench",
+        "replication_bench",
+    ],
 )
 def test_each_bench_answers_help_as_its_make_target_runs_it(module: str) -> None:
     done = subprocess.run(
