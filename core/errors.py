@@ -90,3 +90,26 @@ class TableSchemaMismatch(UatuError):
             f"Delta table {table} at {path} does not match the schema its job declares: "
             + "; ".join(differences)
         )
+
+
+class SourceTopicDeleted(UatuError):
+    """The source topic was deleted while the job ran; the query failed (exit 1)."""
+
+    def __init__(self, topic: str, cluster: str) -> None:
+        super().__init__(
+            f"source topic {topic!r} on cluster {cluster!r} no longer exists: it was deleted "
+            "while the job ran; nothing of the failed micro-batch was written"
+        )
+
+
+class SourceDataLost(UatuError):
+    """Records of the source were deleted (retention, delete-records) before the job read
+    them; the query failed rather than count without them (exit 1)."""
+
+    def __init__(self, topic: str, cluster: str, ranges: str, recorded_in: str) -> None:
+        self.ranges = ranges
+        super().__init__(
+            f"records of {cluster}/{topic} were deleted before the job read them "
+            f"(partition [from, until) offsets: {ranges}); recorded in {recorded_in}; the job "
+            "stops rather than count without them (a new checkpoint starts from what is left)"
+        )

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from core import kafka_admin
+from core import faults, kafka_admin
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         group = load_jobgroup(args.jobgroup)
         job_type, spec = registry.validate(group, settings)
         reporter_config = ReporterConfig.from_env(os.environ)
+        faults.from_env(os.environ)  # a malformed UATU_FAULT is bad input, not a silent no-op
         job = job_type.load_runtime()(spec)
         source = spec.source()
         job.ensure_source()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -34,3 +35,26 @@ def small_local_session(
     )
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def conf_restored(session: SparkSession) -> Iterator[None]:
+    """Give the session back its runtime conf as it was on entry.
+
+    A job run in the test process builds its session with `build_session`, whose getOrCreate
+    hands back the shared test session and writes the job's settings into it (8 shuffle
+    partitions instead of 2, the metrics settings, ...), so the next test would run with
+    them. The session's own SQLConf is written directly: `spark.conf` refuses Spark core keys
+    (`spark.speculation`) that getOrCreate set without asking.
+    """
+    before = dict(session.conf.getAll)
+    try:
+        yield
+    finally:
+        conf = session._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+        after = dict(session.conf.getAll)
+        for key in after.keys() - before.keys():
+            conf.unsetConf(key)
+        for key, value in before.items():
+            if after.get(key) != value:
+                conf.setConfString(key, value)

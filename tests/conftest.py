@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from core.paths import ROOT
-from testing.spark import small_local_session
+from testing.spark import conf_restored, small_local_session
 
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
@@ -39,6 +39,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     session = small_local_session("uatu-tests", tmp_path_factory.mktemp("spark-warehouse"))
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_conf_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses `spark` leaves its runtime conf as it found it (in-process job runs
+    write theirs into the shared session), so no test depends on which ran before it."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    with conf_restored(request.getfixturevalue("spark")):
+        yield
 
 
 @pytest.fixture(scope="session")

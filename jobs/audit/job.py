@@ -38,15 +38,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
+from core.errors import UatuError
+from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.flow import BytePacer, sample_mean_record_bytes
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
-from jobs.runtime import metrics
+from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.audit")
@@ -93,6 +96,7 @@ class AuditBatchWriter:
             # Reads the batch's offset ranges in JVM tasks. Exact audits' keys of this batch
             # are written (under the checkpoint) when this returns: the keys commit.
             folded = self.folder.fold(batch, batch_id)
+        fault_point("audit.keys_committed")  # core/faults.py: tests only
         if folded is None:  # an idle topic
             self._remember(batch_id, 0)
             return
@@ -226,3 +230,14 @@ class AuditJob(StreamingJob[AuditSpec]):
     def close(self) -> None:
         if self._folder is not None:
             self._folder.close()
+
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        spec = self.spec
+        return source_failure.explain(
+            spark,
+            job_group_id=spec.job_group_id,
+            checkpoint=spec.checkpoint_path,
+            cluster=spec.source_cluster,
+            topic=spec.source_topic,
+            loss_table=data_loss_path(spec.audit_counts_path),
+        )

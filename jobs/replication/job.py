@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -34,10 +34,11 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.errors import UatuError
 from jobs.replication import tables
 from jobs.replication.pacing import Pacer
-from jobs.replication.preflight import ReplicationPlan, preflight
-from jobs.replication.ranges import batch_ranges
+from jobs.replication.preflight import ReplicationPlan, cover_new_partitions, preflight
+from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.replication.writer import (
@@ -48,11 +49,12 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
-from jobs.runtime import metrics
+from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.replication")
@@ -155,6 +157,7 @@ class ReplicationBatchWriter:
             self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
         planned = planned_ranges(batch, self.spec.source_topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
+        self._cover_new_partitions(ranges)
         if not ranges:  # an idle topic, or a bounded copy past its ends
             log.info("batch %d: no records", batch_id)
             return
@@ -206,6 +209,14 @@ class ReplicationBatchWriter:
         if wait > 0:
             log.info("flow control: waiting %.2f s", wait)
             time.sleep(wait)
+
+    def _cover_new_partitions(self, ranges: Sequence[SourceRange]) -> None:
+        """Partitions added to the source while the job runs (Spark's source reads them from
+        their start): extend the plan, growing the destination, before they are copied."""
+        new = {r.partition for r in ranges} - set(self.plan.source_partitions)
+        if new:
+            self.plan = cover_new_partitions(self.spec, self.plan, new)
+            self.destination = destination_config(self.spec, self.plan)
 
     def close(self) -> None:
         self._audit_appender.shutdown()
@@ -319,6 +330,17 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             until=None if self.plan.end_offsets is None else self.copy_complete,
             record_bytes=(lambda: writer.last_record_bytes) if writer is not None else None,
             log_batches=False,
+        )
+
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        spec = self.spec
+        return source_failure.explain(
+            spark,
+            job_group_id=spec.job_group_id,
+            checkpoint=spec.checkpoint_path,
+            cluster=spec.source_cluster,
+            topic=spec.source_topic,
+            loss_table=data_loss_path(spec.stats_path),
         )
 
     def close(self) -> None:

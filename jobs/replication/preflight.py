@@ -9,18 +9,19 @@ before the SparkSession exists. `build_plan` is the pure part and is unit-tested
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
-from core.kafka_admin import create_topic, partition_count
+from core.kafka_admin import create_partitions, create_topic, partition_count
 from jobs.replication.spec import ReplicationSpec
 
 log = logging.getLogger("uatu.replication")
@@ -190,6 +191,55 @@ def preflight(spec: ReplicationSpec) -> ReplicationPlan:
         plan.max_offsets_per_trigger or "unlimited",
     )
     return plan
+
+
+def with_partitions(
+    plan: ReplicationPlan, partitions: Collection[int], destination_count: int
+) -> ReplicationPlan:
+    """`plan` covering `partitions` too, sent to a destination of `destination_count`
+    partitions (pure). A modulo plan keeps its count: its mapping must not move."""
+    return dataclasses.replace(
+        plan,
+        source_partitions=tuple(sorted({*plan.source_partitions, *partitions})),
+        destination_partitions=plan.destination_partitions if plan.modulo else destination_count,
+    )
+
+
+def cover_new_partitions(
+    spec: ReplicationSpec, plan: ReplicationPlan, partitions: Collection[int]
+) -> ReplicationPlan:
+    """The plan for source partitions added while the job runs, as MirrorMaker 2 keeps a
+    target topic's partitions in step: with the identity mapping the destination grows to
+    the source's count when it has fewer (partition N still goes to N); a modulo plan sends
+    them to N % its count. ClusterUnreachable if the destination cannot be grown."""
+    needed = max(partitions) + 1
+    field_name = "kafka_dispatcher_task_group.topic"
+    count = partition_count(spec.destination_cluster, spec.destination_topic, field_name)
+    if not plan.modulo and count < needed:
+        log.info(
+            "source %s grew to %d partitions: growing %s/%s from %d",
+            spec.source_topic,
+            needed,
+            spec.destination_cluster.name,
+            spec.destination_topic,
+            count,
+        )
+        admin = AdminClient(spec.destination_cluster.check_client_config())
+        try:
+            create_partitions(admin, NewPartitions(spec.destination_topic, needed), _TIMEOUT_S)
+        except KafkaException as e:
+            raise ClusterUnreachable(
+                spec.destination_cluster.name, spec.destination_cluster.bootstrap_servers, str(e)
+            ) from None
+        count = needed
+    grown = with_partitions(plan, partitions, count)
+    log.info(
+        "new source partitions %s of %s: copied to %s",
+        sorted(partitions),
+        spec.source_topic,
+        {p: grown.destination_partition(p) for p in sorted(partitions)},
+    )
+    return grown
 
 
 def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:

@@ -11,7 +11,9 @@ Metrics: with `UATU_METRICS_PORT` set, the driver serves Prometheus metrics for 
 PrometheusServlet.
 
 Exit status: whatever `runner.run_query` returns (0 finished or stopped, 1 failed), or the
-status `before_query` returns to finish without starting a query.
+status `before_query` returns to finish without starting a query. A failed query whose cause
+the job can name (`explain_failure`) raises that UatuError instead: `jobs/main.py` prints its
+one line and exits with its status.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from core.errors import EXIT_FAILED, UatuError
 from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.reporting import Reporting
@@ -86,6 +89,12 @@ class StreamingJob(ABC, Generic[S]):
             stop_file=stop_file,
         )
 
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        """After the query failed: a one-line error naming the cause when the job can tell
+        it (a Kafka source's deleted topic or lost records, `jobs/runtime/source_failure.py`);
+        None leaves the failure as it is (exit 1, Spark's exception in the log)."""
+        return None
+
     def close(self) -> None:
         """Release what the job opened (clients, threads); called once, after the query."""
 
@@ -110,7 +119,12 @@ class StreamingJob(ABC, Generic[S]):
                 return finished
             writer = self.batch_writer(spark)
             settings = self.query_settings(once=once, stop_file=stop_file)
-            return run_query(self.stream(spark), writer, settings, reporting)
+            status = run_query(self.stream(spark), writer, settings, reporting)
+            if status == EXIT_FAILED:
+                cause = self.explain_failure(spark)
+                if cause is not None:
+                    raise cause
+            return status
         finally:
             self.close()
             if endpoint is not None:

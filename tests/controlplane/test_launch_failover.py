@@ -9,7 +9,6 @@ is left behind. Real Spark applications, a real broker, real SQLite files and a 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -139,9 +138,9 @@ def stop_all(marker: str) -> None:
         signal_group(pgid, signal.SIGKILL)
 
 
-def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_path):
+def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_path, monkeypatch):
     conf, topic = setup_group(kafka, tmp_path)
-    os.environ.pop("UATU_WAREHOUSE", None)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
     seat = Seat("a")
     store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
     store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
@@ -177,13 +176,15 @@ def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_
         store_b.close()
 
 
-def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(kafka, tmp_path):
+def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(
+    kafka, tmp_path, monkeypatch
+):
     """A dies between launch and record; B, on another host (its launcher cannot see A's
     pid), adopts the application through its heartbeats. An update must restart it: B asks it
     to stop with CANCEL replies (the driver stops itself; nobody signals it), and relaunches
     it once its heartbeats have lapsed."""
     conf, topic = setup_group(kafka, tmp_path)
-    os.environ.pop("UATU_WAREHOUSE", None)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
     seat = Seat("a")
     store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
     store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
@@ -238,7 +239,9 @@ def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(ka
         store_b.close()
 
 
-def test_deposed_between_launch_and_record_cancels_its_launch_etcd(kafka, etcd, tmp_path):
+def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
+    kafka, etcd, tmp_path, monkeypatch
+):
     """The same fault on etcd: A is deposed for real (its leader key deleted, B elected), so
     its fenced txn fails on the key's create_revision, not on a flag."""
     from controlplane.state.etcd_client import EtcdClient, b64
@@ -246,7 +249,7 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(kafka, etcd, 
     from controlplane.state.etcd_store import EtcdStore
 
     conf, topic = setup_group(kafka, tmp_path)
-    os.environ.pop("UATU_WAREHOUSE", None)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
     prefix = f"/fo-{uuid.uuid4().hex[:8]}"
     key = f"{prefix}/leader"
     a = EtcdLeadership(etcd.endpoint, "a:1", key, ttl_seconds=2)

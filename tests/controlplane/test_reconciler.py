@@ -55,14 +55,14 @@ def test_definition_changes_with_mutable_fields_only_when_they_change():
 
 
 @pytest.mark.integration
-def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_path):
+def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_path, monkeypatch):
     topic = f"rc-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)
     produce(kafka.bootstrap_servers, topic, audit_dataset(200, 2, int(time.time() * 1000)))
     conf = write_conf_dir(
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
-    os.environ.pop("UATU_WAREHOUSE", None)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
     store = SqliteStore(tmp_path / "cp.sqlite")
     groups = JobGroups(store, load_settings(conf), kafka_admin.partition_count)
     launcher = LocalLauncher(tmp_path / "apps", conf_dir=conf, grace_seconds=10)

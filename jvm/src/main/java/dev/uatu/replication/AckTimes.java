@@ -1,5 +1,6 @@
 package dev.uatu.replication;
 
+import dev.uatu.faults.FaultPoints;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -33,7 +34,11 @@ final class AckTimes {
     }
     final long[] chunk = chunks.get(index / CHUNK);
     final int slot = index % CHUNK;
-    return (metadata, exception) -> {
+    return (metadata, delivered) -> {
+      // The fault hook's point "replication.record_acked" (core/faults.py): a crash here
+      // leaves acknowledged records that no stats row counts yet.
+      Exception exception =
+          delivered != null ? delivered : FaultPoints.failure("replication.record_acked");
       if (exception != null) {
         failures.incrementAndGet();
         firstError.compareAndSet(null, exception);

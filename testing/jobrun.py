@@ -1,0 +1,97 @@
+"""Running a JobGroup through `./spark-submit.sh` in a subprocess, and reading what a run
+committed: the support of the fault tests (tests/*/test_*faults.py).
+
+A job run this way has a process group of its own (`start_new_session`), so a crash at a
+fault point (`core.faults`, `UATU_FAULT`) or a test's `os.killpg` ends the whole application
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from core.faults import ENV as FAULT_ENV
+from core.paths import ROOT
+
+# Variables of the test process a job run must not inherit.
+_NOT_INHERITED = (FAULT_ENV, "UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE")
+
+
+def submit_job(
+    group: Mapping,
+    workdir: Path,
+    conf_dir: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen:
+    """Start `./spark-submit.sh` on `group` (a JobGroup as a protobuf-JSON dict) in its own
+    process group; its output goes to `log_path(workdir, group)`.
+
+    `env` adds to (and overrides) the test process's environment, less the variables a test
+    may have set for itself (UATU_FAULT, the storage roots, the control plane).
+    """
+    path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(group))
+    # A file, not a pipe: nobody reads a pipe while the job runs, and a full one blocks it.
+    log = log_path(workdir, group).open("ab")
+    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    full_env = {
+        **inherited,
+        "UATU_CONF_DIR": str(conf_dir),
+        "UATU_DRIVER_MEMORY": "1g",
+        "UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2",
+        **(env or {}),
+    }
+    try:
+        return subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), str(path), *args],
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def log_path(workdir: Path, group: Mapping) -> Path:
+    return workdir / f"{group['jobGroupId']}.log"
+
+
+def run_job(
+    group: Mapping,
+    workdir: Path,
+    conf_dir: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 600,
+) -> tuple[int, str]:
+    """`submit_job` and wait: (exit status, the run's log so far)."""
+    proc = submit_job(group, workdir, conf_dir, *args, env=env)
+    try:
+        status = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
+    return status, log_path(workdir, group).read_text(errors="replace")
+
+
+def committed_batch(table_path: Path | str) -> int | None:
+    """The highest batch id committed to a Delta table by a job's exactly-once writes (the
+    largest `txn` version in its log, whatever the appId), None if it has none.
+
+    Read from the log files themselves, without Spark: what a crash left behind.
+    """
+    versions = []
+    for commit in sorted((Path(table_path) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action:
+                versions.append(int(action["txn"]["version"]))
+    return max(versions) if versions else None

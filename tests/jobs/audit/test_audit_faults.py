@@ -1,0 +1,116 @@
+"""The audit job's exactly-once guarantee at the one step where it can break: a crash after a
+batch's exact keys are committed (under the checkpoint, `<checkpoint>/audit-keys`, written by
+the JVM fold) and before its counts are MERGEd into audit_counts (fault point
+`audit.keys_committed`, `core/faults.py`); and a broker restart mid-run.
+
+The replay of that batch must count its keys as new although their files already exist; the
+truth is computed in plain Python from the records sent (`expected_rows`).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from core.processes import signal_group
+from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
+from testing.jobrun import committed_batch, log_path, run_job, submit_job
+from testing.polling import wait_for
+from tests.jobs.audit.test_audit_job_integration import (
+    COMPARED,
+    expected_df,
+    expected_rows,
+    jobgroup,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def last_keys_batch(checkpoints: Path) -> int | None:
+    """The newest batch whose exact keys the fold wrote (`KeyFiles`: p<n>/log/<batch>)."""
+    batches = [int(f.name) for f in checkpoints.glob("*/audit-keys/p*/log/*") if f.name.isdigit()]
+    return max(batches, default=None)
+
+
+def test_crash_between_keys_commit_and_counts_merge_then_restart_gives_the_truth(
+    spark, kafka, tmp_path: Path
+) -> None:
+    topic = f"audit-crash-{time.monotonic_ns()}"
+    kafka.create_topic(topic, partitions=3)
+    records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
+    produce(kafka.bootstrap_servers, topic, records)
+    conf_dir = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    counts_path = tmp_path / "wh" / "audit_counts"
+    # 150 records a batch (rate 150 x 1 s trigger; --once keeps the limit): 3 batches.
+    group = jobgroup("crash-keys", topic, rate=150, trigger_s=1)
+
+    status, log = run_job(
+        group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": "audit.keys_committed@2"}
+    )
+
+    assert status == -9, log  # the whole process group got SIGKILL
+    assert "UATU_FAULT: crash at audit.keys_committed (hit 2)" in log
+    # Batch 1's keys are written, its counts are not: the crash landed between the two.
+    assert (last_keys_batch(tmp_path / "ck"), committed_batch(counts_path)) == (1, 0)
+
+    status, log = run_job(group, tmp_path, conf_dir, "--once")
+
+    assert status == 0, log
+    counts = spark.read.format("delta").load(str(counts_path))
+    assert_df_equality(
+        counts.select(*COMPARED),
+        expected_df(spark, expected_rows(records, topic)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path) -> None:
+    """A streaming audit job; its (only) broker is stopped and started again between two
+    waves of records. The job rides it out (Kafka's clients retry) and, stopped with SIGTERM,
+    has counted both waves exactly as the truth computed in Python."""
+    topic = f"audit-broker-{time.monotonic_ns()}"
+    kafka.create_topic(topic, partitions=2)
+    first = audit_dataset(60, partitions=2, now_ms=int(time.time() * 1000))
+    produce(kafka.bootstrap_servers, topic, first)
+    conf_dir = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    counts_path = tmp_path / "wh" / "audit_counts"
+    group = jobgroup("broker-restart", topic, trigger_s=1)
+    proc = submit_job(group, tmp_path, conf_dir)
+    records = first
+    try:
+        wait_for(lambda: committed_batch(counts_path) is not None, 300, "a first batch")
+        kafka.restart_broker(0)
+        second = audit_dataset(60, partitions=2, now_ms=int(time.time() * 1000), seed=8)
+        produce(kafka.bootstrap_servers, topic, second)
+        records = first + second
+
+        def counted() -> int:
+            total = spark.read.format("delta").load(str(counts_path)).agg(F.sum("message_count"))
+            return total.first()[0] or 0
+
+        # Two audit types: every record counted twice.
+        wait_for(lambda: counted() >= 2 * len(records), 300, "both waves counted", interval_s=2)
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert status == 0, log_path(tmp_path, group).read_text()
+    assert_df_equality(
+        spark.read.format("delta").load(str(counts_path)).select(*COMPARED),
+        expected_df(spark, expected_rows(records, topic)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )

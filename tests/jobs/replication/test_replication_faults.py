@@ -1,0 +1,218 @@
+"""The replication job's effectively-once copy at the moments it can break: the application
+SIGKILLed after k records of a copy were acknowledged and before the batch's stats were
+committed, and a copy task whose first attempt fails after k acknowledged records (fault point
+`replication.record_acked`, `core/faults.py`).
+
+Each run copies the same source topic (`source`, 2000 records over 4 partitions, one bounded
+batch) to a destination topic of its own. The uninterrupted run (`reference`) is run once per
+module; the destination is checked record by record in plain Python (`assert_exact_copy`).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from core.processes import signal_group
+from testing.jobrun import committed_batch, log_path, run_job, submit_job
+from testing.polling import wait_for
+from testing.topic_data import Record, count_records, produce_records, read_partitions
+from tests.jobs.replication.test_replication_integration import (
+    PARTITIONS,
+    assert_exact_copy,
+    by_partition,
+    dataset,
+    group_json,
+    run_once,
+    two_cluster_conf,
+)
+
+pytestmark = pytest.mark.integration
+
+N = 2000
+
+
+@dataclass(frozen=True)
+class Source:
+    topic: str
+    records: list[Record]
+    reference_warehouse: Path
+
+
+@pytest.fixture(scope="module")
+def source(kafka, kafka_dest, tmp_path_factory) -> Source:
+    """The source topic, and its uninterrupted copy by the job in this process."""
+    topic = f"rep-faults-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    records = dataset(N)
+    produce_records(kafka.bootstrap_servers, topic, records)
+    base = tmp_path_factory.mktemp("reference")
+    conf = two_cluster_conf(base, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    kafka_dest.create_topic(f"{topic}-reference", PARTITIONS, 1)
+    group = group_json("reference", topic, f"{topic}-reference", continuous=False)
+    assert run_once(group, conf) == 0
+    return Source(topic, records, base / "wh")
+
+
+def comparable_stats(spark: SparkSession, warehouse: Path) -> DataFrame:
+    """replication_stats without what differs between runs by nature (times, latencies) or by
+    design (a replay writes less and finds the rest present): per batch and partition, what
+    was read and what the destination holds from it."""
+    return (
+        spark.read.format("delta")
+        .load(str(warehouse / "replication_stats"))
+        .select(
+            "batch_id",
+            "partition",
+            "destination_partition",
+            "records_read",
+            "first_offset",
+            "last_offset",
+            (F.col("records_replicated") + F.col("records_already_present")).alias("held"),
+        )
+    )
+
+
+def comparable_audit(spark: SparkSession, warehouse: Path) -> DataFrame:
+    return (
+        spark.read.format("delta")
+        .load(str(warehouse / "replication_audit"))
+        .select(
+            "batch_id",
+            "partition",
+            "window_start",
+            "window_end",
+            "records_read",
+            (F.col("records_written") + F.col("records_already_present")).alias("held"),
+        )
+    )
+
+
+def assert_tables_match_reference(spark: SparkSession, warehouse: Path, source: Source) -> None:
+    for comparable in (comparable_stats, comparable_audit):
+        assert_df_equality(
+            comparable(spark, warehouse),
+            comparable(spark, source.reference_warehouse),
+            ignore_row_order=True,
+        )
+
+
+def totals(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
+    stats = spark.read.format("delta").load(str(warehouse / "replication_stats"))
+    row = stats.agg(
+        F.sum("records_read"), F.sum("records_replicated"), F.sum("records_already_present")
+    ).first()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def test_sigkill_after_k_acknowledged_records_then_restart_finds_them_present(
+    spark, kafka, kafka_dest, tmp_path, source
+) -> None:
+    destination = f"{source.topic}-crash"
+    kafka_dest.create_topic(destination, PARTITIONS, 1)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = group_json("crash-acked", source.topic, destination, continuous=False)
+
+    status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": "replication.record_acked@300"})
+
+    assert status == -9, log
+    assert "UATU_FAULT: crash at replication.record_acked (hit 300)" in log
+    assert committed_batch(tmp_path / "wh" / "replication_stats") is None  # before the stats
+    present = count_records(kafka_dest.bootstrap_servers, destination, PARTITIONS)
+    assert 300 <= present < N
+
+    status, log = run_job(group, tmp_path, conf)
+
+    assert status == 0, log
+    copied = read_partitions(kafka_dest.bootstrap_servers, destination, PARTITIONS)
+    assert_exact_copy(by_partition(source.records), copied, source.topic)
+    # The replay read everything, wrote only what was missing, and found the rest present.
+    assert totals(spark, tmp_path / "wh") == (N, N - present, present)
+    assert_tables_match_reference(spark, tmp_path / "wh", source)
+
+
+def test_a_task_whose_first_attempt_fails_is_retried_without_duplicates(
+    spark, kafka, kafka_dest, tmp_path, source
+) -> None:
+    """local[2,2]: two task slots, a task may fail once. The first attempt of one copy task
+    fails after the 100th acknowledged record; its retry in the same batch copies the rest."""
+    destination = f"{source.topic}-retry"
+    kafka_dest.create_topic(destination, PARTITIONS, 1)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = group_json("retry-acked", source.topic, destination, continuous=False)
+
+    status, log = run_job(
+        group,
+        tmp_path,
+        conf,
+        env={
+            "UATU_FAULT": "replication.record_acked@100:fail-first-attempt",
+            "SPARK_MASTER": "local[2,2]",
+        },
+    )
+
+    assert status == 0, log
+    assert "fail-first-attempt at replication.record_acked (hit 100)" in log
+    copied = read_partitions(kafka_dest.bootstrap_servers, destination, PARTITIONS)
+    assert_exact_copy(by_partition(source.records), copied, source.topic)
+    read, replicated, present = totals(spark, tmp_path / "wh")
+    assert read == N and replicated + present == N
+    assert present >= 100  # what the failed attempt wrote, found by its retry
+    assert_tables_match_reference(spark, tmp_path / "wh", source)
+
+
+def test_partitions_added_to_the_source_while_copying_are_copied_too(
+    kafka, kafka_dest, tmp_path
+) -> None:
+    """A continuous copy of a 2-partition topic; the source grows to 4 partitions meanwhile.
+    The destination grows with it (as MirrorMaker 2 keeps a target in step) and every record
+    of the new partitions lands in its own partition, once, in order."""
+    topic = f"rep-grow-{time.monotonic_ns()}"
+    kafka.create_topic(topic, 2, 1)
+    kafka_dest.create_topic(f"{topic}-copy", 2, 1)
+    first = [r for r in dataset(400) if r.partition < 2]
+    produce_records(kafka.bootstrap_servers, topic, first)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = group_json("grow", topic, f"{topic}-copy")
+    proc = submit_job(group, tmp_path, conf)
+    try:
+        wait_for(
+            lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
+            300,
+            "the first records copied",
+        )
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for future in admin.create_partitions([NewPartitions(topic, PARTITIONS)]).values():
+            future.result(30)
+        second = dataset(400, topic_tag="b")
+        produce_records(kafka.bootstrap_servers, topic, second)
+        total = len(first) + len(second)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS) >= total
+            ),
+            300,
+            f"{total} records in the grown destination",
+        )
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert status == 0, log_path(tmp_path, group).read_text()
+    topics = AdminClient({"bootstrap.servers": kafka_dest.bootstrap_servers}).list_topics(
+        f"{topic}-copy", timeout=10
+    )
+    assert len(topics.topics[f"{topic}-copy"].partitions) == PARTITIONS
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(first + second), copied, topic)
