@@ -70,6 +70,12 @@ class DestinationConfig:
     audit_interval_ms: int = 60_000  # the windows of the summary rows
     scan_limit: int = 100_000  # records read back at most to find the last stamp
     source_timeout_ms: int = 120_000  # a source partition silent this long fails the task
+    # Flow control, paced record by record in the copy (FlowLimiter.java): the tasks of one
+    # flow_key (the JobGroup) in one JVM share max_records_per_sec and max_bytes_per_sec (key +
+    # value bytes); 0 = unlimited.
+    flow_key: str = ""
+    max_records_per_sec: float = 0.0
+    max_bytes_per_sec: float = 0.0
 
 
 def planned_ranges(batch: DataFrame, topic: str) -> list[SourceRange]:
@@ -131,6 +137,9 @@ def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
         config.audit_interval_ms,
         config.scan_limit,
         config.source_timeout_ms,
+        config.flow_key,
+        float(config.max_records_per_sec),
+        float(config.max_bytes_per_sec),
     )
 
 
