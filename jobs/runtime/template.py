@@ -86,6 +86,16 @@ class StreamingJob(ABC, Generic[S]):
             stop_file=stop_file,
         )
 
+    def run_stream(
+        self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
+    ) -> int:
+        """Run the job's query to its end: by default a foreachBatch query of `stream` with
+        `batch_writer` (`runner.run_query`). A job that moves its records without Spark's
+        micro-batch engine (the continuous replication copy) runs its own loop instead."""
+        writer = self.batch_writer(spark)
+        settings = self.query_settings(once=once, stop_file=stop_file)
+        return run_query(self.stream(spark), writer, settings, reporting)
+
     def close(self) -> None:
         """Release what the job opened (clients, threads); called once, after the query."""
 
@@ -108,9 +118,7 @@ class StreamingJob(ABC, Generic[S]):
             finished = self.before_query(spark)
             if finished is not None:
                 return finished
-            writer = self.batch_writer(spark)
-            settings = self.query_settings(once=once, stop_file=stop_file)
-            return run_query(self.stream(spark), writer, settings, reporting)
+            return self.run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
         finally:
             self.close()
             if endpoint is not None:

@@ -14,7 +14,7 @@ import org.apache.spark.sql.Row;
 
 /**
  * What one copy task does with each record of one source partition, in both copies: the range
- * copy of a micro-batch ({@link RangeCopier}) and the continuous copy (StreamCopier).
+ * copy of a micro-batch ({@link RangeCopier}) and the continuous copy ({@link StreamCopier}).
  *
  * <p>A record at or below {@code doneUpTo} (the highest source offset the destination already
  * holds, from {@link DestinationTail}) is counted and not sent; any other is sent to the
