@@ -313,7 +313,11 @@ def test_serve_assembles_the_embedded_default(tmp_path):
 
 def test_kubernetes_config_file_refuses_unknown_fields(tmp_path):
     path = tmp_path / "k8s.yaml"
-    path.write_text("namespace: audit\nimage: registry/uatu:1\nexecutor_instances: 2\n")
+    # Jars named in the file: the default (this checkout's var/jars) needs `make jars`.
+    path.write_text(
+        "namespace: audit\nimage: registry/uatu:1\nexecutor_instances: 2\n"
+        "jars: [/opt/uatu/var/jars/spark/kafka.jar]\n"
+    )
     config = kubernetes_config(path)
     assert (config.namespace, config.image, config.executor_instances) == (
         "audit",

@@ -282,7 +282,7 @@ def our_seen(spark, status_path: str, groups: dict[str, str]) -> dict[str, list[
             "evaluated_at",
             "status",
             "total_lag",
-            F.col("partitions")[0].alias("p"),
+            F.get(F.col("partitions"), 0).alias("p"),  # NO_COMMITS rows have none
         )
         .orderBy("evaluated_at")
         .collect()
