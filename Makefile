@@ -155,6 +155,10 @@ bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafk
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
 
+.PHONY: bench-startup
+bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
+	$(PY) -m bench.startup_bench
+
 .PHONY: bench-availability
 bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s
 	$(PY) -m bench.availability_bench

@@ -16,7 +16,9 @@ status `before_query` returns to finish without starting a query.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
@@ -31,6 +33,11 @@ from jobs.runtime.session import build_session
 
 if TYPE_CHECKING:
     from jobs.registry import JobSpec
+
+log = logging.getLogger("uatu.template")
+
+# Set by spark-submit.sh (epoch seconds) so the start-up line can count from the launch.
+LAUNCHED_AT = "UATU_LAUNCHED_AT"
 
 S = TypeVar("S", bound="JobSpec")
 
@@ -105,8 +112,11 @@ class StreamingJob(ABC, Generic[S]):
         self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
     ) -> int:
         """Check, build the session and tables, run the query to its end, close."""
+        began = time.time()
         self.check()
+        checked = time.time()
         spark = build_session(self.spec.query_name, conf={**SESSION_CONF, **self.session_conf})
+        session_built = time.time()
         endpoint = start_metrics(
             os.environ, self.spec.job_group_id, ui_port_of(spark.sparkContext.uiWebUrl)
         )
@@ -116,6 +126,7 @@ class StreamingJob(ABC, Generic[S]):
             self.check_session(spark)
             self.ensure_tables(spark)
             finished = self.before_query(spark)
+            _log_start_up(began, checked, session_built, time.time())
             if finished is not None:
                 return finished
             return self.run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
@@ -123,3 +134,21 @@ class StreamingJob(ABC, Generic[S]):
             self.close()
             if endpoint is not None:
                 endpoint.stop()
+
+
+def _log_start_up(began: float, checked: float, session_built: float, ready: float) -> None:
+    """One line saying where the start-up went, up to the query's start (the start-up
+    bench reads it)."""
+    launched = os.environ.get(LAUNCHED_AT, "")
+    try:
+        before = f"launch to run() {began - float(launched):.2f} s, "
+    except ValueError:
+        before = ""
+    log.info(
+        "start-up: %sbroker checks %.2f s, Spark session %.2f s, client checks, tables and "
+        "plan %.2f s",
+        before,
+        checked - began,
+        session_built - checked,
+        ready - session_built,
+    )
