@@ -434,7 +434,9 @@ def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
             lambda: (
                 count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= total
             ),
-            240,
+            # Generous: each batch is paced over 10 s and its stats then take seconds (minutes
+            # on a loaded machine); a restarted driver also starts a new JVM and session.
+            600,
             f"{total} records in the destination",
         )
         proc.send_signal(signal.SIGTERM)
