@@ -113,3 +113,14 @@ def test_the_startup_bench_reads_the_start_up_line_the_job_writes(
         template._log_start_up(0.0, 1.0, 2.0, 3.0)
     assert start_up_phases(caplog.messages[0]) == {"checks": 1.0, "session": 1.0, "tables": 1.0}
     assert start_up_phases("no such line") == {}
+
+
+def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> None:
+    import numpy as np
+
+    from bench.replication_bench import most_in_window
+
+    appended = np.array([0, 500, 999, 1000, 1999, 5000, 5001], dtype=np.int64)
+    assert most_in_window(appended, 1000) == 3  # (0, 1000]: 500, 999, 1000
+    assert most_in_window(appended, 10_000) == 7
+    assert most_in_window(np.empty(0, dtype=np.int64), 1000) == 0
