@@ -86,13 +86,15 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
           }
           continue;
         }
-        quietSince = System.nanoTime();
         for (ConsumerRecord<byte[], byte[]> record : records) {
           if (record.offset() >= range.untilOffset) {
             break; // the next batch's
           }
           partition.copy(record, readMs, producer, acks, limiter);
         }
+        // From the end of the records just copied: time spent waiting for the flow control
+        // is not silence of the source.
+        quietSince = System.nanoTime();
       }
     } finally {
       config.leaveFlow(limiter, tasks);
