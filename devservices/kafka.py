@@ -31,9 +31,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -245,6 +245,16 @@ class KafkaCluster(StopOnExit):
             time.sleep(_POLL_INTERVAL_S)
 
 
+class ExtraListener(Protocol):
+    """A listener added to a one-broker cluster, such as ``testing.kafka_security.SaslSsl``:
+    it rewrites the broker's properties (listener lists, keystore, JAAS) and, once the broker
+    answers on PLAINTEXT, creates what the listener needs in the cluster (SCRAM users)."""
+
+    def merge_listeners(self, properties: Mapping[str, str]) -> dict[str, str]: ...
+
+    def create_scram_users(self, admin: AdminClient, timeout_s: float = 30.0) -> None: ...
+
+
 def start_cluster(
     data_dir: Path,
     n_brokers: int = 1,
@@ -253,10 +263,14 @@ def start_cluster(
     heap: str = "512m",
     timeout: float = READY_TIMEOUT_S,
     racks: Sequence[str] | None = None,
+    sasl_ssl: ExtraListener | None = None,
 ) -> KafkaCluster:
     """Start ``n_brokers`` combined broker+controller nodes under ``data_dir`` and wait for them.
 
     ``racks`` gives each node its ``broker.rack`` (one per broker), None none.
+
+    ``sasl_ssl`` adds a secured listener to a one-broker cluster (see :class:`ExtraListener`);
+    PLAINTEXT stays the inter-broker listener and the one ``bootstrap_servers`` names.
 
     Broker ports are ``base_port``, ``base_port + 1``, ... or free ports when ``base_port`` is
     None; controller ports are always free ports. A data dir that already holds a cluster is
@@ -267,6 +281,8 @@ def start_cluster(
     """
     if n_brokers < 1:
         raise ValueError(f"n_brokers must be >= 1, got {n_brokers}")
+    if sasl_ssl is not None and n_brokers != 1:
+        raise ValueError(f"sasl_ssl needs n_brokers=1 (one listener port), got {n_brokers}")
     data_dir = data_dir.resolve()
     jars_dir = jars_dir.resolve()
     if not any(jars_dir.glob("kafka_2.*.jar")):
@@ -284,7 +300,7 @@ def start_cluster(
     cluster_id = _existing_cluster_id(nodes) or _new_cluster_id()
     for node in nodes:
         node.dir.mkdir(parents=True, exist_ok=True)
-        node.config_path.write_text(_server_properties(node, nodes))
+        node.config_path.write_text(_server_properties(node, nodes, sasl_ssl))
         node.log4j_path.write_text(_log4j_properties(node))
     _format_storage(nodes, cluster_id, jars_dir)
 
@@ -293,6 +309,8 @@ def start_cluster(
         for node in nodes:
             node.launch_broker(jars_dir, heap)
         _wait_listed(nodes, [n.node_id for n in nodes], timeout)
+        if sasl_ssl is not None:
+            sasl_ssl.create_scram_users(cluster.admin())
     return cluster
 
 
@@ -395,7 +413,9 @@ def _plan_nodes(data_dir: Path, n_brokers: int, base_port: int | None) -> list[B
     ]
 
 
-def _server_properties(node: BrokerNode, nodes: Sequence[BrokerNode]) -> str:
+def _server_properties(
+    node: BrokerNode, nodes: Sequence[BrokerNode], extra: ExtraListener | None = None
+) -> str:
     n = len(nodes)
     replication = min(3, n)
     min_isr = 2 if n >= 3 else 1
@@ -428,7 +448,10 @@ def _server_properties(node: BrokerNode, nodes: Sequence[BrokerNode]) -> str:
     }
     if node.rack is not None:
         props["broker.rack"] = node.rack
-    lines = [f"{k}={_escape(str(v))}" for k, v in props.items()]
+    rendered = {k: str(v) for k, v in props.items()}
+    if extra is not None:
+        rendered = extra.merge_listeners(rendered)
+    lines = [f"{k}={_escape(v)}" for k, v in rendered.items()]
     return (
         "# Written by devservices/kafka.py on every start; edits are lost.\n"
         + "\n".join(lines)

@@ -1,7 +1,7 @@
 """A SASL_SSL listener for the test broker, and the client settings that reach it.
 
-Pure rendering, so it can be plugged into whatever starts the broker (devservices/kafka.py
-is being rewritten; it takes none of this yet):
+Pure rendering; `devservices.kafka.start_cluster(..., sasl_ssl=SaslSsl)` plugs it into the test
+broker (merge_listeners, then create_scram_users). By hand:
 
     ca = TestCA.create(tmp / "pki")
     sasl = SaslSsl.create(tmp / "sasl", ca, port=free_ports(1)[0])
