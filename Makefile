@@ -11,7 +11,7 @@ PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -32,13 +32,22 @@ $(VENV)/.installed: pyproject.toml
 
 jars: var/jars/.installed ## Spark Kafka connector, Delta and the Kafka broker from Maven Central
 
+# var/ may be shared by several checkouts whose tests run at the same time: the jars are resolved
+# into a staging folder and a folder is replaced only if its contents changed, so a pom edit
+# that does not touch a profile never takes its jars away from a running test.
 var/jars/.installed: jvm/pom.xml | $(VENV)/.installed
 	@echo ">> resolving JVM artifacts from Maven Central (jvm/pom.xml)"
-	rm -rf var/jars/spark var/jars/kafka
-	$(MVN) -P spark-jars dependency:copy-dependencies
-	$(MVN) -P kafka dependency:copy-dependencies
-	@# pyspark ships Spark, Hadoop, Jackson and Scala; keep only what it lacks.
-	$(PY) -m dev.prune_jars var/jars/spark $(SITE)/pyspark/jars
+	rm -rf var/jars/.staging
+	$(MVN) -P spark-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
+	$(MVN) -P kafka dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
+	$(MVN) -P grpc-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
+	@# pyspark ships Spark, Hadoop, Jackson, Scala, Guava and Gson; keep only what it lacks.
+	$(PY) -m dev.prune_jars var/jars/.staging/spark $(SITE)/pyspark/jars
+	$(PY) -m dev.prune_jars var/jars/.staging/grpc $(SITE)/pyspark/jars
+	for d in spark kafka grpc; do \
+	  if ! diff -rq var/jars/.staging/$$d var/jars/$$d >/dev/null 2>&1; then \
+	    rm -rf var/jars/$$d && mv var/jars/.staging/$$d var/jars/$$d; fi; done
+	rm -rf var/jars/.staging
 	touch $@
 
 proto: build/gen/.generated ## generate Python code from proto/ (never edit it by hand)
@@ -55,13 +64,17 @@ build/gen/.generated: $(PROTOS) $(THIRD_PARTY_PROTOS) $(VENV)/.installed
 
 build: build/uatu-jobs.zip build/uatu-jvm.jar ## job zip (jobs/, generated protos) for --py-files, and the project's jar
 
-# The project's own Java (the replication sink), compiled against the exact jars Spark runs
-# with: pyspark's and those `make jars` fetched. Nothing to resolve, so no Maven build.
+# The project's own Java (the replication sink, the dispatcher), compiled against the exact jars
+# Spark runs with: pyspark's and those `make jars` fetched. Nothing to resolve, so no Maven
+# build. The dispatcher's grpc-java jars (var/jars/grpc) are folded into the project's jar, so
+# spark-submit.sh and the test sessions ship one jar as before (grpc-java's Netty is shaded, and
+# Spark ships no io.grpc classes).
 JAVA_SOURCES := $(shell find jvm/src -name '*.java')
 build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 	@echo ">> compiling jvm/src into $@"
 	rm -rf build/jvm-classes && mkdir -p build/jvm-classes
-	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*' $(JAVA_SOURCES)
+	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*:var/jars/grpc/*' $(JAVA_SOURCES)
+	$(PY) -m dev.fold_jars build/jvm-classes var/jars/grpc/*.jar
 	jar --create --file $@ -C build/jvm-classes .
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs core -name '*.py')
@@ -119,7 +132,7 @@ kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kaf
 kafka-down: ## stop the broker started by kafka-up
 	$(PY) -m devservices.kafka down --dir var/kafka
 
-run: setup ## demo: own broker, demo stream, audit job once (--once), print audit_counts
+run: setup ## demo: own broker, demo stream from the load generator, audit job once (--once), print audit_counts
 	$(PY) -m examples.demo
 
 controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
@@ -152,12 +165,28 @@ bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M rec
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
 	$(PY) -m bench.replication_bench
 
+bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf tools; JSON into docs/benchmarks/
+	$(PY) -m bench.loadgen_bench
+
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
 
 .PHONY: bench-startup
 bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
 	$(PY) -m bench.startup_bench
+
+.PHONY: grpc-sink demo-dispatch bench-dispatch
+grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin
+
+var/grpc-sink/bin/grpc-sink: devservices/grpc_sink/main.go devservices/grpc_sink/go.mod devservices/grpc_sink/go.sum | $(VENV)/.installed
+	@echo ">> building the gRPC sink and ghz (go build -p 1; modules from go env GOPROXY)"
+	$(PY) -m devservices.grpc_sink install
+
+demo-dispatch: setup ## demo: own broker, a sample consumer service, the dispatcher job once, where every record went
+	$(PY) -m examples.dispatch_demo
+
+bench-dispatch: setup grpc-sink ## benchmark: dispatcher job vs a hand-written dispatcher and the sink's ceiling (ghz), 1M records
+	$(PY) -m bench.dispatch_bench
 
 .PHONY: bench-availability
 bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s

@@ -162,7 +162,7 @@ def job_options(group: JobGroup) -> JobOptions:
 
 def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None:
     """Checks that hold for every job type: limits, id, type, flow control, source cluster
-    and topic."""
+    and topic (every type that reads one)."""
     check_limits(group)
     if not _JOB_GROUP_ID.fullmatch(group.job_group_id):
         raise InvalidJobGroup(
@@ -179,13 +179,16 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
             raise InvalidJobGroup(
                 f"flow_control.{name}", value, f"must be 0 (unlimited) to {MAX_RATE:g}"
             )
-    source = group.kafka_consumer_task_group
-    require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
-    if not source.topic.strip():
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.topic", source.topic, "a topic is required"
-        )
-    check_topic("kafka_consumer_task_group.topic", source.topic)
+    # A LOAD_GEN_PRODUCE group reads nothing: its topic is kafka_dispatcher_task_group's,
+    # which its own spec checks.
+    if group.type != job_pb2.JOB_TYPE_LOAD_GEN_PRODUCE:
+        source = group.kafka_consumer_task_group
+        require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
+        if not source.topic.strip():
+            raise InvalidJobGroup(
+                "kafka_consumer_task_group.topic", source.topic, "a topic is required"
+            )
+        check_topic("kafka_consumer_task_group.topic", source.topic)
     check_secure(group, clusters)
     job_options(group)  # a wrong extension type is reported here, before any job-specific check
 

@@ -1,18 +1,23 @@
 """`make run`: the audit job end to end on a machine with nothing else running.
 
 1. starts a real single-node Kafka broker (KRaft) under var/demo/kafka on a free port,
-2. produces a demo stream to `demo-orders` with duplicates, late records and records without
-   a usable event time (testing/demo_data.py), and remembers what it sent,
-3. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
-4. reads `audit_counts` back from Delta and prints it, with the totals checked against what
+2. produces the demo stream to `demo-orders` with the load generator:
+   `./spark-submit.sh examples/demo-orders-load.json --once`, a LOAD_GEN_PRODUCE JobGroup that
+   documents the workload (3,300 JSON records at 1,000 records/s with about 9 % exact
+   duplicates, 7 % two hours late and 5 % without a usable event time),
+3. reads the topic back with a plain consumer and counts what was sent, by kind, from each
+   record's `loadgen` header (generator, sequence number) and its JSON `ts`,
+4. runs `./spark-submit.sh examples/audit-demo.json --once` against it,
+5. reads `audit_counts` back from Delta and prints it, with the totals checked against what
    was sent,
-5. writes the completeness report (integrations/report) to var/demo/report.html,
-6. stops the broker (also on failure or Ctrl-C).
+6. writes the completeness report (integrations/report) to var/demo/report.html,
+7. stops the broker (also on failure or Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -27,13 +32,16 @@ from devservices.kafka import start_cluster
 from integrations.report import write_report
 from jobs.runtime.session import build_session
 from testing.conf import write_conf_dir
-from testing.demo_data import audit_dataset, produce
+from testing.topic_data import iter_messages
 
 log = logging.getLogger("uatu.demo")
 
 DEMO_DIR = ROOT / "var" / "demo"
 JOBGROUP = Path(__file__).resolve().parent / "audit-demo.json"
+WORKLOAD = Path(__file__).resolve().parent / "demo-orders-load.json"
 TOPIC = "demo-orders"
+PARTITIONS = 3
+LATE_BEFORE_MS = 3600_000  # the workload's late records are two hours behind their send time
 SHOWN_COLUMNS = [
     "audit_type", "partition", "window_start", "message_count", "unique_count",
     "duplicate_count", "no_event_time_count", "late_count", "bytes",
@@ -41,13 +49,34 @@ SHOWN_COLUMNS = [
 ]  # fmt: skip
 
 
-def run_audit_job(conf_dir: Path) -> int:
+def run_job(jobgroup: Path, conf_dir: Path) -> int:
     env = {**os.environ, "UATU_CONF_DIR": str(conf_dir)}
     env.pop("UATU_WAREHOUSE", None)
     env.pop("UATU_CHECKPOINTS", None)
-    command = [str(ROOT / "spark-submit.sh"), str(JOBGROUP), "--once"]
+    command = [str(ROOT / "spark-submit.sh"), str(jobgroup), "--once"]
     log.info("running: %s", " ".join(command))
     return subprocess.run(command, env=env, check=False).returncode
+
+
+def count_sent(bootstrap_servers: str, produced_from_ms: int) -> Counter:
+    """What the topic holds, by kind: a duplicate repeats its generator's sequence number; a
+    record without a usable event time has no numeric `ts`; a late one's `ts` is more than an
+    hour before the generator started."""
+    sent: Counter = Counter()
+    seen: set[tuple[bytes, bytes]] = set()
+    for m in iter_messages(bootstrap_servers, TOPIC, PARTITIONS):
+        header = dict(m.headers() or {})["loadgen"]
+        seq, generator = header[:8], header[16:]  # big-endian sequence number, send time, id
+        sent["total"] += 1
+        if (generator, seq) in seen:
+            sent["duplicate"] += 1
+        seen.add((generator, seq))
+        ts = json.loads(m.value()).get("ts")
+        if not isinstance(ts, int):
+            sent["untimed_all"] += 1
+        elif ts < produced_from_ms - LATE_BEFORE_MS:
+            sent["late_all"] += 1
+    return sent
 
 
 def show_results(warehouse: Path, sent: Counter) -> bool:
@@ -84,8 +113,7 @@ def show_results(warehouse: Path, sent: Counter) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=3000, help="distinct records to send")
-    args = parser.parse_args(argv)
+    parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -96,33 +124,29 @@ def main(argv: list[str] | None = None) -> int:
         log.info(
             "broker ready at %s; creating topic %s (3 partitions)", cluster.bootstrap_servers, TOPIC
         )
-        cluster.create_topic(TOPIC, partitions=3)
-        now_ms = int(time.time() * 1000)
-        records = audit_dataset(args.records, partitions=3, now_ms=now_ms)
-        sent = Counter(r.kind for r in records)
-        sent["total"] = len(records)
-        # Duplicates inherit their original's event time, so count by outcome, not by kind.
-        sent["untimed_all"] = sum(r.event_ms is None for r in records)
-        sent["late_all"] = sum(
-            r.event_ms is not None and r.event_ms < now_ms - 3600_000 for r in records
-        )
-        log.info(
-            "producing %d records: %d on time, %d exact duplicates, %d late (2 h old), "
-            "%d without a usable event time",
-            len(records),
-            sent["on_time"],
-            sent["duplicate"],
-            sent["late"],
-            sent["no_event_time"],
-        )
-        produce(cluster.bootstrap_servers, TOPIC, records)
+        cluster.create_topic(TOPIC, partitions=PARTITIONS)
         conf_dir = write_conf_dir(
             DEMO_DIR / "conf",
             cluster.bootstrap_servers,
             DEMO_DIR / "warehouse",
             DEMO_DIR / "checkpoints",
         )
-        status = run_audit_job(conf_dir)
+        produced_from_ms = int(time.time() * 1000)
+        log.info("producing the demo stream with the load generator (%s)", WORKLOAD.name)
+        status = run_job(WORKLOAD, conf_dir)
+        if status != 0:
+            log.error("the load generator exited with status %d", status)
+            return status
+        sent = count_sent(cluster.bootstrap_servers, produced_from_ms)
+        log.info(
+            "the topic holds %d records: %d exact duplicates, %d late (2 h old), "
+            "%d without a usable event time",
+            sent["total"],
+            sent["duplicate"],
+            sent["late_all"],
+            sent["untimed_all"],
+        )
+        status = run_job(JOBGROUP, conf_dir)
         if status != 0:
             log.error("the audit job exited with status %d", status)
             return status

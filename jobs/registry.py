@@ -8,10 +8,15 @@ spec answers the `JobSpec` protocol below.
 
 The runtime side of a JobType (session, tables, query: a `jobs.runtime.template.StreamingJob`)
 is `load_runtime()`, which imports the job's entry module; only `jobs/main.py` calls it.
+
+A JobType whose groups need different runtimes names a `variant`: `JOB_TYPE_KAFKA_AUDIT` runs
+counting audits (EXACT_UNIQ, APPROX_UNIQ: `jobs/audit/`) and cross-tier audits (the six other
+AuditTypes: `jobs/audit/tiers/`), picked from the group's audit configs (`AUDIT_VARIANTS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +27,10 @@ from core.config import Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import SourceTopic, check_common, job_type_name
 from jobs.audit.spec import audit_spec
+from jobs.audit.tiers.spec import audit_kind, tier_audit_spec
 from jobs.availability.spec import availability_spec
+from jobs.dispatch.spec import dispatch_spec
+from jobs.loadgen.spec import consume_spec, produce_spec
 from jobs.replication.spec import replication_spec_now
 
 if TYPE_CHECKING:
@@ -51,6 +59,11 @@ class JobType:
     summary: str
     prepare: Callable[[JobGroup, Settings], Any]  # returns the job's JobSpec
     load_runtime: Callable[[], type[StreamingJob[Any]]]
+    # The record that runs a given group, when groups of this type need different runtimes.
+    variant: Callable[[JobGroup], JobType] | None = None
+
+    def for_group(self, group: JobGroup) -> JobType:
+        return self.variant(group) if self.variant is not None else self
 
 
 def _audit_runtime() -> type[StreamingJob[Any]]:
@@ -59,10 +72,22 @@ def _audit_runtime() -> type[StreamingJob[Any]]:
     return AuditJob
 
 
+def _tier_audit_runtime() -> type[StreamingJob[Any]]:
+    from jobs.audit.tiers.job import TierAuditJob
+
+    return TierAuditJob
+
+
 def _replication_runtime() -> type[StreamingJob[Any]]:
     from jobs.replication.job import ReplicationJob
 
     return ReplicationJob
+
+
+def _dispatch_runtime() -> type[StreamingJob[Any]]:
+    from jobs.dispatch.job import DispatchJob
+
+    return DispatchJob
 
 
 def _availability_runtime() -> type[StreamingJob[Any]]:
@@ -71,15 +96,42 @@ def _availability_runtime() -> type[StreamingJob[Any]]:
     return AvailabilityJob
 
 
+def _loadgen_produce_runtime() -> type[StreamingJob[Any]]:
+    from jobs.loadgen.job import LoadGenProduceJob
+
+    return LoadGenProduceJob
+
+
+def _loadgen_consume_runtime() -> type[StreamingJob[Any]]:
+    from jobs.loadgen.job import LoadGenConsumeJob
+
+    return LoadGenConsumeJob
+
+
+AUDIT_VARIANTS: Mapping[str, JobType] = {
+    "counts": JobType(
+        "JOB_TYPE_KAFKA_AUDIT",
+        "per topic, partition and window: messages, unique, bytes, lateness -> Delta",
+        audit_spec,
+        _audit_runtime,
+    ),
+    "tiers": JobType(
+        "JOB_TYPE_KAFKA_AUDIT",
+        "cross-tier audits: tier reports, XDC, replication, retention, availability -> verdicts",
+        tier_audit_spec,
+        _tier_audit_runtime,
+    ),
+}
+
+
+def _audit_variant(group: JobGroup) -> JobType:
+    return AUDIT_VARIANTS[audit_kind(group)]
+
+
 JOB_TYPES: Mapping[str, JobType] = {
     t.name: t
     for t in (
-        JobType(
-            "JOB_TYPE_KAFKA_AUDIT",
-            "per topic, partition and window: messages, unique, bytes, lateness -> Delta",
-            audit_spec,
-            _audit_runtime,
-        ),
+        dataclasses.replace(AUDIT_VARIANTS["counts"], variant=_audit_variant),
         JobType(
             "JOB_TYPE_KAFKA_REPLICATION",
             "Kafka -> Kafka copy, partition and order kept, no loss, no duplicate",
@@ -92,6 +144,24 @@ JOB_TYPES: Mapping[str, JobType] = {
             availability_spec,
             _availability_runtime,
         ),
+        JobType(
+            "JOB_TYPE_LOAD_GEN_PRODUCE",
+            "traffic of a chosen shape and rate; each record: generator id, sequence, send time",
+            produce_spec,
+            _loadgen_produce_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_LOAD_GEN_CONSUME",
+            "per window and partition: records/s, MB/s, latency, lost and duplicated -> Delta",
+            consume_spec,
+            _loadgen_consume_runtime,
+        ),
+        JobType(
+            "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+            "Kafka -> a gRPC service, uForwarder's retry tiers, DLQ and resilience queue",
+            dispatch_spec,
+            _dispatch_runtime,
+        ),
     )
 }
 
@@ -103,5 +173,6 @@ def validate(group: JobGroup, settings: Settings) -> tuple[JobType, JobSpec]:
     job_type = JOB_TYPES.get(type_name)
     if job_type is None:
         raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_TYPES)}")
+    job_type = job_type.for_group(group)
     spec: JobSpec = job_type.prepare(group, settings)
     return job_type, spec

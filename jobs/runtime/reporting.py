@@ -291,6 +291,15 @@ class ProgressListener(StreamingQueryListener):
     def onQueryTerminated(self, event) -> None:
         pass
 
+    def settle(self, committed: dict) -> None:
+        """Report the offsets of a checkpoint's last committed batch (`committed_offsets`),
+        rates zero: what a run that has stopped its query says last, whatever progress
+        events Spark has not delivered yet."""
+        if not end_offsets(committed, self.template.topic):
+            return
+        with self._lock:
+            self._statuses = partition_statuses(committed, committed, self.template, 1.0)
+
     def statuses(self) -> list[job_status_pb2.JobStatus]:
         with self._lock:
             return [_copy(s) for s in self._statuses]
@@ -340,6 +349,14 @@ class Heartbeater:
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join(timeout=self.config.timeout_seconds + 1)
+
+    def beat_once(self) -> None:
+        """One heartbeat from the caller's thread (after `stop`: a run's last word); a failure
+        is logged, as in the loop."""
+        try:
+            self._beat()
+        except grpc.RpcError as e:
+            self._on_error(e)
 
     def _loop(self) -> None:
         while not self._stopped.is_set():

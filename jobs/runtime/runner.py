@@ -135,7 +135,11 @@ def run_query(
         settings.name,
         query.id,
         settings.checkpoint,
-        "bounded run (AvailableNow)" if settings.once else "streaming until stopped",
+        "bounded run (AvailableNow)"
+        if settings.once
+        else "streaming until stopped"
+        if settings.until is None
+        else "streaming until the job's own bound or a stop",
     )
     try:
         with StopRequests(settings.stop_file, heartbeater) as stop:

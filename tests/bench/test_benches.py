@@ -21,8 +21,10 @@ from jobs.runtime import template
     "module",
     [
         "audit_bench",
+        "audit_clients_bench",
         "availability_bench",
         "controlplane_bench",
+        "loadgen_bench",
         "replication_bench",
         "startup_bench",
     ],

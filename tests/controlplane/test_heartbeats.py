@@ -354,3 +354,19 @@ def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, t
     assert len({j.job.job_id for j in after.jobs}) == 4
     assert {j.job.flow_control.messages_per_sec for j in after.jobs} == {10.0}  # 40 / 4
     assert groups.refresh_partitions("grow") is False
+
+
+def test_settle_replaces_the_statuses_with_a_checkpoints_offsets():
+    """A stopped run's last word (the dispatcher's runner): the committed offsets, rates 0,
+    even when no progress event was delivered; another topic's offsets change nothing."""
+    from jobs.runtime.reporting import ProgressListener
+
+    listener = ProgressListener("q", TEMPLATE)
+    assert listener.statuses() == []
+    listener.settle({"sources": [{"endOffset": '{"orders":{"0":25,"1":30}}'}]})
+    listener.settle({"sources": [{"endOffset": '{"other":{"0":5}}'}]})
+    assert [
+        (s.job.kafka_consumer_task.partition, s.kafka_consumer_task_status.commit_offset)
+        for s in listener.statuses()
+    ] == [(0, 25), (1, 30)]
+    assert all(s.kafka_consumer_task_status.messages_per_sec == 0 for s in listener.statuses())

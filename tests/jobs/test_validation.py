@@ -55,7 +55,6 @@ CASES = [
     ),
     (with_change(["kafkaConsumerTaskGroup", "topic"], ""), "kafka_consumer_task_group.topic=''"),
     (with_change(["type"], "JOB_TYPE_INVALID"), "type='JOB_TYPE_INVALID'"),
-    (with_change(["type"], "JOB_TYPE_LOAD_GEN_PRODUCE"), "type='JOB_TYPE_LOAD_GEN_PRODUCE'"),
     (with_change(["flowControl"], {"messagesPerSec": -5}), "flow_control.messages_per_sec=-5.0"),
     (with_change(["flowControl"], {"bytesPerSec": -1}), "flow_control.bytes_per_sec=-1.0"),
     (with_change(["jobGroupId"], "../etc"), "job_group_id='../etc'"),

@@ -1,0 +1,227 @@
+"""The cross-tier audit's Delta tables.
+
+`tier_counts` (one row per tier, cluster, topic, consumer group and report window), the union
+of every AuditReport read once:
+
+=====================  =========  ==========================================================
+column                 type       meaning
+=====================  =========  ==========================================================
+tier                   string     SERVICE, KRP or CONSUMER
+cluster, topic         string     the cluster and topic the reporters wrote to (read from)
+consumer_group         string     CONSUMER: the reporters' group; "" for SERVICE and KRP
+window_seconds         int        the reports' window length
+window_start/_end      timestamp  epoch-aligned window of the records' Kafka timestamps
+message_count          bigint     acknowledged (SERVICE, KRP) or consumed (CONSUMER) records
+bytes                  bigint     key + value bytes of those records
+failed_count           bigint     sends the reporters saw fail
+reports                bigint     distinct reports folded in
+unique_count           bigint     HLL estimate of distinct dedupe keys
+hll_sketch             binary     DataSketches HLL of the dedupe keys (unions with
+                                  audit_counts.hll_sketch)
+latency_kll_sketch     binary     DataSketches KLL doubles of latency ms (ack or consume
+                                  time - record timestamp)
+latency_p50/p99_ms     double     read from the KLL sketch
+updated_at             timestamp  time of the batch that last changed the row
+=====================  =========  ==========================================================
+
+`audit_verdicts` (append-only; one row per check, window and revision):
+
+=====================  =========  ==========================================================
+column                 type       meaning
+=====================  =========  ==========================================================
+check_type             string     the AuditType (AUDIT_TYPE_SERVICE_AUDIT_AGGREGATION, ...)
+check_name             string     service->kafka, krp->kafka, kafka->consumer:<group>,
+                                  udq_test_name (XDC), replication:<src>-><dst>, retention:..
+job_group_id           string     the JobGroup that decided it
+cluster, topic         string     the right-hand (downstream) side's cluster and topic(s)
+window_start/_end      timestamp  the check's window (audit_interval_in_seconds)
+left_label             string     the upstream side, e.g. "SERVICE local/orders"
+right_label            string     the downstream side, e.g. "kafka local/orders"
+left_count             bigint     records the upstream side counted
+right_count            bigint     records the downstream side counted
+left_unique            bigint     distinct records upstream (HLL estimate; exact offsets for
+right_unique           bigint     REPLICATION)
+difference             bigint     right_count - left_count
+relative_difference    double     |difference| / left_count (null when left_count is 0)
+threshold              double     the relative mismatch that fails (0 unless configured)
+verdict                string     OK, LOSS, DUPLICATION or INCOMPLETE
+detail                 string     why, in words (which side has not reported, sketch bounds)
+missing_count          bigint     REPLICATION: source offsets that never arrived
+decided_at             timestamp  time of the batch that wrote the row
+revision               int        1 for the first row of a (check, window), +1 per change
+=====================  =========  ==========================================================
+
+`replication_gaps`: for a REPLICATION verdict with missing offsets, one row per missing range:
+check_name, job_group_id, source_cluster, source_topic, partition, window_start, first_offset,
+last_offset (inclusive), missing_count, destination (labels), decided_at, revision (of the
+verdict row it belongs to).
+
+`retention_audit` (per cluster, topic, partition and window of sample times): the latest
+log_start_offset, end_offset and committed_offset (of kafka_consumer_task_group.consumer_group),
+deleted_count (log start advance seen in the window), lost_count with lost_first_offset /
+lost_last_offset (records deleted before the group had consumed them), partition_count,
+expected_partition_count, retention_ms, retention_bytes, cleanup_policy, samples, updated_at.
+
+`availability_audit` (per cluster, topic, partition and window of sample times):
+sampled_seconds, offline_seconds (no leader), under_replicated_seconds (ISR < replicas),
+under_min_isr_seconds (ISR < min.insync.replicas), samples, updated_at.
+
+Internal: `tier_report_ids` (instance_id, sequence, first_batch_id: the reports already folded,
+so a report read twice counts once) and `replication_ledger` (per check, side and source
+partition: contiguous offset ranges seen, with source window or number of copies).
+
+Exactly-once: each write of batch N carries Delta's idempotent-write marker (txnAppId = the
+streaming query id, txnVersion = N). Reports new in batch N are those whose (instance_id,
+sequence) is not recorded with first_batch_id < N, so a replayed batch folds the same reports.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from jobs.audit.tiers.spec import TierAuditSpec
+from jobs.runtime.delta import DeltaTableSpec
+
+
+def _fields(spec: str) -> list[StructField]:
+    kinds = {
+        "string": StringType(),
+        "int": IntegerType(),
+        "bigint": LongType(),
+        "double": DoubleType(),
+        "timestamp": TimestampType(),
+        "binary": BinaryType(),
+    }
+    fields = []
+    for item in spec.split(","):
+        name, kind = item.split()
+        fields.append(StructField(name, kinds[kind], True))
+    return fields
+
+
+TIER_KEY = ("tier", "cluster", "topic", "consumer_group", "window_seconds", "window_start")
+
+TIER_COUNTS = DeltaTableSpec(
+    name="tier_counts",
+    description="Cross-tier audit: AuditReports of producing and consuming tiers per window",
+    keys=TIER_KEY,
+    schema=StructType(
+        _fields(
+            "tier string, cluster string, topic string, consumer_group string, "
+            "window_seconds int, window_start timestamp, window_end timestamp, "
+            "message_count bigint, bytes bigint, failed_count bigint, reports bigint, "
+            "unique_count bigint, hll_sketch binary, latency_kll_sketch binary, "
+            "latency_p50_ms double, latency_p99_ms double, updated_at timestamp"
+        )
+    ),
+)
+
+TIER_REPORT_IDS = DeltaTableSpec(
+    name="tier_report_ids",
+    description="Cross-tier audit: the AuditReports already folded into tier_counts",
+    schema=StructType(
+        _fields(
+            "instance_id string, sequence bigint, first_batch_id bigint, service string, "
+            "host string, tier string"
+        )
+    ),
+)
+
+AUDIT_VERDICTS = DeltaTableSpec(
+    name="audit_verdicts",
+    description="Cross-tier audit: OK / LOSS / DUPLICATION / INCOMPLETE per check and window",
+    schema=StructType(
+        _fields(
+            "check_type string, check_name string, job_group_id string, cluster string, "
+            "topic string, window_start timestamp, window_end timestamp, left_label string, "
+            "right_label string, left_count bigint, right_count bigint, left_unique bigint, "
+            "right_unique bigint, difference bigint, relative_difference double, "
+            "threshold double, verdict string, detail string, missing_count bigint, "
+            "decided_at timestamp, revision int"
+        )
+    ),
+)
+
+REPLICATION_GAPS = DeltaTableSpec(
+    name="replication_gaps",
+    description="Cross-tier audit: source offset ranges that never reached the destination",
+    schema=StructType(
+        _fields(
+            "check_name string, job_group_id string, source_cluster string, "
+            "source_topic string, partition int, window_start timestamp, first_offset bigint, "
+            "last_offset bigint, missing_count bigint, destination string, "
+            "decided_at timestamp, revision int"
+        )
+    ),
+)
+
+REPLICATION_LEDGER = DeltaTableSpec(
+    name="replication_ledger",
+    description="Cross-tier audit: contiguous source offset ranges seen at source and destination",
+    schema=StructType(
+        _fields(
+            "check_name string, side string, cluster string, topic string, partition int, "
+            "window_start timestamp, first_offset bigint, last_offset bigint, copies bigint, "
+            "batch_id bigint"
+        )
+    ),
+)
+
+RETENTION_AUDIT = DeltaTableSpec(
+    name="retention_audit",
+    description="Cross-tier audit: retention deletions against the group's committed offsets",
+    keys=("cluster", "topic", "partition", "window_start"),
+    schema=StructType(
+        _fields(
+            "cluster string, topic string, partition int, window_start timestamp, "
+            "window_end timestamp, log_start_offset bigint, end_offset bigint, "
+            "committed_offset bigint, deleted_count bigint, lost_count bigint, "
+            "lost_first_offset bigint, lost_last_offset bigint, partition_count int, "
+            "expected_partition_count int, retention_ms bigint, retention_bytes bigint, "
+            "cleanup_policy string, samples bigint, updated_at timestamp"
+        )
+    ),
+)
+
+AVAILABILITY_AUDIT = DeltaTableSpec(
+    name="availability_audit",
+    description="Cross-tier audit: offline, under-replicated and under-min-ISR time per window",
+    keys=("cluster", "topic", "partition", "window_start"),
+    schema=StructType(
+        _fields(
+            "cluster string, topic string, partition int, window_start timestamp, "
+            "window_end timestamp, sampled_seconds double, offline_seconds double, "
+            "under_replicated_seconds double, under_min_isr_seconds double, samples bigint, "
+            "updated_at timestamp"
+        )
+    ),
+)
+
+
+def locations(spec: TierAuditSpec) -> list[tuple[DeltaTableSpec, str]]:
+    """The tables the spec's checks write, and where."""
+    found = [(AUDIT_VERDICTS, spec.audit_verdicts_path)]
+    if spec.reads_reports:
+        found += [
+            (TIER_COUNTS, spec.tier_counts_path),
+            (TIER_REPORT_IDS, spec.tier_report_ids_path),
+        ]
+    if spec.of_type("AUDIT_TYPE_REPLICATION"):
+        found += [
+            (REPLICATION_LEDGER, spec.replication_ledger_path),
+            (REPLICATION_GAPS, spec.replication_gaps_path),
+        ]
+    if spec.of_type("AUDIT_TYPE_RETENTION"):
+        found.append((RETENTION_AUDIT, spec.retention_audit_path))
+    if spec.of_type("AUDIT_TYPE_AVAILABILITY"):
+        found.append((AVAILABILITY_AUDIT, spec.availability_audit_path))
+    return found

@@ -1,0 +1,176 @@
+"""The Python face of the JVM dispatcher (`jvm/src/main/java/dev/uatu/dispatch/`, compiled into
+build/uatu-jvm.jar): the configuration the tasks get, the call that dispatches a micro-batch's
+ranges, and the few helpers the job and the tests need. See that package's `Dispatch` and
+`PartitionRun` for what a task does with a range.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+from core.errors import ConfigError
+from jobs.dispatch.faults import JVM_STEPS, Fault
+from jobs.dispatch.routing import HOL_MIN_ACKED, STATUS_CODES, TRAILER_CODES
+from jobs.dispatch.spec import DispatchSpec
+
+SOURCE_FORMAT = "dev.uatu.dispatch.DueRangeSource"
+PACKAGE = "dev.uatu.dispatch"
+
+
+def consumer_config(spec: DispatchSpec) -> dict[str, str]:
+    """The Java consumer that reads the ranges (and, on the driver, plans them)."""
+    return {
+        # Bigger fetches than the client defaults, as the replication job's copy uses.
+        "max.poll.records": "10000",
+        "max.partition.fetch.bytes": str(8 << 20),
+        "fetch.max.bytes": str(32 << 20),
+        **spec.cluster.java_client_config(),
+        "enable.auto.commit": "false",
+        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
+        # Records deleted by retention before they were dispatched fail the task (and the
+        # query) instead of being skipped.
+        "auto.offset.reset": "none",
+    }
+
+
+def producer_config(spec: DispatchSpec) -> dict[str, str]:
+    """The producer of the retry, DLQ and resq topics: acks=all, idempotent, and a delivery
+    timeout after which the dispatcher itself sends again (retried until acknowledged)."""
+    return {
+        "linger.ms": "5",
+        "batch.size": str(256 << 10),
+        "delivery.timeout.ms": "120000",
+        **spec.cluster.java_client_config(),
+        "acks": "all",
+        "enable.idempotence": "true",
+    }
+
+
+def config_json(spec: DispatchSpec, share: float = 1.0, fault: Fault | None = None) -> str:
+    """The DispatchConfig of `spec` for the JVM: `share` is this application's executors' part
+    of the group's flow control (1.0 for one executor JVM)."""
+    flow, resq = spec.flow, spec.resq_flow
+    jvm_fault = fault if fault is not None and fault.step in JVM_STEPS else None
+    return json.dumps(
+        {
+            "job_group_id": spec.job_group_id,
+            "cluster": spec.cluster.name,
+            "consumer_group": spec.consumer_group,
+            "main_topic": spec.topic,
+            "procedure": spec.procedure,
+            "target": spec.target,
+            "rpc_timeout_ms": spec.rpc_timeout_ms,
+            "rpc_timeout_limit_ms": spec.rpc_timeout_limit_ms,
+            "max_rpc_timeouts": spec.routes.max_rpc_timeouts,
+            "dlq_topic": spec.routes.dlq_topic,
+            "tiers": [
+                {"topic": t.topic, "delay_ms": t.delay_ms, "max_retry_count": t.max_retry_count}
+                for t in spec.routes.tiers
+            ],
+            "resq_topic": spec.routes.resq_topic,
+            "messages_per_sec": flow.messages_per_sec * share,
+            "bytes_per_sec": flow.bytes_per_sec * share,
+            "max_inflight": _share_of(flow.max_inflight, share),
+            "resq_own_flow": resq is not None,
+            "resq_messages_per_sec": resq.messages_per_sec * share if resq else 0,
+            "resq_bytes_per_sec": resq.bytes_per_sec * share if resq else 0,
+            "resq_max_inflight": _share_of(resq.max_inflight, share) if resq else 0,
+            "adaptive_max_inflight": spec.adaptive_max_inflight,
+            "hol_grace_ms": spec.hol_grace_ms,
+            "hol_min_acked": HOL_MIN_ACKED,
+            "stats_window_ms": spec.stats_window_seconds * 1000,
+            "channels": spec.channels,
+            "callback_threads": spec.callback_threads,
+            "consumer_config": consumer_config(spec),
+            "producer_config": producer_config(spec),
+            "status_codes": {name: code.value for name, code in STATUS_CODES.items()},
+            "trailer_codes": {name: code.value for name, code in TRAILER_CODES.items()},
+            "fault_step": jvm_fault.step if jvm_fault else "",
+            "fault_topic": jvm_fault.topic if jvm_fault else "",
+        },
+        sort_keys=True,
+    )
+
+
+def _share_of(limit: int, share: float) -> int:
+    return 0 if limit <= 0 else max(1, round(limit * share))
+
+
+def source_options(spec: DispatchSpec, topic: str, delay_ms: int) -> dict[str, str]:
+    """Options of the due-range source for one topic (starting/ending offsets come apart)."""
+    options = {f"kafka.{k}": v for k, v in consumer_config(spec).items()}
+    options.update({"topic": topic, "delayMs": str(delay_ms)})
+    if spec.max_records_per_batch:
+        options["maxRecordsPerBatch"] = str(spec.max_records_per_batch)
+    return options
+
+
+def offsets_json(topic: str, offsets: Mapping[int, int]) -> str:
+    return json.dumps({topic: {str(p): o for p, o in sorted(offsets.items())}})
+
+
+def dispatch(
+    spark: SparkSession, ranges: Sequence[tuple[str, int, int, int]], config: str
+) -> DataFrame:
+    """Dispatch each (topic, partition, from, until) range in its own Spark task -> summary
+    rows (one per task and stats window). Lazy: compute it once (localCheckpoint)."""
+    jvm = _jvm(spark)
+    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    for topic, partition, start, until in ranges:
+        java_ranges.add(jvm.Range(topic, partition, start, until))
+    return ClassicDataFrame(jvm.Dispatch.dispatch(spark._jsparkSession, java_ranges, config), spark)
+
+
+def check_clients(spark: SparkSession, config: str, cluster: str) -> bool:
+    """Build the gRPC channels and the producer on the driver and connect the channels; a
+    setting a client refuses is a ConfigError before any record moves. False when the service
+    did not accept a connection within 10 s (the job starts anyway and keeps trying)."""
+    try:
+        return bool(_jvm(spark).Dispatch.check(config))
+    except Py4JJavaError as e:
+        cause = e.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        raise ConfigError(
+            f"clusters.yaml: clusters.{cluster}.properties or the JobGroup's uri",
+            f"the dispatcher's Kafka or gRPC client refuses it: {cause.getMessage()}",
+        ) from None
+
+
+def end_offsets(spark: SparkSession, spec: DispatchSpec, topic: str) -> dict[int, int]:
+    """The end offsets of `topic` now, as the dispatcher's consumer sees them (the last stable
+    offsets with read_committed)."""
+    java_map = _jvm(spark).Dispatch.endOffsets(_java_map(spark, consumer_config(spec)), topic)
+    return {int(p): int(o) for p, o in dict(java_map).items()}
+
+
+def crash(spark: SparkSession, where: str) -> None:
+    _jvm(spark).Dispatch.crash(where)
+
+
+def close(spark: SparkSession) -> None:
+    """Close the dispatch clients of this (driver) JVM."""
+    _jvm(spark).Dispatch.closeAll()
+
+
+def _jvm(spark: SparkSession):  # a py4j package view
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "the dispatcher needs a classic (JVM) Spark session"
+    package = jvm
+    for part in PACKAGE.split("."):
+        package = getattr(package, part)
+    return package
+
+
+def _java_map(spark: SparkSession, items: Mapping[str, str]) -> object:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    result = jvm.java.util.HashMap()
+    for key, value in items.items():
+        result.put(key, value)
+    return result

@@ -1,0 +1,358 @@
+"""KAFKA_CONSUMER_TO_RPC_DISPATCHER entry module: a Kafka topic -> a gRPC service, with
+uForwarder's routing to retry tiers, a DLQ and a resilience queue; plus the Delta table
+`dispatch_stats`.
+
+Sources: one streaming query per topic, all in this one application: the JobGroup's topic,
+every retry tier of retry_config and the resq topic (none of these for a DLQ redrive, which
+reads only its DLQ range). Each query has its own checkpoint (`<checkpoint>/topics/<topic>`)
+and plans, every trigger (1 s by default), the offset ranges whose records are due: older than
+their timestamp plus the topic's processing delay (`dev.uatu.dispatch.DueRangeSource`). So a
+tier's delay is waited out by not planning the record yet; it holds no task slot and blocks no
+other partition, tier or query.
+
+Sink: the service at rpc_dispatcher_task_group.uri, by uForwarder's wire contract (the method
+`procedure`, the value as the request, the `kafka-*` metadata and the record's headers). The
+calls are made from JVM tasks, one per topic partition and micro-batch
+(`jobs/dispatch/dispatcher.py`, `dev.uatu.dispatch.PartitionRun`); every answer is routed as
+uForwarder routes it (`jobs/dispatch/routing.py`): commit, skip, a retry tier, the DLQ, the resq
+(records written there carry a DLQMetadata key, value and headers unchanged, acks=all, retried
+until acknowledged), or an in-memory retry.
+
+Why JVM tasks: grpc-java clients in the executors' JVMs make far more calls per second than
+Python's grpc.aio, and the records never become Spark rows (the replication job's lesson);
+docs/dispatch.md ("Why JVM tasks") has the measurements.
+
+Guarantee: at-least-once. A micro-batch returns only when every record of it is committed,
+skipped, or acknowledged by the topic it was written to, and only then does Spark checkpoint
+its offsets. A crash (`UATU_DISPATCH_FAULT`, `jobs/dispatch/faults.py`) loses nothing; the batch
+it cut short is dispatched again on restart, and dispatch_stats counts those records as
+`redelivered`.
+
+Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the source,
+`extension.dispatch.tier_trigger_seconds` (5 s) for the tiers and the resq. With `--once`, or for a
+bounded source (partition_offset_ranges, end_timestamp), the application stops by itself, exit
+0, once the source is read to its end and every tier and the resq are empty of records to
+dispatch, waiting out their delays.
+
+Metrics: with `UATU_METRICS_PORT` set, each batch's dispatch_stats rows also update the driver's
+Prometheus series under uForwarder's names (`jobs.runtime.metrics.dispatch`), and every query,
+tiers and resq included, gets `uatu_query_*`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from core import kafka_admin
+from jobs.dispatch import dispatcher, tables
+from jobs.dispatch.checkpoint import read_state
+from jobs.dispatch.faults import Fault, fault_from_env
+from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
+from jobs.dispatch.routing import Kind
+from jobs.dispatch.runner import QueryPlan, run_queries
+from jobs.dispatch.spec import DispatchSpec, TopicQuery
+from jobs.dispatch.transforms import dispatch_stats
+from jobs.runtime import metrics
+from jobs.runtime.delta import append_once, ensure_tables
+from jobs.runtime.reporting import Reporting
+from jobs.runtime.runner import streaming_query_id
+from jobs.runtime.template import StreamingJob
+
+log = logging.getLogger("uatu.dispatch")
+
+SESSION_CONF = {
+    # Each query's batches run in their own pool, so the tiers and the source share the slots.
+    "spark.scheduler.mode": "FAIR",
+    # A second attempt of a dispatch task would call the service again for the same records.
+    "spark.speculation": "false",
+    # Each batch's stats are a handful of rows; nothing here needs a wide shuffle.
+    "spark.sql.shuffle.partitions": "2",
+}
+
+
+@dataclass
+class DispatchBatchWriter:
+    """foreachBatch function of one topic's query: dispatch the batch's ranges, write stats."""
+
+    spec: DispatchSpec
+    query: TopicQuery
+    config: str
+    replay_batch: int | None
+    fault: Fault | None = None
+    last_record_bytes: float = 0.0
+    _app_id: str = field(default="", repr=False)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        ranges = [
+            (r["topic"], r["partition"], r["from_offset"], r["until_offset"])
+            for r in batch.collect()
+        ]
+        if not ranges:
+            return
+        if not self._app_id:
+            checkpoint = self.spec.checkpoint_of(self.query)
+            self._app_id = f"uatu-dispatch-{streaming_query_id(spark, checkpoint)}"
+        redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
+        if redelivered:
+            log.warning(
+                "%s batch %d was cut short by a crash; dispatching its records again",
+                self.query.topic,
+                batch_id,
+            )
+        started = time.monotonic()
+        summaries = dispatcher.dispatch(spark, ranges, self.config).localCheckpoint()
+        dispatched = time.monotonic()
+        stats = summaries.transform(
+            lambda df: dispatch_stats(
+                df,
+                labels=self._labels(),
+                tiers={q.topic: q.label for q in self.spec.queries()},
+                batch_id=batch_id,
+                batch_time=F.current_timestamp(),
+                window_ms=self.spec.stats_window_seconds * 1000,
+                redelivered=redelivered,
+            )
+        )
+        # One file per batch: the rows are few, and each extra task and file costs more than it.
+        append_once(
+            stats.coalesce(1),
+            tables.DISPATCH_STATS,
+            self.spec.stats_path,
+            _stats_app_id(self._app_id, redelivered, spark.sparkContext.applicationId),
+            batch_id,
+        )
+        self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
+        if metrics.serving():  # the rows are few; only collected for a scrape endpoint
+            metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
+        if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
+            dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
+
+    def _labels(self) -> Mapping[str, str]:
+        return {
+            "job_group_id": self.spec.job_group_id,
+            "cluster": self.spec.cluster.name,
+            "source_topic": self.spec.topic,
+        }
+
+    def _metric_labels(self) -> Mapping[str, str]:
+        return {
+            "kafka_cluster": self.spec.cluster.name,
+            "kafka_group": self.spec.consumer_group,
+            "uri": self.spec.uri,
+        }
+
+    def _adaptive(self) -> bool:
+        flow = self.spec.resq_flow if self.query.kind is Kind.RESQ else None
+        return (flow or self.spec.flow).max_inflight == 0
+
+    def _log(self, batch_id: int, summaries: DataFrame, dispatch_s: float, stats_s: float) -> None:
+        names = ("records", "value_bytes", "committed", "skipped", "retried", "dlq", "resq")
+        totals = dict.fromkeys(names, 0)
+        for row in summaries.select(*names).collect():
+            for n in names:
+                totals[n] += int(row[n] or 0)
+        if totals["records"]:
+            self.last_record_bytes = totals["value_bytes"] / totals["records"]
+        log.info(
+            "%s batch %d: %d records in %.1f s (stats %.1f s): %d committed, %d skipped, "
+            "%d to retry tiers, %d to the DLQ, %d to the resq",
+            self.query.topic,
+            batch_id,
+            totals["records"],
+            dispatch_s,
+            stats_s,
+            totals["committed"],
+            totals["skipped"],
+            totals["retried"],
+            totals["dlq"],
+            totals["resq"],
+        )
+
+
+class DispatchJob(StreamingJob[DispatchSpec]):
+    """The dispatcher in the shared template. The template's query is the source topic's; the
+    tiers and the resq run beside it in the same application, so `before_query` starts them
+    all (`runner.run_queries`) and returns the run's exit status."""
+
+    session_conf = SESSION_CONF
+
+    def __init__(self, spec: DispatchSpec) -> None:
+        super().__init__(spec)
+        self.fault = fault_from_env(os.environ)
+        self._once = False
+        self._stop_file: str | None = None
+        self._reporting: Reporting | None = None
+        self._bounds: Bounds | None = None
+        self._config = ""
+        self._writers: dict[str, DispatchBatchWriter] = {}
+        self._spark: SparkSession | None = None
+
+    def run(
+        self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
+    ) -> int:
+        self._once, self._stop_file, self._reporting = once, stop_file, reporting
+        return super().run(once=once, stop_file=stop_file, reporting=reporting)
+
+    def check(self) -> None:
+        """The topics the job writes must exist; a bounded source's partitions too."""
+        for field_name, topic in self.spec.produced_topics():
+            kafka_admin.partition_count(self.spec.cluster, topic, field_name)
+        if self.spec.bounded:
+            marks = Watermarks(self.spec.cluster)
+            try:
+                main_bounds(self.spec, marks, None)
+            finally:
+                marks.close()
+
+    def check_session(self, spark: SparkSession) -> None:
+        self._spark = spark
+        self._config = dispatcher.config_json(self.spec, _executor_share(spark), self.fault)
+        if not dispatcher.check_clients(spark, self._config, self.spec.cluster.name):
+            log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
+
+    def ensure_tables(self, spark: SparkSession) -> None:
+        ensure_tables(spark, tables.locations(self.spec))
+
+    def _source_query(self) -> TopicQuery:
+        return self.spec.queries()[0]
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return self._stream(spark, self._source_query())
+
+    def _stream(self, spark: SparkSession, query: TopicQuery) -> DataFrame:
+        options = dispatcher.source_options(self.spec, query.topic, query.delay_ms)
+        if query.kind in (Kind.MAIN, Kind.DLQ) and self._bounds is not None:
+            bounds = self._bounds
+            if isinstance(bounds.start, Mapping):
+                options["startingOffsets"] = dispatcher.offsets_json(query.topic, bounds.start)
+            else:
+                options["startingOffsets"] = bounds.start
+            if bounds.end is not None:
+                options["endingOffsets"] = dispatcher.offsets_json(query.topic, bounds.end)
+        else:
+            options["startingOffsets"] = "earliest"  # a tier or the resq: nothing is skipped
+        return spark.readStream.format(dispatcher.SOURCE_FORMAT).options(**options).load()
+
+    def batch_writer(self, spark: SparkSession) -> DispatchBatchWriter:
+        return self._writer(spark, self._source_query())
+
+    def _writer(self, spark: SparkSession, query: TopicQuery) -> DispatchBatchWriter:
+        state = read_state(spark, self.spec.checkpoint_of(query), query.topic)
+        writer = DispatchBatchWriter(self.spec, query, self._config, state.replay_batch, self.fault)
+        self._writers[query.topic] = writer
+        return writer
+
+    def before_query(self, spark: SparkSession) -> int | None:
+        spec = self.spec
+        marks = Watermarks(spec.cluster)
+        try:
+            once_ends = dispatcher.end_offsets(spark, spec, spec.topic) if self._once else None
+            self._bounds = main_bounds(spec, marks, once_ends)
+            plans = [
+                QueryPlan(
+                    spec.query_name_of(q),
+                    spec.checkpoint_of(q),
+                    self.stream(spark) if i == 0 else self._stream(spark, q),
+                    self.batch_writer(spark) if i == 0 else self._writer(spark, q),
+                    spec.trigger_interval_seconds if i == 0 else spec.tier_trigger_seconds,
+                )
+                for i, q in enumerate(spec.queries())
+            ]
+            log.info(
+                "dispatching %s/%s to %s %s; queries: %s",
+                spec.cluster.name,
+                spec.topic,
+                spec.uri,
+                spec.procedure,
+                ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
+            )
+            if metrics.serving():  # the template listens to the source's query only
+                for q in spec.queries()[1:]:
+                    spark.streams.addListener(metrics.QueryMetricsListener(spec.query_name_of(q)))
+            finished = None
+            if self._bounds.end is not None:
+                finished = _Drain(spark, spec, self._bounds, marks).check
+            source_writer = self._writers[spec.topic]
+            return run_queries(
+                spark,
+                plans,
+                stop_file=self._stop_file,
+                reporting=self._reporting,
+                record_bytes=lambda: source_writer.last_record_bytes,
+                finished=finished,
+            )
+        finally:
+            marks.close()
+
+    def close(self) -> None:
+        if self._spark is not None:
+            dispatcher.close(self._spark)
+
+
+def _stats_app_id(query_app_id: str, redelivered: bool, application_id: str) -> str:
+    """The idempotency marker of a batch's dispatch_stats append. A redelivered batch was
+    dispatched again, so its rows must land even when the cut-short attempt wrote its own
+    (a crash between the append and the checkpoint): they get a marker of this application
+    run, under which a batch id is still written once."""
+    if not redelivered:
+        return query_app_id
+    return f"{query_app_id}-redelivery-{application_id}"
+
+
+def _rows(stats: DataFrame) -> list[dict[str, object]]:
+    return [row.asDict() for row in stats.collect()]
+
+
+@dataclass
+class _Drain:
+    """A bounded run is over when the source is read to its ends and every tier and the resq
+    to their current ends, twice in a row (positions read before the high watermarks)."""
+
+    spark: SparkSession
+    spec: DispatchSpec
+    bounds: Bounds
+    marks: Watermarks
+    _streak: int = 0
+
+    def check(self) -> bool:
+        spec = self.spec
+        queries = spec.queries()
+        states = {q.topic: read_state(self.spark, spec.checkpoint_of(q), q.topic) for q in queries}
+        if any(s.replay_batch is not None for s in states.values()):
+            self._streak = 0  # a batch is planned and not committed: it is running
+            return False
+        assert self.bounds.end is not None
+        source = queries[0]
+        position = states[source.topic].committed
+        if position is None:
+            position = resolved_start(self.bounds, self.marks, source.topic, self.bounds.end)
+        others = {}
+        for q in queries[1:]:
+            partitions = self.marks.partitions(q.topic)
+            others[q.topic] = (
+                states[q.topic].committed or {},
+                {p: self.marks.range_of(q.topic, p) for p in partitions},
+            )
+        if is_drained(position, self.bounds.end, others):
+            self._streak += 1
+        else:
+            self._streak = 0
+        return self._streak >= 2
+
+
+def _executor_share(spark: SparkSession) -> float:
+    """This application's share of the group's flow control per executor JVM: all of it in
+    local mode (one JVM), else an even split over the executors asked for."""
+    sc = spark.sparkContext
+    if (sc.master or "").startswith("local"):
+        return 1.0
+    executors = int(sc.getConf().get("spark.executor.instances", "0") or 0)
+    return 1.0 / executors if executors > 0 else 1.0

@@ -1,0 +1,130 @@
+"""Offsets the driver works out before and during a run (librdkafka, no Spark).
+
+* `Watermarks`: low and high offsets of a topic's partitions, and offsets for a timestamp.
+* `main_bounds`: where the source query starts on a new checkpoint and, for a bounded run
+  (partition_offset_ranges, end_timestamp, or `--once`), where it ends.
+* `is_drained`: whether a bounded or `--once` run has nothing left: the source read to its ends
+  and every retry tier and the resq read to their current ends, so no record is left to
+  dispatch and none can arrive (records only reach a tier from a batch of this application).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from core.config import ClusterConfig
+from core.errors import InvalidJobGroup
+from jobs.dispatch.spec import DispatchSpec
+
+TIMEOUT_S = 15.0
+
+
+class Watermarks:
+    """One metadata consumer (no group membership, nothing committed)."""
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self._consumer = Consumer(
+            {
+                **cluster.client_config(),
+                "group.id": f"uatu-dispatch-offsets-{time.time_ns()}",
+                "enable.auto.commit": False,
+            }
+        )
+
+    def partitions(self, topic: str) -> list[int]:
+        meta = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise RuntimeError(f"topic {topic} has no partitions")
+        return sorted(meta.partitions)
+
+    def range_of(self, topic: str, partition: int) -> tuple[int, int]:
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT_S, cached=False
+        )
+        return int(low), int(high)
+
+    def for_time(self, topic: str, partitions: list[int], ms: int) -> dict[int, int]:
+        """The first offset at or after `ms` per partition (the end offset if there is none)."""
+        found = self._consumer.offsets_for_times(
+            [TopicPartition(topic, p, ms) for p in partitions], timeout=TIMEOUT_S
+        )
+        result = {}
+        for tp in found:
+            result[tp.partition] = (
+                tp.offset if tp.offset >= 0 else self.range_of(topic, tp.partition)[1]
+            )
+        return result
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The source query's offsets: `start` for a new checkpoint ("earliest", "latest" or
+    offsets), `end` None for an unbounded run."""
+
+    start: str | Mapping[int, int]
+    end: Mapping[int, int] | None
+
+
+def main_bounds(
+    spec: DispatchSpec, marks: Watermarks, once_ends: Mapping[int, int] | None
+) -> Bounds:
+    """The source query's bounds; `once_ends` are the end offsets `--once` captured (None
+    without --once). Raises InvalidJobGroup for a range on a partition the topic lacks."""
+    partitions = marks.partitions(spec.topic)
+    if spec.offset_ranges:
+        for i, r in enumerate(spec.offset_ranges):
+            if r.partition not in partitions:
+                raise InvalidJobGroup(
+                    "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
+                    f"[{i}].partition",
+                    r.partition,
+                    f"topic {spec.topic} has partitions 0..{len(partitions) - 1}",
+                )
+        return Bounds(
+            {r.partition: r.start for r in spec.offset_ranges},
+            {r.partition: r.end for r in spec.offset_ranges},
+        )
+    start: str | dict[int, int] = spec.auto_offset_reset
+    if spec.start_timestamp_ms is not None:
+        start = marks.for_time(spec.topic, partitions, spec.start_timestamp_ms)
+    end: dict[int, int] | None = None
+    if spec.end_timestamp_ms is not None:
+        end = marks.for_time(spec.topic, partitions, spec.end_timestamp_ms)
+    if once_ends is not None:
+        end = dict(once_ends) if end is None else {p: min(o, once_ends[p]) for p, o in end.items()}
+    return Bounds(start, end)
+
+
+def resolved_start(
+    bounds: Bounds, marks: Watermarks, topic: str, ends_now: Mapping[int, int]
+) -> dict[int, int]:
+    """The start offsets `bounds.start` stands for, as offsets (for the drain check)."""
+    if isinstance(bounds.start, Mapping):
+        return dict(bounds.start)
+    if bounds.start == "latest":
+        return dict(ends_now)
+    return {p: marks.range_of(topic, p)[0] for p in ends_now}
+
+
+def is_drained(
+    main_position: Mapping[int, int],
+    main_end: Mapping[int, int],
+    others: Mapping[str, tuple[Mapping[int, int], Mapping[int, tuple[int, int]]]],
+) -> bool:
+    """True when the source is read up to its ends and every other topic up to its high
+    watermarks. `others` maps a topic to (its committed positions, {partition: (low, high)});
+    a partition with no committed position starts at its low watermark."""
+    if any(main_position.get(p, 0) < end for p, end in main_end.items()):
+        return False
+    for positions, marks in others.values():
+        for p, (low, high) in marks.items():
+            if positions.get(p, low) < high:
+                return False
+    return True

@@ -1,0 +1,219 @@
+"""LOAD_GEN_CONSUME's micro-batch: fold the Spark-planned offset ranges in JVM tasks
+(`dev.uatu.fold.RangeFolds` with `dev.uatu.loadgen.SequenceFold`), keep the rows for
+`loadgen_stats`, print a perf-tool line, commit the offsets to the consumer group.
+
+Spark's Kafka source plans each batch (offsets, maxOffsetsPerTrigger, the checkpoint), but the
+batch's rows are never read: one task per partition reads its range with a byte-array consumer
+and folds it into a few rows per window and generator. Spark's progress therefore reports 0
+input rows; `loadgen_stats` and the progress line have the counts.
+
+The rows go to `loadgen_stats` every `FLUSH_SECONDS` and when the query ends, in one Delta
+commit for all the batches since the last one, not one commit per batch: on the benchmark
+machine a Delta commit of a few rows took longer than folding a 500,000-record batch. Until
+then they are saved under the checkpoint with the batch (`PendingStats`); a run that crashed
+before writing them writes them when it starts again. Exactly once: each commit carries the
+newest batch id it covers as Delta's txnVersion, and a batch already in the table is not
+kept again when Spark replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+
+from jobs.loadgen import jvm
+from jobs.loadgen.spec import ConsumeSpec
+from jobs.loadgen.tables import LOADGEN_STATS, STATS_SCHEMA
+from jobs.loadgen.transforms import PendingStats, consume_line
+from jobs.runtime.delta import append_once
+
+log = logging.getLogger("uatu.loadgen")
+
+# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
+# replication job's copy reads; the cluster's own properties win.
+FETCH_CONFIG = {
+    "max.poll.records": "10000",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "fetch.max.bytes": str(32 << 20),
+}
+RANGE_TIMEOUT_MS = 120_000
+FLUSH_SECONDS = 30.0
+MAX_BATCH = 2**63 - 1
+COMMIT_ATTEMPTS = 10
+_COORDINATOR_ERRORS = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
+    """The fold tasks' Java consumer: by assignment, nothing committed, no offset reset (a
+    range deleted by retention before it was read fails the task, as failOnDataLoss does)."""
+    return {
+        **FETCH_CONFIG,
+        **spec.cluster.java_client_config(),
+        "enable.auto.commit": "false",
+        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
+        "auto.offset.reset": "none",
+    }
+
+
+def state_dir(spec: ConsumeSpec) -> str:
+    return f"{spec.checkpoint_path}/loadgen-sequences"
+
+
+def pending_dir(spec: ConsumeSpec) -> str:
+    return f"{spec.checkpoint_path}/loadgen-pending"
+
+
+@dataclass
+class MeasureBatchWriter:
+    """foreachBatch function: fold, keep the rows (and write them every FLUSH_SECONDS), print,
+    commit offsets."""
+
+    spec: ConsumeSpec
+    app_id: str = ""
+    pending: PendingStats = field(default_factory=PendingStats)
+    _last_line_us: int = field(default_factory=lambda: time.time_ns() // 1000)
+    _last_flush: float | None = None  # the first batch starts the interval
+    _group_consumer: Consumer | None = None
+
+    def recover(self, spark: SparkSession) -> None:
+        """Write the rows a previous run kept but did not write (it crashed)."""
+        saved = jvm.read_state(spark, pending_dir(self.spec), MAX_BATCH, exact=False)
+        if saved is None:
+            return
+        self.pending = PendingStats.from_json(saved)
+        if self.pending.batches:
+            log.info("writing the rows of batches %s kept by the previous run", self._kept())
+            self.flush(spark)
+
+    def flush(self, spark: SparkSession) -> None:
+        """All kept rows into loadgen_stats, in one commit (txnVersion: the newest batch)."""
+        spec = self.spec
+        if not self.pending.batches:
+            return
+        if not self.app_id:
+            self.app_id = f"uatu-loadgen-{jvm.query_id(spark, spec.checkpoint_path)}"
+        rows = self.pending.table_rows(
+            (spec.job_group_id, spec.cluster.name, spec.topic), spec.window_seconds
+        )
+        last = self.pending.last_batch
+        if rows:
+            append_once(
+                spark.createDataFrame(rows, STATS_SCHEMA),
+                LOADGEN_STATS,
+                spec.stats_path,
+                self.app_id,
+                last,
+            )
+        self.pending.flushed()
+        jvm.write_state(spark, pending_dir(spec), last, self.pending.to_json())
+        self._last_flush = time.monotonic()
+
+    def _kept(self) -> str:
+        return ", ".join(str(b["batch_id"]) for b in self.pending.batches)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started_ns = time.monotonic_ns()
+        spark = batch.sparkSession
+        spec = self.spec
+        fold = jvm.fold(spark)
+        ranges = fold.RangeFolds.planned(batch._jdf, spec.topic)
+        if ranges.isEmpty():
+            return
+        batch_time_ms = time.time_ns() // 1_000_000
+        planned_ns = time.monotonic_ns()
+        folded = jvm.loadgen(spark).LoadGenConsume.foldBatch(
+            spark._jsparkSession,
+            ranges,
+            jvm.java_map(spark, consumer_config(spec)),
+            spec.window_seconds * 1000,
+            state_dir(spec),
+            batch_id,
+            RANGE_TIMEOUT_MS,
+        )
+        fold_rows = [r.asDict() for r in jvm.dataframe(spark, folded).collect()]
+        for r in fold_rows:
+            r.pop("state", None)
+            if r["latency_ms_sketch"] is not None:
+                r["latency_ms_sketch"] = bytes(r["latency_ms_sketch"])
+        folded_us = time.time_ns() // 1000
+        folded_ns = time.monotonic_ns()
+        self.pending.add(batch_id, batch_time_ms, folded_us, fold_rows)
+        if self._last_flush is None:
+            self._last_flush = started_ns / 1e9
+        if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+            self.flush(spark)
+        else:
+            jvm.write_state(spark, pending_dir(spec), batch_id, self.pending.to_json())
+        kept_ns = time.monotonic_ns()
+        self._commit_group_offsets(
+            {r.partition(): r.untilOffset() for r in ranges}  # type: ignore[attr-defined]
+        )
+        done_ns = time.monotonic_ns()
+        interval_s = (folded_us - self._last_line_us) / 1e6
+        batch_ms = (done_ns - started_ns) // 1_000_000
+        phases = {
+            "plan": planned_ns - started_ns,
+            "fold": folded_ns - planned_ns,
+            "stats": kept_ns - folded_ns,
+            "commit": done_ns - kept_ns,
+        }
+        log.info(
+            "%s (%s)",
+            consume_line(fold_rows, batch_id, interval_s, folded_us, batch_ms),
+            ", ".join(f"{name} {ns // 1_000_000} ms" for name, ns in phases.items()),
+        )
+        self._last_line_us = folded_us
+
+    def _commit_group_offsets(self, next_offsets: dict[int, int]) -> None:
+        """Commit the read offsets to consumer_group, so lag monitors see the job. Best effort:
+        the checkpoint holds the job's offsets; a commit that fails after a few tries (a
+        coordinator still loading) is logged and tried again with the next batch."""
+        if not self.spec.consumer_group or not next_offsets:
+            return
+        if self._group_consumer is None:
+            self._group_consumer = Consumer(
+                {
+                    **self.spec.cluster.client_config(),
+                    "group.id": self.spec.consumer_group,
+                    "enable.auto.commit": False,
+                }
+            )
+        offsets = [
+            TopicPartition(self.spec.topic, p, offset) for p, offset in sorted(next_offsets.items())
+        ]
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                self._group_consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                transient = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _COORDINATOR_ERRORS
+                )
+                if not transient:
+                    raise
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    log.warning("offsets not committed to %s: %s", self.spec.consumer_group, e)
+                    return
+                time.sleep(0.5)
+
+    def close(self, spark: SparkSession) -> None:
+        """Write what is kept (the query ended or stopped), then let go of the consumer."""
+        started = time.monotonic()
+        kept = self._kept()
+        self.flush(spark)
+        if kept:
+            log.info("rows of batches %s written in %.1f s", kept, time.monotonic() - started)
+        if self._group_consumer is not None:
+            self._group_consumer.close()
+            self._group_consumer = None

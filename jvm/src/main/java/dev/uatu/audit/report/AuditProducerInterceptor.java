@@ -1,0 +1,193 @@
+package dev.uatu.audit.report;
+
+import java.util.ArrayDeque;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.Map;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerInterceptor;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.serialization.Serializer;
+import org.apache.kafka.common.utils.Utils;
+
+/**
+ * A Kafka {@link ProducerInterceptor} that reports, per (topic, window), what the broker
+ * acknowledged: tier SERVICE (or KRP), the Java twin of Python's {@code clients.AuditedProducer}.
+ * Enable it on any Java producer with
+ *
+ * <pre>
+ *   interceptor.classes=dev.uatu.audit.report.AuditProducerInterceptor
+ *   uatu.audit.service=orders-api  uatu.audit.cluster=local  uatu.audit.topic=uatu-audit
+ * </pre>
+ *
+ * (see {@link AuditSettings} for the rest). Contract:
+ *
+ * <ul>
+ *   <li>A record produced without a timestamp gets "now" here (what the producer would give
+ *       it), so the client and the broker place it in the same window.
+ *   <li>The dedupe key is Spark's {@code xxhash64(key, value)} of the serialized key and value
+ *       (the producer's own key.serializer / value.serializer), the audit job's default.
+ *   <li>A record counts when its acknowledgement arrives without error (message count, key +
+ *       value bytes, HLL of dedupe keys, KLL of ack latency); a failed send counts in
+ *       failed_count. Acknowledgements are matched to sends by (topic, timestamp, key size,
+ *       value size); a send whose acknowledgement never matches (a LogAppendTime topic, a
+ *       record failed before it got a partition) is counted, without its dedupe key, and
+ *       dropped from the pending set after 10 minutes.
+ *   <li>Reports go to uatu.audit.topic every report interval and at close; see
+ *       {@link AuditReporter}.
+ * </ul>
+ */
+public final class AuditProducerInterceptor implements ProducerInterceptor<Object, Object> {
+  private static final long PENDING_TTL_MS = 600_000L;
+
+  /** A sent record not acknowledged yet. */
+  private record Pending(long hash, long sentAtMs) {}
+
+  /** Matches an acknowledgement to its send. */
+  private record Signature(String topic, long timestampMs, int keySize, int valueSize) {}
+
+  private final Map<Signature, ArrayDeque<Pending>> pending = new HashMap<>();
+  private Serializer<Object> keySerializer;
+  private Serializer<Object> valueSerializer;
+  private AuditTally tally;
+  private AuditReporter reporter;
+
+  @Override
+  public void configure(Map<String, ?> configs) {
+    AuditSettings settings = AuditSettings.from(configs, AuditReports.TIER_SERVICE);
+    keySerializer = serializer(configs.get(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG));
+    valueSerializer = serializer(configs.get(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG));
+    if (keySerializer != null) {
+      keySerializer.configure(configs, true);
+    }
+    if (valueSerializer != null) {
+      valueSerializer.configure(configs, false);
+    }
+    tally = new AuditTally(settings.windowSeconds(), settings.lgK());
+    reporter = new AuditReporter(tally, settings, "");
+  }
+
+  @SuppressWarnings("unchecked")
+  private static Serializer<Object> serializer(Object configured) {
+    try {
+      if (configured instanceof Class<?> c) {
+        return (Serializer<Object>) Utils.newInstance(c);
+      }
+      if (configured instanceof String s && !s.isBlank()) {
+        return (Serializer<Object>) Utils.newInstance(s, Serializer.class);
+      }
+    } catch (ClassNotFoundException e) {
+      throw new IllegalArgumentException("serializer " + configured + " not found", e);
+    }
+    return null; // only byte[] and String keys/values can then be hashed
+  }
+
+  private static byte[] bytes(Serializer<Object> serializer, String topic, ProducerRecord<?, ?> r,
+      Object data) {
+    if (data == null) {
+      return null;
+    }
+    if (data instanceof byte[] b) {
+      return b;
+    }
+    if (serializer != null) {
+      return serializer.serialize(topic, r.headers(), data);
+    }
+    return data.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8);
+  }
+
+  @Override
+  public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
+    long now = System.currentTimeMillis();
+    ProducerRecord<Object, Object> out = record;
+    if (record.timestamp() == null) {
+      out =
+          new ProducerRecord<>(
+              record.topic(), record.partition(), now, record.key(), record.value(),
+              record.headers());
+    }
+    try {
+      byte[] key = bytes(keySerializer, out.topic(), out, out.key());
+      byte[] value = bytes(valueSerializer, out.topic(), out, out.value());
+      Signature sig =
+          new Signature(
+              out.topic(), out.timestamp(), key == null ? -1 : key.length,
+              value == null ? -1 : value.length);
+      Pending p = new Pending(XxHash64.dedupeKey(key, value), now);
+      synchronized (pending) {
+        pending.computeIfAbsent(sig, s -> new ArrayDeque<>()).addLast(p);
+      }
+    } catch (RuntimeException e) {
+      // Never fail the application's send: the record is counted on ack without its key.
+    }
+    return out;
+  }
+
+  @Override
+  public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
+    if (metadata == null) {
+      return;
+    }
+    long now = System.currentTimeMillis();
+    if (exception != null) {
+      long ts = metadata.timestamp() >= 0 ? metadata.timestamp() : now;
+      tally.addFailed(metadata.topic(), ts);
+      return;
+    }
+    Signature sig =
+        new Signature(
+            metadata.topic(), metadata.timestamp(), metadata.serializedKeySize(),
+            metadata.serializedValueSize());
+    Pending p;
+    synchronized (pending) {
+      ArrayDeque<Pending> queue = pending.get(sig);
+      p = queue == null ? null : queue.pollFirst();
+      if (queue != null && queue.isEmpty()) {
+        pending.remove(sig);
+      }
+    }
+    long bytes = Math.max(0, metadata.serializedKeySize())
+        + Math.max(0, metadata.serializedValueSize());
+    double latency = p == null ? -1 : (double) (now - metadata.timestamp());
+    if (p == null) {
+      tally.addUnkeyed(metadata.topic(), metadata.timestamp(), bytes);
+    } else {
+      tally.add(metadata.topic(), metadata.timestamp(), bytes, p.hash(), latency);
+    }
+  }
+
+  /** Sends the reports counted so far; returns how many are still unsent (tests, close). */
+  public int flush() {
+    prune(System.currentTimeMillis());
+    return reporter.flush();
+  }
+
+  private void prune(long now) {
+    synchronized (pending) {
+      Iterator<ArrayDeque<Pending>> it = pending.values().iterator();
+      while (it.hasNext()) {
+        ArrayDeque<Pending> q = it.next();
+        while (!q.isEmpty() && now - q.peekFirst().sentAtMs() > PENDING_TTL_MS) {
+          q.pollFirst();
+        }
+        if (q.isEmpty()) {
+          it.remove();
+        }
+      }
+    }
+  }
+
+  @Override
+  public void close() {
+    if (reporter != null) {
+      reporter.close();
+    }
+    if (keySerializer != null) {
+      keySerializer.close();
+    }
+    if (valueSerializer != null) {
+      valueSerializer.close();
+    }
+  }
+}

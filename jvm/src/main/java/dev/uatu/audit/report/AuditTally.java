@@ -1,0 +1,86 @@
+package dev.uatu.audit.report;
+
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.datasketches.hll.HllSketch;
+import org.apache.datasketches.hll.TgtHllType;
+import org.apache.datasketches.kll.KllDoublesSketch;
+
+/**
+ * Per (topic, epoch-aligned window of the record timestamp) counts of one reporter: messages,
+ * key + value bytes, failed sends, an HLL_8 sketch of the dedupe keys and a KLL doubles sketch
+ * of latency, in the formats Spark's hll_sketch_agg and kll_sketch_agg_double write. The Java
+ * twin of Python's {@code core.audit_reports.WindowTally}; thread-safe.
+ */
+public final class AuditTally {
+  /** What one (topic, window) counted since the last drain. */
+  public static final class Counts {
+    public long messages;
+    public long bytes;
+    public long failed;
+    public HllSketch hll;
+    public KllDoublesSketch kll;
+  }
+
+  /** A (topic, window start) pair. */
+  public record Window(String topic, long startMs) {}
+
+  private final long lengthMs;
+  private final int lgK;
+  private Map<Window, Counts> windows = new HashMap<>();
+
+  public AuditTally(int windowSeconds, int lgK) {
+    this.lengthMs = windowSeconds * 1000L;
+    this.lgK = lgK;
+  }
+
+  public int windowSeconds() {
+    return (int) (lengthMs / 1000);
+  }
+
+  private Counts window(String topic, long timestampMs) {
+    long start = timestampMs - Math.floorMod(timestampMs, lengthMs);
+    return windows.computeIfAbsent(new Window(topic, start), w -> new Counts());
+  }
+
+  /** Count one acknowledged or consumed record; latencyMs < 0 means not measured. */
+  public synchronized void add(
+      String topic, long timestampMs, long bytes, long dedupeKey, double latencyMs) {
+    Counts c = window(topic, timestampMs);
+    c.messages++;
+    c.bytes += bytes;
+    if (c.hll == null) {
+      c.hll = new HllSketch(lgK, TgtHllType.HLL_8);
+    }
+    c.hll.update(dedupeKey);
+    if (latencyMs >= 0) {
+      if (c.kll == null) {
+        c.kll = KllDoublesSketch.newHeapInstance(200);
+      }
+      c.kll.update(latencyMs);
+    }
+  }
+
+  /** Count one record whose dedupe key is unknown (no HLL update, no latency). */
+  public synchronized void addUnkeyed(String topic, long timestampMs, long bytes) {
+    Counts c = window(topic, timestampMs);
+    c.messages++;
+    c.bytes += bytes;
+  }
+
+  /** Count one send that failed. */
+  public synchronized void addFailed(String topic, long timestampMs) {
+    window(topic, timestampMs).failed++;
+  }
+
+  /** Everything counted since the previous drain; the tally restarts. */
+  public synchronized Map<Window, Counts> drain() {
+    Map<Window, Counts> drained = windows;
+    windows = new HashMap<>();
+    return drained;
+  }
+
+  public int lgK() {
+    return lgK;
+  }
+}

@@ -1,0 +1,124 @@
+package dev.uatu.fold;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Deque;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.Partition;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
+import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
+import org.apache.spark.sql.kafka010.KafkaOffsetRange;
+import org.apache.spark.sql.types.StructType;
+import scala.Option;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Folds of Spark-planned Kafka offset ranges in JVM tasks: the way a job reads a topic at the
+ * pace of a plain Kafka consumer. Spark's Kafka source still plans every micro-batch (its
+ * offsets, {@code maxOffsetsPerTrigger}, the checkpoint) but the batch's rows are never read;
+ * instead one task per range reads it with a byte-array consumer ({@link RangeReader}) and a
+ * {@link RecordFold} turns its records into a few partial-aggregate rows. No record becomes a
+ * Spark row or crosses into Python, so the fold is not bound by Spark's Kafka-to-row conversion
+ * (docs/loadgen.md, "How it reads").
+ *
+ * <p>Called from Python through py4j ({@code jobs/loadgen/measure.py} for LOAD_GEN_CONSUME);
+ * the replication job's copy ({@code dev.uatu.replication}) is driven the same way.
+ */
+public final class RangeFolds {
+  /** A range whose partition stays silent this long fails its task. */
+  public static final long DEFAULT_TIMEOUT_MS = 120_000;
+
+  private RangeFolds() {}
+
+  /**
+   * Folds each range in its own Spark task and returns the folds' rows in {@code schemaDdl}.
+   * Lazy like any Dataset: the ranges are read when the result is computed, once per
+   * computation.
+   */
+  public static Dataset<Row> fold(
+      SparkSession spark,
+      List<FoldRange> ranges,
+      Map<String, String> consumerConfig,
+      FoldFactory factory,
+      String schemaDdl,
+      long timeoutMs) {
+    JavaRDD<Row> rows =
+        JavaSparkContext.fromSparkContext(spark.sparkContext())
+            .parallelize(ranges, Math.max(1, ranges.size()))
+            .mapPartitions(new FoldTask(consumerConfig, factory, timeoutMs));
+    return spark.createDataFrame(rows, StructType.fromDDL(schemaDdl));
+  }
+
+  /**
+   * The offset ranges Spark's Kafka source planned for the micro-batch {@code batch} of
+   * {@code topic}, as a foreachBatch function receives it; reading them reads no record. One
+   * range per partition with records, in partition order: a partition the source split
+   * (minPartitions) is joined again, since a fold reads its partition in offset order.
+   */
+  public static List<FoldRange> planned(Dataset<Row> batch, String topic) {
+    RDD<?> rows = ((org.apache.spark.sql.classic.Dataset<Row>) batch).queryExecution().toRdd();
+    List<FoldRange> ranges = new ArrayList<>();
+    boolean found = false;
+    Deque<RDD<?>> lineage = new ArrayDeque<>(List.of(rows));
+    while (!lineage.isEmpty()) {
+      RDD<?> rdd = lineage.pop();
+      if (!(rdd instanceof DataSourceRDD)) {
+        CollectionConverters.asJava(rdd.dependencies()).forEach(d -> lineage.push(d.rdd()));
+        continue;
+      }
+      found = true;
+      for (Partition partition : rdd.partitions()) {
+        Option<InputPartition> input = ((DataSourceRDDPartition) partition).inputPartition();
+        if (input.isEmpty()) {
+          continue;
+        }
+        if (!(input.get() instanceof KafkaBatchInputPartition kafka)) {
+          throw new FoldException(
+              "the micro-batch reads " + input.get() + ", not a Kafka offset range of " + topic);
+        }
+        KafkaOffsetRange range = kafka.offsetRange();
+        if (!range.topic().equals(topic)) {
+          throw new FoldException("the micro-batch reads topic " + range.topic() + ", not " + topic);
+        }
+        ranges.add(
+            new FoldRange(topic, range.partition(), range.fromOffset(), range.untilOffset()));
+      }
+    }
+    if (!found) {
+      throw new FoldException(
+          "the micro-batch has no Kafka source in its lineage: " + rows.toDebugString());
+    }
+    return joined(ranges);
+  }
+
+  /** Adjoining ranges of a partition as one, in partition order, empty ones left out. */
+  static List<FoldRange> joined(List<FoldRange> ranges) {
+    List<FoldRange> sorted = new ArrayList<>(ranges);
+    sorted.sort(
+        Comparator.comparingInt(FoldRange::partition).thenComparingLong(FoldRange::fromOffset));
+    List<FoldRange> out = new ArrayList<>();
+    for (FoldRange r : sorted) {
+      FoldRange last = out.isEmpty() ? null : out.get(out.size() - 1);
+      if (last != null && last.partition == r.partition) {
+        if (last.untilOffset != r.fromOffset) {
+          throw new FoldException("planned ranges " + last + " and " + r + " do not adjoin");
+        }
+        out.set(out.size() - 1, new FoldRange(r.topic, r.partition, last.fromOffset, r.untilOffset));
+      } else {
+        out.add(r);
+      }
+    }
+    out.removeIf(r -> r.fromOffset == r.untilOffset);
+    return out;
+  }
+}

@@ -1,0 +1,661 @@
+"""The dispatcher end to end: a real broker, Spark, and a real gRPC service scripted to fail
+(testing/dispatch_service.py), with every expectation computed here, in plain Python, from the
+records' plans and uForwarder's rules as the issue states them.
+
+Most runs are in-process (`DispatchJob(spec).run(once=True)` on the test session, as the
+replication tests do); the crash test runs `./spark-submit.sh` because its fault hook halts the
+JVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections import Counter, defaultdict
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from pyspark.sql import functions as F
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from clients import dlq_list
+from clients.dlq_metadata import decode
+from core.config import load_settings
+from core.errors import EXIT_OK
+from core.paths import ROOT
+from jobs import registry
+from jobs.dispatch.job import DispatchJob
+from jobs.runtime import metrics
+from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
+from testing.conf import write_conf_dir
+from testing.dispatch_service import Call, ScriptedService, plan_of, value
+from testing.topic_data import Record, produce_records, read_partitions
+
+pytestmark = pytest.mark.integration
+
+# Generous: a first call on a cold JVM of a loaded machine must not time out by accident.
+RPC_TIMEOUT_MS = 4000
+R1_DELAY_MS, R2_DELAY_MS = 1500, 3000
+MAX_PER_TIER = 2
+
+
+@dataclass(frozen=True)
+class Topics:
+    main: str
+    r1: str
+    r2: str
+    dlq: str
+    resq: str
+
+    @classmethod
+    def create(cls, kafka, prefix: str, partitions: int = 2) -> Topics:
+        topics = cls(prefix, f"{prefix}-r1", f"{prefix}-r2", f"{prefix}-dlq", f"{prefix}-resq")
+        kafka.create_topic(topics.main, partitions, 1)
+        for t in (topics.r1, topics.r2):
+            kafka.create_topic(t, 2, 1)
+        kafka.create_topic(topics.dlq, 1, 1)
+        kafka.create_topic(topics.resq, 1, 1)
+        return topics
+
+
+def group(group_id: str, topics: Topics, service: ScriptedService, **overrides) -> dict:
+    data: dict = {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": topics.main,
+            "consumerGroup": "svc",
+        },
+        "rpcDispatcherTaskGroup": {
+            "uri": f"dns:///{service.address}",
+            "rpcTimeoutMs": RPC_TIMEOUT_MS,
+            "dlqTopic": topics.dlq,
+        },
+        "retryConfig": {
+            "retryEnabled": True,
+            "retryQueues": [
+                {
+                    "retryQueueTopic": topics.r2,
+                    "processingDelayMs": R2_DELAY_MS,
+                    "maxRetryCount": 2,
+                },
+                {
+                    "retryQueueTopic": topics.r1,
+                    "processingDelayMs": R1_DELAY_MS,
+                    "maxRetryCount": 2,
+                },
+            ],
+        },
+        "extension": {"@type": "type.googleapis.com/uatu.v1.JobOptions"},
+    }
+    for key, val in overrides.items():
+        section, _, field = key.partition("__")
+        if field:
+            data.setdefault(section, {})[field] = val
+        else:
+            data[section] = val
+    return data
+
+
+def run_in_process(data: dict, conf_dir: Path) -> int:
+    _, spec = registry.validate(json_format.ParseDict(data, JobGroup()), load_settings(conf_dir))
+    job = DispatchJob(spec)  # type: ignore[arg-type]
+    job.check()
+    return job.run(once=True)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, kafka, spark) -> Path:
+    """The conf folder (and warehouse, checkpoints) of every run here. In-process runs need the
+    test session (`spark`, with the project's jars) to exist before they ask for one."""
+    path = tmp_path_factory.mktemp("dispatch")
+    write_conf_dir(path / "conf", kafka.bootstrap_servers, path / "wh", path / "ck")
+    return path
+
+
+@pytest.fixture(scope="module")
+def service():
+    with ScriptedService() as svc:
+        yield svc
+
+
+# --- the model: what uForwarder's rules say each plan does -----------------------------------
+
+
+@dataclass(frozen=True)
+class Expected:
+    topics: list[str]  # the physical topic of each call ("main", "r1", "r2", "dlq")
+    outcome: str  # committed | skipped | dlq
+    retry_counts: list[int]  # kafka-retrycount of each call
+    final_retry_count: int  # in the DLQ record's metadata, when it ends in the DLQ
+
+
+def expected_path(plan: list[str]) -> Expected:
+    """Tiers: r1 (max 2), r2 (max 2), then the DLQ; max_rpc_timeouts 0; deadline
+    RPC_TIMEOUT_MS doubling per timeout."""
+    topics, counts = [], []
+    topic, retries, timeouts, n = "main", 0, 0, 0
+    while True:
+        answer = plan[min(n, len(plan) - 1)]
+        topics.append(topic)
+        counts.append(retries)
+        n += 1
+        deadline = RPC_TIMEOUT_MS * 2**timeouts
+        if answer == "ok" or (answer.startswith("slow") and int(answer[4:]) < deadline):
+            return Expected(topics, "committed", counts, retries)
+        if answer in ("exists", "t-skip"):
+            return Expected(topics, "skipped", counts, retries)
+        if answer in ("fail", "t-stash"):
+            return Expected(topics, "dlq", counts, retries + 1)
+        if answer == "error":
+            continue  # retried in memory, from the same topic
+        if answer.startswith("slow"):
+            timeouts += 1  # a timeout goes to the retry tiers
+        retries += 1
+        if retries > 2 * MAX_PER_TIER:
+            return Expected(topics, "dlq", counts, retries)
+        topic = "r1" if retries <= MAX_PER_TIER else "r2"
+
+
+PLANS = [
+    "ok",
+    "exists",
+    "fail",
+    "t-stash",
+    "t-skip",
+    "t-retry,ok",
+    "retry",
+    "retry,retry,retry,ok",
+    "error,error,ok",
+    "slow6000,ok",
+]
+
+
+def test_the_model_follows_the_issue() -> None:
+    always_retry = expected_path(["retry"])
+    assert always_retry.topics == ["main", "r1", "r1", "r2", "r2"]  # then the DLQ
+    assert (always_retry.outcome, always_retry.final_retry_count) == ("dlq", 5)
+    assert expected_path(["slow6000", "ok"]).topics == ["main", "r1"]
+
+
+@dataclass
+class MainRun:
+    topics: Topics
+    records: list[Record]
+    offsets: dict[str, tuple[int, int]]  # record id -> (partition, offset) in the main topic
+    status: int
+    calls: list[Call]
+    stats_path: Path
+    started_s: float
+
+
+@pytest.fixture(scope="module")
+def main_run(kafka, work: Path, service: ScriptedService) -> MainRun:
+    topics = Topics.create(kafka, "dsp")
+    now = int(time.time() * 1000)
+    records = [
+        Record(
+            i % 2,
+            f"key-{i}".encode(),
+            value(f"r{i}", PLANS[i % len(PLANS)]),
+            now,
+            (("trace", f"t{i}".encode()),),
+        )
+        for i in range(len(PLANS) * 3)
+    ]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    offsets = {}
+    for partition, got in read_partitions(kafka.bootstrap_servers, topics.main, 2).items():
+        for r in got:
+            offsets[r.value.split(b"|")[0].decode()] = (partition, r.offset)  # type: ignore[union-attr]
+    started = time.time()
+    # This run also serves the driver's Prometheus metrics (test_prometheus_series_...).
+    saved = {k: os.environ.get(k) for k in (metrics.ENV_PORT, "UATU_METRICS_HOST")}
+    os.environ.update({metrics.ENV_PORT: "0", "UATU_METRICS_HOST": "127.0.0.1"})
+    try:
+        status = run_in_process(group("dsp", topics, service), work / "conf")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    calls = [c for c in service.snapshot() if c.message.topic == topics.main]
+    return MainRun(topics, records, offsets, status, calls, work / "wh" / "dispatch_stats", started)
+
+
+def calls_by_record(run: MainRun) -> dict[str, list[Call]]:
+    by_id: dict[str, list[Call]] = defaultdict(list)
+    for c in run.calls:
+        by_id[c.record_id].append(c)
+    return by_id
+
+
+def physical_label(run: MainRun, call: Call) -> str:
+    if call.message.physical is None:
+        return "main"
+    topic = call.message.physical[0]
+    return {run.topics.r1: "r1", run.topics.r2: "r2", run.topics.dlq: "dlq"}.get(topic, topic)
+
+
+def test_every_record_takes_the_path_its_answers_imply(main_run: MainRun) -> None:
+    assert main_run.status == EXIT_OK
+    by_id = calls_by_record(main_run)
+    assert set(by_id) == {f"r{i}" for i in range(len(main_run.records))}
+    for rid, calls in by_id.items():
+        expected = expected_path(plan_of(calls[0].message.value))
+        assert [physical_label(main_run, c) for c in calls] == expected.topics, (
+            rid,
+            [
+                (
+                    c.message.topic,
+                    c.message.partition,
+                    c.message.offset,
+                    c.message.tracing_info,
+                    c.message.value,
+                    c.answer,
+                )
+                for c in calls
+            ],
+            main_run.offsets[rid],
+        )
+        assert [c.message.retry_count for c in calls] == expected.retry_counts, rid
+
+
+def test_every_record_ends_committed_skipped_or_in_the_dlq_once(kafka, main_run: MainRun) -> None:
+    by_id = calls_by_record(main_run)
+    expected = {rid: expected_path(plan_of(calls[0].message.value)) for rid, calls in by_id.items()}
+    dlq = read_partitions(kafka.bootstrap_servers, main_run.topics.dlq, 1)[0]
+    in_dlq = Counter()
+    for record in dlq:
+        meta = decode(record.key)
+        rid = record.value.split(b"|")[0].decode()  # type: ignore[union-attr]
+        in_dlq[rid] += 1
+        # Metadata: the original coordinates and key, the retry count the path implies.
+        assert (meta.topic, (meta.partition, meta.offset)) == (
+            main_run.topics.main,
+            main_run.offsets[rid],
+        )
+        assert meta.key == f"key-{rid[1:]}".encode()
+        assert meta.retry_count == expected[rid].final_retry_count
+        assert dict(record.headers) == {"trace": f"t{rid[1:]}".encode()}  # headers unchanged
+    assert in_dlq == Counter({rid for rid, e in expected.items() if e.outcome == "dlq"})
+    # Committed and skipped records end with an OK or a skip answer and nothing after it.
+    for rid, calls in by_id.items():
+        last = calls[-1].answer
+        if expected[rid].outcome == "committed":
+            assert last == "ok" or last.startswith("slow"), rid
+        elif expected[rid].outcome == "skipped":
+            assert last in ("exists", "t-skip"), rid
+
+
+def test_the_dlq_lister_shows_each_dlq_records_origin_and_counts(
+    kafka, main_run: MainRun, capsys
+) -> None:
+    by_id = calls_by_record(main_run)
+    expected = {rid: expected_path(plan_of(calls[0].message.value)) for rid, calls in by_id.items()}
+    dlq = read_partitions(kafka.bootstrap_servers, main_run.topics.dlq, 1)[0]
+    args = [main_run.topics.dlq, "--bootstrap-servers", kafka.bootstrap_servers, "--json"]
+    assert dlq_list.main(args) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(d["partition"], d["offset"]) for d in listed] == [(0, r.offset) for r in dlq]
+    for d, record in zip(listed, dlq, strict=True):
+        rid = record.value.split(b"|")[0].decode()  # type: ignore[union-attr]
+        partition, offset = main_run.offsets[rid]
+        assert d["origin"] == f"{main_run.topics.main}/{partition}/{offset}"
+        assert d["retry_count"] == expected[rid].final_retry_count
+        assert d["key"] == f"key-{rid[1:]}"
+        assert d["value_bytes"] == len(record.value or b"")
+
+
+def test_no_record_is_dispatched_from_a_tier_before_its_due_time(kafka, main_run: MainRun) -> None:
+    delays = {main_run.topics.r1: R1_DELAY_MS, main_run.topics.r2: R2_DELAY_MS}
+    written = {}
+    for topic in delays:
+        for partition, got in read_partitions(kafka.bootstrap_servers, topic, 2).items():
+            for r in got:
+                written[(topic, partition, r.offset)] = r.timestamp_ms
+    tier_calls = [c for c in main_run.calls if c.message.physical is not None]
+    assert len(tier_calls) == len(written)  # every tier record was dispatched once
+    for c in tier_calls:
+        topic, partition, offset = c.message.physical  # type: ignore[misc]
+        due_ms = written[(topic, partition, offset)] + delays[topic]
+        assert c.received_s * 1000 >= due_ms - 1, (c.record_id, c.received_s * 1000 - due_ms)
+
+
+def test_calls_carry_uforwarders_metadata(main_run: MainRun) -> None:
+    for c in main_run.calls:
+        m = c.message
+        rid = c.record_id
+        assert m.method == "/kafka.consumerproxy.svc/dsp"
+        assert (m.topic, (m.partition, m.offset)) == ("dsp", main_run.offsets[rid])  # logical
+        assert m.key == f"key-{rid[1:]}".encode()
+        assert m.consumer_group == "svc"
+        assert m.headers.get("trace") == f"t{rid[1:]}"
+    in_memory = [c for c in main_run.calls if plan_of(c.message.value)[0] == "error"]
+    by_id = defaultdict(list)
+    for c in in_memory:
+        by_id[c.record_id].append(c.message.attempt_count)
+    assert by_id and all(a == [0, 1, 2] for a in by_id.values())  # kafka-attemptcount
+
+
+def test_dispatch_stats_count_what_the_service_saw(spark, main_run: MainRun) -> None:
+    stats = (
+        spark.read.format("delta")
+        .load(str(main_run.stats_path))
+        .where(F.col("job_group_id") == "dsp")
+    )
+    totals = stats.agg(*(F.sum(c).alias(c) for c in (
+        "records", "attempts", "committed", "skipped", "retried", "dlq", "resq",
+        "in_memory_retries", "timeouts", "redelivered", "hol_rerouted",
+    ))).first().asDict()  # fmt: skip
+    by_id = calls_by_record(main_run)
+    paths = [expected_path(plan_of(calls[0].message.value)) for calls in by_id.values()]
+    outcomes = Counter(p.outcome for p in paths)
+    tier_deliveries = sum(sum(t != "main" for t in p.topics) for p in paths)
+    assert totals["attempts"] == len(main_run.calls)
+    assert totals["committed"] == outcomes["committed"]
+    assert totals["skipped"] == outcomes["skipped"]
+    assert totals["dlq"] == outcomes["dlq"]
+    assert totals["retried"] == tier_deliveries  # each tier delivery was a write to a tier
+    assert totals["records"] == len(main_run.records) + tier_deliveries
+    assert totals["timeouts"] == sum(1 for c in main_run.calls if c.answer.startswith("slow"))
+    assert totals["in_memory_retries"] == sum(1 for c in main_run.calls if c.answer == "error")
+    assert (totals["resq"], totals["redelivered"], totals["hol_rerouted"]) == (0, 0, 0)
+    tiers = {r["tier"] for r in stats.select("tier").distinct().collect()}
+    assert tiers == {"main", "retry-1", "retry-2"}
+    latency = stats.where("latency_p50_ms IS NOT NULL").select("latency_p50_ms", "inflight_limit")
+    assert latency.count() > 0
+    assert all(0 < r.inflight_limit <= 1000 for r in latency.collect())  # adaptive, bounded
+
+
+def test_prometheus_series_count_what_the_service_saw(main_run: MainRun) -> None:
+    """The driver's /metrics registry after the run: uForwarder's call counter and the
+    outcome counter by DispatcherResponse code, for this run's topics only."""
+    text = generate_latest(metrics.REGISTRY).decode()
+    topics = {main_run.topics.main, main_run.topics.r1, main_run.topics.r2}
+
+    def total(name: str, **where: str) -> float:
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+            and s.labels.get("kafka_topic") in topics
+            and all(s.labels.get(k) == v for k, v in where.items())
+        )
+
+    by_id = calls_by_record(main_run)
+    paths = [expected_path(plan_of(calls[0].message.value)) for calls in by_id.values()]
+    outcomes = Counter(p.outcome for p in paths)
+    tier_deliveries = sum(sum(t != "main" for t in p.topics) for p in paths)
+    assert total("dispatcher_grpc_call_total", kafka_group="svc") == len(main_run.calls)
+    assert total("uatu_dispatch_messages_total", code="commit") == outcomes["committed"]
+    assert total("uatu_dispatch_messages_total", code="skip") == outcomes["skipped"]
+    assert total("uatu_dispatch_messages_total", code="dlq") == outcomes["dlq"]
+    assert total("uatu_dispatch_messages_total", code="retry") == tier_deliveries
+    slow = sum(1 for c in main_run.calls if c.answer.startswith("slow"))
+    assert total("uatu_dispatch_timeouts_total") == slow
+    tier_query = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "uatu_query_batches_total"
+        and s.labels.get("query") == f"dispatch-dsp-{main_run.topics.r1}"
+    ]
+    assert tier_query and tier_query[0] > 0  # the tiers' queries are listened to as well
+
+
+def test_dlq_redrive_is_bounded_and_gives_the_sixth_invocation(
+    kafka, work: Path, service: ScriptedService, main_run: MainRun
+) -> None:
+    dlq = read_partitions(kafka.bootstrap_servers, main_run.topics.dlq, 1)[0]
+    end = dlq[-1].offset + 1
+    data = group(
+        "dsp-redrive",
+        main_run.topics,
+        service,
+        kafkaConsumerTaskGroup={
+            "cluster": "local",
+            "topic": main_run.topics.dlq,
+            "consumerGroup": "svc",
+            "partitionOffsetRanges": {
+                "partitionOffsetRange": [
+                    {"partition": 0, "startOffset": "0", "endOffset": str(end)}
+                ]
+            },
+        },
+        rpcDispatcherTaskGroup__procedure="kafka.consumerproxy.svc/dsp",
+    )
+    before = len(service.snapshot())
+    assert run_in_process(data, work / "conf") == EXIT_OK
+    redriven = [c for c in service.snapshot()[before:]]
+    assert len(redriven) == len(dlq)  # each DLQ record of the range called once, nothing else
+    always_retry = {c.record_id for c in redriven if plan_of(c.message.value) == ["retry"]}
+    by_id = calls_by_record(main_run)
+    for rid in always_retry:  # uForwarder's integration case: 5 calls, then 1 from the DLQ
+        assert len(by_id[rid]) + 1 == 6
+    assert always_retry
+    after = read_partitions(kafka.bootstrap_servers, main_run.topics.dlq, 1)[0]
+    # Redriven records that fail again go back to the DLQ (after the bounded range).
+    appended = [decode(r.key) for r in after[len(dlq) :]]
+    assert sorted(m.retry_count for m in appended if m.retry_count == 6) == [6] * len(always_retry)
+
+
+def test_head_of_line_record_is_rerouted_to_the_resq(kafka, work: Path, service) -> None:
+    topics = Topics.create(kafka, "hol", partitions=1)
+    now = int(time.time() * 1000)
+    records = [Record(0, b"stuck", value("h0", "stuck"), now)] + [
+        Record(0, f"k{i}".encode(), value(f"h{i}", "ok"), now) for i in range(1, 200)
+    ]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    data = group(
+        "hol",
+        topics,
+        service,
+        resqConfig={"resqEnabled": True, "resqTopic": topics.resq},
+        extension={
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "dispatch": {"headOfLineGraceMs": 1000},
+        },
+    )
+    before = len(service.snapshot())
+    assert run_in_process(data, work / "conf") == EXIT_OK
+    calls = [c for c in service.snapshot()[before:] if c.record_id == "h0"]
+    from_main = [c for c in calls if c.message.physical is None]
+    from_resq = [c for c in calls if c.message.physical is not None]
+    assert len(from_main) >= 2  # retried in memory while it blocked the batch
+    assert [c.message.physical[0] for c in from_resq] == [topics.resq]  # type: ignore[index]
+    assert from_resq[0].answer == "stuck"  # ... which answers OK from the resq
+    resq = read_partitions(kafka.bootstrap_servers, topics.resq, 1)[0]
+    assert [decode(r.key).offset for r in resq] == [0]
+    others = Counter(c.record_id for c in service.snapshot()[before:] if c.record_id != "h0")
+    assert set(others.values()) == {1} and len(others) == 199  # the rest: once each
+
+
+@pytest.mark.parametrize(
+    ("cap", "flow"),
+    [
+        ("messages", {"messagesPerSec": 40, "maxInflightMessages": 8}),
+        ("bytes", {"bytesPerSec": 4000}),
+    ],
+)
+def test_flow_control_holds_every_10_second_window(spark, kafka, work, service, cap, flow) -> None:
+    topics = Topics.create(kafka, f"flow-{cap}")
+    now = int(time.time() * 1000)
+    pad = "x" * (100 - len("f0000|ok"))  # values of 100 bytes; the plan stays last
+    records = [Record(i % 2, None, value(f"f{i:04d}{pad}", "ok"), now) for i in range(720)]
+    assert {len(r.value or b"") for r in records} == {100}
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    before = len(service.snapshot())
+    assert (
+        run_in_process(group(f"flow-{cap}", topics, service, flowControl=flow), work / "conf") == 0
+    )
+    received = sorted(c.received_s for c in service.snapshot()[before:])
+    assert len(received) == 720
+    limit = 40 * 10 * 1.10  # 40 records/s either way (4000 bytes/s of 100-byte values), +10%
+    j = 0
+    for i, start in enumerate(received):  # every 10 s window that starts at a call
+        while j < len(received) and received[j] < start + 10:
+            j += 1
+        assert j - i <= limit, f"{j - i} calls in the 10 s from {start - received[0]:.1f} s"
+    assert received[-1] - received[0] > 14  # the cap bound: 720 calls at 40/s take 18 s
+    stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
+    mine = stats.where(F.col("job_group_id") == f"flow-{cap}")
+    peak, waited = mine.agg(F.max("peak_inflight"), F.sum("rate_limited_ms")).first()
+    assert waited > 0  # the limiter, not the service, set the pace
+    if "maxInflightMessages" in flow:
+        assert 0 < peak <= flow["maxInflightMessages"]
+
+
+@pytest.mark.parametrize("missing", ["dlq", "retry"])
+def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
+    kafka, work: Path, service, missing: str
+) -> None:
+    topics = Topics.create(kafka, f"no{missing}")
+    if missing == "dlq":
+        rpc = {"uri": f"dns:///{service.address}", "rpcTimeoutMs": 100, "dlqTopic": "no-such-dlq"}
+        data = group(f"no{missing}", topics, service, rpcDispatcherTaskGroup=rpc)
+        expected = "rpc_dispatcher_task_group.dlq_topic='no-such-dlq'"
+    else:
+        data = group(f"no{missing}", topics, service)
+        data["retryConfig"]["retryQueues"][1]["retryQueueTopic"] = "no-such-r1"
+        expected = "retry_config.retry_queues[1].retry_queue_topic='no-such-r1'"
+    path = work / f"no{missing}.json"
+    path.write_text(json.dumps(data))
+    done = subprocess.run(
+        [str(ROOT / "spark-submit.sh"), str(path), "--check", "--conf-dir", str(work / "conf")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert expected in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("step", ["after_tier_produce", "before_checkpoint"])
+def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
+    kafka, work: Path, service, spark, step: str
+) -> None:
+    """after_tier_produce: in a task, with part of the batch's tier writes done;
+    before_checkpoint: on the driver, with the batch's dispatch_stats rows already written."""
+    name = f"crash-{step.replace('_', '-')}"
+    topics = Topics.create(kafka, name)
+    now = int(time.time() * 1000)
+    plans = ["ok", "retry,ok", "fail", "exists"]
+    records = [
+        Record(i % 2, f"c{i}".encode(), value(f"c{i}", plans[i % 4]), now) for i in range(80)
+    ]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    data = group(name, topics, service)
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(data))
+    cmd = [str(ROOT / "spark-submit.sh"), str(path), "--once", "--conf-dir", str(work / "conf")]
+    env = {**os.environ, "UATU_DRIVER_MEMORY": "1g"}
+    before = len(service.snapshot())
+
+    crashed = subprocess.run(
+        cmd, env={**env, "UATU_DISPATCH_FAULT": f"{step}:{topics.main}"},
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert crashed.returncode != 0
+    assert f"UATU_DISPATCH_FAULT: halting the JVM at {step}" in crashed.stderr
+    first_calls = len(service.snapshot()) - before
+    assert first_calls > 0
+
+    restarted = subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+
+    calls = [c for c in service.snapshot()[before:] if c.message.topic == topics.main]
+    last = {}
+    for c in calls:
+        last[c.record_id] = c.answer
+    # Nothing lost: every record's last answer ended it; each DLQ record is in the DLQ.
+    assert set(last) == {f"c{i}" for i in range(80)}
+    for i in range(80):
+        assert (
+            last[f"c{i}"]
+            == {"ok": "ok", "retry,ok": "ok", "fail": "fail", "exists": "exists"}[plans[i % 4]]
+        )
+    dlq = {
+        r.value.split(b"|")[0].decode()
+        for r in read_partitions(kafka.bootstrap_servers, topics.dlq, 1)[0]
+    }  # type: ignore[union-attr]
+    assert dlq == {f"c{i}" for i in range(80) if plans[i % 4] == "fail"}
+    # Redeliveries only from the batch the crash cut short (batch 0 of the source: all 80),
+    # each counted in dispatch_stats.
+    from_main = Counter(c.record_id for c in calls if c.message.physical is None)
+    assert max(from_main.values()) <= 2 and sum(from_main.values()) > 80
+    stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
+    redelivered = (
+        stats.where(f"job_group_id = '{name}' AND tier = 'main'")
+        .agg(F.sum("redelivered"))
+        .first()[0]
+    )
+    assert redelivered == 80
+
+
+class _MasterWorker(mw_grpc.MasterWorkerServiceServicer):
+    """A control plane's worker service that keeps every heartbeat."""
+
+    def __init__(self) -> None:
+        self.heartbeats: list[mw_pb2.HeartbeatRequest] = []
+
+    def RegisterWorker(self, request, context):
+        participants = mw_pb2.Participants()
+        participants.CopyFrom(request.participants)
+        participants.worker.id = 7
+        return mw_pb2.RegisterWorkerResponse(participants=participants)
+
+    def Heartbeat(self, request, context):
+        self.heartbeats.append(request)
+        return mw_pb2.HeartbeatResponse(participants=request.participants)
+
+
+def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> None:
+    topics = Topics.create(kafka, "beat")
+    now = int(time.time() * 1000)
+    records = [Record(i % 2, None, value(f"b{i}", "ok"), now) for i in range(50)]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    master = _MasterWorker()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    mw_grpc.add_MasterWorkerServiceServicer_to_server(master, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        data = group("beat", topics, service)
+        _, spec = registry.validate(
+            json_format.ParseDict(data, JobGroup()), load_settings(work / "conf")
+        )
+        reporting = Reporting(
+            ReporterConfig((f"127.0.0.1:{port}",), interval_seconds=0.3),
+            JobTemplate(
+                job_pb2.JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER, "local", topics.main, "svc"
+            ),
+        )
+        assert DispatchJob(spec).run(once=True, reporting=reporting) == EXIT_OK  # type: ignore[arg-type]
+    finally:
+        server.stop(0)
+    last = {}
+    for beat in master.heartbeats:
+        assert beat.participants.worker.id in (0, 7)
+        for status in beat.job_status:
+            task = status.job.kafka_consumer_task
+            assert (task.topic, task.consumer_group) == (topics.main, "svc")
+            last[task.partition] = status.kafka_consumer_task_status.commit_offset
+    assert last == {0: 25, 1: 25}  # committed offsets of both partitions, as the broker has them
