@@ -4,9 +4,10 @@ What it measures, on a fresh 1-broker Kafka (heap 1g) under var/bench/ and a top
 (default 4) filled with N records (null keys, 100-200 byte values drawn at random from a million
 distinct lines, so most records are unique and some repeat) by Kafka's ProducerPerformance:
 
-* raw: records/s and MB/s of Kafka's ConsumerPerformance reading all N records (nMsg.sec and
-  MB.sec, which include the consumer group join but not JVM start); --baseline-runs runs
-  before the audits and as many after, the best counts;
+* raw: records/s and MB/s of Kafka's ConsumerPerformance reading all N records over its fetch
+  time only (fetch.nMsg.sec and fetch.MB.sec: the consumer group join and JVM start excluded,
+  the baseline least favourable to the job); --baseline-runs runs before the audits and as
+  many after, the best counts;
 * ceiling: Spark's Kafka source counting the topic (no audit work), cold and warm JVM;
 * the audit job, in one micro-batch or in batches of --batch-records (through flow control),
   once with one AUDIT_TYPE_EXACT_UNIQ config and once with one
@@ -19,7 +20,7 @@ distinct lines, so most records are unique and some repeat) by Kafka's ProducerP
 Each audit is verified: sum(message_count) of its audit_counts must equal N. The HLL error is
 APPROX unique_count vs EXACT unique_count per (partition, window). BENCH_SPARK_SUBMIT_ARGS
 replaces the job's extra spark-submit arguments, for experiments (default: 4 shuffle
-partitions). Targets: APPROX batch rate >= 0.5x raw, EXACT >= 0.3x raw. The summary goes to
+partitions). Targets: APPROX batch rate >= 0.5x raw, EXACT >= 0.35x raw. The summary goes to
 stdout and var/bench/audit-bench-result.json, and a record of the run (commit, machine,
 arguments, figures) to docs/benchmarks/audit-<UTC time>-<commit>.json; job logs to
 var/bench/audit-<type>.log. Nothing here asserts a duration.
@@ -69,7 +70,7 @@ from testing.topic_data import count_records
 RESULT_PATH = BENCH_DIR / "audit-bench-result.json"
 TOPIC = "bench-audit"
 QUICK = {"records": 200_000}  # --quick
-TARGETS = {"AUDIT_TYPE_EXACT_UNIQ": 0.3, "AUDIT_TYPE_APPROX_UNIQ": 0.5}  # x raw records/s
+TARGETS = {"AUDIT_TYPE_EXACT_UNIQ": 0.35, "AUDIT_TYPE_APPROX_UNIQ": 0.5}  # x raw records/s
 BATCH_RE = re.compile(r"batch (\d+): (\d+) records in ([\d.]+) s")
 MIB = 1024 * 1024
 DISTINCT_PAYLOADS = 1_000_000
@@ -304,10 +305,10 @@ def summarize(
     n: int, raw: ConsumerPerfResult, ceiling: dict[str, float], runs: list[AuditRun]
 ) -> dict[str, Any]:
     """Print the table (targets judged on batch records/s); return the JSON result."""
-    raw_rate = raw.records_per_s
-    mib_per_raw_record = raw.mb_per_s / raw_rate
+    raw_rate = raw.fetch_records_per_s  # without the group join
+    mib_per_raw_record = raw.fetch_mb_per_s / raw_rate
     print(f"\n{'':42} {'records/s':>12} {'MB/s':>8} {'x raw':>7} {'target':>9}  result")
-    _row("raw consumer (ConsumerPerformance)", raw_rate, raw.mb_per_s, raw_rate)
+    _row("raw consumer (ConsumerPerformance, fetch)", raw_rate, raw.fetch_mb_per_s, raw_rate)
     for label, rate in ceiling.items():
         _row(f"Spark Kafka source, count only ({label})", rate, rate * mib_per_raw_record, raw_rate)
     audits = {}
@@ -399,7 +400,7 @@ def bench(
             f"{error['mean_abs_rel_error']:.3%}, max {error['max_abs_rel_error']:.3%}, "
             f"sum {error['total_rel_diff']:+.3%}"
         )
-    raw = max(baseline, key=lambda s: s.records_per_s)
+    raw = max(baseline, key=lambda s: s.fetch_records_per_s)
     result = summarize(n, raw, ceiling, runs)
     result.update(produce=produced, baseline_runs=[asdict(b) for b in baseline], hll_error=error)
     return result

@@ -16,7 +16,6 @@ from deltalake import DeltaTable
 # name -> the job that writes it (docs/audit.md, replication.md, availability.md)
 TABLES = {
     "audit_counts": "audit",
-    "audit_keys": "audit",
     "replication_stats": "replication",
     "replication_audit": "replication",
     "availability_probes": "availability",

@@ -1,17 +1,23 @@
-"""KAFKA_AUDIT entry module: Kafka topic -> Delta tables `audit_counts` and `audit_keys`.
+"""KAFKA_AUDIT entry module: Kafka topic -> Delta table `audit_counts`.
 
-Source: the JobGroup's kafka_consumer_task_group topic, every partition, read by Spark's Kafka
-source from `starting_offsets` (earliest unless auto_offset_reset_policy is LATEST), at most
-flow_control.messages_per_sec on average (maxOffsetsPerTrigger = rate x trigger interval).
+Source: the JobGroup's kafka_consumer_task_group topic, every partition. Spark's Kafka source
+plans each micro-batch from `starting_offsets` (earliest unless auto_offset_reset_policy is
+LATEST) and keeps the checkpoint, at most maxOffsetsPerTrigger records a batch
+(flow_control.messages_per_sec x the trigger interval, and bytes_per_sec the same way through
+the topic's observed record size, `jobs/audit/flow.py`). The batch's rows are never read:
+`fold.AuditFolder` reads the planned offset ranges in JVM tasks, one per partition, and folds
+them into per-window partial aggregates. Spark's progress therefore reports 0 input rows; the
+job logs each batch's records itself.
 
 Sink: Delta MERGE into `audit_counts` (schema in `jobs/audit/tables.py`), one row per cluster,
 topic, partition, audit type, interval and window. Every micro-batch updates the windows its
 records fall in, so late records update their window (and are counted in late_count) instead
-of being dropped.
+of being dropped. Exact audits keep their distinct keys under the checkpoint.
 
-Guarantee: exactly-once per checkpoint. Offsets are in the checkpoint; each batch's writes are
-idempotent Delta transactions keyed by (query id, batch id). Killing the driver at any point
-and restarting on the same checkpoint yields the same counts as an uninterrupted run.
+Guarantee: exactly-once per checkpoint. Offsets are in the checkpoint; a batch's exact keys
+are computed against earlier batches' keys only and written before its counts MERGE, which
+is an idempotent Delta transaction keyed by (query id, batch id). Killing the driver at any
+point and restarting on the same checkpoint yields the same counts as an uninterrupted run.
 Latency columns are the one exception by nature: they are measured against the wall clock of
 the batch that audited the record.
 
@@ -21,70 +27,55 @@ trigger interval until stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core import kafka_admin
 from jobs.audit import tables
+from jobs.audit.flow import BytePacer, sample_mean_record_bytes
+from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
-from jobs.audit.transforms import (
-    WINDOW_KEY,
-    assign_windows,
-    audit_records,
-    new_keys,
-    window_keys,
-    window_partials,
-    with_new_unique_counts,
-)
+from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.reporting import observe_source
-from jobs.runtime.runner import streaming_query_id
+from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.audit")
 
 
-def build_stream(spark: SparkSession, spec: AuditSpec) -> DataFrame:
+def build_stream(
+    spark: SparkSession, spec: AuditSpec, mean_record_bytes: float | None = None
+) -> DataFrame:
+    """Spark's Kafka source over the topic: it plans the batches, the fold reads them."""
     options = kafka_read_options(
         spec.source_cluster,
         spec.source_topic,
         starting_offsets=spec.starting_offsets,
         read_committed=spec.read_committed,
-        max_offsets_per_trigger=spec.max_offsets_per_trigger(),
+        max_offsets_per_trigger=spec.max_offsets_per_trigger(mean_record_bytes),
         group_id_prefix=spec.consumer_group,
-        include_headers=spec.needs_headers,
     )
-    # current_timestamp() in a streaming plan is the micro-batch timestamp, which the offset
-    # log stores: a batch replayed after a crash gets the same audit time.
-    return (
-        spark.readStream.format("kafka")
-        .options(**options)
-        .load()
-        .transform(observe_source)
-        .withColumn("audit_ts", F.current_timestamp())
-        .transform(
-            audit_records,
-            cluster=spec.audited_cluster,
-            topic=spec.audited_topic,
-            event_time=spec.event_time,
-            dedupe_key=spec.dedupe_key,
-            max_future_skew_seconds=spec.max_future_skew_seconds,
-        )
-    )
+    return spark.readStream.format("kafka").options(**options).load()
 
 
 class AuditBatchWriter:
-    """foreachBatch function: fold one micro-batch into the audit tables, exactly once."""
+    """foreachBatch function: fold one micro-batch into the audit table, exactly once."""
 
-    def __init__(self, spec: AuditSpec) -> None:
+    def __init__(self, spec: AuditSpec, folder: AuditFolder) -> None:
         self.spec = spec
+        self.folder = folder
+        self.pacer = BytePacer(spec.max_bytes_per_sec) if spec.max_bytes_per_sec > 0 else None
+        self.last_record_bytes = 0.0  # mean key + value size of the last batch's records
+        self.records: dict[int, int] = {}  # records of the recent batches, by batch id
         self._app_id: str | None = None
 
     def app_id(self, spark: SparkSession) -> str:
@@ -93,34 +84,44 @@ class AuditBatchWriter:
         return self._app_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
         spark = batch.sparkSession
         spec = self.spec
         app_id = self.app_id(spark)
         phases = PhaseTimes()
-        with cache_scope() as keep:
-            # Exact audits read the batch twice (totals, then keys): cache it so Kafka is read
-            # once. Approximate-only audits need a single pass and skip the cache.
-            source = keep(batch) if spec.has_exact_audit else batch
-            windowed = source.transform(assign_windows, spec.windows, spec.allowed_lateness_seconds)
-            partials = window_partials(windowed, spec.hll_lg_config_k)
-            if spec.has_exact_audit:
-                with phases("keys"):
-                    partials = keep(partials)
-                    known = tables.known_keys(spark, spec.audit_keys_path, partials, batch_id)
-                    fresh = keep(new_keys(window_keys(windowed), known))
-                    tables.append_keys(fresh, spec.audit_keys_path, app_id, batch_id)
-                partials = with_new_unique_counts(partials, fresh)
-            else:
-                partials = partials.withColumn("new_unique_count", F.lit(0).cast("long"))
-            with phases("aggregate"):
-                # Delta's MERGE re-plans its source, which bypasses Spark's cache and would
-                # recompute the whole batch; a local checkpoint hands it the computed rows.
-                computed = partials.localCheckpoint()
-            with phases("merge"):
-                tables.merge_counts(computed, spec.audit_counts_path, app_id, batch_id)
-            if metrics.serving():
-                self._publish(computed)
-        log.info("batch %d written: %s", batch_id, phases)
+        with phases("keys" if spec.has_exact_audit else "fold"):
+            # Reads the batch's offset ranges in JVM tasks. Exact audits' keys of this batch
+            # are written (under the checkpoint) when this returns: the keys commit.
+            folded = self.folder.fold(batch, batch_id)
+        if folded is None:  # an idle topic
+            self._remember(batch_id, 0)
+            return
+        with phases("merge"):
+            tables.merge_counts(folded.partials, spec.audit_counts_path, app_id, batch_id)
+        if metrics.serving():
+            self._publish(folded.partials)
+        self._remember(batch_id, folded.records)
+        if folded.records:
+            self.last_record_bytes = folded.mean_record_bytes
+        state = folded.state_line()
+        log.info(
+            "batch %d written: %d records, %d bytes; %s%s",
+            batch_id,
+            folded.records,
+            folded.bytes,
+            phases,
+            f"; {state}" if state else "",
+        )
+        if self.pacer is not None:
+            wait = self.pacer.delay(started, folded.bytes, time.monotonic())
+            if wait > 0:
+                log.info("flow control: waiting %.2f s (bytes_per_sec)", wait)
+                time.sleep(wait)
+
+    def _remember(self, batch_id: int, records: int) -> None:
+        self.records[batch_id] = records
+        for old in [b for b in self.records if b < batch_id - 100]:
+            del self.records[old]
 
     def _publish(self, computed: DataFrame) -> None:
         """The batch's per-window increments -> the driver's Prometheus metrics."""
@@ -162,24 +163,34 @@ class PhaseTimes:
         return ", ".join(f"{name} {s:.1f} s" for name, s in self.seconds.items())
 
 
-@contextmanager
-def cache_scope() -> Iterator[Callable[[DataFrame], DataFrame]]:
-    """Yield `keep(df)`, which persists df until the scope ends."""
-    cached: list[DataFrame] = []
-
-    def keep(df: DataFrame) -> DataFrame:
-        cached.append(df.persist())
-        return df
-
-    try:
-        yield keep
-    finally:
-        for df in cached:
-            df.unpersist()
-
-
 class AuditJob(StreamingJob[AuditSpec]):
-    """The audit job in the shared template: its tables, its stream, its batch writer."""
+    """The audit job in the shared template: its table, its stream, its batch writer."""
+
+    def __init__(self, spec: AuditSpec) -> None:
+        super().__init__(spec)
+        self._mean_record_bytes: float | None = None
+        self._folder: AuditFolder | None = None
+        self._writer: AuditBatchWriter | None = None
+
+    def check(self) -> None:
+        """With a byte cap, sample the topic's record size (before any Spark work)."""
+        spec = self.spec
+        if spec.max_bytes_per_sec <= 0:
+            return
+        partitions = kafka_admin.partition_count(
+            spec.source_cluster, spec.source_topic, "kafka_consumer_task_group.topic"
+        )
+        self._mean_record_bytes = sample_mean_record_bytes(
+            spec.source_cluster, spec.source_topic, partitions, read_committed=spec.read_committed
+        )
+        log.info(
+            "flow control: %.0f bytes/s at a mean record size of %s: at most %s records a batch",
+            spec.max_bytes_per_sec,
+            "unknown (empty topic; 1024 assumed)"
+            if self._mean_record_bytes is None
+            else f"{self._mean_record_bytes:.0f} bytes",
+            spec.max_offsets_per_trigger(self._mean_record_bytes),
+        )
 
     def ensure_tables(self, spark: SparkSession) -> None:
         ensure_tables(spark, tables.locations(self.spec))
@@ -194,7 +205,24 @@ class AuditJob(StreamingJob[AuditSpec]):
         )
 
     def stream(self, spark: SparkSession) -> DataFrame:
-        return build_stream(spark, self.spec)
+        return build_stream(spark, self.spec, self._mean_record_bytes)
 
     def batch_writer(self, spark: SparkSession) -> AuditBatchWriter:
-        return AuditBatchWriter(self.spec)
+        self._folder = AuditFolder(spark, self.spec)
+        self._writer = AuditBatchWriter(self.spec, self._folder)
+        return self._writer
+
+    def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
+        writer = self._writer
+        settings = super().query_settings(once=once, stop_file=stop_file)
+        if writer is None:
+            return settings
+        return dataclasses.replace(
+            settings,
+            record_bytes=lambda: writer.last_record_bytes,
+            batch_records=writer.records.get,
+        )
+
+    def close(self) -> None:
+        if self._folder is not None:
+            self._folder.close()

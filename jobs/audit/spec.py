@@ -14,7 +14,7 @@ max future skew            86400 s (later event times are "not usable")
 HLL lgConfigK              12 (about 1.6 % standard error)
 trigger interval           10 s for streaming runs
 starting offsets           earliest (auto_offset_reset_policy LATEST -> latest)
-output                     <warehouse>/audit_counts and <warehouse>/audit_keys
+output                     <warehouse>/audit_counts (exact keys: <checkpoint>/audit-keys)
 checkpoint                 <checkpoints>/<job_group_id>
 =========================  ======================================================
 """
@@ -87,8 +87,9 @@ class AuditSpec:
     max_messages_per_sec: float  # 0 = unlimited
     trigger_interval_seconds: int
     audit_counts_path: str
-    audit_keys_path: str
+    audit_keys_path: str  # no longer written: exact keys live under the checkpoint
     checkpoint_path: str
+    max_bytes_per_sec: float = 0.0  # key + value bytes; 0 = unlimited
 
     @property
     def query_name(self) -> str:
@@ -107,11 +108,20 @@ class AuditSpec:
     def has_exact_audit(self) -> bool:
         return any(w.audit_type == "AUDIT_TYPE_EXACT_UNIQ" for w in self.windows)
 
-    def max_offsets_per_trigger(self) -> int | None:
-        """Records per micro-batch that keep the rate at or under messages_per_sec."""
-        if self.max_messages_per_sec <= 0:
+    def max_offsets_per_trigger(self, mean_record_bytes: float | None = None) -> int | None:
+        """Records per micro-batch that keep the rates at or under messages_per_sec and
+        bytes_per_sec: each cap times the trigger interval, the byte cap divided by the mean
+        key + value size of the topic's records (`mean_record_bytes`, observed; 1 KiB when
+        unknown). None: no cap."""
+        budgets = []
+        if self.max_messages_per_sec > 0:
+            budgets.append(self.max_messages_per_sec * self.trigger_interval_seconds)
+        if self.max_bytes_per_sec > 0:
+            size = mean_record_bytes if mean_record_bytes and mean_record_bytes > 0 else 1024.0
+            budgets.append(self.max_bytes_per_sec * self.trigger_interval_seconds / size)
+        if not budgets:
             return None
-        return max(1, int(self.max_messages_per_sec * self.trigger_interval_seconds))
+        return max(1, int(min(budgets)))
 
 
 def _field_ref(
@@ -233,6 +243,7 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         ),
         read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
         max_messages_per_sec=group.flow_control.messages_per_sec,
+        max_bytes_per_sec=group.flow_control.bytes_per_sec,
         trigger_interval_seconds=trigger_seconds,
         audit_counts_path=table_location(
             "extension.output.audit_counts_path",

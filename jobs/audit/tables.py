@@ -23,18 +23,19 @@ latency_kll_sketch      binary     DataSketches KLL doubles of latency (kll_merg
 updated_at              timestamp  audit time of the last batch that touched the row
 ======================  =========  =====================================================
 
-`audit_keys` holds the distinct dedupe keys of exact audits (DEDUPE_KEY + first_batch_id).
+Exact audits keep their distinct keys under the checkpoint, not in a table
+(`jobs/audit/fold.py`).
 
-Exactly-once: every write of batch N carries Delta's idempotent-write marker (txnAppId =
-the streaming query id from the checkpoint, txnVersion = N; `jobs.runtime.delta`), so a
-batch replayed after a crash is skipped by a table that already committed it. New keys are
-computed against keys whose first_batch_id < N, so a replay recomputes the same unique
-increments even when the keys table committed and the counts table did not.
+Exactly-once: the MERGE of batch N carries Delta's idempotent-write marker (txnAppId = the
+streaming query id from the checkpoint, txnVersion = N; `jobs.runtime.delta`), so a batch
+replayed after a crash is skipped by a table that already committed it. New keys are computed
+against the keys of batches before N only, so a replay recomputes the same unique increments
+even when the keys of batch N were written and the counts MERGE was not.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
@@ -48,8 +49,8 @@ from pyspark.sql.types import (
 )
 
 from jobs.audit.spec import AuditSpec
-from jobs.audit.transforms import DEDUPE_KEY, WINDOW_KEY
-from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, merge_once
+from jobs.audit.transforms import WINDOW_KEY
+from jobs.runtime.delta import DeltaTableSpec, kll_quantiles, merge_once
 
 AUDIT_COUNTS = DeltaTableSpec(
     name="audit_counts",
@@ -80,26 +81,10 @@ AUDIT_COUNTS = DeltaTableSpec(
     ),
 )
 
-AUDIT_KEYS = DeltaTableSpec(
-    name="audit_keys",
-    description="Kafka audit: the distinct dedupe keys of exact audits per window",
-    schema=StructType(
-        [
-            StructField("cluster", StringType(), False),
-            StructField("topic", StringType(), False),
-            StructField("partition", IntegerType(), False),
-            StructField("audit_interval_seconds", IntegerType(), False),
-            StructField("window_start", TimestampType(), False),
-            StructField("dedupe_key", LongType(), False),
-            StructField("first_batch_id", LongType(), False),
-        ]
-    ),
-)
-
 
 def locations(spec: AuditSpec) -> list[tuple[DeltaTableSpec, str]]:
     """The audit job's tables and where the JobGroup puts them."""
-    return [(AUDIT_COUNTS, spec.audit_counts_path), (AUDIT_KEYS, spec.audit_keys_path)]
+    return [(AUDIT_COUNTS, spec.audit_counts_path)]
 
 
 _EXACT = "'AUDIT_TYPE_EXACT_UNIQ'"
@@ -154,34 +139,6 @@ def _on_insert() -> dict[str, str | Column]:
         "latency_kll_sketch": "s.latency_kll_sketch",
         "updated_at": "s.updated_at",
     }
-
-
-def known_keys(
-    spark: SparkSession, keys_path: str, partials: DataFrame, batch_id: int
-) -> DataFrame | None:
-    """Keys recorded by earlier batches in the windows this batch touches; None if there are none.
-
-    `partials` is the batch's (small, cached) per-window aggregate; the time range filter lets
-    Delta skip files by their window_start statistics. None (new windows, or a first batch)
-    spares the caller a join against nothing.
-    """
-    bounds = partials.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi"))
-    lo, hi = bounds.collect()[0]
-    if lo is None or hi is None:
-        return None
-    keys = (
-        spark.read.format("delta")
-        .load(keys_path)
-        .where(F.col("first_batch_id") < batch_id)
-        .where(F.col("window_start").between(lo, hi))
-    )
-    return None if keys.isEmpty() else keys
-
-
-def append_keys(fresh_keys: DataFrame, keys_path: str, app_id: str, batch_id: int) -> None:
-    """Record a batch's new dedupe keys (DEDUPE_KEY columns) in audit_keys, once per batch."""
-    rows = fresh_keys.select(*DEDUPE_KEY).withColumn("first_batch_id", F.lit(batch_id).cast("long"))
-    append_once(rows, AUDIT_KEYS, keys_path, app_id, batch_id)
 
 
 def merge_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: int) -> None:

@@ -4,12 +4,17 @@ They work the same on a streaming DataFrame and on a small batch DataFrame built
 literals, which is how the tests exercise them. No function here reads, writes or creates a
 session.
 
-Pipeline (`jobs/audit/job.py` composes it with `df.transform`)::
+What the audit computes, in SQL::
 
     Kafka rows + audit_ts --audit_records--> one row per record (placement, key, latency)
               --assign_windows--> one row per (record, AuditConfig) with its window
               --window_partials--> one row per (cluster, topic, partition, window, type)
-              --window_keys / new_keys / with_new_unique_counts--> exact unique increments
+
+The job runs the first step as written, compiled by Spark and evaluated on each record inside
+its JVM fold tasks (`jobs/audit/fold.py`), and the other two as the fold's Java equivalent;
+`fold_partials` turns the fold's rows into `window_partials`' columns plus
+new_unique_count (keys new to an exact audit's window). The tests hold the fold to these
+definitions.
 
 Time is carried as epoch milliseconds (bigint) until the final columns, because window
 arithmetic on integers is exact and cheap.
@@ -33,16 +38,6 @@ WINDOW_KEY = [
     "audit_interval_seconds",
     "window_start",
 ]
-# Columns that identify one distinct record of an exact audit; the key of audit_keys.
-DEDUPE_KEY = [
-    "cluster",
-    "topic",
-    "partition",
-    "audit_interval_seconds",
-    "window_start",
-    "dedupe_key",
-]
-
 # Header/JSON event times below this are seconds, above it milliseconds (Chaperone's rule:
 # 1e11 ms is March 1973, 1e11 s is year 5138).
 _SECONDS_THRESHOLD = 1e11
@@ -200,29 +195,27 @@ def window_partials(windowed: DataFrame, hll_lg_config_k: int) -> DataFrame:
     )
 
 
-def window_keys(windowed: DataFrame) -> DataFrame:
-    """The distinct dedupe keys per window of the exact audits in a batch (DEDUPE_KEY columns)."""
-    return (
-        windowed.where(F.col("audit_type") == "AUDIT_TYPE_EXACT_UNIQ")
-        .select(*DEDUPE_KEY)
-        .distinct()
-    )
+def fold_partials(rows: DataFrame, cluster: str, topic: str, audit_ms: int) -> DataFrame:
+    """The fold's per-window rows (`dev.uatu.audit.AuditFold.ROW_SCHEMA`, audit_type set) ->
+    `window_partials`' columns plus new_unique_count, the counts MERGE's source.
 
-
-def new_keys(batch_keys: DataFrame, known_keys: DataFrame | None) -> DataFrame:
-    """Keys of this batch not seen before (None: nothing seen before in these windows)."""
-    if known_keys is None:
-        return batch_keys
-    return batch_keys.join(known_keys.select(*DEDUPE_KEY), on=DEDUPE_KEY, how="left_anti")
-
-
-def with_new_unique_counts(partials: DataFrame, fresh_keys: DataFrame) -> DataFrame:
-    """Add new_unique_count: per exact window, how many of its keys are new (0 otherwise)."""
-    counts = (
-        fresh_keys.groupBy(*[c for c in DEDUPE_KEY if c != "dedupe_key"])
-        .agg(F.count(F.lit(1)).alias("new_unique_count"))
-        .withColumn("audit_type", F.lit("AUDIT_TYPE_EXACT_UNIQ"))
-    )
-    return partials.join(counts, on=WINDOW_KEY, how="left").withColumn(
-        "new_unique_count", F.coalesce("new_unique_count", F.lit(0)).cast("long")
+    The fold knows partitions, not labels: `cluster` and `topic` are the audited labels;
+    `audit_ms` is the batch's audit time, which becomes updated_at.
+    """
+    return rows.select(
+        F.lit(cluster).alias("cluster"),
+        F.lit(topic).alias("topic"),
+        "partition",
+        "audit_type",
+        "audit_interval_seconds",
+        F.timestamp_millis("window_start_ms").alias("window_start"),
+        F.timestamp_millis("window_end_ms").alias("window_end"),
+        "message_count",
+        "bytes",
+        "no_event_time_count",
+        "late_count",
+        "hll_sketch",
+        "latency_kll_sketch",
+        F.timestamp_millis(F.lit(audit_ms)).alias("updated_at"),
+        "new_unique_count",
     )

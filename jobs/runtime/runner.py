@@ -53,6 +53,9 @@ class QuerySettings:
     # Log each batch's input rows from Spark's progress. Off for a job whose batches do not read
     # their rows (replication): it would log 0 records; that job logs its own batch line.
     log_batches: bool = True
+    # The records of a batch (by id) for a query that reads them itself, not through Spark's
+    # rows (the audit fold): they replace Spark's numInputRows, which is 0, in the batch line.
+    batch_records: Callable[[int], int | None] | None = None
 
 
 def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
@@ -147,7 +150,7 @@ def run_query(
             while not query.awaitTermination(settings.poll_seconds):
                 progress = query.lastProgress
                 if settings.log_batches:
-                    last_batch = _log_progress(progress, last_batch)
+                    last_batch = _log_batches(query, last_batch, settings.batch_records)
                 if settings.until is not None and progress and settings.until(progress):
                     stop.request("the end of the bounded range")
                 reason = stop.reason()
@@ -156,7 +159,7 @@ def run_query(
                     _wait_between_batches(query, settings.stop_grace_seconds)
                     query.stop()
             if settings.log_batches:
-                _log_progress(query.lastProgress, last_batch)
+                _log_batches(query, last_batch, settings.batch_records)
     except StreamingQueryException as e:
         log.error("query %s failed: %s", settings.name, e)
         return EXIT_FAILED
@@ -191,14 +194,37 @@ def _current_batch(query: StreamingQuery) -> int:
     return int(progress["batchId"]) + 1 if progress else 0
 
 
-def _log_progress(progress: dict | None, last_batch: int) -> int:
+def _log_batches(
+    query: StreamingQuery,
+    last_batch: int,
+    batch_records: Callable[[int], int | None] | None = None,
+) -> int:
+    """Log every batch that finished since `last_batch` (several may between two polls)."""
+    for progress in query.recentProgress:
+        if progress.get("batchId", -1) > last_batch:
+            last_batch = _log_progress(progress, last_batch, batch_records)
+    return last_batch
+
+
+def _log_progress(
+    progress: dict | None,
+    last_batch: int,
+    batch_records: Callable[[int], int | None] | None = None,
+) -> int:
     if not progress or progress.get("batchId", -1) == last_batch:
         return last_batch
+    seconds = progress.get("batchDuration", 0) / 1000
+    records = progress.get("numInputRows", 0)
+    rate = progress.get("processedRowsPerSecond") or 0.0
+    counted = batch_records(int(progress["batchId"])) if batch_records is not None else None
+    if counted is not None:
+        records = counted
+        rate = counted / seconds if seconds else 0.0
     log.info(
         "batch %s: %s records in %.1f s (%.0f records/s)",
         progress["batchId"],
-        progress.get("numInputRows", 0),
-        progress.get("batchDuration", 0) / 1000,
-        progress.get("processedRowsPerSecond") or 0.0,
+        records,
+        seconds,
+        rate,
     )
     return int(progress["batchId"])

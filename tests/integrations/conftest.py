@@ -10,7 +10,7 @@
 4. the availability job (probes, topic availability, consumer lag) until each of its four
    tables has rows, with one group that commits and one registered group without commits.
 
-So every table the jobs write exists, written by the jobs themselves: audit_counts, audit_keys,
+So every table the jobs write exists, written by the jobs themselves: audit_counts,
 replication_stats, replication_audit, availability_probes, topic_availability,
 consumer_offset_commits, consumer_group_status.
 """

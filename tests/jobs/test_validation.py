@@ -84,7 +84,8 @@ CASES = [
             ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
             [{"auditType": "AUDIT_TYPE_XDC", "auditIntervalInSeconds": 60}],
         ),
-        "audit_configs[0].audit_type='AUDIT_TYPE_XDC'",
+        # A cross-tier audit needs its own config (XDC: the other DC's cluster and topic).
+        "audit_configs[0].cross_dc_audit_config='unset'",
     ),
     (with_change(["kafkaConsumerTaskGroup", "auditMetadata"], {}), "audit_configs=[]"),
     (

@@ -47,7 +47,10 @@ def jobgroup(group_id: str, topic: str, *, rate: float = 0, trigger_s: int = 0) 
         "@type": "type.googleapis.com/uatu.v1.JobOptions",
         "audit": {
             "eventTime": {"source": "FIELD_SOURCE_JSON_FIELD", "field": "ts"},
-            "allowedLatenessSeconds": 900,
+            # An hour: the demo's late records are two hours old, and a run on a loaded machine
+            # (the SIGKILL test's restarted stream ran past 15 minutes) cannot make an on-time
+            # record late by auditing it later than the reference run did.
+            "allowedLatenessSeconds": 3600,
         },
     }
     if trigger_s:
@@ -85,7 +88,7 @@ def expected_rows(records: list[SentRecord], topic: str) -> list[tuple]:
         counts[key] += 1
         nbytes[key] += len(r.key) + len(r.value)
         untimed[key] += r.event_ms is None
-        # Late: event time hours before it was sent (the job's lateness is 15 minutes).
+        # Late: event time hours before it was sent (the job's lateness is an hour).
         late[key] += r.event_ms is not None and r.event_ms < r.kafka_ts_ms - 3600_000
         distinct[key].add((r.key, r.value))
     rows = []
@@ -231,9 +234,9 @@ def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_table(
     status, out = run_to_end(jobgroup("ref", topic), tmp_path, reference_conf, "--once")
     assert status == 0, out
 
-    # Same data, streamed at 100 records/s in 1 s micro-batches, killed after two commits.
+    # Same data, streamed at 200 records/s in 1 s micro-batches, killed after two commits.
     conf_dir = conf_for(kafka, tmp_path, "killed")
-    group = jobgroup("killed", topic, rate=100, trigger_s=1)
+    group = jobgroup("killed", topic, rate=200, trigger_s=1)
     proc = submit(group, tmp_path, conf_dir)
     try:
         wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 2, proc, deadline_s=300)

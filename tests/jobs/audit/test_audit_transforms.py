@@ -13,14 +13,7 @@ from pyspark.sql import functions as F
 
 from jobs.audit import tables
 from jobs.audit.spec import AuditWindow, FieldRef
-from jobs.audit.transforms import (
-    assign_windows,
-    audit_records,
-    new_keys,
-    window_keys,
-    window_partials,
-    with_new_unique_counts,
-)
+from jobs.audit.transforms import assign_windows, audit_records, window_partials
 from jobs.runtime.delta import ensure_tables
 
 UTC = dt.UTC
@@ -185,28 +178,6 @@ def test_partials_count_bytes_and_sketches(spark):
     assert untimed["latency_kll_sketch"] is None
 
 
-def test_exact_unique_keys_and_new_unique_counts(spark):
-    exact = AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60)
-    approx = AuditWindow("AUDIT_TYPE_APPROX_UNIQ", 60)
-    rows = [(b"k%d" % (i % 4), b"v", 0, i, at(i), None) for i in range(8)]  # 4 keys, twice each
-    windowed, partials = build_partials(spark, rows, [exact, approx])
-    batch_keys = window_keys(windowed)
-    assert batch_keys.count() == 4
-    # Two of the four keys were seen by an earlier batch.
-    known = batch_keys.where(
-        F.col("dedupe_key").isin(
-            [r["dedupe_key"] for r in batch_keys.orderBy("dedupe_key").limit(2).collect()]
-        )
-    )
-    fresh = new_keys(batch_keys, known)
-    result = with_new_unique_counts(partials, fresh).select("audit_type", "new_unique_count")
-    expected = spark.createDataFrame(
-        [("AUDIT_TYPE_EXACT_UNIQ", 2), ("AUDIT_TYPE_APPROX_UNIQ", 0)],
-        "audit_type string, new_unique_count long",
-    )
-    assert_df_equality(result, expected, ignore_row_order=True, ignore_nullable=True)
-
-
 def test_hll_standard_error_at_lgk12_on_1m_distinct(spark):
     """The issue's accuracy target: <= 2 % relative error at lgConfigK 12, 1 million distinct.
 
@@ -229,25 +200,20 @@ def test_hll_standard_error_at_lgk12_on_1m_distinct(spark):
     assert rms <= 0.02, f"RMS relative error {rms:.2%}, per set {errors}"
 
 
-def test_new_keys_without_known_keys_is_the_batch(spark):
-    rows = [(b"k%d" % (i % 3), b"v", 0, i, at(i), None) for i in range(6)]
-    windowed, _ = build_partials(spark, rows, [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60)])
-    batch_keys = window_keys(windowed)
-    assert_df_equality(new_keys(batch_keys, None), batch_keys, ignore_row_order=True)
-    assert batch_keys.count() == 3
-
-
 # --- the tables -----------------------------------------------------------------------------
 
 
-def fold_batch(spark, keys_path, counts_path, rows, batch_id):
-    """What the job's foreachBatch does with one batch of exact and approximate audits."""
+def fold_batch(spark, counts_path, rows, batch_id, new_unique):
+    """What the job's foreachBatch does with one batch of exact and approximate audits, the
+    exact keys new to the window (`new_unique`, computed by the fold in the job) given."""
     windows = [AuditWindow("AUDIT_TYPE_EXACT_UNIQ", 60), AuditWindow("AUDIT_TYPE_APPROX_UNIQ", 60)]
-    windowed, partials = build_partials(spark, rows, windows)
-    known = tables.known_keys(spark, keys_path, partials, batch_id)
-    fresh = new_keys(window_keys(windowed), known)
-    tables.append_keys(fresh, keys_path, "query", batch_id)
-    computed = with_new_unique_counts(partials, fresh).localCheckpoint()
+    _, partials = build_partials(spark, rows, windows)
+    computed = partials.withColumn(
+        "new_unique_count",
+        F.when(F.col("audit_type") == "AUDIT_TYPE_EXACT_UNIQ", F.lit(new_unique))
+        .otherwise(F.lit(0))
+        .cast("long"),
+    ).localCheckpoint()
     tables.merge_counts(computed, counts_path, "query", batch_id)
 
 
@@ -261,27 +227,27 @@ def counts_by_type(spark, counts_path):
 
 
 def test_batches_fold_into_audit_counts_once_with_quantiles_of_the_merged_sketch(spark, tmp_path):
-    keys_path, counts_path = str(tmp_path / "keys"), str(tmp_path / "counts")
-    ensure_tables(spark, [(tables.AUDIT_COUNTS, counts_path), (tables.AUDIT_KEYS, keys_path)])
+    counts_path = str(tmp_path / "counts")
+    ensure_tables(spark, [(tables.AUDIT_COUNTS, counts_path)])
     # Batch 0: 6 records, keys k0..k2, latencies 595..600 s. Batch 1: 5 records, keys k0..k4
     # (two new), latencies 586..590 s. Same window.
     batch0 = [(b"k%d" % (i % 3), b"v", 0, i, at(i), None) for i in range(6)]
     batch1 = [(b"k%d" % i, b"v", 0, 6 + i, at(10 + i), None) for i in range(5)]
 
-    fold_batch(spark, keys_path, counts_path, batch0, 0)
+    fold_batch(spark, counts_path, batch0, 0, 3)
     first = counts_by_type(spark, counts_path)
     assert first["AUDIT_TYPE_EXACT_UNIQ"]["latency_p50_ms"] == 597_000.0  # 3rd of 6
     before = spark.createDataFrame(
         spark.read.format("delta").load(counts_path).collect(), tables.AUDIT_COUNTS.schema
     )
-    before_versions = versions(spark, keys_path, counts_path)
+    before_versions = versions(spark, counts_path)
 
-    fold_batch(spark, keys_path, counts_path, batch0, 0)  # replayed after a crash
+    fold_batch(spark, counts_path, batch0, 0, 3)  # replayed after a crash
 
     assert_df_equality(spark.read.format("delta").load(counts_path), before, ignore_row_order=True)
-    assert versions(spark, keys_path, counts_path) == before_versions == [1, 1]
+    assert versions(spark, counts_path) == before_versions == [1]
 
-    fold_batch(spark, keys_path, counts_path, batch1, 1)
+    fold_batch(spark, counts_path, batch1, 1, 2)
     got = counts_by_type(spark, counts_path)
     exact, approx = got["AUDIT_TYPE_EXACT_UNIQ"], got["AUDIT_TYPE_APPROX_UNIQ"]
     assert (exact["message_count"], exact["unique_count"], exact["duplicate_count"]) == (11, 5, 6)
@@ -299,4 +265,3 @@ def test_batches_fold_into_audit_counts_once_with_quantiles_of_the_merged_sketch
         600_000.0,
         600_000.0,
     )
-    assert spark.read.format("delta").load(keys_path).count() == 5

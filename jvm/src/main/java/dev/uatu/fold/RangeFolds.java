@@ -31,8 +31,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * Spark row or crosses into Python, so the fold is not bound by Spark's Kafka-to-row conversion
  * (docs/loadgen.md, "How it reads").
  *
- * <p>Called from Python through py4j ({@code jobs/loadgen/measure.py} for LOAD_GEN_CONSUME);
- * the replication job's copy ({@code dev.uatu.replication}) is driven the same way.
+ * <p>Called from Python through py4j ({@code jobs/loadgen/measure.py} for LOAD_GEN_CONSUME,
+ * {@code jobs/audit/fold.py} for the audit job); the replication job's copy
+ * ({@code dev.uatu.replication}) is driven the same way.
  */
 public final class RangeFolds {
   /** A range whose partition stays silent this long fails its task. */

@@ -1,0 +1,206 @@
+"""The audit's micro-batch data path: Spark-planned Kafka offset ranges folded in JVM tasks.
+
+Spark's Kafka source plans each micro-batch (offsets, maxOffsetsPerTrigger, the checkpoint),
+but the batch's rows are never read. One task per partition (`dev.uatu.audit.AuditFold`, in
+build/uatu-jvm.jar) reads its range with a byte-array Kafka consumer and folds every record
+into the partial aggregate of its window: counts, bytes, untimed and late records, an HLL_8
+sketch of the dedupe keys and a KLL sketch of the latencies, in the formats Spark's
+`hll_sketch_agg` and `kll_sketch_agg_double` write, and, for exact audits, the number of keys
+new to the window. A record's own fields (event time, dedupe hash, placement, latency) come
+from `transforms.audit_records` itself: the fold evaluates Spark's compiled expressions of that
+transform on each record, so the SQL stays the one definition of what is audited.
+
+Exact audits keep their keys per (partition, window) in the executor's memory and under the
+checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`): O(1) per key, windows
+leave memory once the partition's watermark passes their end plus the allowed lateness, and a
+late record still finds its window's keys on disk. A batch reads only earlier batches' keys
+and writes its own before the counts MERGE, so a replayed batch computes the same increments.
+
+Why not Spark rows: turning Kafka records into rows alone ran at 0.24-0.44x of Kafka's own
+consumer on the benchmark machine (docs/benchmarks.md), below the audit's target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+from jobs.audit.spec import AuditSpec
+from jobs.audit.transforms import audit_records, fold_partials
+
+FOLD_PACKAGE = "dev.uatu.audit"
+# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
+# replication job's copy reads; the cluster's own properties win.
+FETCH_CONFIG = {
+    "max.poll.records": "10000",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "fetch.max.bytes": str(32 << 20),
+}
+RANGE_TIMEOUT_MS = 120_000
+# The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
+PROJECTED = ["bytes", "dedupe_key", "event_ms", "placed_ms", "latency_ms"]
+
+
+def consumer_config(spec: AuditSpec) -> dict[str, str]:
+    """The fold tasks' Java consumer: by assignment, nothing committed, no offset reset (a range
+    deleted by retention before it was read fails the task, as failOnDataLoss does)."""
+    return {
+        **FETCH_CONFIG,
+        **spec.source_cluster.java_client_config(),
+        "enable.auto.commit": "false",
+        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
+        "auto.offset.reset": "none",
+    }
+
+
+def keys_dir(spec: AuditSpec) -> str:
+    """Where exact audits keep their keys: under the checkpoint, so they go with it."""
+    return f"{spec.checkpoint_path}/audit-keys"
+
+
+@dataclass(frozen=True)
+class FoldedBatch:
+    """One micro-batch, folded. `partials` is the counts MERGE's source (window_partials'
+    columns plus new_unique_count); the rest is what the batch's log line and metrics say."""
+
+    partials: DataFrame
+    records: int
+    bytes: int
+    state: Mapping[int, Mapping[str, int]]  # exact keys per partition: windows, keys, bytes...
+
+    @property
+    def mean_record_bytes(self) -> float:
+        return self.bytes / self.records if self.records else 0.0
+
+    def state_line(self) -> str:
+        """The exact keys' state after the batch, summed over partitions ("" without one)."""
+        if not self.state:
+            return ""
+        total = {k: sum(s[k] for s in self.state.values()) for k in next(iter(self.state.values()))}
+        mib = 2**20
+        return (
+            f"exact keys in memory: {total['state_keys']:,} in {total['state_windows']} windows "
+            f"({total['state_memory_bytes'] / mib:.1f} MiB), "
+            f"written {total['state_bytes_written'] / mib:.1f} MiB, "
+            f"windows read back {total['state_windows_read']}"
+        )
+
+
+class AuditFolder:
+    """Folds the micro-batches of one audit job (built once per run, on the driver)."""
+
+    def __init__(self, spark: SparkSession, spec: AuditSpec) -> None:
+        self.spec = spec
+        self._batch = _jvm(spark).AuditBatch
+        projected = (
+            spark.createDataFrame(
+                spark.sparkContext.emptyRDD(), self._batch.projectionInputSchema()
+            )
+            .transform(
+                audit_records,
+                cluster=spec.audited_cluster,
+                topic=spec.audited_topic,
+                event_time=spec.event_time,
+                dedupe_key=spec.dedupe_key,
+                max_future_skew_seconds=spec.max_future_skew_seconds,
+            )
+            .select(*PROJECTED)
+        )
+        self._settings = self._batch.settings(
+            spark._jsparkSession,
+            _java_list(spark, [w.audit_type for w in spec.windows]),
+            _java_list(spark, [w.interval_seconds for w in spec.windows]),
+            -1 if spec.allowed_lateness_seconds is None else spec.allowed_lateness_seconds,
+            spec.hll_lg_config_k,
+            projected._jdf,
+            spec.needs_headers,
+            keys_dir(spec),
+        )
+        self._consumer = _java_map(spark, consumer_config(spec))
+
+    def fold(self, batch: DataFrame, batch_id: int) -> FoldedBatch | None:
+        """Read and fold the batch's planned offset ranges now; None when it has none."""
+        spark = batch.sparkSession
+        ranges = self._batch.planned(batch._jdf, self.spec.source_topic)
+        if ranges.isEmpty():
+            return None
+        audit_ms = self._batch.batchTimestampMs(
+            spark._jsparkSession, self.spec.checkpoint_path, batch_id
+        )
+        return self.fold_ranges(spark, ranges, batch_id, audit_ms)
+
+    def fold_ranges(
+        self, spark: SparkSession, ranges: object, batch_id: int, audit_ms: int
+    ) -> FoldedBatch:
+        """Fold `ranges` (a java.util.List of dev.uatu.fold.FoldRange) as batch `batch_id`
+        audited at `audit_ms` (epoch ms). The exact keys of the batch are written on return."""
+        rows = ClassicDataFrame(
+            self._batch.fold(
+                spark._jsparkSession,
+                ranges,
+                self._consumer,
+                self._settings,
+                batch_id,
+                audit_ms,
+                RANGE_TIMEOUT_MS,
+            ),
+            spark,
+        )
+        summaries = rows.where(F.col("audit_type").isNull()).collect()
+        state = {
+            r["partition"]: {
+                k: r[k]
+                for k in (
+                    "state_windows",
+                    "state_keys",
+                    "state_memory_bytes",
+                    "state_windows_read",
+                    "state_bytes_written",
+                )
+            }
+            for r in summaries
+            if r["state_keys"] is not None
+        }
+        return FoldedBatch(
+            partials=rows.where(F.col("audit_type").isNotNull()).transform(
+                fold_partials, self.spec.audited_cluster, self.spec.audited_topic, audit_ms
+            ),
+            records=sum(r["records_read"] for r in summaries),
+            bytes=sum(r["bytes_read"] for r in summaries),
+            state=state,
+        )
+
+    def close(self) -> None:
+        """Let go of the exact keys this JVM holds for the job."""
+        self._batch.release(keys_dir(self.spec))
+
+
+def _jvm(spark: SparkSession):  # a py4j package view
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "the audit fold needs a classic (JVM) Spark session"
+    package = jvm
+    for part in FOLD_PACKAGE.split("."):
+        package = getattr(package, part)
+    return package
+
+
+def _java_list(spark: SparkSession, items: list) -> object:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    result = jvm.java.util.ArrayList()
+    for item in items:
+        result.add(item)
+    return result
+
+
+def _java_map(spark: SparkSession, items: Mapping[str, str]) -> object:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    result = jvm.java.util.HashMap()
+    for key, value in items.items():
+        result.put(key, value)
+    return result

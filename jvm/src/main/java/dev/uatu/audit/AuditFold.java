@@ -1,0 +1,207 @@
+package dev.uatu.audit;
+
+import dev.uatu.fold.FoldRange;
+import dev.uatu.fold.RecordFold;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.datasketches.hll.HllSketch;
+import org.apache.datasketches.hll.TgtHllType;
+import org.apache.datasketches.hll.Union;
+import org.apache.datasketches.kll.KllDoublesSketch;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+
+/**
+ * The audit of one partition's offset range in one micro-batch (one Spark task): every record
+ * folded into the partial aggregate of its window, per window length, the way
+ * {@code jobs.audit.transforms.assign_windows} and {@code window_partials} define it in SQL:
+ * records, key + value bytes, records without a usable event time, late records, an HLL_8
+ * sketch of the dedupe keys and a KLL sketch of the latencies, both in the formats Spark's
+ * {@code hll_sketch_agg} and {@code kll_sketch_agg_double} write; for exact audits, the keys new
+ * to their window ({@link PartitionKeys}). The record's own fields come from Spark's expressions
+ * ({@link RecordProjection}).
+ *
+ * <p>Rows ({@link #ROW_SCHEMA}): one per window and audit type, then one summary row of the
+ * range (null audit_type) with the records read and the exact keys' state figures.
+ */
+final class AuditFold implements RecordFold {
+  static final String ROW_SCHEMA =
+      "partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
+          + "window_end_ms long, message_count long, bytes long, no_event_time_count long, "
+          + "late_count long, hll_sketch binary, latency_kll_sketch binary, "
+          + "new_unique_count long, records_read long, bytes_read long, state_watermark_ms long, "
+          + "state_windows long, state_keys long, state_memory_bytes long, "
+          + "state_windows_read long, state_bytes_written long";
+
+  private final FoldSettings settings;
+  private final int partition;
+  private final long auditMs;
+  private final long auditMicros;
+  private final RecordProjection projection;
+  private final PartitionKeys keys; // null without an exact audit
+  private final List<Map<Long, WindowPartial>> windows = new ArrayList<>();
+  private final long[] lastStart;
+  private final WindowPartial[] last;
+  private long records;
+  private long bytesRead;
+  private long newestPlacedMs = Long.MIN_VALUE;
+
+  AuditFold(FoldSettings settings, FoldRange range, long batchId, long auditMs) {
+    this.settings = settings;
+    this.partition = range.partition();
+    this.auditMs = auditMs;
+    this.auditMicros = auditMs * 1000L;
+    this.projection = settings.projection;
+    this.keys =
+        settings.keysDir == null
+            ? null
+            : PartitionKeys.checkOut(
+                settings.keysDir, settings.hadoopConf.value(), partition, batchId);
+    int n = settings.intervals.length;
+    for (int i = 0; i < n; i++) {
+      windows.add(new HashMap<>());
+    }
+    lastStart = new long[n];
+    last = new WindowPartial[n];
+  }
+
+  @Override
+  public void add(ConsumerRecord<byte[], byte[]> record, long fetchMicros) {
+    RecordProjection p = projection;
+    p.evaluate(record, auditMicros);
+    long bytes = p.bytes();
+    long key = p.dedupeKey();
+    boolean untimed = !p.hasEventTime();
+    long placed = p.placedMs();
+    boolean timed = p.hasLatency();
+    double latency = timed ? p.latencyMs() : 0;
+    records++;
+    bytesRead += bytes;
+    if (placed > newestPlacedMs) {
+      newestPlacedMs = placed;
+    }
+    FoldSettings.Interval[] intervals = settings.intervals;
+    for (int i = 0; i < intervals.length; i++) {
+      FoldSettings.Interval interval = intervals[i];
+      long start = placed - Math.floorMod(placed, interval.ms);
+      WindowPartial w = last[i];
+      if (w == null || lastStart[i] != start) {
+        w = windows.get(i).get(start);
+        if (w == null) {
+          w = new WindowPartial(start, interval, settings.hllLgConfigK);
+          if (interval.exact) {
+            w.keys = keys.window(interval.seconds, start);
+          }
+          windows.get(i).put(start, w);
+        }
+        last[i] = w;
+        lastStart[i] = start;
+      }
+      w.messages++;
+      w.bytes += bytes;
+      if (untimed) {
+        w.untimed++;
+      }
+      if (auditMs > w.endMs + interval.latenessMs) {
+        w.late++;
+      }
+      w.hll.update(key);
+      if (timed) {
+        if (w.kll == null) {
+          w.kll = KllDoublesSketch.newHeapInstance(FoldSettings.KLL_K);
+        }
+        w.kll.update(latency);
+      }
+      if (w.keys != null && w.keys.add(key)) {
+        w.newUnique++;
+      }
+    }
+  }
+
+  @Override
+  public List<Row> finish() {
+    List<Row> rows = new ArrayList<>();
+    FoldSettings.Interval[] intervals = settings.intervals;
+    for (int i = 0; i < intervals.length; i++) {
+      FoldSettings.Interval interval = intervals[i];
+      for (WindowPartial w : new TreeMap<>(windows.get(i)).values()) {
+        byte[] hll = hllBytes(w.hll, settings.hllLgConfigK);
+        byte[] kll = w.kll == null ? null : kllBytes(w.kll);
+        for (String auditType : interval.auditTypes) {
+          boolean exact = FoldSettings.EXACT.equals(auditType);
+          rows.add(
+              RowFactory.create(
+                  partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
+                  w.bytes, w.untimed, w.late, hll, kll, exact ? w.newUnique : 0L,
+                  null, null, null, null, null, null, null, null));
+        }
+      }
+    }
+    Map<Integer, Long> lateness = new HashMap<>();
+    for (FoldSettings.Interval interval : intervals) {
+      lateness.put(interval.seconds, interval.latenessMs);
+    }
+    Long watermark = null;
+    Long stateWindows = null;
+    Long stateKeys = null;
+    Long memory = null;
+    Long read = null;
+    Long written = null;
+    if (keys != null) {
+      keys.checkIn(newestPlacedMs, auditMs, lateness);
+      watermark = keys.watermarkMs();
+      stateWindows = keys.windowsInMemory();
+      stateKeys = keys.keysInMemory();
+      memory = keys.memoryBytes();
+      read = keys.windowsRead();
+      written = keys.bytesWritten();
+    }
+    rows.add(
+        RowFactory.create(
+            partition, null, null, null, null, null, null, null, null, null, null, null,
+            records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written));
+    return rows;
+  }
+
+  /**
+   * Spark's bytes for this sketch: hll_sketch_agg merges each partial aggregate into an empty
+   * buffer through a Union and writes the result's updatable image (HllSketchAgg.merge/eval).
+   */
+  static byte[] hllBytes(HllSketch partial, int lgConfigK) {
+    Union union = new Union(lgConfigK);
+    union.update(new HllSketch(lgConfigK, TgtHllType.HLL_8));
+    union.update(partial);
+    return union.getResult(TgtHllType.HLL_8).toUpdatableByteArray();
+  }
+
+  /** As kll_sketch_agg_double: the partial merged into an empty buffer, compact image. */
+  static byte[] kllBytes(KllDoublesSketch partial) {
+    KllDoublesSketch merged = KllDoublesSketch.newHeapInstance(FoldSettings.KLL_K);
+    merged.merge(partial);
+    return merged.toByteArray();
+  }
+
+  /** One window of one length: the partial aggregate of the range's records in it. */
+  private static final class WindowPartial {
+    final long startMs;
+    final long endMs;
+    final HllSketch hll;
+    KllDoublesSketch kll;
+    PartitionKeys.WindowKeys keys;
+    long messages;
+    long bytes;
+    long untimed;
+    long late;
+    long newUnique;
+
+    WindowPartial(long startMs, FoldSettings.Interval interval, int lgConfigK) {
+      this.startMs = startMs;
+      this.endMs = startMs + interval.ms;
+      this.hll = new HllSketch(lgConfigK, TgtHllType.HLL_8);
+    }
+  }
+}

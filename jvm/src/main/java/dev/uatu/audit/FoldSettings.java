@@ -1,0 +1,93 @@
+package dev.uatu.audit;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * What every fold task of one audit job needs, shipped with the tasks: the audit configs grouped
+ * by window length (configs of one length share their windows, counts and sketches), the HLL
+ * precision, the record projection, and where the exact audits keep their keys.
+ */
+public final class FoldSettings implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  static final String EXACT = "AUDIT_TYPE_EXACT_UNIQ";
+  /** KLL's k, Spark's default for kll_sketch_agg_double (about 1.65 % rank error). */
+  static final int KLL_K = 200;
+
+  /** One window length and the audit types that use it. */
+  static final class Interval implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final int seconds;
+    final long ms;
+    final long latenessMs;
+    final String[] auditTypes;
+    final boolean exact;
+
+    Interval(int seconds, long latenessMs, List<String> auditTypes) {
+      this.seconds = seconds;
+      this.ms = seconds * 1000L;
+      this.latenessMs = latenessMs;
+      this.auditTypes = auditTypes.toArray(new String[0]);
+      this.exact = auditTypes.contains(EXACT);
+    }
+  }
+
+  final Interval[] intervals;
+  final int hllLgConfigK;
+  final RecordProjection projection;
+  final String keysDir; // null: no exact audit
+  final SerializableConfiguration hadoopConf;
+
+  private FoldSettings(
+      Interval[] intervals,
+      int hllLgConfigK,
+      RecordProjection projection,
+      String keysDir,
+      Configuration hadoopConf) {
+    this.intervals = intervals;
+    this.hllLgConfigK = hllLgConfigK;
+    this.projection = projection;
+    this.keysDir = keysDir;
+    this.hadoopConf = new SerializableConfiguration(hadoopConf);
+  }
+
+  /**
+   * {@code auditTypes[i]} audits windows of {@code intervalSeconds[i]}; a record is late once
+   * the audit time passes its window's end plus {@code latenessSeconds} (negative: the window's
+   * own length). {@code keysDir} is where exact audits keep their keys (under the checkpoint).
+   */
+  static FoldSettings of(
+      List<String> auditTypes,
+      List<Integer> intervalSeconds,
+      long latenessSeconds,
+      int hllLgConfigK,
+      RecordProjection projection,
+      String keysDir,
+      Configuration hadoopConf) {
+    Map<Integer, List<String>> byInterval = new TreeMap<>();
+    for (int i = 0; i < auditTypes.size(); i++) {
+      byInterval.computeIfAbsent(intervalSeconds.get(i), k -> new ArrayList<>()).add(auditTypes.get(i));
+    }
+    List<Interval> intervals = new ArrayList<>();
+    boolean exact = false;
+    for (Map.Entry<Integer, List<String>> e : byInterval.entrySet()) {
+      long lateness = (latenessSeconds < 0 ? e.getKey() : latenessSeconds) * 1000L;
+      Interval interval = new Interval(e.getKey(), lateness, e.getValue());
+      exact |= interval.exact;
+      intervals.add(interval);
+    }
+    return new FoldSettings(
+        intervals.toArray(new Interval[0]),
+        hllLgConfigK,
+        projection,
+        exact ? keysDir : null,
+        hadoopConf);
+  }
+}
