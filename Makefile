@@ -171,6 +171,10 @@ bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf t
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench
 
+.PHONY: bench-startup
+bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
+	$(PY) -m bench.startup_bench
+
 .PHONY: grpc-sink demo-dispatch bench-dispatch
 grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin
 

@@ -34,6 +34,7 @@ for arg in "$@"; do
 done
 
 export UATU_CONF_DIR="${UATU_CONF_DIR:-$ROOT/conf}"
+export UATU_LAUNCHED_AT="${UATU_LAUNCHED_AT:-$(date +%s.%N)}"  # the job's start-up line counts from here
 JARS="$(find "$JAR_DIR" "$ROOT/build/uatu-jvm.jar" -name '*.jar' | sort | paste -sd, -)"
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"

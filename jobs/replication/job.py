@@ -31,12 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from core.errors import UatuError
 from jobs.replication import tables
-from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import ReplicationPlan, cover_new_partitions, preflight
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
@@ -104,6 +103,9 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
         audit_interval_ms=spec.audit_interval_seconds * 1000,
+        flow_key=spec.job_group_id,
+        max_records_per_sec=float(spec.max_messages_per_sec),
+        max_bytes_per_sec=float(spec.max_bytes_per_sec),
     )
 
 
@@ -124,13 +126,13 @@ def build_stream(spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPl
 
 
 @dataclass
-class ReplicationBatchWriter:
-    """foreachBatch function: copy one micro-batch, record its stats, pace, commit offsets."""
+class StatsWriter:
+    """Records what a copy did: its summary rows (writer.SUMMARY_SCHEMA) become one stats
+    batch in `replication_stats` and `replication_audit`, exactly once per (app_id, batch_id);
+    then the copied offsets go to the JobGroup's consumer group and the MirrorMaker 2 metrics
+    are updated."""
 
     spec: ReplicationSpec
-    plan: ReplicationPlan
-    destination: DestinationConfig
-    pacer: Pacer
     app_id: str = ""
     last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
     _group_consumer: Consumer | None = None
@@ -150,26 +152,10 @@ class ReplicationBatchWriter:
             "destination_topic": spec.destination_topic,
         }
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.time()
-        spark = batch.sparkSession
-        if not self.app_id:
-            self.app_id = f"uatu-replication-{streaming_query_id(spark, self.spec.checkpoint_path)}"
-        planned = planned_ranges(batch, self.spec.source_topic)
-        ranges = batch_ranges(planned, self.plan.end_offsets)
-        self._cover_new_partitions(ranges)
-        if not ranges:  # an idle topic, or a bounded copy past its ends
-            log.info("batch %d: no records", batch_id)
-            return
-        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
-        # rows, which the two aggregations below then read without re-running the copy.
-        summaries = copy_ranges(spark, ranges, self.destination).localCheckpoint()
-        copied = time.time()
-        if summaries.isEmpty():
-            # Nothing read (the range held only transaction markers or aborted records): no
-            # rows to record, and two Delta commits of nothing would cost a second or two.
-            log.info("batch %d: no records", batch_id)
-            return
+    def write(self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[int, int]) -> Row:
+        """Append the batch's stats and audit rows (both or, after a crash, neither), commit
+        `next_offsets` (partition -> next offset to copy) to the consumer group; returns the
+        batch's totals (records, bytes: key + value bytes replicated)."""
         audit = summaries.transform(
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
@@ -186,37 +172,17 @@ class ReplicationBatchWriter:
         ).localCheckpoint()
         append_once(stats, tables.REPLICATION_STATS, self.spec.stats_path, self.app_id, batch_id)
         audit_appended.result()  # the batch is done only when both are written
-        # One row per partition: the pacer's totals and the group offsets come from it.
-        per_partition = stats.select(
-            "partition", "last_offset", "records_replicated", "record_bytes_replicated"
-        ).collect()
         if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
             metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
-        records = sum(r["records_replicated"] for r in per_partition)
-        nbytes = sum(r["record_bytes_replicated"] for r in per_partition)
-        self._commit_group_offsets({r["partition"]: r["last_offset"] + 1 for r in per_partition})
-        if records:
-            self.last_record_bytes = nbytes / records
-        log.info(
-            "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
-            batch_id,
-            records,
-            nbytes,
-            copied - started,
-            time.time() - copied,
-        )
-        wait = self.pacer.delay(copied, records, nbytes, time.time())
-        if wait > 0:
-            log.info("flow control: waiting %.2f s", wait)
-            time.sleep(wait)
-
-    def _cover_new_partitions(self, ranges: Sequence[SourceRange]) -> None:
-        """Partitions added to the source while the job runs (Spark's source reads them from
-        their start): extend the plan, growing the destination, before they are copied."""
-        new = {r.partition for r in ranges} - set(self.plan.source_partitions)
-        if new:
-            self.plan = cover_new_partitions(self.spec, self.plan, new)
-            self.destination = destination_config(self.spec, self.plan)
+        totals = stats.agg(
+            F.coalesce(F.sum("records_replicated"), F.lit(0)).alias("records"),
+            F.coalesce(F.sum("record_bytes_replicated"), F.lit(0)).alias("bytes"),
+        ).first()
+        assert totals is not None
+        self._commit_group_offsets(next_offsets)
+        if totals["records"]:
+            self.last_record_bytes = totals["bytes"] / totals["records"]
+        return totals
 
     def close(self) -> None:
         self._audit_appender.shutdown()
@@ -243,6 +209,61 @@ class ReplicationBatchWriter:
             ],
             asynchronous=False,
         )
+
+
+@dataclass
+class ReplicationBatchWriter:
+    """foreachBatch function of the micro-batch copy: copy one micro-batch's planned ranges,
+    then record its stats."""
+
+    plan: ReplicationPlan
+    destination: DestinationConfig
+    stats: StatsWriter
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        spark = batch.sparkSession
+        spec = self.stats.spec
+        if not self.stats.app_id:
+            self.stats.app_id = (
+                f"uatu-replication-{streaming_query_id(spark, spec.checkpoint_path)}"
+            )
+        planned = planned_ranges(batch, spec.source_topic)
+        ranges = batch_ranges(planned, self.plan.end_offsets)
+        self._cover_new_partitions(ranges)
+        if not ranges:  # an idle topic, or a bounded copy past its ends
+            log.info("batch %d: no records", batch_id)
+            return
+        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
+        # rows, which the two aggregations below then read without re-running the copy. The
+        # copy paces itself to the JobGroup's flow control (FlowLimiter.java).
+        summaries = copy_ranges(spark, ranges, self.destination).localCheckpoint()
+        copied = time.time()
+        if summaries.isEmpty():
+            # Nothing read (the range held only transaction markers or aborted records): no
+            # rows to record, and two Delta commits of nothing would cost a second or two.
+            log.info("batch %d: no records", batch_id)
+            return
+        totals = self.stats.write(
+            summaries, batch_id, {r.partition: r.until_offset for r in ranges}
+        )
+        log.info(
+            "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
+            batch_id,
+            totals["records"],
+            totals["bytes"],
+            copied - started,
+            time.time() - copied,
+        )
+
+    def _cover_new_partitions(self, ranges: Sequence[SourceRange]) -> None:
+        """Partitions added to the source while the job runs (Spark's source reads them from
+        their start): extend the plan, growing the destination, before they are copied."""
+        new = {r.partition for r in ranges} - set(self.plan.source_partitions)
+        if new:
+            spec = self.stats.spec
+            self.plan = cover_new_partitions(spec, self.plan, new)
+            self.destination = destination_config(spec, self.plan)
 
 
 def _warn_if_copies_queue(spark: SparkSession, partitions: int) -> None:
@@ -316,10 +337,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
         self._writer = ReplicationBatchWriter(
-            self.spec,
-            self.plan,
-            destination_config(self.spec, self.plan),
-            Pacer(self.spec.max_messages_per_sec, self.spec.max_bytes_per_sec),
+            self.plan, destination_config(self.spec, self.plan), StatsWriter(self.spec)
         )
         return self._writer
 
@@ -328,7 +346,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return dataclasses.replace(
             super().query_settings(once=once, stop_file=stop_file),
             until=None if self.plan.end_offsets is None else self.copy_complete,
-            record_bytes=(lambda: writer.last_record_bytes) if writer is not None else None,
+            record_bytes=(lambda: writer.stats.last_record_bytes) if writer is not None else None,
             log_batches=False,
         )
 
@@ -345,4 +363,4 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            self._writer.stats.close()

@@ -65,7 +65,7 @@ class ReplicationPlan:
 
 # Flow control plans a batch for at least this long: a micro-batch here costs a few seconds
 # of fixed work (stats, Delta commits), so a budget of rate x a 2 s trigger would never reach
-# the cap. The pacer sleeps off what a batch does faster than its allowance.
+# the cap. The copy itself paces each record (FlowLimiter.java).
 FLOW_WINDOW_SECONDS = 10
 
 
@@ -74,7 +74,7 @@ def records_per_trigger(spec: ReplicationSpec, mean_record_bytes: float | None) 
 
     The budget is the caps times max(trigger interval, FLOW_WINDOW_SECONDS). Spark's Kafka
     source limits batches by records only, so the byte cap becomes a record budget through
-    the sampled mean record size; the job's pacer enforces both caps over time.
+    the sampled mean record size; the copy paces both caps record by record (FlowLimiter.java).
     """
     window = max(spec.trigger_interval_seconds, FLOW_WINDOW_SECONDS)
     budgets = []

@@ -70,6 +70,12 @@ class DestinationConfig:
     audit_interval_ms: int = 60_000  # the windows of the summary rows
     scan_limit: int = 100_000  # records read back at most to find the last stamp
     source_timeout_ms: int = 120_000  # a source partition silent this long fails the task
+    # Flow control, paced record by record in the copy (FlowLimiter.java): the tasks of one
+    # flow_key (the JobGroup) in one JVM share max_records_per_sec and max_bytes_per_sec (key +
+    # value bytes); 0 = unlimited.
+    flow_key: str = ""
+    max_records_per_sec: float = 0.0
+    max_bytes_per_sec: float = 0.0
 
 
 def planned_ranges(batch: DataFrame, topic: str) -> list[SourceRange]:
@@ -95,6 +101,80 @@ def copy_ranges(
         spark._jsparkSession, java_ranges, _copy_config(spark, config), SUMMARY_SCHEMA
     )
     return ClassicDataFrame(summaries, spark)
+
+
+class ContinuousCopy:
+    """The continuous copy running in the driver's JVM (ContinuousCopy.java): epochs of
+    long-running copy tasks, one Spark job each, every task copying its source partitions as
+    records arrive until the epoch's deadline. Finished epochs queue up until `drain` takes
+    them (java `ContinuousCopy.CopiedEpoch` objects, oldest first)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: DestinationConfig,
+        starts: Mapping[int, int],
+        *,
+        epoch_ms: int,
+        max_tasks: int,
+    ) -> None:
+        self._spark = spark
+        self._java = _jvm(spark).ContinuousCopy(
+            spark._jsparkSession,
+            _copy_config(spark, config),
+            _java_map(spark, dict(sorted(starts.items()))),
+            epoch_ms,
+            max_tasks,
+        )
+
+    def start(self) -> None:
+        self._java.start()
+
+    def wait(self, timeout_s: float) -> list:
+        """The finished epochs, waiting up to `timeout_s` for the first; [] if none finished."""
+        first = self._java.poll(int(timeout_s * 1000))
+        return [] if first is None else [first, *self._java.drain()]
+
+    def drain(self) -> list:
+        return list(self._java.drain())
+
+    def request_stop(self) -> None:
+        self._java.requestStop()
+
+    def join(self, timeout_s: float) -> bool:
+        return bool(self._java.join(int(timeout_s * 1000)))
+
+    @property
+    def running(self) -> bool:
+        return bool(self._java.isRunning())
+
+    @property
+    def failure(self) -> str | None:
+        failure = self._java.failure()
+        return None if failure is None else str(failure)
+
+    def summaries(self, epochs: Sequence) -> DataFrame:
+        """The summary rows (SUMMARY_SCHEMA) of `epochs`, one local frame."""
+        java_epochs = self._spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for epoch in epochs:
+            java_epochs.add(epoch)
+        frame = _jvm(self._spark).ContinuousCopy.summaries(
+            self._spark._jsparkSession, java_epochs, SUMMARY_SCHEMA
+        )
+        return ClassicDataFrame(frame, self._spark)
+
+
+def epoch_ranges(epochs: Sequence) -> dict[int, SourceRange]:
+    """Per partition, the source offsets `epochs` read: the first one's start to the last
+    one's end."""
+    ranges: dict[int, SourceRange] = {}
+    for epoch in epochs:
+        for result in epoch.results():
+            partition = int(result.partition())
+            before = ranges.get(partition)
+            start = int(result.fromOffset()) if before is None else before.from_offset
+            ranges[partition] = SourceRange(partition, start, int(result.nextOffset()))
+    return ranges
 
 
 def check_clients(spark: SparkSession, config: DestinationConfig) -> None:
@@ -131,6 +211,9 @@ def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
         config.audit_interval_ms,
         config.scan_limit,
         config.source_timeout_ms,
+        config.flow_key,
+        float(config.max_records_per_sec),
+        float(config.max_bytes_per_sec),
     )
 
 

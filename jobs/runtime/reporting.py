@@ -267,7 +267,11 @@ class ProgressListener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event) -> None:
-        progress = json.loads(event.progress.json)
+        self.record(json.loads(event.progress.json))
+
+    def record(self, progress: Mapping) -> None:
+        """Take the offsets and rates of one progress record of this query (a Spark progress
+        event's JSON, or one shaped like it by a job that runs without Spark's engine)."""
         if progress.get("name") != self.query_name:
             return
         if not end_offsets(progress, self.template.topic):
@@ -276,7 +280,7 @@ class ProgressListener(StreamingQueryListener):
             elapsed = _seconds_between(self._last, progress) if self._last else None
             size = self.record_bytes() if self.record_bytes is not None else None
             self._statuses = partition_statuses(progress, self._last, self.template, elapsed, size)
-            self._last = progress
+            self._last = dict(progress)
 
     def onQueryIdle(self, event) -> None:
         with self._lock:  # nothing new to read: the offsets stand, the rates drop to zero
@@ -456,6 +460,22 @@ class Reporting:
             query_name, self.template, committed_offsets(spark, checkpoint), record_bytes
         )
         spark.streams.addListener(listener)
+        return self._heartbeat(spark, listener)
+
+    def start_fed(
+        self,
+        spark: SparkSession,
+        query_name: str,
+        committed: Mapping | None,
+        record_bytes: Callable[[], float] | None = None,
+    ) -> Heartbeater:
+        """Heartbeats for a job that runs without Spark's streaming engine (the continuous
+        replication copy): it feeds `heartbeater.listener.record` progress-shaped records
+        itself. `committed` (progress-shaped) gives the statuses until the first one."""
+        listener = ProgressListener(query_name, self.template, dict(committed or {}), record_bytes)
+        return self._heartbeat(spark, listener)
+
+    def _heartbeat(self, spark: SparkSession, listener: ProgressListener) -> Heartbeater:
         ui = spark.sparkContext.uiWebUrl or ""
         port = ui.rpartition(":")[2]
         heartbeater = Heartbeater(self.config, listener, int(port) if port.isdigit() else 0)

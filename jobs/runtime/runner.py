@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from core.errors import EXIT_FAILED, EXIT_OK
-from jobs.runtime.reporting import Reporting
+from jobs.runtime.reporting import Heartbeater, Reporting
 
 log = logging.getLogger("uatu.runner")
 
@@ -66,6 +66,51 @@ def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
     return str(metadata["id"])
 
 
+class StopRequests:
+    """Why a running job should stop, if it should: its stop file appeared, the Python driver
+    got SIGTERM or SIGINT, the control plane sent CANCEL (`heartbeater`), or the job itself
+    asked (`request`).
+
+    Used as a context manager: while inside, SIGTERM and SIGINT raise a flag instead of
+    interrupting (a signal handler must not call into the JVM: it can fire while the main
+    thread is in the middle of a py4j call). Python only lets the main thread install
+    handlers; a job run in another thread (a test, an embedding application) is stopped by
+    the stop file or the control plane instead.
+    """
+
+    def __init__(self, stop_file: str | None, heartbeater: Heartbeater | None = None) -> None:
+        self.stop_file = stop_file
+        self.heartbeater = heartbeater
+        self._reasons: list[str] = []
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {
+                s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+            }
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._reasons.append(signal.Signals(signum).name)
+
+    def request(self, why: str) -> None:
+        self._reasons.append(why)
+
+    def reason(self) -> str | None:
+        """The first reason to stop, checking the stop file and the control plane now."""
+        if self.stop_file and os.path.exists(self.stop_file):
+            self._reasons.append(f"stop file {self.stop_file}")
+        if self.heartbeater is not None and self.heartbeater.stop_requested.is_set():
+            self._reasons.append("CANCEL from the control plane")
+        return self._reasons[0] if self._reasons else None
+
+
 def run_query(
     stream: DataFrame,
     write_batch: BatchWriter,
@@ -99,43 +144,26 @@ def run_query(
         if settings.until is None
         else "streaming until the job's own bound or a stop",
     )
-
-    # A signal handler must not call into the JVM: it can fire while the main thread is in the
-    # middle of a py4j call. It only raises a flag that the polling loop below acts on.
-    stop_requested: list[str] = []
-
-    def request_stop(signum: int, _frame: object) -> None:
-        stop_requested.append(signal.Signals(signum).name)
-
-    # Python only lets the main thread install handlers; a job run in another thread (a test,
-    # an embedding application) is stopped by the stop file or the control plane instead.
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        last_batch = -1
-        while not query.awaitTermination(settings.poll_seconds):
-            progress = query.lastProgress
+        with StopRequests(settings.stop_file, heartbeater) as stop:
+            last_batch = -1
+            while not query.awaitTermination(settings.poll_seconds):
+                progress = query.lastProgress
+                if settings.log_batches:
+                    last_batch = _log_batches(query, last_batch, settings.batch_records)
+                if settings.until is not None and progress and settings.until(progress):
+                    stop.request("the end of the bounded range")
+                reason = stop.reason()
+                if reason is not None:
+                    log.info("received %s, stopping query %s", reason, settings.name)
+                    _wait_between_batches(query, settings.stop_grace_seconds)
+                    query.stop()
             if settings.log_batches:
-                last_batch = _log_batches(query, last_batch, settings.batch_records)
-            if settings.until is not None and progress and settings.until(progress):
-                stop_requested.append("the end of the bounded range")
-            if settings.stop_file and os.path.exists(settings.stop_file):
-                stop_requested.append(f"stop file {settings.stop_file}")
-            if heartbeater is not None and heartbeater.stop_requested.is_set():
-                stop_requested.append("CANCEL from the control plane")
-            if stop_requested:
-                log.info("received %s, stopping query %s", stop_requested[0], settings.name)
-                _wait_between_batches(query, settings.stop_grace_seconds)
-                query.stop()
-        if settings.log_batches:
-            _log_batches(query, last_batch, settings.batch_records)
+                _log_batches(query, last_batch, settings.batch_records)
     except StreamingQueryException as e:
         log.error("query %s failed: %s", settings.name, e)
         return EXIT_FAILED
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if heartbeater is not None:
             heartbeater.stop()
     log.info("query %s finished", settings.name)

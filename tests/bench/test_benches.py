@@ -12,7 +12,9 @@ import pytest
 
 from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
 from bench.kafka_perf import parse_consumer_output
+from bench.startup_bench import start_up_phases
 from core.paths import ROOT
+from jobs.runtime import template
 
 
 @pytest.mark.parametrize(
@@ -24,6 +26,7 @@ from core.paths import ROOT
         "controlplane_bench",
         "loadgen_bench",
         "replication_bench",
+        "startup_bench",
     ],
 )
 def test_each_bench_answers_help_as_its_make_target_runs_it(module: str) -> None:
@@ -93,3 +96,34 @@ def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
     table = capsys.readouterr().out
     assert "raw consumer (ConsumerPerformance, fetch)" in table and "1,000,000" in table
     assert "EXACT_UNIQ all batches" in table and "NOT MET" in table
+
+
+def test_the_startup_bench_reads_the_start_up_line_the_job_writes(
+    monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(template.LAUNCHED_AT, "100.0")
+    with caplog.at_level("INFO", logger="uatu.template"):
+        template._log_start_up(103.5, 104.0, 110.25, 111.0)
+    assert start_up_phases("x INFO uatu.template: " + caplog.messages[0]) == {
+        "to_run": 3.5,
+        "checks": 0.5,
+        "session": 6.25,
+        "tables": 0.75,
+    }
+    monkeypatch.delenv(template.LAUNCHED_AT)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="uatu.template"):
+        template._log_start_up(0.0, 1.0, 2.0, 3.0)
+    assert start_up_phases(caplog.messages[0]) == {"checks": 1.0, "session": 1.0, "tables": 1.0}
+    assert start_up_phases("no such line") == {}
+
+
+def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> None:
+    import numpy as np
+
+    from bench.replication_bench import most_in_window
+
+    appended = np.array([0, 500, 999, 1000, 1999, 5000, 5001], dtype=np.int64)
+    assert most_in_window(appended, 1000) == 3  # (0, 1000]: 500, 999, 1000
+    assert most_in_window(appended, 10_000) == 7
+    assert most_in_window(np.empty(0, dtype=np.int64), 1000) == 0

@@ -434,7 +434,9 @@ def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
             lambda: (
                 count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= total
             ),
-            240,
+            # Generous: each batch is paced over 10 s and its stats then take seconds (minutes
+            # on a loaded machine); a restarted driver also starts a new JVM and session.
+            600,
             f"{total} records in the destination",
         )
         proc.send_signal(signal.SIGTERM)
@@ -447,3 +449,58 @@ def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
     expected = by_partition(first + second)
     copied = read_partitions(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS)
     assert_exact_copy(expected, copied, "rep-crash")
+
+
+def _most_in_window(landed: list[tuple[int, int]], window_ms: int) -> tuple[int, int]:
+    """(records, bytes): the most that landed within any `window_ms` of broker append time;
+    `landed` is (append time ms, key + value bytes) per record."""
+    landed = sorted(landed)
+    most_records = most_bytes = low = total = 0
+    for high, (t, size) in enumerate(landed):
+        total += size
+        while t - landed[low][0] >= window_ms:
+            total -= landed[low][1]
+            low += 1
+        most_records = max(most_records, high - low + 1)
+        most_bytes = max(most_bytes, total)
+    return most_records, most_bytes
+
+
+def test_flow_control_holds_both_caps_over_every_10_s_window_at_log_append_time(
+    spark, kafka, kafka_dest, conf_dir
+) -> None:
+    """200 records/s and 20,000 bytes/s: 2,000 records of 20 bytes (the record cap binds) then
+    500 of 500 bytes (the byte cap binds) take about 22.5 s; the destination stamps each
+    record with its append time, and no 10 s window of those holds more than 10% over a cap.
+    Either cap alone would be broken without pacing: there are more records and bytes than
+    1.1 x 10 s of either cap."""
+    kafka.create_topic("rep-paced", PARTITIONS, 1)
+    kafka_dest.create_topic(
+        "rep-paced-copy", PARTITIONS, 1, config={"message.timestamp.type": "LogAppendTime"}
+    )
+    records = [
+        Record(i % PARTITIONS, b"k%07d" % i, b"v" * (12 if i < 2000 else 492), T0_MS, ())
+        for i in range(2500)
+    ]
+    produce_records(kafka.bootstrap_servers, "rep-paced", records)
+    data = group_json(
+        "paced",
+        "rep-paced",
+        "rep-paced-copy",
+        continuous=False,
+        flowControl={"messagesPerSec": 200, "bytesPerSec": 20_000},
+    )
+
+    assert run_once(data, conf_dir) == EXIT_OK
+
+    copied = read_partitions(kafka_dest.bootstrap_servers, "rep-paced-copy", PARTITIONS)
+    landed = [
+        (r.timestamp_ms, len(r.key or b"") + len(r.value or b""))
+        for rs in copied.values()
+        for r in rs
+    ]
+    assert len(landed) == len(records)
+    most_records, most_bytes = _most_in_window(landed, 10_000)
+    assert most_records <= 1.1 * 200 * 10, most_records
+    assert most_bytes <= 1.1 * 20_000 * 10, most_bytes
+    print("most in 1 s (records, bytes):", _most_in_window(landed, 1000))

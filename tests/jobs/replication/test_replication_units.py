@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import datasketches
@@ -13,7 +14,6 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
-from jobs.replication.pacing import Pacer
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.ranges import SourceRange, batch_ranges
@@ -296,30 +296,46 @@ def test_record_budget_from_both_caps(settings) -> None:
     assert records_per_trigger(with_caps(0, 100_000), None) == 976  # 1 KiB assumed
 
 
-def test_pacer_waits_out_whichever_cap_binds() -> None:
-    pacer = Pacer(max_records_per_sec=1000, max_bytes_per_sec=10_000)
-    # 1000 records of 5 bytes: the record cap binds (1 s); stats took 0.25 s after the copy.
-    assert pacer.delay(100.0, 1000, 5000, now=100.25) == pytest.approx(0.75)
-    # Next copy finishes at 101.3: 500 records but 20 kB, the byte cap binds (2 s).
-    assert pacer.delay(101.3, 500, 20_000, now=101.5) == pytest.approx(1.8)
-    # After idling, no credit accumulates: a batch at 200 s is judged on its own.
-    assert pacer.delay(200.0, 100, 100, now=200.2) == pytest.approx(0.0, abs=1e-9)
-    assert Pacer(0, 0).delay(0.0, 10**9, 10**12, now=0.0) == 0.0
+def _slots(limiter, sizes: list[int], asked_at_ns: list[int]) -> list[int]:
+    """When the limiter lets each record (of `sizes` bytes, asked for at `asked_at_ns`) go."""
+    return [limiter.reserve(size, at) for size, at in zip(sizes, asked_at_ns, strict=True)]
 
 
-def test_pacer_keeps_the_landed_rate_under_the_cap_after_a_slow_first_batch() -> None:
-    """A cold first copy (3 s) then fast ones (0.3 s), 1,000 records each at 1,000/s: the
-    records land (copy ends) at most 1,000/s apart, measured as the bench measures it."""
-    pacer = Pacer(max_records_per_sec=1000, max_bytes_per_sec=0)
-    now, copy_ends = 0.0, []
-    for copy_s in (3.0, 0.3, 0.3, 0.3):
-        now += copy_s
-        copy_ends.append(now)
-        now += 0.2  # stats
-        now += pacer.delay(copy_ends[-1], 1000, 0, now)
-    rate = 3 * 1000 / (copy_ends[-1] - copy_ends[0])
-    assert rate <= 1000
-    assert rate == pytest.approx(1000 / 1.3)  # a 0.3 s copy after each 1 s allowance
+def _most_in_window(times_ns: list[int], weights: list[int], window_ns: int) -> int:
+    """The largest total weight of records leaving within any window of `window_ns`."""
+    most, low, total = 0, 0, 0
+    for high, t in enumerate(times_ns):
+        total += weights[high]
+        while t - times_ns[low] >= window_ns:
+            total -= weights[low]
+            low += 1
+        most = max(most, total)
+    return most
+
+
+def test_flow_limiter_paces_record_by_record_under_whichever_cap_binds(spark) -> None:
+    """1,000 records/s and 10,000 bytes/s: 5-byte records go 1 ms apart (the record cap
+    binds), 50-byte ones 5 ms apart (the byte cap). Asked for all at once, they still leave
+    evenly: at most the caps' worth plus one record in any second."""
+    limiter = spark.sparkContext._jvm.dev.uatu.replication.FlowLimiter.fixed(1000.0, 10_000.0)
+    sizes = [5] * 3000 + [50] * 600
+    starts = _slots(limiter, sizes, [0] * len(sizes))
+    gaps = {b - a for a, b in itertools.pairwise(starts)}
+    assert gaps == {1_000_000, 5_000_000}
+    second = 1_000_000_000
+    assert _most_in_window(starts, [1] * len(sizes), second) <= 1000 + 1
+    assert _most_in_window(starts, sizes, second) <= 10_000 + 50
+
+
+def test_flow_limiter_gives_no_credit_for_idle_time(spark) -> None:
+    limiter = spark.sparkContext._jvm.dev.uatu.replication.FlowLimiter.fixed(100.0, 0.0)
+    first = _slots(limiter, [1] * 10, [0] * 10)
+    assert first[-1] == 90_000_000
+    # Idle for 100 s: the next records are paced from their own time, not sent in a burst.
+    later = 100_000_000_000
+    assert _slots(limiter, [1] * 3, [later] * 3) == [later, later + 10**7, later + 2 * 10**7]
+    unlimited = spark.sparkContext._jvm.dev.uatu.replication.FlowLimiter.fixed(0.0, 0.0)
+    assert _slots(unlimited, [10**6] * 3, [5, 5, 5]) == [5, 5, 5]
 
 
 # --- batch ranges -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -55,6 +56,56 @@ public final class Clients {
   static void giveBack(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
     consumer.unsubscribe();
     idle(config).add(consumer);
+  }
+
+  /**
+   * A consumer assigned exactly the partitions of {@code starts}, each positioned at its start
+   * offset. Prefers an idle one that a task of the continuous copy gave back at exactly those
+   * positions ({@link #giveBackAssigned}): it still holds what it fetched ahead, so the next
+   * epoch reads on without a new fetch round trip. Any other is assigned and positioned anew.
+   */
+  static KafkaConsumer<byte[], byte[]> borrowAt(
+      Map<String, String> config, Map<TopicPartition, Long> starts) {
+    Queue<KafkaConsumer<byte[], byte[]>> idle = idle(config);
+    for (KafkaConsumer<byte[], byte[]> consumer : idle) {
+      if (at(consumer, starts) && idle.remove(consumer)) {
+        return consumer;
+      }
+    }
+    KafkaConsumer<byte[], byte[]> consumer = borrowConsumer(config);
+    consumer.assign(starts.keySet());
+    starts.forEach(consumer::seek);
+    return consumer;
+  }
+
+  /** Gives a consumer back keeping its assignment and positions (see {@link #borrowAt}). */
+  static void giveBackAssigned(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
+    idle(config).add(consumer);
+  }
+
+  /** Closes a consumer that failed mid-use instead of pooling it. */
+  static void discardConsumer(KafkaConsumer<byte[], byte[]> consumer) {
+    try {
+      consumer.close(Duration.ZERO);
+    } catch (RuntimeException e) {
+      // already broken: nothing more to release
+    }
+  }
+
+  private static boolean at(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> starts) {
+    try {
+      if (!consumer.assignment().equals(starts.keySet())) {
+        return false;
+      }
+      for (Map.Entry<TopicPartition, Long> start : starts.entrySet()) {
+        if (consumer.position(start.getKey(), Duration.ZERO) != start.getValue()) {
+          return false;
+        }
+      }
+      return true;
+    } catch (RuntimeException e) { // no valid position without asking the broker: not this one
+      return false;
+    }
   }
 
   /** Close every cached client (a driver that ran the sink in-process, like a test session). */

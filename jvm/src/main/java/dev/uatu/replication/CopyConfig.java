@@ -25,6 +25,9 @@ public final class CopyConfig implements Serializable {
   final long auditIntervalMs; // width of the windows of the summary rows
   final int scanLimit; // records read back at most to find the last stamp
   final long sourceTimeoutMs; // a source partition silent this long fails the task
+  final String flowKey; // the JobGroup: tasks of one key share its flow control in a JVM
+  final double maxRecordsPerSec; // flow control, 0 = unlimited
+  final double maxBytesPerSec; // key + value bytes, 0 = unlimited
 
   public CopyConfig(
       String sourceCluster,
@@ -37,7 +40,10 @@ public final class CopyConfig implements Serializable {
       Map<String, String> extraHeaders,
       long auditIntervalMs,
       int scanLimit,
-      long sourceTimeoutMs) {
+      long sourceTimeoutMs,
+      String flowKey,
+      double maxRecordsPerSec,
+      double maxBytesPerSec) {
     this.sourceCluster = sourceCluster;
     this.sourceTopic = sourceTopic;
     this.destinationTopic = destinationTopic;
@@ -52,6 +58,30 @@ public final class CopyConfig implements Serializable {
     this.auditIntervalMs = auditIntervalMs;
     this.scanLimit = scanLimit;
     this.sourceTimeoutMs = sourceTimeoutMs;
+    this.flowKey = flowKey;
+    this.maxRecordsPerSec = maxRecordsPerSec;
+    this.maxBytesPerSec = maxBytesPerSec;
+  }
+
+  /**
+   * Joins this JobGroup's {@link FlowLimiter} in this JVM for a task of a job of {@code tasks}
+   * tasks, or returns null without flow control. Call {@link #leaveFlow} when the task ends.
+   */
+  FlowLimiter joinFlow(int tasks) {
+    return FlowLimiter.join(flowKey, maxRecordsPerSec, maxBytesPerSec, flowShare(tasks));
+  }
+
+  void leaveFlow(FlowLimiter limiter, int tasks) {
+    if (limiter != null) {
+      limiter.leave(flowShare(tasks));
+    }
+  }
+
+  /** In local mode (the driver's JVM runs every task) a task may use the whole caps. */
+  private static double flowShare(int tasks) {
+    org.apache.spark.SparkEnv env = org.apache.spark.SparkEnv.get();
+    boolean local = env == null || "driver".equals(env.executorId());
+    return local ? 1.0 : 1.0 / Math.max(1, tasks);
   }
 
   int destinationPartition(int sourcePartition) {

@@ -62,7 +62,7 @@ public final class ReplicationSink {
     JavaRDD<Row> summaries =
         JavaSparkContext.fromSparkContext(spark.sparkContext())
             .parallelize(ranges, Math.max(1, ranges.size()))
-            .mapPartitions(new RangeCopier(config));
+            .mapPartitions(new RangeCopier(config, ranges.size()));
     return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
   }
 

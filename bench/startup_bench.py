@@ -1,0 +1,142 @@
+"""Start-up bench: how long a replication job takes from launch to its first copied record,
+and where that time goes.
+
+Two single-broker clusters; a small source topic (a few records per partition). Each run
+launches ``./spark-submit.sh`` with a continuous KAFKA_REPLICATION JobGroup of its own (new
+checkpoint, new tables, new destination topic) and measures, from the launch:
+
+* ``first_record_s``: the first record in the destination topic (polled every 0.25 s);
+* the job's own ``start-up:`` log line (jobs/runtime/template.py): launch to the Python
+  driver's run(), broker checks, Spark session, then client checks, tables and plan.
+
+The job is then stopped. Runs are sequential; the figures are the median and every run. The
+1-minute load average before each run goes into the result file: start-up is CPU-bound, so
+compare figures only between runs at similar load.
+
+    PYTHONPATH=$PWD:$PWD/build/gen .venv/bin/python -m bench.startup_bench [--runs 3]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any
+
+from bench._common import (
+    BENCH_DIR,
+    bench_parser,
+    median_or_none,
+    parse_args,
+    say,
+    warn_if_jobs_zip_stale,
+    work_dir,
+    write_latest,
+    write_result,
+)
+from bench.replication_bench import (
+    POLL_S,
+    Bench,
+    RecordCounter,
+    job_group,
+    produce_backlog,
+    spark_job,
+    spark_log,
+)
+from core.processes import signal_group
+from devservices.kafka import start_cluster
+from testing.conf import write_conf_dir
+
+SOURCE_TOPIC = "startup-source"
+PHASES = re.compile(
+    r"start-up: (?:launch to run\(\) (?P<to_run>[\d.]+) s, )?broker checks (?P<checks>[\d.]+) s, "
+    r"Spark session (?P<session>[\d.]+) s, client checks, tables and plan (?P<tables>[\d.]+) s"
+)
+
+
+def start_up_phases(log_text: str) -> dict[str, float]:
+    """The seconds of each phase from the job's ``start-up:`` line; {} if it has none."""
+    match = PHASES.search(log_text)
+    if match is None:
+        return {}
+    return {k: float(v) for k, v in match.groupdict().items() if v is not None}
+
+
+def one_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
+    name = f"startup-{index}"
+    destination = f"startup-copy-{index}"
+    b.destination.create_topic(destination, b.partitions, 1)
+    group = job_group(name, SOURCE_TOPIC, destination, b, continuous=True)
+    counter = RecordCounter(b.destination.bootstrap_servers, destination, b.partitions)
+    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
+    launched = time.monotonic()
+    try:
+        with spark_job(b, group) as proc:
+            while time.monotonic() - launched < timeout_s and proc.poll() is None:
+                if counter.count():
+                    run["first_record_s"] = round(time.monotonic() - launched, 2)
+                    break
+                time.sleep(POLL_S)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # the script turns it into the stop file
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    signal_group(proc.pid, signal.SIGKILL)
+    finally:
+        counter.close()
+    run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser("bench.startup_bench", __doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    args = parse_args(parser, argv, {"runs": 1})
+    warn_if_jobs_zip_stale()
+    runs: list[dict[str, Any]] = []
+    with work_dir("startup-") as workdir, ExitStack() as stack:
+        say("starting two single-broker clusters")
+        src = stack.enter_context(start_cluster(workdir / "kafka-source", heap="1g"))
+        dst = stack.enter_context(start_cluster(workdir / "kafka-destination", heap="1g"))
+        b = Bench(workdir, src, dst, args.partitions, 100)
+        b.conf = write_conf_dir(
+            workdir / "conf",
+            src.bootstrap_servers,
+            workdir / "wh",
+            workdir / "ck",
+            more_clusters={
+                "src": {"bootstrap_servers": src.bootstrap_servers},
+                "dst": {"bootstrap_servers": dst.bootstrap_servers},
+            },
+        )
+        src.create_topic(SOURCE_TOPIC, args.partitions, 1)
+        produce_backlog(
+            src.bootstrap_servers, SOURCE_TOPIC, 10 * args.partitions, 100, args.partitions
+        )
+        for i in range(args.runs):
+            run = one_run(b, i, args.timeout)
+            say(f"run {i}: {run}")
+            runs.append(run)
+    firsts = [r["first_record_s"] for r in runs if "first_record_s" in r]
+    figures: dict[str, Any] = {
+        "job_type": "KAFKA_REPLICATION",
+        "launch_to_first_record_s_median": median_or_none(firsts),
+        "runs": runs,
+    }
+    for phase in ("to_run", "checks", "session", "tables"):
+        figures[f"{phase}_s_median"] = median_or_none([r[phase] for r in runs if phase in r])
+    write_latest(BENCH_DIR / "startup-result.json", figures)
+    path = write_result("startup", figures, args)
+    say(f"launch to first record, median {figures['launch_to_first_record_s_median']} s; {path}")
+    return 0 if len(firsts) == len(runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

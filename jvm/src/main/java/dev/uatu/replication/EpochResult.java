@@ -1,0 +1,55 @@
+package dev.uatu.replication;
+
+import java.io.Serializable;
+import java.util.List;
+import org.apache.spark.sql.Row;
+
+/**
+ * What an epoch of the continuous copy did with one source partition: it read source offsets
+ * {@code [fromOffset, nextOffset)}, sent {@code sent} of those records (every other one the
+ * destination held already), all acknowledged, and {@code summaries} are their summary rows
+ * (Python's {@code writer.SUMMARY_SCHEMA}).
+ */
+public final class EpochResult implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  private final int partition;
+  private final long fromOffset;
+  private final long nextOffset;
+  private final long read;
+  private final long sent;
+  private final List<Row> summaries;
+
+  EpochResult(int partition, long fromOffset, long nextOffset, long read, long sent, List<Row> summaries) {
+    this.partition = partition;
+    this.fromOffset = fromOffset;
+    this.nextOffset = nextOffset;
+    this.read = read;
+    this.sent = sent;
+    this.summaries = summaries;
+  }
+
+  public int partition() {
+    return partition;
+  }
+
+  public long fromOffset() {
+    return fromOffset;
+  }
+
+  public long nextOffset() {
+    return nextOffset;
+  }
+
+  public long read() {
+    return read;
+  }
+
+  public long sent() {
+    return sent;
+  }
+
+  public List<Row> summaries() {
+    return summaries;
+  }
+}

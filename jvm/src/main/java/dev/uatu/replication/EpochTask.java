@@ -1,0 +1,37 @@
+package dev.uatu.replication;
+
+import java.io.Serializable;
+
+/**
+ * What one task of one epoch of the continuous copy does ({@link StreamCopier}): copy the
+ * source partitions {@code partitions}, each from its offset in {@code fromOffsets}, until
+ * {@code deadlineMs} (epoch milliseconds) or until its run is asked to stop.
+ */
+public final class EpochTask implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  final String runId; // the continuous copy this epoch belongs to (its stop flag)
+  final long epoch;
+  final int[] partitions;
+  final long[] fromOffsets;
+  final boolean scanTail; // read the destination's tail first (the run's first epoch)
+  final long deadlineMs;
+  final int tasks; // tasks of this epoch: each takes its share of the flow control
+
+  EpochTask(
+      String runId,
+      long epoch,
+      int[] partitions,
+      long[] fromOffsets,
+      boolean scanTail,
+      long deadlineMs,
+      int tasks) {
+    this.runId = runId;
+    this.epoch = epoch;
+    this.partitions = partitions;
+    this.fromOffsets = fromOffsets;
+    this.scanTail = scanTail;
+    this.deadlineMs = deadlineMs;
+    this.tasks = tasks;
+  }
+}
