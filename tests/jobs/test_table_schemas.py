@@ -1,4 +1,4 @@
-"""Every Delta table the jobs write keeps its schema: the declarations in jobs/*/tables.py
+"""Every Delta table the jobs write keeps its schema: the declarations in jobs/**/tables.py
 against a committed golden (tests/jobs/golden/table_schemas.json).
 
 A renamed, retyped, reordered, re-nulled or dropped column, a changed partitioning or MERGE
@@ -26,10 +26,11 @@ GOLDEN = Path(__file__).parent / "golden" / "table_schemas.json"
 
 
 def declared_tables() -> dict[str, DeltaTableSpec]:
-    """{name: spec} of every DeltaTableSpec at the top level of a jobs/*/tables.py module."""
+    """{name: spec} of every DeltaTableSpec at the top level of a jobs/**/tables.py module."""
     found: dict[str, DeltaTableSpec] = {}
-    for path in sorted((ROOT / "jobs").glob("*/tables.py")):
-        module = importlib.import_module(f"jobs.{path.parent.name}.tables")
+    for path in sorted((ROOT / "jobs").glob("**/tables.py")):
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        module = importlib.import_module(f"{package}.tables")
         for value in vars(module).values():
             if isinstance(value, DeltaTableSpec):
                 assert value.name not in found, f"two tables named {value.name}"
