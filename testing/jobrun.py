@@ -95,3 +95,10 @@ def committed_batch(table_path: Path | str) -> int | None:
             if "txn" in action:
                 versions.append(int(action["txn"]["version"]))
     return max(versions) if versions else None
+
+
+def last_keys_batch(checkpoints: Path | str) -> int | None:
+    """The newest batch whose exact keys an audit job's JVM fold wrote under the checkpoints
+    (`dev.uatu.audit.KeyFiles`: <checkpoint>/audit-keys/p<n>/log/<batch>), None if none."""
+    logs = Path(checkpoints).glob("*/audit-keys/p*/log/*")
+    return max((int(f.name) for f in logs if f.name.isdigit()), default=None)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from core.processes import signal_group
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
-from testing.jobrun import committed_batch, log_path, run_job, submit_job
+from testing.jobrun import committed_batch, last_keys_batch, log_path, run_job, submit_job
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_job_integration import jobgroup
 
@@ -63,7 +63,7 @@ def test_records_deleted_before_they_were_read_stop_the_job_and_are_recorded(
     status, log = run_job(group, tmp_path, conf, "--once")
     assert status == 0, log
     read_up_to = end_offsets(kafka.bootstrap_servers, topic, 2)
-    counts_path, keys_path = tmp_path / "wh" / "audit_counts", tmp_path / "wh" / "audit_keys"
+    counts_path, checkpoints = tmp_path / "wh" / "audit_counts", tmp_path / "ck"
     before = spark.createDataFrame(
         spark.read.format("delta").load(str(counts_path)).collect(),
         spark.read.format("delta").load(str(counts_path)).schema,
@@ -91,7 +91,7 @@ def test_records_deleted_before_they_were_read_stop_the_job_and_are_recorded(
         ).collect()
     ] == [("loss", topic, 0, read_up_to[0], read_up_to[0] + 10)]
     # Nothing of the failed batch was written.
-    assert committed_batch(keys_path) == committed_batch(counts_path) == 0
+    assert last_keys_batch(checkpoints) == committed_batch(counts_path) == 0
     assert_df_equality(
         spark.read.format("delta").load(str(counts_path)), before, ignore_row_order=True
     )
@@ -101,7 +101,7 @@ def test_source_topic_deleted_mid_run_exits_1_with_one_line(spark, kafka, tmp_pa
     topic, conf = setup(kafka, tmp_path, "deleted")
     group = jobgroup("deleted", topic, trigger_s=1)
     proc = submit_job(group, tmp_path, conf)
-    counts_path, keys_path = tmp_path / "wh" / "audit_counts", tmp_path / "wh" / "audit_keys"
+    counts_path, checkpoints = tmp_path / "wh" / "audit_counts", tmp_path / "ck"
     try:
         wait_for(lambda: committed_batch(counts_path) is not None, 300, "a first batch")
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
@@ -118,4 +118,4 @@ def test_source_topic_deleted_mid_run_exits_1_with_one_line(spark, kafka, tmp_pa
         f"error: source topic {topic!r} on cluster 'local' no longer exists: it was deleted "
         "while the job ran; nothing of the failed micro-batch was written"
     ]
-    assert committed_batch(keys_path) == committed_batch(counts_path)
+    assert last_keys_batch(checkpoints) == committed_batch(counts_path)

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from core.processes import signal_group
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
-from testing.jobrun import committed_batch, log_path, run_job, submit_job
+from testing.jobrun import committed_batch, last_keys_batch, log_path, run_job, submit_job
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_job_integration import (
     COMPARED,
@@ -30,12 +30,6 @@ from tests.jobs.audit.test_audit_job_integration import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def last_keys_batch(checkpoints: Path) -> int | None:
-    """The newest batch whose exact keys the fold wrote (`KeyFiles`: p<n>/log/<batch>)."""
-    batches = [int(f.name) for f in checkpoints.glob("*/audit-keys/p*/log/*") if f.name.isdigit()]
-    return max(batches, default=None)
 
 
 def test_crash_between_keys_commit_and_counts_merge_then_restart_gives_the_truth(
