@@ -241,3 +241,50 @@ def _not_valid(error: Exception) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
+
+
+# --- bounds of a bounded source read (replication, dispatch) --------------------------------
+
+_SOURCE_RANGES = "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Offsets [start, end) of one source partition that a bounded run reads."""
+
+    partition: int
+    start: int
+    end: int
+
+
+def source_timestamp_ms(group: JobGroup, name: str) -> int | None:
+    """kafka_consumer_task_group.<name> (a Timestamp) in epoch ms, None when unset."""
+    source = group.kafka_consumer_task_group
+    if not source.HasField(name):
+        return None
+    ms = int(getattr(source, name).ToMilliseconds())
+    if ms < 0:
+        raise InvalidJobGroup(f"kafka_consumer_task_group.{name}", ms, "must not be before 1970")
+    return ms
+
+
+def source_offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
+    """kafka_consumer_task_group.partition_offset_ranges, checked: each range ends at or after
+    its start, no partition twice, not set-but-empty. () when unset."""
+    source = group.kafka_consumer_task_group
+    if not source.HasField("partition_offset_ranges"):
+        return ()
+    ranges: list[OffsetRange] = []
+    for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
+        if r.end_offset < r.start_offset:
+            raise InvalidJobGroup(
+                f"{_SOURCE_RANGES}[{i}].end_offset",
+                r.end_offset,
+                f"ends before its start_offset {r.start_offset}",
+            )
+        if any(prev.partition == r.partition for prev in ranges):
+            raise InvalidJobGroup(f"{_SOURCE_RANGES}[{i}].partition", r.partition, "listed twice")
+        ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
+    if not ranges:
+        raise InvalidJobGroup(_SOURCE_RANGES, [], "set but empty")
+    return tuple(ranges)

@@ -54,7 +54,15 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
+from core.jobgroup import (
+    JobGroup,
+    OffsetRange,
+    SourceTopic,
+    job_options,
+    require_cluster,
+    source_offset_ranges,
+    source_timestamp_ms,
+)
 from jobs.dispatch.routing import Kind, Routes, Tier, sort_tiers
 
 MAX_DELAY_MS = 86_400_000  # RetryQueue.processing_delay_ms's documented range: 0 to 1 day
@@ -69,17 +77,7 @@ MIN_HOL_GRACE_MS = 1000
 
 _RPC = "rpc_dispatcher_task_group"
 _SOURCE = "kafka_consumer_task_group"
-_RANGES = f"{_SOURCE}.partition_offset_ranges.partition_offset_range"
 _SERVICE_METHOD = re.compile(r"^[A-Za-z0-9_.\-@]+/[A-Za-z0-9_.\-@]+$")
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Dispatch offsets [start, end) of one source partition (a bounded run)."""
-
-    partition: int
-    start: int
-    end: int
 
 
 @dataclass(frozen=True)
@@ -250,34 +248,6 @@ def _same_cluster(field: str, name: str, source: ClusterConfig, settings: Settin
             )
 
 
-def _timestamp_ms(group: JobGroup, name: str) -> int | None:
-    source = group.kafka_consumer_task_group
-    if not source.HasField(name):
-        return None
-    ms = int(getattr(source, name).ToMilliseconds())
-    if ms < 0:
-        raise InvalidJobGroup(f"{_SOURCE}.{name}", ms, "must not be before 1970")
-    return ms
-
-
-def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
-    source = group.kafka_consumer_task_group
-    if not source.HasField("partition_offset_ranges"):
-        return ()
-    ranges: list[OffsetRange] = []
-    for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
-        if r.end_offset < r.start_offset:
-            raise InvalidJobGroup(
-                f"{_RANGES}[{i}].end_offset", r.end_offset, f"ends before {r.start_offset}"
-            )
-        if any(prev.partition == r.partition for prev in ranges):
-            raise InvalidJobGroup(f"{_RANGES}[{i}].partition", r.partition, "listed twice")
-        ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
-    if not ranges:
-        raise InvalidJobGroup(_RANGES, [], "set but empty")
-    return tuple(ranges)
-
-
 def _tiers(group: JobGroup, source_topic: str, dlq: str) -> tuple[Tier, ...]:
     config = group.retry_config
     if not config.retry_enabled:
@@ -361,11 +331,11 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         if resq_config.HasField("flow_control"):
             resq_flow = _flow("resq_config.flow_control", resq_config.flow_control)
 
-    start_ms = _timestamp_ms(group, "start_timestamp")
-    end_ms = _timestamp_ms(group, "end_timestamp")
+    start_ms = source_timestamp_ms(group, "start_timestamp")
+    end_ms = source_timestamp_ms(group, "end_timestamp")
     if start_ms is not None and end_ms is not None and end_ms < start_ms:
         raise InvalidJobGroup(f"{_SOURCE}.end_timestamp", end_ms, f"is before {start_ms}")
-    ranges = _offset_ranges(group)
+    ranges = source_offset_ranges(group)
     if ranges and (start_ms is not None or end_ms is not None):
         raise InvalidJobGroup(
             f"{_SOURCE}.partition_offset_ranges", "set", "give either ranges or timestamps"

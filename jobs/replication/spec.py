@@ -39,22 +39,20 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, check_topic, job_options, require_cluster
+from core.jobgroup import (
+    JobGroup,
+    OffsetRange,
+    SourceTopic,
+    check_topic,
+    job_options,
+    require_cluster,
+    source_offset_ranges,
+    source_timestamp_ms,
+)
 from core.storage import checkpoint_location, table_location
 
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
-
-_RANGES_FIELD = "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Copy offsets [start, end) of one source partition."""
-
-    partition: int
-    start: int
-    end: int
 
 
 @dataclass(frozen=True)
@@ -120,39 +118,6 @@ class ReplicationSpec:
         return config
 
 
-def _timestamp_ms(group: JobGroup, name: str) -> int | None:
-    """kafka_consumer_task_group.<name> (a Timestamp) in epoch ms, None when unset."""
-    source = group.kafka_consumer_task_group
-    if not source.HasField(name):
-        return None
-    ms = int(getattr(source, name).ToMilliseconds())
-    if ms < 0:
-        raise InvalidJobGroup(f"kafka_consumer_task_group.{name}", ms, "must not be before 1970")
-    return ms
-
-
-def _offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
-    source = group.kafka_consumer_task_group
-    if not source.HasField("partition_offset_ranges"):
-        return ()
-    ranges: list[OffsetRange] = []
-    seen: set[int] = set()
-    for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
-        if r.end_offset < r.start_offset:
-            raise InvalidJobGroup(
-                f"{_RANGES_FIELD}[{i}].end_offset",
-                r.end_offset,
-                f"ends before its start_offset {r.start_offset}",
-            )
-        if r.partition in seen:
-            raise InvalidJobGroup(f"{_RANGES_FIELD}[{i}].partition", r.partition, "listed twice")
-        seen.add(r.partition)
-        ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
-    if not ranges:
-        raise InvalidJobGroup(_RANGES_FIELD, [], "set but empty")
-    return tuple(ranges)
-
-
 def _is_continuous(group: JobGroup, has_end: bool) -> bool:
     if not group.HasField("replication_task_group"):
         return not has_end
@@ -198,8 +163,8 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
             "a topic cannot be replicated onto itself",
         )
 
-    start_ms = _timestamp_ms(group, "start_timestamp")
-    end_ms = _timestamp_ms(group, "end_timestamp")
+    start_ms = source_timestamp_ms(group, "start_timestamp")
+    end_ms = source_timestamp_ms(group, "end_timestamp")
     if start_ms is not None and end_ms is not None and end_ms < start_ms:
         raise InvalidJobGroup(
             "kafka_consumer_task_group.end_timestamp",
@@ -212,7 +177,7 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
             end_ms,
             f"is in the future (now {now_ms}); a bounded copy needs an end that has passed",
         )
-    ranges = _offset_ranges(group)
+    ranges = source_offset_ranges(group)
     if ranges and (start_ms is not None or end_ms is not None):
         raise InvalidJobGroup(
             "kafka_consumer_task_group.partition_offset_ranges",
