@@ -67,8 +67,22 @@ public final class RangeFolds {
    * (minPartitions) is joined again, since a fold reads its partition in offset order.
    */
   public static List<FoldRange> planned(Dataset<Row> batch, String topic) {
-    RDD<?> rows = ((org.apache.spark.sql.classic.Dataset<Row>) batch).queryExecution().toRdd();
     List<FoldRange> ranges = new ArrayList<>();
+    for (KafkaOffsetRange range : kafkaRanges(batch, topic)) {
+      ranges.add(new FoldRange(topic, range.partition(), range.fromOffset(), range.untilOffset()));
+    }
+    return joined(ranges);
+  }
+
+  /**
+   * Spark's own offset ranges of the micro-batch {@code batch} of {@code topic}, as planned, in
+   * no particular order. Found in the batch's RDD lineage (foreachBatch hands over an RDD-backed
+   * frame). Throws {@link FoldException} when the batch reads anything but {@code topic}.
+   * The replication copy plans its tasks from these too.
+   */
+  public static List<KafkaOffsetRange> kafkaRanges(Dataset<Row> batch, String topic) {
+    RDD<?> rows = ((org.apache.spark.sql.classic.Dataset<Row>) batch).queryExecution().toRdd();
+    List<KafkaOffsetRange> ranges = new ArrayList<>();
     boolean found = false;
     Deque<RDD<?>> lineage = new ArrayDeque<>(List.of(rows));
     while (!lineage.isEmpty()) {
@@ -91,15 +105,14 @@ public final class RangeFolds {
         if (!range.topic().equals(topic)) {
           throw new FoldException("the micro-batch reads topic " + range.topic() + ", not " + topic);
         }
-        ranges.add(
-            new FoldRange(topic, range.partition(), range.fromOffset(), range.untilOffset()));
+        ranges.add(range);
       }
     }
     if (!found) {
       throw new FoldException(
           "the micro-batch has no Kafka source in its lineage: " + rows.toDebugString());
     }
-    return joined(ranges);
+    return ranges;
   }
 
   /** Adjoining ranges of a partition as one, in partition order, empty ones left out. */

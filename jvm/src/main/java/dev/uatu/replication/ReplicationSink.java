@@ -1,24 +1,16 @@
 package dev.uatu.replication;
 
-import java.util.ArrayDeque;
+import dev.uatu.fold.FoldException;
+import dev.uatu.fold.RangeFolds;
 import java.util.ArrayList;
-import java.util.Deque;
 import java.util.List;
-import org.apache.spark.Partition;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
-import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
-import org.apache.spark.sql.connector.read.InputPartition;
-import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
-import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
-import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
 import org.apache.spark.sql.kafka010.KafkaOffsetRange;
 import org.apache.spark.sql.types.StructType;
-import scala.Option;
-import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * The replication job's copy, called from Python ({@code jobs/replication/writer.py}) through
@@ -73,37 +65,13 @@ public final class ReplicationSink {
    * over an RDD-backed frame); reading them reads no record.
    */
   public static List<SourceRange> batchRanges(Dataset<Row> batch, String topic) {
-    RDD<?> rows = ((org.apache.spark.sql.classic.Dataset<Row>) batch).queryExecution().toRdd();
     List<SourceRange> ranges = new ArrayList<>();
-    boolean found = false;
-    Deque<RDD<?>> lineage = new ArrayDeque<>(List.of(rows));
-    while (!lineage.isEmpty()) {
-      RDD<?> rdd = lineage.pop();
-      if (!(rdd instanceof DataSourceRDD)) {
-        CollectionConverters.asJava(rdd.dependencies()).forEach(d -> lineage.push(d.rdd()));
-        continue;
-      }
-      found = true;
-      for (Partition partition : rdd.partitions()) {
-        Option<InputPartition> input = ((DataSourceRDDPartition) partition).inputPartition();
-        if (input.isEmpty()) {
-          continue;
-        }
-        if (!(input.get() instanceof KafkaBatchInputPartition kafka)) {
-          throw new ReplicationWriteException("the micro-batch reads " + input.get()
-              + ", not a Kafka offset range of " + topic);
-        }
-        KafkaOffsetRange range = kafka.offsetRange();
-        if (!range.topic().equals(topic)) {
-          throw new ReplicationWriteException(
-              "the micro-batch reads topic " + range.topic() + ", not " + topic);
-        }
+    try {
+      for (KafkaOffsetRange range : RangeFolds.kafkaRanges(batch, topic)) {
         ranges.add(new SourceRange(range.partition(), range.fromOffset(), range.untilOffset()));
       }
-    }
-    if (!found) {
-      throw new ReplicationWriteException(
-          "the micro-batch has no Kafka source in its lineage: " + rows.toDebugString());
+    } catch (FoldException notKafka) {
+      throw new ReplicationWriteException(notKafka.getMessage(), notKafka);
     }
     return ranges;
   }
