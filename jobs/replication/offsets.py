@@ -94,30 +94,31 @@ class PartitionReader:
         position = offset
         while position < self._high:
             self.fetches += 1
-            batch = self._consumer.consume(num_messages=100, timeout=10)
-            if not batch:
+            # One record at a time: consume(n) would wait out its timeout for n records near
+            # the end of the partition.
+            message = self._consumer.poll(10)
+            if message is None:
                 raise TranslationFailed(
                     f"destination {self._topic}[{self._partition}]: no record between offset "
                     f"{position} and the end offset {self._high} within 10 s"
                 )
-            for message in batch:
-                if message.error():
+            if message.error():
+                raise TranslationFailed(
+                    f"destination {self._topic}[{self._partition}]: {message.error()}"
+                )
+            at = message.offset()
+            assert at is not None  # a fetched record always has one
+            position = at + 1
+            headers = message.headers()
+            stamp = latest_stamp(list(headers) if isinstance(headers, list) else None)  # type: ignore[arg-type]
+            if stamp is not None and (stamp.cluster, stamp.topic) == self._source:
+                if stamp.partition != self._partition:
                     raise TranslationFailed(
-                        f"destination {self._topic}[{self._partition}]: {message.error()}"
+                        f"destination {self._topic}[{self._partition}] offset {at} came "
+                        f"from source partition {stamp.partition}; translation needs a "
+                        "partition-preserving copy"
                     )
-                at = message.offset()
-                assert at is not None  # a fetched record always has one
-                position = at + 1
-                headers = message.headers()
-                stamp = latest_stamp(list(headers) if isinstance(headers, list) else None)  # type: ignore[arg-type]
-                if stamp is not None and (stamp.cluster, stamp.topic) == self._source:
-                    if stamp.partition != self._partition:
-                        raise TranslationFailed(
-                            f"destination {self._topic}[{self._partition}] offset {at} came "
-                            f"from source partition {stamp.partition}; translation needs a "
-                            "partition-preserving copy"
-                        )
-                    return at, stamp
+                return at, stamp
         return None
 
 
