@@ -31,6 +31,7 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import audit_records, fold_partials
+from jobs.runtime.py4j import java_list, java_map, jvm_package
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
@@ -112,15 +113,15 @@ class AuditFolder:
         )
         self._settings = self._batch.settings(
             spark._jsparkSession,
-            _java_list(spark, [w.audit_type for w in spec.windows]),
-            _java_list(spark, [w.interval_seconds for w in spec.windows]),
+            java_list(spark, [w.audit_type for w in spec.windows]),
+            java_list(spark, [w.interval_seconds for w in spec.windows]),
             -1 if spec.allowed_lateness_seconds is None else spec.allowed_lateness_seconds,
             spec.hll_lg_config_k,
             projected._jdf,
             spec.needs_headers,
             keys_dir(spec),
         )
-        self._consumer = _java_map(spark, consumer_config(spec))
+        self._consumer = java_map(spark, consumer_config(spec))
 
     def fold(self, batch: DataFrame, batch_id: int) -> FoldedBatch | None:
         """Read and fold the batch's planned offset ranges now; None when it has none."""
@@ -180,27 +181,4 @@ class AuditFolder:
 
 
 def _jvm(spark: SparkSession):  # a py4j package view
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the audit fold needs a classic (JVM) Spark session"
-    package = jvm
-    for part in FOLD_PACKAGE.split("."):
-        package = getattr(package, part)
-    return package
-
-
-def _java_list(spark: SparkSession, items: list) -> object:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    result = jvm.java.util.ArrayList()
-    for item in items:
-        result.add(item)
-    return result
-
-
-def _java_map(spark: SparkSession, items: Mapping[str, str]) -> object:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    result = jvm.java.util.HashMap()
-    for key, value in items.items():
-        result.put(key, value)
-    return result
+    return jvm_package(spark, FOLD_PACKAGE, "the audit fold")

@@ -17,6 +17,7 @@ from core.errors import ConfigError
 from jobs.dispatch.faults import JVM_STEPS, Fault
 from jobs.dispatch.routing import HOL_MIN_ACKED, STATUS_CODES, TRAILER_CODES
 from jobs.dispatch.spec import DispatchSpec
+from jobs.runtime.py4j import java_map, jvm_package
 
 SOURCE_FORMAT = "dev.uatu.dispatch.DueRangeSource"
 PACKAGE = "dev.uatu.dispatch"
@@ -145,8 +146,8 @@ def check_clients(spark: SparkSession, config: str, cluster: str) -> bool:
 def end_offsets(spark: SparkSession, spec: DispatchSpec, topic: str) -> dict[int, int]:
     """The end offsets of `topic` now, as the dispatcher's consumer sees them (the last stable
     offsets with read_committed)."""
-    java_map = _jvm(spark).Dispatch.endOffsets(_java_map(spark, consumer_config(spec)), topic)
-    return {int(p): int(o) for p, o in dict(java_map).items()}
+    ends = _jvm(spark).Dispatch.endOffsets(java_map(spark, consumer_config(spec)), topic)
+    return {int(p): int(o) for p, o in dict(ends).items()}
 
 
 def crash(spark: SparkSession, where: str) -> None:
@@ -159,18 +160,4 @@ def close(spark: SparkSession) -> None:
 
 
 def _jvm(spark: SparkSession):  # a py4j package view
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the dispatcher needs a classic (JVM) Spark session"
-    package = jvm
-    for part in PACKAGE.split("."):
-        package = getattr(package, part)
-    return package
-
-
-def _java_map(spark: SparkSession, items: Mapping[str, str]) -> object:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    result = jvm.java.util.HashMap()
-    for key, value in items.items():
-        result.put(key, value)
-    return result
+    return jvm_package(spark, PACKAGE, "the dispatcher")

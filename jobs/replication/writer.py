@@ -37,6 +37,7 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from core.errors import ConfigError
 from jobs.replication.ranges import SourceRange
+from jobs.runtime.py4j import java_map, jvm_package
 
 ENCODED_FORMAT = "uatu.encoded.format"
 ENCODED_SCHEMA_VERSION = "uatu.encoded.schema.version"
@@ -122,7 +123,7 @@ class ContinuousCopy:
         self._java = _jvm(spark).ContinuousCopy(
             spark._jsparkSession,
             _copy_config(spark, config),
-            _java_map(spark, dict(sorted(starts.items()))),
+            java_map(spark, dict(sorted(starts.items()))),
             epoch_ms,
             max_tasks,
         )
@@ -203,11 +204,11 @@ def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
         config.source_cluster,
         config.source_topic,
         config.topic,
-        _java_map(spark, config.producer_config),
-        _java_map(spark, config.consumer_config),
-        _java_map(spark, config.source_consumer_config),
-        _java_map(spark, config.partition_map),
-        _java_map(spark, dict(config.extra_headers)),
+        java_map(spark, config.producer_config),
+        java_map(spark, config.consumer_config),
+        java_map(spark, config.source_consumer_config),
+        java_map(spark, config.partition_map),
+        java_map(spark, dict(config.extra_headers)),
         config.audit_interval_ms,
         config.scan_limit,
         config.source_timeout_ms,
@@ -223,19 +224,4 @@ def close_clients(spark: SparkSession) -> None:
 
 
 def _jvm(spark: SparkSession):  # a py4j package view
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the replication sink needs a classic (JVM) Spark session"
-    package = jvm
-    for part in SINK_PACKAGE.split("."):
-        package = getattr(package, part)
-    return package
-
-
-def _java_map(spark: SparkSession, items: Mapping) -> object:
-    """A java.util.LinkedHashMap with `items` in their order (py4j does not convert dicts)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    result = jvm.java.util.LinkedHashMap()
-    for key, value in items.items():
-        result.put(key, value)
-    return result
+    return jvm_package(spark, SINK_PACKAGE, "the replication sink")
