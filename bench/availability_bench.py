@@ -116,8 +116,9 @@ offset commits per second the consumer-lag evaluator gets through.
    committed offset of every group/partition equals the recorder's last, and every Burrow run
    caught up (within 600 s).
 
-The summary goes to stdout and var/bench/availability-bench-result.json, and a record of the
-run (commit, machine, arguments, figures) to
+The summary goes to stdout and var/bench/availability-bench-result.json (with the 1, 5 and
+15-minute load averages at the start and the end), and a record of the run (commit, machine,
+arguments, figures) to
 docs/benchmarks/availability-<UTC time>-<commit>.json. Nothing here asserts a duration; the
 exit status is 1 only when a check fails or a measurement is missing.
 """
@@ -1772,6 +1773,7 @@ def main(argv: list[str] | None = None) -> int:
     with work_dir("availability-", keep=args.keep) as workdir, contextlib.ExitStack() as late:
         say(f"bench dir {workdir}")
         started = time.monotonic()
+        result["load_average_at_start"] = os.getloadavg()  # 1, 5 and 15 minutes
         if args.only != "detection":
             broker: dict[str, Any] | None = None
             if args.replay:
@@ -1810,12 +1812,15 @@ def main(argv: list[str] | None = None) -> int:
                 d["summary"][k]["missing"] == 0 for k in ("first_failed", "all_failed")
             )
         result["seconds"] = time.monotonic() - started
+        result["load_average_at_end"] = os.getloadavg()
         write_latest(RESULT_PATH, result)
         if "throughput" in result:
             print_throughput(result["throughput"])
         if "detection" in result:
             print_detection(result["detection"])
-        say(f"bench took {result['seconds']:.0f} s; result written to {RESULT_PATH}")
+        loads = [f"{result[k][0]:.1f}" for k in ("load_average_at_start", "load_average_at_end")]
+        say(f"bench took {result['seconds']:.0f} s; 1-minute load average {' -> '.join(loads)}")
+        say(f"result written to {RESULT_PATH}")
         say(f"run recorded in {write_result('availability', result, args, argv=argv)}")
     return 0 if ok else 1
 
