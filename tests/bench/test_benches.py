@@ -14,6 +14,7 @@ import pytest
 from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
 from bench.availability_bench import (
     Recording,
+    against_burrow,
     burrow_behind,
     burrow_log_times,
     last_commits,
@@ -214,3 +215,14 @@ def test_the_bench_reads_burrows_start_and_its_consumer_start_from_its_log() -> 
     )
     assert burrow_log_times(log) == {"first_line": 100.5, "starting_consumers": 102.25}
     assert burrow_log_times('{"ts":1.0,"msg":"Started Burrow"}') == {"first_line": 1.0}
+
+
+def test_the_lag_evaluators_ratios_use_burrows_figures_of_the_same_run() -> None:
+    rows = [{"median_commits_per_s": 30_000.0}, {"median_commits_per_s": 5_000.0}]
+    against_burrow(rows, {"commits_per_s": 20_000.0, "commits_per_s_warm": 50_000.0})
+    assert [(r["x_burrow"], r["x_burrow_warm"]) for r in rows] == [(1.5, 0.6), (0.25, 0.1)]
+    # Not measured (--replay) or never caught up: no ratio, not one against a constant.
+    against_burrow(rows, None)
+    assert [(r["x_burrow"], r["x_burrow_warm"]) for r in rows] == [(None, None), (None, None)]
+    against_burrow(rows, {"commits_per_s": 20_000.0, "commits_per_s_warm": None})
+    assert [r["x_burrow_warm"] for r in rows] == [None, None]
