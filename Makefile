@@ -10,6 +10,7 @@ MVN         := mvn -q -B -f jvm/pom.xml
 PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 # `make test` runs its test files on this many pytest-xdist workers (one file stays on one
 # worker, so module fixtures are built once). Each worker has its own brokers and SparkSession;
 # most tests wait on a broker, a job process or a trigger, so two workers on two cores finish
@@ -197,8 +198,8 @@ bench-dispatch: setup grpc-sink ## benchmark: dispatcher job vs a hand-written d
 	$(PY) -m bench.dispatch_bench
 
 .PHONY: bench-availability
-bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s
-	$(PY) -m bench.availability_bench
+bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s vs Burrow (BENCH_ARGS="--only throughput": part 2 only)
+	$(PY) -m bench.availability_bench $(BENCH_ARGS)
 
 clean: ## remove build output and local data (keeps the venv and the jars)
 	rm -rf build var/warehouse var/checkpoints var/kafka var/demo
