@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from core.kafka_admin import create_partitions, create_topic
+from testing.polling import wait_for
 
 
 def _failed(code: int) -> Future[None]:
@@ -90,7 +91,12 @@ def test_create_and_grow_on_a_real_broker(kafka) -> None:
     assert again.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
 
     create_partitions(admin, NewPartitions(topic, 3))
-    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+    # The request is done when the controller has it; the broker's metadata follows a moment later.
+    wait_for(
+        lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3,
+        30,
+        "three partitions in the metadata",
+    )
     with pytest.raises(KafkaException) as same:
         create_partitions(admin, NewPartitions(topic, 3))
     assert same.value.args[0].code() == KafkaError.INVALID_PARTITIONS
