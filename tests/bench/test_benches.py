@@ -127,3 +127,97 @@ def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> No
     assert most_in_window(appended, 1000) == 3  # (0, 1000]: 500, 999, 1000
     assert most_in_window(appended, 10_000) == 7
     assert most_in_window(np.empty(0, dtype=np.int64), 1000) == 0
+
+
+def test_the_replication_bench_alternates_the_tools_order_from_round_to_round() -> None:
+    from bench.replication_bench import round_order, round_source_topic
+
+    assert [round_order(r) for r in (1, 2, 3, 4)] == [
+        ("spark", "mm2"),
+        ("mm2", "spark"),
+        ("spark", "mm2"),
+        ("mm2", "spark"),
+    ]
+    with pytest.raises(ValueError, match="from 1"):
+        round_order(0)
+    # Every round copies a topic of its own (MM2 would resume a copied one and find nothing).
+    topics = [round_source_topic(r) for r in (1, 2, 3)]
+    assert topics == ["bench-src", "bench-src-r2", "bench-src-r3"]
+
+
+def test_the_replication_bench_gives_mm2_the_jobs_producer_and_fetch_settings() -> None:
+    from bench.replication_bench import MM2_EXTRA, mm2_client_settings
+    from jobs.replication.job import SOURCE_FETCH_CONFIG
+
+    props = mm2_client_settings({"acks": "all"}, {"max.poll.records": "7"})
+    # MM2's cluster aliases are "source" and "target" (devservices.mirror_maker).
+    assert props == {
+        "target.producer.acks": "all",
+        "target.producer.max.in.flight.requests.per.connection": "5",
+        "source.consumer.max.poll.records": "7",
+    }
+    assert SOURCE_FETCH_CONFIG  # the bench's MM2 gets every fetch setting the job uses
+    for key, value in SOURCE_FETCH_CONFIG.items():
+        assert MM2_EXTRA[f"source.consumer.{key}"] == value
+
+
+def test_the_replication_bench_fails_an_mm2_run_whose_consumers_logged_other_settings() -> None:
+    from bench.replication_bench import fetch_settings_error, logged_fetch_settings
+
+    wanted = {"max.poll.records": "10000", "fetch.max.bytes": "33554432"}
+    good = {"max.poll.records": "10000", "fetch.max.bytes": "33554432", "client.id": "a"}
+    logged = logged_fetch_settings([good, {**good, "client.id": "b"}], wanted)
+    assert logged == {"max.poll.records": ["10000"], "fetch.max.bytes": ["33554432"]}
+    assert fetch_settings_error(logged, wanted) == ""
+    mixed = logged_fetch_settings([good, {**good, "max.poll.records": "500"}], wanted)
+    assert mixed["max.poll.records"] == ["10000", "500"]
+    assert "max.poll.records" in fetch_settings_error(mixed, wanted)
+    # No consumer config in the log at all is no proof either.
+    assert fetch_settings_error(logged_fetch_settings([], wanted), wanted)
+
+
+def test_the_replication_bench_takes_the_median_per_tool_and_the_ratio_of_the_medians() -> None:
+    from bench.replication_bench import CopyRun, CopyTiming, median_ratios, round_medians
+
+    def run(tool: str, rate: float, appended: float | None, done: float, exit_s: float | None):
+        return CopyRun(
+            tool,
+            "t",
+            1_000_000,
+            timing=CopyTiming(records_per_s=rate, launch_to_copied_s=done),
+            append_records_per_s=appended,
+            launch_to_exit_s=exit_s,
+        )
+
+    runs = [
+        run("spark", 300_000, 310_000, 16.0, 18.0),
+        run("mm2", 200_000, None, 6.0, None),
+        run("mm2", 260_000, 250_000, 7.0, None),
+        run("spark", 500_000, 330_000, 14.0, 17.0),
+        run("spark", 400_000, 320_000, 15.0, 20.0),
+    ]
+    medians = round_medians(runs)
+    assert medians["spark"] == {
+        "records_per_s": 400_000,
+        "append_records_per_s": 320_000,
+        "launch_to_copied_s": 15.0,
+        "launch_to_exit_s": 18.0,
+        "runs": 3,
+    }
+    # An even count: the mean of the middle two; a figure no run measured is left out.
+    assert medians["mm2"] == {
+        "records_per_s": 230_000,
+        "append_records_per_s": 250_000,
+        "launch_to_copied_s": 6.5,
+        "launch_to_exit_s": None,
+        "runs": 2,
+    }
+    ratios = median_ratios(medians)
+    assert ratios["polled"] == pytest.approx(400_000 / 230_000)
+    assert ratios["by_append"] == pytest.approx(320_000 / 250_000)
+    assert ratios["launch_to_done"] == pytest.approx(15.0 / 6.5)
+    assert median_ratios({"spark": medians["spark"]}) == {
+        "polled": None,
+        "by_append": None,
+        "launch_to_done": None,
+    }
