@@ -17,9 +17,9 @@ What is measured, in this order:
    idempotent, linger.ms=20, batch.size=1 MiB; see spec.producer_config). The smaller of the
    two is "the ceiling" of a copy on this machine.
 2. Cold backlog, --rounds R (default 2) rounds. Each round has a source topic of its own with
-   the same N records (round 1 ``bench-src``, then ``bench-src-r2``...: MM2 keeps its progress
-   in the destination and names its copy after the source, so it cannot copy one topic
-   twice), all produced before step 1. Round 1 runs the Spark job then MM2, round 2 MM2 then
+   the same N records (round 1 ``bench-src``, then ``bench-src-r2``...: MM2 names its copy
+   after the source, so one topic cannot be copied twice to one destination), all produced
+   before step 1. Round 1 runs the Spark job then MM2, round 2 MM2 then
    the job, and so on alternating; the tools never run at the same time.
    * The Spark job: a bounded copy (replicationTaskGroup.isContinuous=false) of the round's
      topic to ``copy-spark-r<round>``, run with ./spark-submit.sh (local[P] for P partitions,
@@ -30,7 +30,8 @@ What is measured, in this order:
      job's producer settings (max.in.flight 5), its source consumers the job's fetch settings
      (jobs.replication.job.SOURCE_FETCH_CONFIG: max.poll.records, max.partition.fetch.bytes,
      fetch.max.bytes, as ``source.consumer.*``), and its JVM the job's heap (2g, as -Xms and
-     -Xmx). MM2 logs the config of every consumer it creates; the bench reads back those of
+     -Xmx). Each MM2 run has its own Connect worker group and internal topics, as each Spark
+     run has its own checkpoint: no run starts from an earlier run's state. MM2 logs the config of every consumer it creates; the bench reads back those of
      its copying consumers (client.id ``...|replication-consumer``) into the result, and an
      MM2 run whose consumers did not all get the job's fetch settings fails. One difference
      is left: MM2's JVM runs the serial collector (devservices' Kafka JVMs all do), the job's
@@ -173,6 +174,22 @@ def mm2_client_settings(producer: Mapping[str, str], consumer: Mapping[str, str]
 
 
 MM2_EXTRA = mm2_client_settings(PRODUCER_SETTINGS, SOURCE_FETCH_CONFIG)
+
+
+def mm2_own_state(run: str) -> dict[str, str]:
+    """MM2 properties that give one MM2 run its own Connect worker group and internal topics
+    on the target (offsets, configs, status), named after `run`: a later run does not start
+    with an earlier run's connector and task configs, as each Spark run starts from its own
+    checkpoint."""
+    return {
+        f"{TARGET}.group.id": f"mm2-{run}",
+        **{
+            f"{TARGET}.{kind}.storage.topic": f"mm2-{kind}-{run}.internal"
+            for kind in ("offset", "config", "status")
+        },
+    }
+
+
 MM2_COPYING_CONSUMER = "replication-consumer"  # in the client.id of MM2's copying consumers
 
 HEADER = b"seq=%09d ts=%013d "  # 31 bytes
@@ -783,7 +800,7 @@ def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
         bench.destination.bootstrap_servers,
         re.escape(topic),
         tasks=bench.partitions,
-        extra=MM2_EXTRA,
+        extra={**MM2_EXTRA, **mm2_own_state(topic)},
         heap=JOB_HEAP,
         log_consumer_configs=True,  # the proof that MM2_EXTRA reached the consumers
     )

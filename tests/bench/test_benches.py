@@ -221,3 +221,18 @@ def test_the_replication_bench_takes_the_median_per_tool_and_the_ratio_of_the_me
         "by_append": None,
         "launch_to_done": None,
     }
+
+
+def test_each_mm2_run_of_the_replication_bench_gets_its_own_worker_group_and_topics() -> None:
+    from bench.replication_bench import mm2_own_state
+
+    first, second = mm2_own_state("bench-src"), mm2_own_state("bench-src-r2")
+    # Connect's worker settings of the flow come from the target cluster's properties.
+    assert set(first) == {
+        "target.group.id",
+        "target.offset.storage.topic",
+        "target.config.storage.topic",
+        "target.status.storage.topic",
+    }
+    assert not set(first.values()) & set(second.values())
+    assert len(set(first.values())) == 4
