@@ -31,11 +31,11 @@ What is measured, in this order:
      (jobs.replication.job.SOURCE_FETCH_CONFIG: max.poll.records, max.partition.fetch.bytes,
      fetch.max.bytes, as ``source.consumer.*``), and its JVM the job's heap (2g, as -Xms and
      -Xmx). Each MM2 run has its own Connect worker group and internal topics, as each Spark
-     run has its own checkpoint: no run starts from an earlier run's state. MM2 logs the config of every consumer it creates; the bench reads back those of
-     its copying consumers (client.id ``...|replication-consumer``) into the result, and an
-     MM2 run whose consumers did not all get the job's fetch settings fails. One difference
-     is left: MM2's JVM runs the serial collector (devservices' Kafka JVMs all do), the job's
-     the JVM's default, G1.
+     run has its own checkpoint: no run starts from an earlier run's state. Both JVMs run G1
+     (the job's by the JVM's default, MM2's as Kafka's own scripts start it). MM2 logs the
+     config of every consumer it creates; the bench reads back those of its copying
+     consumers (client.id ``...|replication-consumer``) into the result, and an MM2 run
+     whose consumers did not all get the job's fetch settings fails.
    For each run: launch-to-done wall time (launch until every record is in the destination;
    for the Spark job also until it exits), and copy throughput: the destination's record
    count is polled every 0.25 s, and throughput = records added between the first poll that
@@ -130,7 +130,7 @@ from bench._common import (
 from bench.kafka_perf import consumer_perf, producer_perf, producer_perf_args
 from core.paths import ROOT
 from core.processes import signal_group
-from devservices.kafka import KafkaCluster, start_cluster
+from devservices.kafka import G1_GC, KafkaCluster, start_cluster
 from devservices.mirror_maker import (
     SOURCE,
     TARGET,
@@ -802,6 +802,7 @@ def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
         tasks=bench.partitions,
         extra={**MM2_EXTRA, **mm2_own_state(topic)},
         heap=JOB_HEAP,
+        gc=G1_GC,  # the job's JVM runs the JVM's default, G1
         log_consumer_configs=True,  # the proof that MM2_EXTRA reached the consumers
     )
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from core.paths import VAR_DIR
 from devservices._service import LocalService, ServiceCli, ServiceError
-from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
+from devservices.kafka import DEFAULT_JARS_DIR, SERIAL_GC, jvm_command
 
 log = logging.getLogger("uatu.mirror_maker")
 
@@ -164,11 +164,16 @@ def render_properties(props: Mapping[str, str]) -> str:
 
 
 def mm2_command(
-    work_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, heap: str = DEFAULT_HEAP
+    work_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, heap: str = DEFAULT_HEAP, gc: str = SERIAL_GC
 ) -> list[str]:
     """argv of the MM2 JVM for the config and log4j files in ``work_dir``."""
     return jvm_command(
-        jars_dir, work_dir / "log4j.properties", MAIN_CLASS, str(config_path(work_dir)), heap=heap
+        jars_dir,
+        work_dir / "log4j.properties",
+        MAIN_CLASS,
+        str(config_path(work_dir)),
+        heap=heap,
+        gc=gc,
     )
 
 
@@ -185,11 +190,13 @@ def start_mirror_maker(
     extra: Mapping[str, str] | None = None,
     jars_dir: Path = DEFAULT_JARS_DIR,
     heap: str = DEFAULT_HEAP,
+    gc: str = SERIAL_GC,
     log_consumer_configs: bool = False,
 ) -> MirrorMakerProcess:
     """Write the config (see :func:`mm2_properties`) into ``work_dir`` and start MM2 on it.
 
-    ``heap`` sets the JVM's -Xms and -Xmx. With ``log_consumer_configs`` the log also holds
+    ``heap`` sets the JVM's -Xms and -Xmx, ``gc`` its collector (devservices.kafka.SERIAL_GC
+    or G1_GC). With ``log_consumer_configs`` the log also holds
     the ``ConsumerConfig values:`` block of every consumer MM2 creates (a page each), which
     :func:`logged_consumer_configs` reads back: the proof that ``<alias>.consumer.*``
     settings reached the consumers.
@@ -220,7 +227,7 @@ def start_mirror_maker(
         _log4j_properties(mm2.log_path, consumer_configs=log_consumer_configs)
     )
     log.info("starting MirrorMaker %s -> %s, topics %r", source_bootstrap, target_bootstrap, topics)
-    mm2.launch(mm2_command(mm2.dir, jars_dir, heap))
+    mm2.launch(mm2_command(mm2.dir, jars_dir, heap, gc))
     return mm2
 
 

@@ -236,3 +236,25 @@ def test_each_mm2_run_of_the_replication_bench_gets_its_own_worker_group_and_top
     }
     assert not set(first.values()) & set(second.values())
     assert len(set(first.values())) == 4
+
+
+def test_the_replication_bench_starts_mm2_with_the_jobs_heap_collector_and_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import replication_bench as rb
+    from devservices.kafka import G1_GC
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(rb, "start_mirror_maker", lambda *a, **kw: calls.append(kw))
+    cluster = type("Cluster", (), {"bootstrap_servers": "127.0.0.1:9"})()
+    bench = rb.Bench(tmp_path, cluster, cluster, 4, 200)  # type: ignore[arg-type]
+    rb.mirror_maker(bench, "bench-src")
+    (kw,) = calls
+    assert kw["heap"] == rb.JOB_HEAP == "2g"  # spark_job's driver memory
+    assert kw["gc"] == G1_GC
+    assert kw["tasks"] == 4
+    assert kw["log_consumer_configs"] is True
+    extra = kw["extra"]
+    assert isinstance(extra, dict)
+    assert extra["source.consumer.max.poll.records"] == "10000"
+    assert extra["target.group.id"] == "mm2-bench-src"

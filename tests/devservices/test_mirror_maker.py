@@ -24,9 +24,10 @@ from bench.kafka_perf import (
     parse_producer_output,
     producer_perf_args,
 )
-from devservices.kafka import start_cluster
+from devservices.kafka import G1_GC, SERIAL_GC, start_cluster
 from devservices.mirror_maker import (
     logged_consumer_configs,
+    mm2_command,
     mm2_properties,
     render_properties,
     start_mirror_maker,
@@ -198,6 +199,19 @@ def test_logged_consumer_configs_reads_each_block_and_keeps_the_named_clients() 
             "fetch.max.bytes": "33554432",
             "max.poll.records": "10000",
         }
+    ]
+
+
+def test_mm2_command_sets_both_heap_bounds_and_the_collector(tmp_path: Path) -> None:
+    default = mm2_command(tmp_path, tmp_path / "jars")
+    assert SERIAL_GC in default
+    assert {"-Xmx1g", "-Xms1g"} <= set(default)
+    sized = mm2_command(tmp_path, tmp_path / "jars", heap="2g", gc=G1_GC)
+    assert {"-Xmx2g", "-Xms2g", G1_GC} <= set(sized)
+    assert SERIAL_GC not in sized
+    assert sized[-2:] == [
+        "org.apache.kafka.connect.mirror.MirrorMaker",
+        str(tmp_path / "mm2.properties"),
     ]
 
 
