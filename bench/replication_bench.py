@@ -41,9 +41,9 @@ What is measured, in this order:
    count is polled every 0.25 s, and throughput = records added between the first poll that
    sees records and the poll that sees all N, over that time (JVM start, planning and topic
    discovery left out); also "by append", from the first to the last LogAppendTime of the
-   copy. The summary gives every run with its round, position and the 1-minute load average
-   at its launch, then per tool the median over the rounds of each figure, and the Spark /
-   MM2 ratios of those medians.
+   copy, and "from start": N over launch-to-done. The summary gives every run with its
+   round, position and the 1-minute load average at its launch, then per tool the median
+   over the rounds of each figure, and the Spark / MM2 ratios of those medians.
 3. Correctness of every copy: each round's source and each copy are read back per partition;
    a copy is exact when every destination partition holds its source partition's sequence
    numbers in the same order. Lost, duplicated and unexpected records are counted.
@@ -56,8 +56,10 @@ What is measured, in this order:
    tool, the job first, MM2 second (not alternated; MM2 with the same settings as in step 2).
 4b. Warm backlog (--warm-records, default 1,000,000; 0 skips it): before it is stopped, each
    continuously running tool is paused with SIGSTOP to its process group, that many records
-   are produced to its source topic, and it is resumed with SIGCONT. Throughput is measured as
-   in step 2, from the resume. Unlike step 2 the tool's JVM has already compiled its copy path
+   are produced to its source topic, and it is resumed with SIGCONT. Throughput "from the
+   resume": all of them over the time from SIGCONT to the poll that sees them all, so the wait
+   for the tool's next poll or micro-batch counts; also as in step 2 (from the first poll that
+   sees records) and by append. Unlike step 2 the tool's JVM has already compiled its copy path
    (in the steady phase), as a long-running replicator's has when a backlog builds up. The
    correctness check of step 3 covers the steady and the warm records together; the job's
    replication_stats of that run (step 6) count both.
@@ -415,6 +417,9 @@ class CopyTiming:
     first_count: int = 0
     launch_to_copied_s: float | None = None  # the poll that saw all of them
     records_per_s: float | None = None  # between those two polls
+    # All of them over launch (warm backlog: resume) to that poll: what waiting for the tool
+    # to start copying costs is in it.
+    from_start_records_per_s: float | None = None
     error: str = ""
 
 
@@ -439,6 +444,8 @@ def watch_copy(
             timing.launch_to_copied_s = now - launched
             span = timing.launch_to_copied_s - (timing.launch_to_first_s or 0.0)
             timing.records_per_s = (count - timing.first_count) / span if span > 0 else None
+            if timing.launch_to_copied_s > 0:
+                timing.from_start_records_per_s = count / timing.launch_to_copied_s
             return timing
         if not running() and counter.count() - already < n:
             timing.error = f"stopped with {count:,} of {n:,} records copied"
@@ -627,6 +634,7 @@ def report_copy(run: CopyRun) -> None:
     if run.error:
         say(f"  {run.tool} FAILED: {run.error}")
     rate = f"{t.records_per_s:,.0f} records/s" if t.records_per_s else "n/a"
+    rate += f" ({_rate(t.from_start_records_per_s)} from the start)"
     exit_part = ""
     if run.launch_to_exit_s is not None:
         exit_part = f", exit {run.exit_code} at {run.launch_to_exit_s:.1f} s"
@@ -1181,14 +1189,15 @@ def summarize(
     limit = min(consumer, producer)
     steady_lat = {r.tool: r.latency_ms for r in steady}
     print(
-        f"\n{'':36} {'records/s':>9} {'by append':>9} {'x ceiling':>9} {'launch->done':>13} "
+        f"\n{'':36} {'records/s':>9} {'by append':>9} {'from start':>10} {'x ceiling':>9} "
+        f"{'launch->done':>13} "
         f"{'lost':>5} {'dup':>5} {'backlog p99':>11} {'load 1m':>7}"
     )
     for label, rate in (
         ("consumer-perf ceiling (fetch)", consumer),
         ("producer-perf ceiling", producer),
     ):
-        print(f"{label:36} {_rate(rate):>9} {'':>9} {rate / limit:>8.2f}x")
+        print(f"{label:36} {_rate(rate):>9} {'':>9} {'':>10} {rate / limit:>8.2f}x")
     labels = {"spark": "Spark replication job", "mm2": "MirrorMaker 2"}
     rows = [(f"{labels[r.tool]}, cold r{r.round} ({ORDINAL[r.position]})", r) for r in backlog]
     rows += [(f"{labels[r.tool]}, warm backlog", r) for r in warm]
@@ -1200,6 +1209,7 @@ def summarize(
         c = run.check
         print(
             f"{label:36} {_rate(rate):>9} {_rate(run.append_records_per_s):>9} "
+            f"{_rate(run.timing.from_start_records_per_s):>10} "
             f"{_ratio(rate / limit if rate else None):>9} {done_text:>13} "
             f"{c.lost if c else 'n/a':>5} {c.duplicated if c else 'n/a':>5} "
             f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>11} "
@@ -1207,7 +1217,8 @@ def summarize(
         )
     print(
         "(records/s: polled destination count, first poll with records to the poll with all; by "
-        "append: first to last\n LogAppendTime of the copy; launch->done: until every record "
+        "append: first to last\n LogAppendTime of the copy; from start: all records over "
+        "launch->done; launch->done: until every record "
         "was in the destination, from the\n resume for a warm backlog, in brackets the job's "
         "exit; a warm backlog's lost/dup cover its whole steady topic; load 1m: at launch)"
     )
@@ -1234,7 +1245,13 @@ def summarize(
     if spark_run and mm2_run:
         polled = _ratio_of(spark_run.timing.records_per_s, mm2_run.timing.records_per_s)
         appended = _ratio_of(spark_run.append_records_per_s, mm2_run.append_records_per_s)
-        print(f"Spark / MM2 copy throughput, warm backlog: {polled} polled, {appended} by append")
+        resumed = _ratio_of(
+            spark_run.timing.from_start_records_per_s, mm2_run.timing.from_start_records_per_s
+        )
+        print(
+            f"Spark / MM2 copy throughput, warm backlog: {resumed} from the resume, {polled} "
+            f"polled from the first copied record, {appended} by append"
+        )
     spark_rate = medians.get("spark", {}).get("records_per_s")
     if spark_rate:
         print(

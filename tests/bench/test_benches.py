@@ -258,3 +258,31 @@ def test_the_replication_bench_starts_mm2_with_the_jobs_heap_collector_and_setti
     assert isinstance(extra, dict)
     assert extra["source.consumer.max.poll.records"] == "10000"
     assert extra["target.group.id"] == "mm2-bench-src"
+
+
+def test_the_replication_bench_times_a_copy_from_the_first_records_and_from_the_start() -> None:
+    import time
+
+    from bench.replication_bench import watch_copy
+
+    class Counter:
+        """The destination as polled: empty twice, then half the records, then all."""
+
+        def __init__(self, counts: list[int]) -> None:
+            self.counts = counts
+
+        def count(self) -> int:
+            return self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+
+    # 10 records were there before (a warm backlog's steady records): they do not count.
+    launched = time.monotonic()
+    timing = watch_copy(Counter([10, 10, 60, 110]), 100, launched, lambda: True, 60, already=10)  # type: ignore[arg-type]
+    assert timing.error == ""
+    assert timing.first_count == 50
+    assert timing.launch_to_first_s is not None and timing.launch_to_copied_s is not None
+    assert 0 < timing.launch_to_first_s < timing.launch_to_copied_s
+    span = timing.launch_to_copied_s - timing.launch_to_first_s
+    assert timing.records_per_s == pytest.approx(50 / span)
+    # From the start: all 100 over the whole wait, the empty polls included.
+    assert timing.from_start_records_per_s == pytest.approx(100 / timing.launch_to_copied_s)
+    assert timing.from_start_records_per_s < timing.records_per_s
