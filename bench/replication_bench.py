@@ -1332,6 +1332,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         "partitions": args.partitions,
         "rounds": args.rounds,
         "job_heap": JOB_HEAP,
+        "job_fetch_config": SOURCE_FETCH_CONFIG,
         "mm2_extra": MM2_EXTRA,
         "load_average": load,
         "ceiling": ceiling,
