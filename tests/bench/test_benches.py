@@ -286,3 +286,35 @@ def test_the_replication_bench_times_a_copy_from_the_first_records_and_from_the_
     # From the start: all 100 over the whole wait, the empty polls included.
     assert timing.from_start_records_per_s == pytest.approx(100 / timing.launch_to_copied_s)
     assert timing.from_start_records_per_s < timing.records_per_s
+
+
+def test_the_replication_summary_gives_each_round_the_medians_and_the_warm_resume_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.replication_bench import CopyRun, CopyTiming, summarize
+
+    def run(tool: str, rnd: int, pos: int, rate: float, done: float) -> CopyRun:
+        timing = CopyTiming(
+            records_per_s=rate, launch_to_copied_s=done, from_start_records_per_s=100 / done
+        )
+        return CopyRun(tool, "t", 100, timing=timing, round=rnd, position=pos, load_1m=2.5)
+
+    backlog = [
+        run("spark", 1, 1, 300.0, 20.0),
+        run("mm2", 1, 2, 200.0, 8.0),
+        run("mm2", 2, 1, 100.0, 10.0),
+        run("spark", 2, 2, 500.0, 30.0),
+    ]
+    # Warm: the job copies faster once it starts (polled) but starts later (from the resume).
+    warm = [run("spark", 0, 0, 900.0, 5.0), run("mm2", 0, 0, 300.0, 1.0)]
+    ceiling = {"consumer": {"fetch_records_per_s": 1000.0}, "producer": {"records_per_s": 800.0}}
+    summarize(ceiling, backlog, [], warm, [], {})
+    out = capsys.readouterr().out
+    assert "Spark replication job, cold r1 (1st)" in out
+    assert "MirrorMaker 2, cold r2 (1st)" in out
+    assert "Spark replication job, cold r2 (2nd)" in out
+    # Medians: job 400/s and 25 s, MM2 150/s and 9 s.
+    assert "Spark / MM2, cold backlog (ratio of the medians): 2.67x polled" in out
+    assert "launch->done 2.78x" in out
+    assert "warm backlog: 0.20x from the resume, 3.00x polled" in out
+    assert "Spark (median, cold) / ceiling: 0.50x" in out
