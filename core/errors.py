@@ -58,9 +58,9 @@ class TopicNotFound(InvalidJobGroup):
 
 
 class ClusterUnreachable(UatuError):
-    """The cluster did not answer a metadata request in time."""
-
-    exit_status = EXIT_BAD_INPUT
+    """The cluster did not answer a metadata request in time. Exit 1, not 2: the input may be
+    right and the cluster down for now, so a scheduler may retry (the control plane answers
+    UNAVAILABLE)."""
 
     def __init__(self, cluster: str, bootstrap_servers: str, detail: str) -> None:
         super().__init__(f"cluster {cluster!r} at {bootstrap_servers} did not answer: {detail}")

@@ -136,9 +136,14 @@ def test_bad_jobgroup_exits_2_naming_field_and_value(tmp_path, conf_dir, capsys,
 
 
 def test_unreachable_cluster_is_a_clear_error(tmp_path, conf_dir, capsys):
+    """Exit 1 (failed, may be retried), not 2 (bad input): the cluster may only be down."""
     status, err = run_main(tmp_path, conf_dir, VALID, capsys)
-    assert status == 2
+    assert status == 1
     assert "cluster 'local' at 127.0.0.1:9 did not answer" in err
+    assert len(err.splitlines()) == 1
+    # Nothing half-written: not even the warehouse or checkpoint roots exist.
+    assert not (tmp_path / "wh").exists()
+    assert not (tmp_path / "ck").exists()
 
 
 def test_missing_jobgroup_file(tmp_path, conf_dir, capsys):
@@ -266,7 +271,7 @@ def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(tmp_pat
     path.write_text(json.dumps(VALID))
     status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
     err = capfd.readouterr().err.strip()
-    assert status == 2
+    assert status == 1
     assert err.splitlines() == [err] and "cluster 'local' at 127.0.0.1:9 did not answer" in err
 
 

@@ -301,7 +301,8 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
     """Three brokers in zones a, b, c; the probe topic starts with one partition, led by
     broker 0, so the job must add partitions for brokers 1 and 2. While all are up every
     window shows every probe produced and read back, matching the probe records on the topic.
-    After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %."""
+    After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %;
+    started again, its probes succeed again in the same run, which then stops cleanly."""
     from devservices.kafka import start_cluster
 
     with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
@@ -370,6 +371,19 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
             survivors = rows(f"broker IN (0, 1) AND window_start = '{later}'")
             assert len(survivors) == 2
             assert all(r["produce_success_ratio"] == 1.0 for r in survivors), survivors
+
+            # The same run rides out the restart: broker 2's probes succeed again.
+            cluster.restart_broker(2)
+            back_at = datetime.fromtimestamp(time.time(), UTC).isoformat()
+
+            def back_window():
+                back = rows(
+                    f"broker = 2 AND produce_success_ratio = 1 AND window_start > '{back_at}'"
+                )
+                return [r for r in back if r["consumed"] == r["produced"] > 0] or None
+
+            back = wait_for(back_window, 90, "a window where broker 2 is healthy again")
+            assert back[0]["lost"] == 0 and back[0]["zone"] == "c"
 
 
 @pytest.mark.parametrize("probe_type", ["PROXY_PRODUCER", "PROXY_CONSUMER"])

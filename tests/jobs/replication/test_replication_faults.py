@@ -216,3 +216,48 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
     assert len(topics.topics[f"{topic}-copy"].partitions) == PARTITIONS
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
+
+
+def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest, tmp_path) -> None:
+    """A continuous copy; after the first wave has landed, the source's and the destination's
+    (only) brokers are restarted, then a second wave is produced. The job keeps going (Kafka's
+    clients retry; a failed batch is retried from the checkpoint) and, stopped with SIGTERM,
+    leaves an exact copy of both waves: every record once, in order, in its own partition."""
+    topic = f"rep-restart-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    first = dataset(300)
+    produce_records(kafka.bootstrap_servers, topic, first)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = group_json("restart", topic, f"{topic}-copy")
+    proc = submit_job(group, tmp_path, conf)
+    try:
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+                == len(first)
+            ),
+            300,
+            "the first wave copied",
+        )
+        kafka.restart_broker(0)
+        kafka_dest.restart_broker(0)
+        second = dataset(300, topic_tag="b")
+        produce_records(kafka.bootstrap_servers, topic, second)
+        total = len(first) + len(second)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS) >= total
+            ),
+            300,
+            f"{total} records at the destination",
+        )
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert status == 0, log_path(tmp_path, group).read_text()
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(first + second), copied, topic)
