@@ -19,8 +19,8 @@ What is measured, in this order:
 2. Cold backlog, --rounds R (default 2) rounds. Each round has a source topic of its own with
    the same N records (round 1 ``bench-src``, then ``bench-src-r2``...: MM2 names its copy
    after the source, so one topic cannot be copied twice to one destination), all produced
-   before step 1. Round 1 runs the Spark job then MM2, round 2 MM2 then
-   the job, and so on alternating; the tools never run at the same time.
+   before step 1. Round 1 runs the Spark job then MM2, round 2 MM2 then the job, and so on
+   alternating; the tools never run at the same time.
    * The Spark job: a bounded copy (replicationTaskGroup.isContinuous=false) of the round's
      topic to ``copy-spark-r<round>``, run with ./spark-submit.sh (local[P] for P partitions,
      one task slot per partition, on the same 2 cores; 2g driver = the whole job's JVM heap,
@@ -687,9 +687,8 @@ def round_order(round_no: int) -> tuple[str, ...]:
 
 
 def round_source_topic(round_no: int) -> str:
-    """Each round copies its own source topic holding the same N records: MM2 keeps its
-    progress in the destination's internal topics and names its copy after the source, so a
-    second MM2 run of one topic would find nothing left to copy."""
+    """Each round copies its own source topic holding the same N records: MM2 names its copy
+    after the source, so a second MM2 copy of one topic would land in the first's."""
     return SOURCE_TOPIC if round_no == 1 else f"{SOURCE_TOPIC}-r{round_no}"
 
 
@@ -801,7 +800,8 @@ def finish_check(
 
 def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
     """MM2 copying `topic` (same name on the destination) with the job's producer and source
-    fetch settings and the job's heap."""
+    fetch settings, the job's heap and collector, and its own worker group and internal
+    topics."""
     return start_mirror_maker(
         bench.workdir / f"mm2-{topic}",
         bench.source.bootstrap_servers,
