@@ -26,7 +26,8 @@ offset commits per second the consumer-lag evaluator gets through.
    var/bench/availability-job.log, the process's stderr (Spark, librdkafka) to
    var/bench/availability-stderr.log.
 
-2. throughput (the lag evaluator, in process, single thread, no broker while measuring).
+2. throughput (the lag evaluator in process, single thread; Burrow 1.2.1 on the same
+   recorded commits in the same run).
    Recording, on a 1-broker cluster: --groups consumer groups (default 200, bench-g000...)
    commit explicit offsets with confluent_kafka (`Consumer.commit(offsets=..., asynchronous=
    True)`, every callback awaited) for every partition of one of --topics topics of
@@ -53,21 +54,73 @@ offset commits per second the consumer-lag evaluator gets through.
       groups that committed in the batch)`, Burrow's incremental shape; (job) everything
       `_evaluate_groups` does in Python: the commit rows for Delta, `evaluate(now)` of every
       group, the lagging partitions, `job.status_rows`;
-   d. one `LagTracker.evaluate(now)` of every group with full windows (median of 5).
+   d. one `LagTracker.evaluate(now)` of every group with full windows (median of 5), now
+      being the stream's last commit time, and again at the wall clock after the run,
+      as Burrow evaluates (most windows then end long ago: other statuses).
 
    Out of the replay: Spark's Kafka source and the `collect()` of the batch, the head
    sampler's thread and its requests to Kafka, the next-record-time requests, and the Delta
    appends. `HeadHistory.at` alone is timed too (us per call). Each figure is the median of
-   --repeats runs, taken round-robin over the variants (best shown too). Commits/s = commit
-   records / seconds, against Burrow's published 40,000-50,000 offsets/s on 2 cores
-   (linkedin/Burrow#539, measured by KMinion's author; that figure includes Burrow's consuming
-   of `__consumer_offsets`, which this replay does not); the ratio uses 40,000. Checked: the
-   decoded commits equal the commits recorded, the broker's committed offsets equal the
-   recorder's last ones, and after every replay the tracker's newest committed offset of
-   every group/partition equals the recorder's last.
+   --repeats runs, taken round-robin over the variants (best shown too). The replays run
+   after the broker is stopped.
 
-The summary goes to stdout and var/bench/availability-bench-result.json, and a record of the
-run (commit, machine, arguments, figures) to
+   Before that, while the recording's broker still runs (not with --replay: no broker):
+
+   Burrow. --burrow-runs (default 3) cold runs and as many warm ones, alternating, each a
+   fresh Burrow 1.2.1 (`devservices.burrow.start_burrow` without its warm-up; one ZooKeeper
+   for their own state) with the job's evaluation window (intervals 10, min-distance 0), head
+   offsets fetched every second, in-memory storage (4 workers). Caught up: for every group
+   and partition, the newest commit in Burrow's storage (GET
+   /v3/kafka/<cluster>/consumer/<group>; not /lag, which answers from a 1 s cache) is the
+   stream's last commit of it, offset and commit time (`burrow_behind`). The bench polls the
+   group list every 0.1 s until every group is listed, then the groups one after another,
+   again from the first one behind every 0.1 s; the moment found is at most resolution_s
+   late (reported).
+   - cold (the figure of the summary): Burrow reads the recorded `__consumer_offsets` from
+     the beginning (`start-latest=false`), timed from its log line "starting consumers"
+     (its consumer module has its Kafka client and starts one partition consumer per
+     partition) to caught up; from its launch too. Commits/s = recorded commits / that time,
+     median of the runs. This includes starting the 50 partition consumers one after
+     another: each asks for its partition's oldest offset on the connection that carries
+     the fetches, so once the partitions started earlier are drained a start waits out a
+     fetch's long-poll (sarama's 250 ms). Burrow pays that on every start, and it can be
+     much of the time for a small stream.
+   - warm: Burrow reads a topic of its own (`offsets-topic`), empty, with as many partitions
+     as `__consumer_offsets`; once it lists a commit produced to the partition it starts last
+     (every partition consumer running: the start alone, reported), the recorded records
+     (same keys and values, each group's in the partition the broker chose for it, in
+     order) are produced to that topic from this process, and Burrow is timed from the first
+     one produced to caught up (the producing, which overlaps, is reported). This is Burrow
+     running, as the job's evaluator runs inside a running job.
+   Both include fetching from the broker, decoding and storing each commit with its lag
+   against the heads Burrow last fetched, on every core (Go, several goroutines; the broker
+   shares the 2 cores). Both exclude evaluation (Burrow evaluates a group when asked),
+   timed apart after each cold run: GET /lag of every group, one after another, 5 passes
+   right after the evaluator's cache expired (every group evaluated) and 5 at once again
+   (answered from the cache: HTTP and JSON only); the median of the paired differences is
+   the evaluation alone, to compare with d. at the wall clock (small next to HTTP: noisy).
+
+   e. the job's path with consumption: `__consumer_offsets` read from the beginning with
+      confluent_kafka (`consume()` of the largest --batch-sizes, each partition in order)
+      into b's work ("record") and c's job work ("job") until every partition's end (found
+      before the timer starts); median of --repeats. This is not the job's own Kafka path
+      (Spark's Kafka source, a JVM consumer, and the `collect()` to the driver), which is not
+      timed here; it shows what reading the records adds, as Burrow's figure includes it.
+
+   Commits/s = commit records / seconds. x Burrow = a row's commits/s / Burrow's cold
+   commits/s of this run, x warm the same against the warm run: a.-d. exclude consuming and
+   run on one Python thread, Burrow includes it and uses every core, so a. to c. flatter the
+   job and e. against warm is the like-for-like pair. Burrow's published
+   40,000-50,000 offsets/s on 2 cores (linkedin/Burrow#539, measured by KMinion's author on
+   another machine) is printed as a labelled reference only (x 40k). Checked: the decoded
+   commits equal the commits recorded, the broker's committed offsets and the stream's last
+   commits equal the recorder's last ones, after every replay and e. run the tracker's newest
+   committed offset of every group/partition equals the recorder's last, and every Burrow run
+   caught up (within 600 s).
+
+The summary goes to stdout and var/bench/availability-bench-result.json (with the 1, 5 and
+15-minute load averages at the start and the end), and a record of the run (commit, machine,
+arguments, figures) to
 docs/benchmarks/availability-<UTC time>-<commit>.json. Nothing here asserts a duration; the
 exit status is 1 only when a check fails or a measurement is missing.
 """
@@ -126,10 +179,10 @@ JOB_LOG = BENCH_DIR / "availability-job.log"
 STDERR_LOG = BENCH_DIR / "availability-stderr.log"
 DETECTION_TARGET_S = 30.0
 KMINION_ROUNDTRIP_SLA_S = 20.0
-BURROW_LOW, BURROW_HIGH = 40_000, 50_000  # offsets/s on 2 cores, linkedin/Burrow#539
+BURROW_PUBLISHED = 40_000  # offsets/s on 2 cores, linkedin/Burrow#539: a reference only
 PROBE_TOPIC = "bench-probe"
 STREAM_MAGIC = b"UATU-COMMIT-STREAM-1\n"
-QUICK = {"trials": 1, "commits": 20_000}  # --quick
+QUICK = {"trials": 1, "commits": 20_000, "burrow_runs": 1}  # --quick
 
 log = logging.getLogger("uatu.bench")
 
@@ -636,27 +689,24 @@ class Recording:
 
 
 def record_stream(
-    workdir: Path, n_commits: int, n_groups: int, n_topics: int, n_partitions: int
+    cluster: Any, n_commits: int, n_groups: int, n_topics: int, n_partitions: int
 ) -> Recording:
-    """Make the commits on a fresh 1-broker cluster and read `__consumer_offsets` back."""
-    cluster = start_cluster(workdir / "kafka-1", n_brokers=1)
-    try:
-        topics = [f"bench-lag-{t}" for t in range(n_topics)]
-        for topic in topics:
-            cluster.create_topic(topic, n_partitions)
-        say(f"broker up on {cluster.bootstrap_servers}; {n_groups} groups commit")
-        started = time.monotonic()
-        commits, last, heads, rounds = _commit_rounds(
-            cluster.bootstrap_servers, topics, n_partitions, n_groups, n_commits
-        )
-        commit_s = time.monotonic() - started
-        say(f"  {commits:,} commit records in {rounds} rounds, {commit_s:.1f} s; reading back")
-        started = time.monotonic()
-        records = _read_offsets_topic(cluster.bootstrap_servers)
-        read_s = time.monotonic() - started
-        say(f"  read {len(records):,} records of {OFFSETS_TOPIC} in {read_s:.1f} s")
-    finally:
-        cluster.stop()
+    """Make the commits on `cluster` (a fresh 1-broker cluster) and read `__consumer_offsets`
+    back."""
+    topics = [f"bench-lag-{t}" for t in range(n_topics)]
+    for topic in topics:
+        cluster.create_topic(topic, n_partitions)
+    say(f"broker up on {cluster.bootstrap_servers}; {n_groups} groups commit")
+    started = time.monotonic()
+    commits, last, heads, rounds = _commit_rounds(
+        cluster.bootstrap_servers, topics, n_partitions, n_groups, n_commits
+    )
+    commit_s = time.monotonic() - started
+    say(f"  {commits:,} commit records in {rounds} rounds, {commit_s:.1f} s; reading back")
+    started = time.monotonic()
+    records = _read_offsets_topic(cluster.bootstrap_servers)
+    read_s = time.monotonic() - started
+    say(f"  read {len(records):,} records of {OFFSETS_TOPIC} in {read_s:.1f} s")
     meta = {
         "groups": n_groups,
         "topics": n_topics,
@@ -667,6 +717,63 @@ def record_stream(
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     return Recording(records, commits, last, heads, meta)
+
+
+def on_the_broker(
+    workdir: Path,
+    cluster: Any,
+    rec: Recording,
+    batch_size: int,
+    repeats: int,
+    burrow_runs: int,
+    head_samples: int,
+) -> tuple[bool, dict[str, Any]]:
+    """What part 2 measures while the recording's broker still runs: Burrow's runs, then e.
+    (the job's path with consumption); returns (all checks passed, result)."""
+    ends = last_commits(rec)
+    flat = {(g, t, p): o for g, tps in ends.items() for (t, p), (o, _) in tps.items()}
+    ok = flat == rec.last
+    if not ok:
+        say("  MISMATCH: the stream's last commits != the recorder's last commits")
+    result: dict[str, Any] = {"stream_last_equals_recorded": ok}
+    if burrow_runs:
+        burrow = burrow_throughput(workdir, cluster, rec, ends, burrow_runs)
+        ok &= burrow["caught_up_runs"] == burrow["warm_caught_up_runs"] == burrow_runs
+        result["burrow"] = burrow
+    history, _ = head_history(rec, head_samples)
+    modes = (
+        ("record", "e. consume + decode + record"),
+        ("job", "e. consume + the job's per-batch work (all groups)"),
+    )
+    # One untimed read first (connections, the broker's first read of the segments), then
+    # round-robin over the two modes, as the replays.
+    consume_and_process(cluster.bootstrap_servers, rec, history, batch_size, "record")
+    runs: dict[str, list[float]] = {mode: [] for mode, _ in modes}
+    shape: dict[str, tuple[int, int]] = {}
+    correct = dict.fromkeys(runs, True)
+    for _ in range(repeats):
+        for mode, _label in modes:
+            seconds, tracker, batches, evaluated = consume_and_process(
+                cluster.bootstrap_servers, rec, history, batch_size, mode
+            )
+            runs[mode].append(seconds)
+            shape[mode] = (batches, evaluated)
+            correct[mode] &= tracker.committed() == rec.last
+    rows = []
+    for mode, label in modes:
+        batches, evaluated = shape[mode]
+        row = _rate_row(
+            label, f"consume-{mode}", batch_size, rec.commits, runs[mode], batches, evaluated
+        )
+        row["committed_offsets_match"] = correct[mode]
+        ok &= correct[mode]
+        rows.append(row)
+        say(
+            f"  {label:50} batch {batch_size:>6,}: {row['median_commits_per_s']:>10,.0f} "
+            f"commits/s, {batches} batches"
+        )
+    result["consume_rates"] = rows
+    return ok, result
 
 
 def _commit_rounds(
@@ -853,6 +960,409 @@ def _read_offsets_topic(bootstrap: str) -> list[tuple[bytes, bytes | None, int]]
     return [(key, value, ts) for ts, key, value in merged]
 
 
+# --- on the broker, after the recording: Burrow, and the job's path with consumption -------
+
+GroupEnds = dict[str, dict[tuple[str, int], tuple[int, int]]]
+
+
+def last_commits(rec: Recording) -> GroupEnds:
+    """group -> (topic, partition) -> (offset, commit ms) of the last commit the stream holds
+    for it (a tombstone removes it): what a reader of the whole stream ends up with."""
+    ends: GroupEnds = {}
+    for key, value, _ in rec.records:
+        try:
+            event = decode(key, value)
+        except UndecodableRecord:
+            continue
+        if isinstance(event, OffsetCommit):
+            group = ends.setdefault(event.group, {})
+            group[(event.topic, event.partition)] = (event.offset, event.commit_ms)
+        elif isinstance(event, OffsetDeleted):
+            ends.get(event.group, {}).pop((event.topic, event.partition), None)
+    return {g: tps for g, tps in ends.items() if tps}
+
+
+def burrow_behind(
+    topics: Any, expected: dict[tuple[str, int], tuple[int, int]]
+) -> list[tuple[str, int]]:
+    """The partitions of one group whose newest commit in Burrow's storage is not the
+    expected (offset, commit ms), sorted. `topics` is the ``topics`` member of Burrow's
+    consumer detail (``GET /v3/kafka/<cluster>/consumer/<group>``): topic -> one entry per
+    partition, each with ``offsets``, the partition's ring of commits oldest first with
+    null for empty slots (``{"offset", "timestamp", "lag"}``); None or missing when Burrow
+    has nothing for the group yet."""
+    behind = []
+    for topic, partition in sorted(expected):
+        entries = (topics or {}).get(topic) or []
+        entry = entries[partition] if partition < len(entries) else None
+        ring = [o for o in ((entry or {}).get("offsets") or []) if o is not None]
+        newest = (ring[-1]["offset"], ring[-1]["timestamp"]) if ring else None
+        if newest != expected[(topic, partition)]:
+            behind.append((topic, partition))
+    return behind
+
+
+def burrow_log_times(log_text: str) -> dict[str, float]:
+    """Epoch seconds of the moments the bench reads from Burrow's log (zap JSON lines, ``ts``
+    in epoch seconds): ``first_line`` (the process is up) and ``starting_consumers`` (its
+    consumer module has its client and starts one partition consumer per partition of the
+    offsets topic: the line ``"msg": "starting consumers"``). A moment not logged is
+    missing."""
+    times: dict[str, float] = {}
+    for line in log_text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("ts"), int | float):
+            continue
+        times.setdefault("first_line", float(entry["ts"]))
+        if entry.get("msg") == "starting consumers":
+            times.setdefault("starting_consumers", float(entry["ts"]))
+    return times
+
+
+def offset_commit_record(
+    group: str, topic: str, partition: int, offset: int, commit_ms: int
+) -> tuple[bytes, bytes]:
+    """Key and value of a commit record as a broker writes it to `__consumer_offsets`: key
+    version 1 (group, topic, partition), value version 1 (offset, no metadata, commit and
+    expire time)."""
+
+    def string(text: str) -> bytes:
+        data = text.encode()
+        return struct.pack(">h", len(data)) + data
+
+    key = struct.pack(">h", 1) + string(group) + string(topic) + struct.pack(">i", partition)
+    value = struct.pack(">hq", 1, offset) + string("") + struct.pack(">qq", commit_ms, commit_ms)
+    return key, value
+
+
+def _burrow_warm_run(
+    burrow_dir: Path, cluster: Any, zookeeper: str, rec: Recording, ends: GroupEnds
+) -> dict[str, Any]:
+    """A warm run: a fresh Burrow reads a topic of its own (`offsets-topic`), empty, with as
+    many partitions as `__consumer_offsets`, until it has started every partition consumer
+    (a commit record produced to the partition it starts last is listed); then the recorded
+    records (same keys and values, each group's in the partition the broker chose for it, in
+    their order) are produced to that topic at once, and Burrow is timed from the first one
+    produced until it has caught up."""
+    from devservices.burrow import BurrowError, BurrowSettings, offsets_partition, start_burrow
+
+    bootstrap = cluster.bootstrap_servers
+    topic = f"bench-offsets-copy-{burrow_dir.name}"
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warm-burrow"})
+    try:
+        metadata = probe.list_topics(OFFSETS_TOPIC, timeout=30)
+        partitions = len(metadata.topics[OFFSETS_TOPIC].partitions)
+        cluster.create_topic(topic, partitions)
+        # Every partition must answer for its offsets (have its leader) before Burrow starts:
+        # its consumer module gives up on the first one that does not.
+        deadline = time.monotonic() + 60
+        for p in range(partitions):
+            while True:
+                try:
+                    probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+    finally:
+        probe.close()
+    settings = BurrowSettings(intervals=LagSettings().intervals, offsets_topic=topic)
+    say(f"  warm Burrow: starting its partition consumers on {topic}, empty")
+    burrow = start_burrow(
+        burrow_dir, bootstrap, zookeeper, "bench", settings=settings, warm_up=False, timeout=60
+    )
+    run: dict[str, Any] = {"caught_up": False}
+    try:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        marker = "bench-warm-marker"
+        known_topic, _ = next(iter(next(iter(ends.values()))))
+        key, value = offset_commit_record(marker, known_topic, 0, 0, now_ms())
+        producer.produce(topic, value, key, partition=partitions - 1)
+        producer.flush(30)
+        started = None
+        deadline = time.monotonic() + 300
+        while started is None and time.monotonic() < deadline:
+            with contextlib.suppress(BurrowError):
+                if marker in burrow.groups():
+                    started = time.time()
+            time.sleep(0.1)
+        consumers = burrow_log_times((burrow.dir / "burrow.out").read_text(errors="replace")).get(
+            "starting_consumers"
+        )
+        run["start_s"] = None if started is None or consumers is None else started - consumers
+        if started is None:
+            say("  NOTE: the warm Burrow never listed its marker group")
+            return run
+        partition_of: dict[str, int] = {}
+        copies = []  # (key, value, partition), made before the timer starts
+        for k, v, _ in rec.records:
+            event = decode(k, v)
+            if isinstance(event, OffsetCommit | OffsetDeleted):
+                if event.group not in partition_of:
+                    partition_of[event.group] = offsets_partition(event.group, partitions)
+                copies.append((k, v, partition_of[event.group]))
+        first = time.time()
+        for k, v, partition in copies:
+            while True:
+                try:
+                    producer.produce(topic, v, k, partition=partition)
+                    break
+                except BufferError:  # the producer's queue is full: let it send
+                    producer.poll(0.05)
+        producer.flush(120)
+        run["produce_s"] = time.time() - first
+        done = wait_caught_up(burrow, ends, first, 600)
+        run["groups_behind"] = done.groups_behind
+        if done.at is not None:
+            run.update(
+                caught_up=True,
+                from_first_produced_s=done.at - first,
+                resolution_s=done.at - done.last_behind,
+            )
+            say(
+                f"  warm Burrow: partition consumers started in {seconds_text(run['start_s'])}; "
+                f"caught up {run['from_first_produced_s']:.1f} s after the first record produced "
+                f"(producing took {run['produce_s']:.1f} s; found within "
+                f"{run['resolution_s']:.2f} s)"
+            )
+    finally:
+        burrow.stop()
+    return run
+
+
+def burrow_throughput(
+    workdir: Path, cluster: Any, rec: Recording, ends: GroupEnds, runs: int
+) -> dict[str, Any]:
+    """Burrow 1.2.1 on the recorded stream (see the module docstring, part 2, Burrow): `runs`
+    cold runs and `runs` warm ones, alternating, each a fresh Burrow; one ZooKeeper."""
+    from devservices.zookeeper import start_zookeeper
+
+    commits = rec.commits
+    zookeeper = start_zookeeper(workdir / "zookeeper")
+    cold, warm = [], []
+    try:
+        for k in range(runs):
+            cold.append(
+                _burrow_run(
+                    workdir / f"burrow-{k}",
+                    cluster.bootstrap_servers,
+                    zookeeper.connect,
+                    ends,
+                    commits,
+                )
+            )
+            warm.append(
+                _burrow_warm_run(
+                    workdir / f"burrow-warm-{k}", cluster, zookeeper.connect, rec, ends
+                )
+            )
+    finally:
+        zookeeper.stop()
+    done = [r for r in cold if r["caught_up"]]
+    warm_done = [r for r in warm if r["caught_up"]]
+    summary: dict[str, Any] = {
+        "runs": cold,
+        "warm_runs": warm,
+        "caught_up_runs": len(done),
+        "warm_caught_up_runs": len(warm_done),
+        "median_start_s": median_or_none([r["start_s"] for r in warm if r.get("start_s")]),
+    }
+    for key in ("from_consumers_s", "from_launch_s", "from_first_group_s"):
+        values = [r[key] for r in done if r.get(key) is not None]
+        summary[f"median_{key}"] = median_or_none(values)
+    typical = summary["median_from_consumers_s"]
+    summary["commits_per_s"] = commits / typical if typical else None
+    from_launch = summary["median_from_launch_s"]
+    summary["commits_per_s_from_launch"] = commits / from_launch if from_launch else None
+    warm_s = median_or_none([r["from_first_produced_s"] for r in warm_done])
+    summary["median_warm_s"] = warm_s
+    summary["median_warm_produce_s"] = median_or_none([r["produce_s"] for r in warm_done])
+    summary["commits_per_s_warm"] = commits / warm_s if warm_s else None
+    for key in ("fresh_s", "cached_s", "evaluation_only_s"):
+        values = [r["evaluation"][key] for r in done if r.get("evaluation")]
+        summary[f"evaluation_median_{key}"] = median_or_none(values)
+    return summary
+
+
+@dataclass
+class CatchUp:
+    """When Burrow's storage held the last commit of every group and partition."""
+
+    at: float | None  # epoch s; None: not within the deadline
+    last_behind: float  # the last time a poll found something missing
+    first_group: float | None  # when the group list first had a group
+    groups_behind: int
+
+
+def wait_caught_up(burrow: Any, ends: GroupEnds, since: float, timeout_s: float) -> CatchUp:
+    """Poll `burrow` until its storage holds the last commits of `ends` (see the module
+    docstring: the group list every 0.1 s until every group is listed, then the groups one
+    after another, from the first one behind every 0.1 s)."""
+    from devservices.burrow import BurrowError
+
+    path = f"/v3/kafka/{burrow.cluster}/consumer"
+    pending = dict(ends)
+    first_group = None
+    last_behind = since
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # 1. every group listed (one cheap request)
+        try:
+            listed = set(burrow.groups())
+        except BurrowError:
+            listed = set()
+        if listed & set(ends) and first_group is None:
+            first_group = time.time()
+        if set(ends) <= listed:
+            break
+        last_behind = time.time()
+        time.sleep(0.1)
+    while pending and time.monotonic() < deadline:  # 2. every group's last commits
+        for group in sorted(pending):
+            asked = time.time()
+            try:
+                detail = burrow.get(f"{path}/{urllib.parse.quote(group, safe='')}")
+            except BurrowError:
+                detail = {}
+            if burrow_behind(detail.get("topics"), pending[group]):
+                last_behind = asked
+                break
+            del pending[group]
+        if pending:
+            time.sleep(0.1)
+    at = None if pending else time.time()
+    if pending:
+        say(f"  NOTE: Burrow did not catch up in {timeout_s:.0f} s ({len(pending)} groups behind)")
+    return CatchUp(at, last_behind, first_group, len(pending))
+
+
+def _burrow_run(
+    burrow_dir: Path, bootstrap: str, zookeeper: str, ends: GroupEnds, commits: int
+) -> dict[str, Any]:
+    """A cold run: a fresh Burrow reads the recorded `__consumer_offsets` from the beginning."""
+    from devservices.burrow import BurrowSettings, start_burrow
+
+    settings = BurrowSettings(intervals=LagSettings().intervals, expire_cache_s=1)
+    say(f"  Burrow on {bootstrap}: reading {commits:,} recorded commits from {OFFSETS_TOPIC}")
+    launched = time.time()
+    burrow = start_burrow(
+        burrow_dir, bootstrap, zookeeper, "bench", settings=settings, warm_up=False, timeout=60
+    )
+    run: dict[str, Any] = {"caught_up": False}
+    try:
+        run["http_up_s"] = time.time() - launched
+        done = wait_caught_up(burrow, ends, launched, 600)
+        times = burrow_log_times((burrow.dir / "burrow.out").read_text(errors="replace"))
+        run["groups_behind"] = done.groups_behind
+        if done.at is None:
+            return run
+        run["caught_up"] = True
+        consumers = times.get("starting_consumers")
+        run.update(
+            from_launch_s=done.at - launched,
+            from_consumers_s=None if consumers is None else done.at - consumers,
+            from_first_group_s=None if done.first_group is None else done.at - done.first_group,
+            resolution_s=done.at - done.last_behind,
+            consumers_after_launch_s=None if consumers is None else consumers - launched,
+        )
+        run["evaluation"] = _burrow_evaluations(burrow, sorted(ends), settings.expire_cache_s)
+        say(
+            f"  Burrow caught up {seconds_text(run['from_consumers_s'])} after 'starting "
+            f"consumers' ({seconds_text(run['from_launch_s'])} after launch, found within "
+            f"{run['resolution_s']:.2f} s); /lag of every group "
+            f"{run['evaluation']['fresh_s'] * 1000:.0f} ms (cached "
+            f"{run['evaluation']['cached_s'] * 1000:.0f} ms)"
+        )
+    finally:
+        burrow.stop()
+    return run
+
+
+def _burrow_evaluations(burrow: Any, groups: list[str], expire_cache_s: int) -> dict[str, Any]:
+    """GET /lag of every group, 5 times each way: fresh (after the evaluator's cache
+    expired: Burrow evaluates every group) and cached (at once again: HTTP and JSON only)."""
+    fresh: list[float] = []
+    cached: list[float] = []
+    statuses: Counter[str] = Counter()
+    partitions: Counter[str] = Counter()
+    for _ in range(5):
+        time.sleep(expire_cache_s + 0.5)
+        for runs in (fresh, cached):
+            started = time.perf_counter()
+            answers = [burrow.group_status(g, all_partitions=True) for g in groups]
+            runs.append(time.perf_counter() - started)
+        statuses = Counter(a.get("status") for a in answers)
+        partitions = Counter(p.get("status") for a in answers for p in a.get("partitions") or [])
+    return {
+        "groups": len(groups),
+        "group_partitions": sum(partitions.values()),
+        "fresh_runs_s": fresh,
+        "cached_runs_s": cached,
+        "fresh_s": median(fresh),
+        "cached_s": median(cached),
+        "evaluation_only_s": median(f - c for f, c in zip(fresh, cached, strict=True)),
+        "group_statuses": dict(statuses),
+        "partition_statuses": dict(partitions),
+    }
+
+
+def consume_and_process(
+    bootstrap: str, rec: Recording, history: HeadHistory, batch_size: int, mode: str
+) -> tuple[float, LagTracker, int, int]:
+    """Like `replay`, but the batches come from `__consumer_offsets` on the broker, read from
+    the beginning with confluent_kafka (`consume(batch_size)`, each partition in its order)
+    until every partition's end as of the start; the watermark requests that find the ends
+    are not timed."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-lag-consume",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = (
+            consumer.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions
+        )
+        ends = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=30)
+            if high > low:
+                ends[p] = (low, high)
+        tracker = LagTracker(LagSettings())
+        head_times = [ms for ms, _ in rec.heads]
+        batches = evaluated = 0
+        done: set[int] = set()
+        deadline = time.monotonic() + 300
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(OFFSETS_TOPIC, p, low) for p, (low, _) in ends.items()])
+        left = sum(high - low for low, high in ends.values())
+        while len(done) < len(ends):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{OFFSETS_TOPIC}: partitions {set(ends) - done} not read")
+            chunk = []
+            # Never more than is left: consume() waits out its timeout for a batch it cannot fill.
+            for m in consumer.consume(max(min(batch_size, left), 1), timeout=1):
+                if m.error() is not None:
+                    continue
+                p, offset = m.partition(), m.offset()
+                assert p is not None and offset is not None
+                chunk.append((m.key() or b"", m.value(), m.timestamp()[1]))
+                left -= 1
+                if offset + 1 >= ends[p][1]:
+                    done.add(p)
+            if chunk:
+                batches += 1
+                evaluated += process_batch(tracker, chunk, rec, history, head_times, mode)
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.close()
+    return seconds, tracker, batches, evaluated
+
+
 @dataclass
 class Replay:
     mode: str
@@ -907,73 +1417,95 @@ def replay(
     """One replay (mode "record", "affected" or "job"); returns seconds, the tracker, the
     number of batches and of group evaluations. Mirrors `job._evaluate_groups` per batch;
     the head sampler's thread is replaced by `history`, filled beforehand."""
-    from jobs.availability.job import status_rows
-
     tracker = LagTracker(LagSettings())
     records = rec.records
     head_times = [ms for ms, _ in rec.heads]
     batches = evaluated = 0
     started = time.perf_counter()
     for start in range(0, len(records), batch_size):
-        chunk = records[start : start + batch_size]
         batches += 1
-        events: list[OffsetCommit | OffsetDeleted] = []
-        for key, value, _ in chunk:
-            try:
-                event = decode(key, value)
-            except UndecodableRecord:
-                continue
-            if event is not None:
-                events.append(event)
-        batch_ms = max(ts for _, _, ts in chunk)
-        commits = [e for e in events if isinstance(e, OffsetCommit)]
-        # The job hands these to `HeadSampler.watch` (a Kafka request for new ones only).
-        _watch = tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
-        # `HeadHistory.latest()` as of the batch: the newest recorded heads by then.
-        at = bisect.bisect_right(head_times, batch_ms) - 1
-        tracker.refresh_heads(dict(rec.heads[at][1]) if at >= 0 else {})
-        stored = []
-        for event in events:
-            if isinstance(event, OffsetDeleted):
-                tracker.forget(event.group, event.topic, event.partition)
-                continue
-            head = history.at((event.topic, event.partition), event.commit_ms)
-            lag = max(head - event.offset, 0) if head is not None else None
-            commit = tracker.record(
-                event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
-            )
-            if mode == "job":
-                stored.append(
-                    {
-                        "cluster": "bench",
-                        "group": event.group,
-                        "topic": event.topic,
-                        "partition": event.partition,
-                        "offset": event.offset,
-                        "commit_time": datetime.fromtimestamp(event.commit_ms / 1000, tz=UTC),
-                        "lag": commit.lag,
-                    }
-                )
-        if mode == "affected":
-            evaluated += len(tracker.evaluate(batch_ms, {c.group for c in commits}))
-        elif mode == "job":
-            results = tracker.evaluate(batch_ms)
-            evaluated += len(results)
-            lagging = {
-                key: offset
-                for key, offset in tracker.committed().items()
-                if tracker.current_lag(key) > 0
-            }
-            # The job dates these with a Kafka read (next_record_times): left out here.
-            _positions = {(t, p): o for (_, t, p), o in lagging.items()}
-            status_rows("bench", datetime.fromtimestamp(batch_ms / 1000, tz=UTC), results, {})
+        evaluated += process_batch(
+            tracker, records[start : start + batch_size], rec, history, head_times, mode
+        )
     return time.perf_counter() - started, tracker, batches, evaluated
 
 
+def process_batch(
+    tracker: LagTracker,
+    chunk: list[tuple[bytes, bytes | None, int]],
+    rec: Recording,
+    history: HeadHistory,
+    head_times: list[int],
+    mode: str,
+) -> int:
+    """What `job._evaluate_groups` does with one batch of `__consumer_offsets` records (key,
+    value, timestamp ms), in mode "record", "affected" or "job"; returns the number of group
+    evaluations."""
+    from jobs.availability.job import status_rows
+
+    events: list[OffsetCommit | OffsetDeleted] = []
+    for key, value, _ in chunk:
+        try:
+            event = decode(key, value)
+        except UndecodableRecord:
+            continue
+        if event is not None:
+            events.append(event)
+    batch_ms = max(ts for _, _, ts in chunk)
+    commits = [e for e in events if isinstance(e, OffsetCommit)]
+    # The job hands these to `HeadSampler.watch` (a Kafka request for new ones only).
+    _watch = tracker.topic_partitions() | {(c.topic, c.partition) for c in commits}
+    # `HeadHistory.latest()` as of the batch: the newest recorded heads by then.
+    at = bisect.bisect_right(head_times, batch_ms) - 1
+    tracker.refresh_heads(dict(rec.heads[at][1]) if at >= 0 else {})
+    stored = []
+    for event in events:
+        if isinstance(event, OffsetDeleted):
+            tracker.forget(event.group, event.topic, event.partition)
+            continue
+        head = history.at((event.topic, event.partition), event.commit_ms)
+        lag = max(head - event.offset, 0) if head is not None else None
+        commit = tracker.record(
+            event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
+        )
+        if mode == "job":
+            stored.append(
+                {
+                    "cluster": "bench",
+                    "group": event.group,
+                    "topic": event.topic,
+                    "partition": event.partition,
+                    "offset": event.offset,
+                    "commit_time": datetime.fromtimestamp(event.commit_ms / 1000, tz=UTC),
+                    "lag": commit.lag,
+                }
+            )
+    if mode == "affected":
+        return len(tracker.evaluate(batch_ms, {c.group for c in commits}))
+    if mode == "job":
+        results = tracker.evaluate(batch_ms)
+        lagging = {
+            key: offset
+            for key, offset in tracker.committed().items()
+            if tracker.current_lag(key) > 0
+        }
+        # The job dates these with a Kafka read (next_record_times): left out here.
+        _positions = {(t, p): o for (_, t, p), o in lagging.items()}
+        status_rows("bench", datetime.fromtimestamp(batch_ms / 1000, tz=UTC), results, {})
+        return len(results)
+    return 0
+
+
 def throughput(
-    rec: Recording, batch_sizes: list[int], repeats: int, head_samples: int
+    rec: Recording,
+    batch_sizes: list[int],
+    repeats: int,
+    head_samples: int,
+    broker: dict[str, Any] | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Replays (a)-(d) of the module docstring; returns (all checks passed, result)."""
+    """Replays (a)-(d) of the module docstring, with `broker` (`on_the_broker`'s result:
+    Burrow and e.) added when the stream was recorded in this run; returns (all checks
+    passed, result)."""
     ok = True
     history, kept = head_history(rec, head_samples)
     say(
@@ -993,7 +1525,7 @@ def throughput(
         seconds, kinds = decode_all(rec.records)
         decode_runs.append(seconds)
     decoded = kinds["OffsetCommit"]
-    checks = {
+    checks: dict[str, Any] = {
         "decoded_commits": decoded,
         "recorded_commits": rec.commits,
         "decoded_equals_recorded": decoded == rec.commits,
@@ -1049,39 +1581,63 @@ def throughput(
         r.get("committed_offsets_match", True) for r in rows
     )
     end_ms = max(ts for _, _, ts in rec.records)
-    full_runs = []
-    results = []
-    for _ in range(5):
-        started = time.perf_counter()
-        results = final_tracker.evaluate(end_ms)
-        full_runs.append(time.perf_counter() - started)
-    partitions = sum(r.total_partitions for r in results)
-    statuses = Counter(r.status.name for r in results)
-    partition_statuses = Counter(p.status.name for r in results for p in r.partitions)
-    full: dict[str, Any] = {
-        "groups": len(results),
-        "group_partitions": partitions,
-        "median_s": median(full_runs),
-        "best_s": min(full_runs),
-        "groups_per_s": len(results) / median(full_runs),
-        "group_partitions_per_s": partitions / median(full_runs),
-        "group_statuses": dict(statuses),
-        "partition_statuses": dict(partition_statuses),
-    }
-    say(
-        f"  d. evaluate all {len(results)} groups ({partitions:,} partitions): "
-        f"{full['median_s'] * 1000:.1f} ms (best {full['best_s'] * 1000:.1f} ms); statuses "
-        f"{dict(statuses)}, partitions {dict(partition_statuses)}"
-    )
+    full = _full_evaluation(final_tracker, end_ms)
+    # As Burrow evaluates: at the wall clock, after the run (its statuses differ: the commits
+    # are older than their windows' spans by then).
+    full["at_wall_clock"] = _full_evaluation(final_tracker, None)
+    for label, f in (("stream's end", full), ("wall clock", full["at_wall_clock"])):
+        say(
+            f"  d. evaluate all {f['groups']} groups ({f['group_partitions']:,} partitions) at "
+            f"the {label}: {f['median_s'] * 1000:.1f} ms (best {f['best_s'] * 1000:.1f} ms); "
+            f"statuses {f['group_statuses']}, partitions {f['partition_statuses']}"
+        )
+    burrow = (broker or {}).get("burrow")
+    if broker is not None:
+        rows.extend(broker["consume_rates"])
+        checks["stream_last_equals_recorded"] = broker["stream_last_equals_recorded"]
+        checks["tracker_committed_equals_last"] = all(
+            r.get("committed_offsets_match", True) for r in rows
+        )
+    against_burrow(rows, burrow)
+    fresh = burrow["evaluation_median_fresh_s"] if burrow else None
+    only = burrow["evaluation_median_evaluation_only_s"] if burrow else None
+    full["burrow_lag_all_groups_s"] = fresh
+    full["burrow_evaluation_only_s"] = only
+    ours = full["at_wall_clock"]["median_s"]  # evaluated as Burrow evaluates
+    full["burrow_x_ours"] = fresh / ours if fresh else None
+    full["burrow_evaluation_only_x_ours"] = only / ours if only and only > 0 else None
     result = {
         "recording": rec.meta,
         "checks": checks,
         "head_samples_per_partition": kept,
         "head_at_us": head_at_us,
+        "burrow": burrow,
+        "burrow_published_offsets_per_s": BURROW_PUBLISHED,
         "rates": rows,
         "full_evaluation": full,
     }
     return ok, result
+
+
+def _full_evaluation(tracker: LagTracker, at_ms: int | None) -> dict[str, Any]:
+    """Five `tracker.evaluate(at_ms)` of every group (None: the wall clock at each); median."""
+    runs = []
+    results = []
+    for _ in range(5):
+        started = time.perf_counter()
+        results = tracker.evaluate(now_ms() if at_ms is None else at_ms)
+        runs.append(time.perf_counter() - started)
+    partitions = sum(r.total_partitions for r in results)
+    return {
+        "groups": len(results),
+        "group_partitions": partitions,
+        "median_s": median(runs),
+        "best_s": min(runs),
+        "groups_per_s": len(results) / median(runs),
+        "group_partitions_per_s": partitions / median(runs),
+        "group_statuses": dict(Counter(r.status.name for r in results)),
+        "partition_statuses": dict(Counter(p.status.name for r in results for p in r.partitions)),
+    }
 
 
 def _rate_row(
@@ -1103,39 +1659,87 @@ def _rate_row(
         "median_s": typical,
         "median_commits_per_s": rate,
         "best_commits_per_s": commits / best,
-        "x_burrow_40k": rate / BURROW_LOW,
-        "x_burrow_50k": rate / BURROW_HIGH,
+        "x_burrow_published_40k": rate / BURROW_PUBLISHED,
         "batches": batches,
         "group_evaluations": evaluated,
     }
 
 
+def against_burrow(rows: list[dict[str, Any]], burrow: dict[str, Any] | None) -> None:
+    """Set every row's ``x_burrow`` (its commits/s over Burrow's cold figure of the same run:
+    from "starting consumers") and ``x_burrow_warm`` (over Burrow's warm figure); None when
+    Burrow was not measured."""
+    for row in rows:
+        for key, rate in (
+            ("x_burrow", (burrow or {}).get("commits_per_s")),
+            ("x_burrow_warm", (burrow or {}).get("commits_per_s_warm")),
+        ):
+            row[key] = row["median_commits_per_s"] / rate if rate else None
+
+
+def _times(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio:.2f}"
+
+
 def print_throughput(result: dict[str, Any]) -> None:
     c = result["checks"]
+    b = result["burrow"]
+    print(f"\nlag evaluator, single thread, {c['decoded_commits']:,} commits")
+    if b and b["commits_per_s"]:
+        print(
+            f"Burrow 1.2.1, this run, same stream: {b['commits_per_s']:,.0f} commits/s from "
+            f"'starting consumers' to every group's last commit stored "
+            f"({b['median_from_consumers_s']:.1f} s, median of {b['caught_up_runs']} run(s)); "
+            f"{b['commits_per_s_from_launch']:,.0f}/s from its launch "
+            f"({b['median_from_launch_s']:.1f} s)"
+        )
+    if b and b["commits_per_s_warm"]:
+        print(
+            f"Burrow warm (its partition consumers started beforehand, on an empty copy topic, "
+            f"in {seconds_text(b['median_start_s'])}): {b['commits_per_s_warm']:,.0f} commits/s "
+            f"from the first record produced to caught up ({b['median_warm_s']:.1f} s; "
+            f"producing took {b['median_warm_produce_s']:.1f} s)"
+        )
+    else:
+        print("Burrow: not measured in this run (--replay, --burrow-runs 0, or it never caught up)")
     print(
-        f"\nlag evaluator, single thread, {c['decoded_commits']:,} commits replayed "
-        f"(Burrow: {BURROW_LOW:,}-{BURROW_HIGH:,}/s on 2 cores, linkedin/Burrow#539)"
-    )
-    print(
-        f"{'what':46} {'batch':>7} {'commits/s':>11} {'best':>11} {'x 40k':>6} {'x 50k':>6}"
-        f" {'+ms/batch':>10}"
+        f"{'what':52} {'batch':>7} {'commits/s':>11} {'best':>11} {'x Burrow':>9}"
+        f" {'x warm':>7} {'x 40k':>6} {'+ms/batch':>10}"
     )
     for r in result["rates"]:
         batch = f"{r['batch_records']:,}" if r["batch_records"] else ""
         extra = f"{r['extra_ms_per_batch']:.1f}" if "extra_ms_per_batch" in r else ""
         print(
-            f"{r['what']:46} {batch:>7} {r['median_commits_per_s']:>11,.0f} "
-            f"{r['best_commits_per_s']:>11,.0f} {r['x_burrow_40k']:>6.2f} {r['x_burrow_50k']:>6.2f}"
-            f" {extra:>10}"
+            f"{r['what']:52} {batch:>7} {r['median_commits_per_s']:>11,.0f} "
+            f"{r['best_commits_per_s']:>11,.0f} {_times(r.get('x_burrow')):>9} "
+            f"{_times(r.get('x_burrow_warm')):>7} "
+            f"{r['x_burrow_published_40k']:>6.2f} {extra:>10}"
         )
     f = result["full_evaluation"]
     print(
         f"d. one evaluation of all {f['groups']} groups ({f['group_partitions']:,} partitions): "
-        f"{f['median_s'] * 1000:.1f} ms, {f['group_partitions_per_s']:,.0f} partitions/s"
+        f"{f['median_s'] * 1000:.1f} ms, {f['group_partitions_per_s']:,.0f} partitions/s; at the "
+        f"wall clock, as Burrow evaluates: {f['at_wall_clock']['median_s'] * 1000:.1f} ms"
+    )
+    if b and b.get("evaluation_median_fresh_s") is not None:
+        print(
+            f"   Burrow, GET /lag of every group: {b['evaluation_median_fresh_s'] * 1000:.1f} ms "
+            f"evaluated, {b['evaluation_median_cached_s'] * 1000:.1f} ms from its cache (HTTP "
+            f"and JSON only), so the evaluation alone "
+            f"{b['evaluation_median_evaluation_only_s'] * 1000:.1f} ms; Burrow / ours at the "
+            f"wall clock ({f['at_wall_clock']['median_s'] * 1000:.1f} ms): "
+            f"{f['burrow_x_ours']:.2f} with HTTP, {_times(f['burrow_evaluation_only_x_ours'])} "
+            "without"
+        )
+    print(
+        "commits/s: median of the runs; x Burrow: against Burrow's commits/s of this run (it "
+        "consumes from the broker: compare with the e. rows); x warm: against the warm Burrow; "
+        "+ms/batch: what the evaluation adds to each batch (the job evaluates every group "
+        "every micro-batch)"
     )
     print(
-        "commits/s: median of the runs; x 40k / x 50k: against Burrow's figure; +ms/batch: what "
-        "the evaluation adds to each batch (the job evaluates every group every micro-batch)"
+        f"x 40k: reference only, Burrow's published {BURROW_PUBLISHED:,}-50,000 offsets/s on 2 "
+        "cores (linkedin/Burrow#539, another machine), not measured here"
     )
     print(
         f"checks: decoded = recorded commits: {c['decoded_equals_recorded']}; tracker's committed "
@@ -1165,7 +1769,12 @@ def main(argv: list[str] | None = None) -> int:
         help="head samples per partition in the replayed HeadHistory (default: what the job "
         "keeps after 5 minutes)",
     )
-    parser.add_argument("--replay", type=Path, help="replay this saved stream, record nothing")
+    parser.add_argument(
+        "--burrow-runs", type=int, default=3, help="Burrows reading the recorded stream; median"
+    )
+    parser.add_argument(
+        "--replay", type=Path, help="replay this saved stream, record nothing (no Burrow)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (brokers' data)")
     args = parse_args(parser, argv, QUICK)
     trials, n_commits = args.trials, args.commits
@@ -1176,17 +1785,36 @@ def main(argv: list[str] | None = None) -> int:
     with work_dir("availability-", keep=args.keep) as workdir, contextlib.ExitStack() as late:
         say(f"bench dir {workdir}")
         started = time.monotonic()
+        result["load_average_at_start"] = os.getloadavg()  # 1, 5 and 15 minutes
         if args.only != "detection":
+            broker: dict[str, Any] | None = None
             if args.replay:
                 rec = Recording.load(args.replay)
-                say(f"loaded {len(rec.records):,} records from {args.replay}")
+                say(f"loaded {len(rec.records):,} records from {args.replay}; no broker, so no")
+                say("  Burrow and no consuming (2e) in this run")
             else:
-                rec = record_stream(workdir, n_commits, args.groups, args.topics, args.partitions)
-                rec.save(stream_path)
-                size = stream_path.stat().st_size / 2**20
-                say(f"  saved to {stream_path} ({size:.1f} MiB)")
+                cluster = start_cluster(workdir / "kafka-1", n_brokers=1)
+                try:
+                    rec = record_stream(
+                        cluster, n_commits, args.groups, args.topics, args.partitions
+                    )
+                    rec.save(stream_path)
+                    size = stream_path.stat().st_size / 2**20
+                    say(f"  saved to {stream_path} ({size:.1f} MiB)")
+                    part_ok, broker = on_the_broker(
+                        workdir,
+                        cluster,
+                        rec,
+                        max(batch_sizes),
+                        args.repeats,
+                        args.burrow_runs,
+                        args.head_samples,
+                    )
+                    ok &= part_ok
+                finally:
+                    cluster.stop()
             part_ok, result["throughput"] = throughput(
-                rec, batch_sizes, args.repeats, args.head_samples
+                rec, batch_sizes, args.repeats, args.head_samples, broker
             )
             ok &= part_ok
         if args.only != "throughput":
@@ -1196,12 +1824,15 @@ def main(argv: list[str] | None = None) -> int:
                 d["summary"][k]["missing"] == 0 for k in ("first_failed", "all_failed")
             )
         result["seconds"] = time.monotonic() - started
+        result["load_average_at_end"] = os.getloadavg()
         write_latest(RESULT_PATH, result)
         if "throughput" in result:
             print_throughput(result["throughput"])
         if "detection" in result:
             print_detection(result["detection"])
-        say(f"bench took {result['seconds']:.0f} s; result written to {RESULT_PATH}")
+        loads = [f"{result[k][0]:.1f}" for k in ("load_average_at_start", "load_average_at_end")]
+        say(f"bench took {result['seconds']:.0f} s; 1-minute load average {' -> '.join(loads)}")
+        say(f"result written to {RESULT_PATH}")
         say(f"run recorded in {write_result('availability', result, args, argv=argv)}")
     return 0 if ok else 1
 

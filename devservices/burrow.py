@@ -47,6 +47,9 @@ The knobs :func:`start_burrow` writes, with their Burrow defaults (``[section] n
                                                            Burrows call it group-denylist)
 ``[consumer.X] group-whitelist``       none                regexp of the only groups to keep
                                                            (later: group-allowlist)
+``[consumer.X] offsets-topic``         __consumer_offsets  the topic of commit records it
+                                                           reads (a bench points it at a
+                                                           topic of its own)
 ``[storage.default] intervals``        10                  commits kept per partition: the
                                                            evaluation window
 ``[storage.default] min-distance``     0 s                 a commit sooner than this after
@@ -123,6 +126,7 @@ class BurrowSettings:
     minimum_complete: float = 0.0
     group_denylist: str | None = None
     group_allowlist: str | None = None
+    offsets_topic: str = _OFFSETS_TOPIC
     kafka_version: str = KAFKA_VERSION
     log_level: str = "info"
 
@@ -306,6 +310,7 @@ cluster={_str(s.cluster)}
 servers={json.dumps(servers)}
 client-profile="uatu"
 start-latest=false
+offsets-topic={_str(s.offsets_topic)}
 {groups}
 [httpserver.default]
 address={_str(f"{HOST}:{burrow.port}")}

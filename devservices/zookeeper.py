@@ -34,7 +34,9 @@ class ZooKeeperError(ServiceError):
 
 
 class ZooKeeper(LocalService):
-    """One ZooKeeper JVM serving clients on ``port``; ready once it answers ``ruok``."""
+    """One ZooKeeper JVM serving clients on ``port``; ready once ``srvr`` shows it serving
+    (``ruok`` answers ``imok`` as soon as the port listens, while the server is still loading
+    its data and closes every session: a client connecting then fails)."""
 
     error = ZooKeeperError
     ready_timeout = READY_TIMEOUT_S
@@ -49,21 +51,34 @@ class ZooKeeper(LocalService):
         return f"{HOST}:{self.port}"
 
     def ready(self) -> bool:
+        return serving(self._four_letter(b"srvr"))
+
+    def _four_letter(self, command: bytes) -> bytes:
+        """The whole answer to a four-letter command; empty when the port does not answer."""
+        answer = b""
         try:
             with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
-                sock.sendall(b"ruok")
-                return sock.recv(4) == b"imok"
+                sock.sendall(command)
+                while chunk := sock.recv(4096):
+                    answer += chunk
         except OSError:
-            return False
+            pass
+        return answer
 
     def describe(self) -> str:
         return self.connect
 
 
+def serving(srvr_answer: bytes) -> bool:
+    """True if an answer to ``srvr`` is the server's statistics (with its ``Mode:``), not
+    "This ZooKeeper instance is not currently serving requests" or nothing."""
+    return b"\nMode: " in srvr_answer
+
+
 def start_zookeeper(
     server_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, port: int = 0
 ) -> ZooKeeper:
-    """Start ZooKeeper on ``port`` (0: a free one); returns once it answers `ruok` with `imok`.
+    """Start ZooKeeper on ``port`` (0: a free one); returns once it serves (see `ZooKeeper`).
 
     Raises :class:`ZooKeeperError` with the tail of its output if it exits or does not answer
     in time; it is stopped in that case.
@@ -79,7 +94,7 @@ def start_zookeeper(
         "tickTime=2000\n"
         "maxClientCnxns=0\n"
         "admin.enableServer=false\n"
-        "4lw.commands.whitelist=ruok\n"
+        "4lw.commands.whitelist=ruok,srvr\n"
     )
     log4j = zookeeper.dir / "log4j.properties"
     log4j.write_text(

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from core.faults import ENV as FAULT_ENV
 from core.paths import ROOT
+from core.processes import signal_group
 
 # Variables of the test process a job run must not inherit.
 _NOT_INHERITED = (FAULT_ENV, "UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE")
@@ -76,10 +79,36 @@ def run_job(
     try:
         status = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     return status, log_path(workdir, group).read_text(errors="replace")
+
+
+@contextmanager
+def running_job(
+    group: Mapping,
+    workdir: Path,
+    conf_dir: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen]:
+    """`submit_job` for the length of the block. However the block ends, the job's whole
+    process group is gone afterwards (SIGKILL if it still runs): a failed test leaks no job."""
+    proc = submit_job(group, workdir, conf_dir, *args, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def stop_job(proc: subprocess.Popen, timeout_s: float = 120) -> int:
+    """SIGTERM a streaming job (it finishes its batch and stops its query) and return its exit
+    status; subprocess.TimeoutExpired if it has not exited within `timeout_s`."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout_s)
 
 
 def committed_batch(table_path: Path | str) -> int | None:

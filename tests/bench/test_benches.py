@@ -1,9 +1,10 @@
-"""The benches' entry points (`python -m bench.<module> --help`) and the audit bench's pure parts:
-its JobGroup and its summary."""
+"""The benches' entry points (`python -m bench.<module> --help`) and their pure parts: the audit
+bench's JobGroup and summary, the availability bench's reading of Burrow."""
 
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,18 @@ from pathlib import Path
 import pytest
 
 from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
+from bench.availability_bench import (
+    Recording,
+    against_burrow,
+    burrow_behind,
+    burrow_log_times,
+    last_commits,
+    offset_commit_record,
+)
 from bench.kafka_perf import parse_consumer_output
 from bench.startup_bench import start_up_phases
 from core.paths import ROOT
+from jobs.availability.lag.offsets_topic import OffsetCommit, decode
 from jobs.runtime import template
 
 
@@ -318,3 +328,92 @@ def test_the_replication_summary_gives_each_round_the_medians_and_the_warm_resum
     assert "launch->done 2.78x" in out
     assert "warm backlog: 0.20x from the resume, 3.00x polled" in out
     assert "Spark (median, cold) / ceiling: 0.50x" in out
+
+
+def _commit(group: str, topic: str, partition: int, offset: int, ms: int) -> tuple:
+    return (*offset_commit_record(group, topic, partition, offset, ms), ms)
+
+
+def test_the_bench_writes_commit_records_as_the_broker_does() -> None:
+    key, value = offset_commit_record("g", "t", 3, 42, 1_000)
+    assert decode(key, value) == OffsetCommit("g", "t", 3, 42, 1_000)
+    assert key == b"\x00\x01" + b"\x00\x01g" + b"\x00\x01t" + struct.pack(">i", 3)
+
+
+def test_the_last_commits_of_a_stream_are_each_partitions_newest_and_tombstones_remove_them() -> (
+    None
+):
+    g2_key = _commit("g2", "t", 0, 0, 0)[0]
+    records = [
+        _commit("g1", "t", 0, 5, 1000),
+        _commit("g1", "t", 1, 7, 1001),
+        _commit("g2", "t", 0, 3, 1002),
+        _commit("g1", "t", 0, 4, 1003),  # a commit back: still the newest
+        (g2_key, None, 1004),  # g2's offset deleted: g2 has nothing left
+        _commit("g3", "u", 2, 9, 1005),
+    ]
+    rec = Recording(records, len(records) - 1, {}, [], {})
+    assert last_commits(rec) == {
+        "g1": {("t", 0): (4, 1003), ("t", 1): (7, 1001)},
+        "g3": {("u", 2): (9, 1005)},
+    }
+
+
+def _ring(*commits: tuple[int, int] | None) -> dict:
+    return {
+        "offsets": [
+            None if c is None else {"offset": c[0], "timestamp": c[1], "lag": 0} for c in commits
+        ],
+        "owner": "",
+    }
+
+
+def test_burrow_is_behind_on_a_partition_until_its_newest_commit_is_the_last_one_made() -> None:
+    expected = {
+        ("t", 0): (10, 1000),
+        ("t", 1): (20, 2000),
+        ("t", 2): (30, 3000),
+        ("u", 0): (5, 500),
+    }
+    topics = {
+        "t": [
+            _ring(None, (9, 900), (10, 1000)),  # newest = the last commit: caught up
+            _ring((20, 1999), None),  # same offset, an earlier commit (a stalled group)
+            _ring((30, 3000), (29, 2900)),  # the last commit is not the newest one
+        ],
+        "u": [_ring(None, None)],  # no commit stored yet
+    }
+    assert burrow_behind(topics, expected) == [("t", 1), ("t", 2), ("u", 0)]
+    topics["t"][1] = _ring((19, 1900), (20, 2000))
+    topics["t"][2] = _ring((29, 2900), (30, 3000))
+    topics["u"][0] = _ring((5, 500))
+    assert burrow_behind(topics, expected) == []
+    # A group Burrow has not stored, or a partition it does not list yet.
+    assert burrow_behind(None, expected) == sorted(expected)
+    assert burrow_behind({"t": topics["t"][:1]}, expected) == [("t", 1), ("t", 2), ("u", 0)]
+
+
+def test_the_bench_reads_burrows_start_and_its_consumer_start_from_its_log() -> None:
+    log = "\n".join(
+        [
+            "Reading configuration from /x",
+            '{"level":"info","ts":100.5,"msg":"Started Burrow"}',
+            '{"level":"info","ts":101.0,"msg":"starting","type":"module"}',
+            '{"level":"info","ts":102.25,"msg":"starting consumers","count":50}',
+            '{"level":"info","ts":103.0,"msg":"starting consumers","count":50}',
+            "Burrow failed at ...",
+        ]
+    )
+    assert burrow_log_times(log) == {"first_line": 100.5, "starting_consumers": 102.25}
+    assert burrow_log_times('{"ts":1.0,"msg":"Started Burrow"}') == {"first_line": 1.0}
+
+
+def test_the_lag_evaluators_ratios_use_burrows_figures_of_the_same_run() -> None:
+    rows = [{"median_commits_per_s": 30_000.0}, {"median_commits_per_s": 5_000.0}]
+    against_burrow(rows, {"commits_per_s": 20_000.0, "commits_per_s_warm": 50_000.0})
+    assert [(r["x_burrow"], r["x_burrow_warm"]) for r in rows] == [(1.5, 0.6), (0.25, 0.1)]
+    # Not measured (--replay) or never caught up: no ratio, not one against a constant.
+    against_burrow(rows, None)
+    assert [(r["x_burrow"], r["x_burrow_warm"]) for r in rows] == [(None, None), (None, None)]
+    against_burrow(rows, {"commits_per_s": 20_000.0, "commits_per_s_warm": None})
+    assert [r["x_burrow_warm"] for r in rows] == [None, None]

@@ -9,7 +9,6 @@ truth is computed in plain Python from the records sent (`expected_rows`).
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -17,10 +16,16 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from core.processes import signal_group
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
-from testing.jobrun import committed_batch, last_keys_batch, log_path, run_job, submit_job
+from testing.jobrun import (
+    committed_batch,
+    last_keys_batch,
+    log_path,
+    run_job,
+    running_job,
+    stop_job,
+)
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_job_integration import (
     COMPARED,
@@ -80,9 +85,8 @@ def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path)
     )
     counts_path = tmp_path / "wh" / "audit_counts"
     group = jobgroup("broker-restart", topic, trigger_s=1)
-    proc = submit_job(group, tmp_path, conf_dir)
     records = first
-    try:
+    with running_job(group, tmp_path, conf_dir) as proc:
         wait_for(lambda: committed_batch(counts_path) is not None, 300, "a first batch")
         kafka.restart_broker(0)
         second = audit_dataset(60, partitions=2, now_ms=int(time.time() * 1000), seed=8)
@@ -95,12 +99,7 @@ def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path)
 
         # Two audit types: every record counted twice.
         wait_for(lambda: counted() >= 2 * len(records), 300, "both waves counted", interval_s=2)
-        proc.send_signal(signal.SIGTERM)
-        status = proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+        status = stop_job(proc)
     assert status == 0, log_path(tmp_path, group).read_text()
     assert_df_equality(
         spark.read.format("delta").load(str(counts_path)).select(*COMPARED),

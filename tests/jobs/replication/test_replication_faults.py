@@ -10,7 +10,6 @@ module; the destination is checked record by record in plain Python (`assert_exa
 
 from __future__ import annotations
 
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from core.processes import signal_group
-from testing.jobrun import committed_batch, log_path, run_job, submit_job
+from testing.jobrun import committed_batch, log_path, run_job, running_job, stop_job
 from testing.polling import wait_for
 from testing.topic_data import Record, count_records, produce_records, read_partitions
 from tests.jobs.replication.test_replication_integration import (
@@ -183,8 +181,7 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
     produce_records(kafka.bootstrap_servers, topic, first)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
     group = group_json("grow", topic, f"{topic}-copy")
-    proc = submit_job(group, tmp_path, conf)
-    try:
+    with running_job(group, tmp_path, conf) as proc:
         wait_for(
             lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
             300,
@@ -203,12 +200,7 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
             300,
             f"{total} records in the grown destination",
         )
-        proc.send_signal(signal.SIGTERM)
-        status = proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+        status = stop_job(proc)
     assert status == 0, log_path(tmp_path, group).read_text()
     topics = AdminClient({"bootstrap.servers": kafka_dest.bootstrap_servers}).list_topics(
         f"{topic}-copy", timeout=10
@@ -230,8 +222,7 @@ def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest,
     produce_records(kafka.bootstrap_servers, topic, first)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
     group = group_json("restart", topic, f"{topic}-copy")
-    proc = submit_job(group, tmp_path, conf)
-    try:
+    with running_job(group, tmp_path, conf) as proc:
         wait_for(
             lambda: (
                 count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
@@ -252,12 +243,7 @@ def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest,
             300,
             f"{total} records at the destination",
         )
-        proc.send_signal(signal.SIGTERM)
-        status = proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait()
+        status = stop_job(proc)
     assert status == 0, log_path(tmp_path, group).read_text()
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
