@@ -16,28 +16,50 @@ What is measured, in this order:
    scratch topic on the destination with the Spark job's producer settings (acks=all,
    idempotent, linger.ms=20, batch.size=1 MiB; see spec.producer_config). The smaller of the
    two is "the ceiling" of a copy on this machine.
-2. The Spark job, a bounded copy (replicationTaskGroup.isContinuous=false) of the source topic
-   to ``copy-spark``, run with ./spark-submit.sh (local[P] for P partitions, one task slot per
-   partition, on the same 2 cores; 2g driver; BENCH_SPARK_MASTER overrides); MirrorMaker 2
-   (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions, target producers with
-   the same settings, max.in.flight 5) copying it to a topic of the same name. For each:
-   launch-to-done wall time (launch until every record is in the destination; for the Spark
-   job also until it exits), and copy throughput: the destination's record count is polled
-   every 0.25 s, and throughput = records added between the first poll that sees records and
-   the poll that sees all N, over that time (JVM start, planning and topic discovery left out).
-3. Correctness of every copy: the source and each copy are read back per partition; a copy is
-   exact when every destination partition holds its source partition's sequence numbers in the
-   same order. Lost, duplicated and unexpected records are counted.
+2. Cold backlog, --rounds R (default 2) rounds. Each round has a source topic of its own with
+   the same N records (round 1 ``bench-src``, then ``bench-src-r2``...: MM2 names its copy
+   after the source, so one topic cannot be copied twice to one destination), all produced
+   before step 1. Round 1 runs the Spark job then MM2, round 2 MM2 then the job, and so on
+   alternating; the tools never run at the same time.
+   * The Spark job: a bounded copy (replicationTaskGroup.isContinuous=false) of the round's
+     topic to ``copy-spark-r<round>``, run with ./spark-submit.sh (local[P] for P partitions,
+     one task slot per partition, on the same 2 cores; 2g driver = the whole job's JVM heap,
+     -Xmx; BENCH_SPARK_MASTER overrides).
+   * MirrorMaker 2 (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions) copying
+     it to a topic of the same name, with the job's settings: its target producers get the
+     job's producer settings (max.in.flight 5), its source consumers the job's fetch settings
+     (jobs.replication.job.SOURCE_FETCH_CONFIG: max.poll.records, max.partition.fetch.bytes,
+     fetch.max.bytes, as ``source.consumer.*``), and its JVM the job's heap (2g, as -Xms and
+     -Xmx). Each MM2 run has its own Connect worker group and internal topics, as each Spark
+     run has its own checkpoint: no run starts from an earlier run's state. Both JVMs run G1
+     (the job's by the JVM's default, MM2's as Kafka's own scripts start it). MM2 logs the
+     config of every consumer it creates; the bench reads back those of its copying
+     consumers (client.id ``...|replication-consumer``) into the result, and an MM2 run
+     whose consumers did not all get the job's fetch settings fails.
+   For each run: launch-to-done wall time (launch until every record is in the destination;
+   for the Spark job also until it exits), and copy throughput: the destination's record
+   count is polled every 0.25 s, and throughput = records added between the first poll that
+   sees records and the poll that sees all N, over that time (JVM start, planning and topic
+   discovery left out); also "by append", from the first to the last LogAppendTime of the
+   copy, and "from start": N over launch-to-done. The summary gives every run with its
+   round, position and the 1-minute load average at its launch, then per tool the median
+   over the rounds of each figure, and the Spark / MM2 ratios of those medians.
+3. Correctness of every copy: each round's source and each copy are read back per partition;
+   a copy is exact when every destination partition holds its source partition's sequence
+   numbers in the same order. Lost, duplicated and unexpected records are counted.
 4. Latency: destination LogAppendTime - produce time in the value, p50/p99 over every copied
    record. In the backlog copy above this is mostly time spent waiting in the backlog. Then a
    steady-rate phase per tool: the tool runs continuously (our job: trigger interval 1 s) on
    its own source topic while records are produced at --steady-rate for --steady-seconds (after
    a slow warm-up trickle that shows the tool is copying); p50/p99 over the steady records.
-   Our job is stopped with SIGTERM and must exit 0.
+   Our job is stopped with SIGTERM and must exit 0. This phase and the next run once per
+   tool, the job first, MM2 second (not alternated; MM2 with the same settings as in step 2).
 4b. Warm backlog (--warm-records, default 1,000,000; 0 skips it): before it is stopped, each
    continuously running tool is paused with SIGSTOP to its process group, that many records
-   are produced to its source topic, and it is resumed with SIGCONT. Throughput is measured as
-   in step 2, from the resume. Unlike step 2 the tool's JVM has already compiled its copy path
+   are produced to its source topic, and it is resumed with SIGCONT. Throughput "from the
+   resume": all of them over the time from SIGCONT to the poll that sees them all, so the wait
+   for the tool's next poll or micro-batch counts; also as in step 2 (from the first poll that
+   sees records) and by append. Unlike step 2 the tool's JVM has already compiled its copy path
    (in the steady phase), as a long-running replicator's has when a backlog builds up. The
    correctness check of step 3 covers the steady and the warm records together; the job's
    replication_stats of that run (step 6) count both.
@@ -52,7 +74,8 @@ What is measured, in this order:
 6. The job's own view from replication_stats: records replicated and replication-latency-ms
    quantiles from the merged per-batch KLL sketches (kll_merge_agg_bigint).
 
-A summary table closes the output; it also goes to var/bench/replication-bench-result.json,
+A summary table closes the output; it also goes to var/bench/replication-bench-result.json
+(with the 1-minute load average at the start and the end of the run, and MM2's settings),
 and a record of the run (commit, machine, arguments, figures) to
 docs/benchmarks/replication-<UTC time>-<commit>.json; job logs to
 var/bench/replication-<job>.log, MM2 logs to var/bench/replication-mm2-*.log.
@@ -94,6 +117,7 @@ from bench._common import (
     BENCH_DIR,
     bench_parser,
     latency_quantiles,
+    median_or_none,
     now_ms,
     parse_args,
     say,
@@ -108,8 +132,15 @@ from bench._common import (
 from bench.kafka_perf import consumer_perf, producer_perf, producer_perf_args
 from core.paths import ROOT
 from core.processes import signal_group
-from devservices.kafka import KafkaCluster, start_cluster
-from devservices.mirror_maker import MirrorMakerProcess, start_mirror_maker
+from devservices.kafka import G1_GC, KafkaCluster, start_cluster
+from devservices.mirror_maker import (
+    SOURCE,
+    TARGET,
+    MirrorMakerProcess,
+    logged_consumer_configs,
+    start_mirror_maker,
+)
+from jobs.replication.job import SOURCE_FETCH_CONFIG
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
 
@@ -127,10 +158,41 @@ PRODUCER_SETTINGS = {
     "linger.ms": "20",
     "batch.size": "1048576",
 }
-MM2_EXTRA = {
-    f"target.producer.{k}": v
-    for k, v in {**PRODUCER_SETTINGS, "max.in.flight.requests.per.connection": "5"}.items()
-}
+# The job's driver heap (spark-submit --driver-memory: -Xmx; in local mode the whole job runs
+# in that JVM), given to MM2 as -Xms and -Xmx.
+JOB_HEAP = "2g"
+
+
+def mm2_client_settings(producer: Mapping[str, str], consumer: Mapping[str, str]) -> dict[str, str]:
+    """MM2 properties giving its target producers `producer` (plus max.in.flight 5, which the
+    idempotent producer keeps in order) and its source consumers `consumer`: the
+    ``<alias>.producer.`` / ``<alias>.consumer.`` prefixes of MM2's cluster aliases, which MM2
+    hands to the flow's connectors as ``target.producer.*`` and ``source.consumer.*``."""
+    producer = {**producer, "max.in.flight.requests.per.connection": "5"}
+    return {
+        **{f"{TARGET}.producer.{k}": v for k, v in producer.items()},
+        **{f"{SOURCE}.consumer.{k}": v for k, v in consumer.items()},
+    }
+
+
+MM2_EXTRA = mm2_client_settings(PRODUCER_SETTINGS, SOURCE_FETCH_CONFIG)
+
+
+def mm2_own_state(run: str) -> dict[str, str]:
+    """MM2 properties that give one MM2 run its own Connect worker group and internal topics
+    on the target (offsets, configs, status), named after `run`: a later run does not start
+    with an earlier run's connector and task configs, as each Spark run starts from its own
+    checkpoint."""
+    return {
+        f"{TARGET}.group.id": f"mm2-{run}",
+        **{
+            f"{TARGET}.{kind}.storage.topic": f"mm2-{kind}-{run}.internal"
+            for kind in ("offset", "config", "status")
+        },
+    }
+
+
+MM2_COPYING_CONSUMER = "replication-consumer"  # in the client.id of MM2's copying consumers
 
 HEADER = b"seq=%09d ts=%013d "  # 31 bytes
 HEADER_LEN = len(HEADER % (0, 0))
@@ -355,6 +417,9 @@ class CopyTiming:
     first_count: int = 0
     launch_to_copied_s: float | None = None  # the poll that saw all of them
     records_per_s: float | None = None  # between those two polls
+    # All of them over launch (warm backlog: resume) to that poll: what waiting for the tool
+    # to start copying costs is in it.
+    from_start_records_per_s: float | None = None
     error: str = ""
 
 
@@ -379,6 +444,8 @@ def watch_copy(
             timing.launch_to_copied_s = now - launched
             span = timing.launch_to_copied_s - (timing.launch_to_first_s or 0.0)
             timing.records_per_s = (count - timing.first_count) / span if span > 0 else None
+            if timing.launch_to_copied_s > 0:
+                timing.from_start_records_per_s = count / timing.launch_to_copied_s
             return timing
         if not running() and counter.count() - already < n:
             timing.error = f"stopped with {count:,} of {n:,} records copied"
@@ -459,7 +526,7 @@ def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Pop
         bench.conf,
         # One task slot per partition, as MM2 gets one task per partition (tasks.max).
         master=os.environ.get("BENCH_SPARK_MASTER", f"local[{bench.partitions}]"),
-        driver_memory="2g",
+        driver_memory=JOB_HEAP,
     )
     with spark_log(name).open("wb") as log:
         proc = subprocess.Popen(
@@ -509,6 +576,11 @@ class CopyRun:
     latency_ms: dict[str, float] | None = None
     append_records_per_s: float | None = None  # first to last append in the destination
     error: str = ""
+    round: int = 0  # of the cold backlog copies (1, 2, ...); 0 for the other phases
+    position: int = 0  # 1: this tool ran first in its round, 2: second
+    source_topic: str = ""
+    consumer_settings: dict[str, list[str]] = field(default_factory=dict)  # MM2's, as logged
+    load_1m: float | None = None  # the 1-minute load average at launch (cold backlog runs)
 
     @property
     def ok(self) -> bool:
@@ -553,6 +625,7 @@ def run_mm2_bounded(bench: Bench, topic: str, n: int) -> CopyRun:
         save_mm2_log(mm2, topic)
     finally:
         counter.close()
+    check_mm2_consumers(run)
     return run
 
 
@@ -561,6 +634,7 @@ def report_copy(run: CopyRun) -> None:
     if run.error:
         say(f"  {run.tool} FAILED: {run.error}")
     rate = f"{t.records_per_s:,.0f} records/s" if t.records_per_s else "n/a"
+    rate += f" ({_rate(t.from_start_records_per_s)} from the start)"
     exit_part = ""
     if run.launch_to_exit_s is not None:
         exit_part = f", exit {run.exit_code} at {run.launch_to_exit_s:.1f} s"
@@ -601,30 +675,103 @@ def ceilings(bench: Bench, n: int) -> dict[str, Any]:
     return {"consumer": asdict(c), "producer": asdict(p)}
 
 
-def backlog_copies(bench: Bench, n: int) -> list[CopyRun]:
-    say(f"Spark job: bounded copy {SOURCE_TOPIC} -> {SPARK_COPY}")
-    bench.destination.create_topic(SPARK_COPY, bench.partitions, 1, LOG_APPEND_TIME)
-    group = job_group("backlog", SOURCE_TOPIC, SPARK_COPY, bench, continuous=False, trigger_s=1)
-    spark = run_spark_bounded(bench, "backlog", group, n)
-    report_copy(spark)
-    say(f"MirrorMaker 2: {SOURCE_TOPIC} -> {SOURCE_TOPIC} on the destination")
-    bench.destination.create_topic(SOURCE_TOPIC, bench.partitions, 1, LOG_APPEND_TIME)
-    mm2 = run_mm2_bounded(bench, SOURCE_TOPIC, n)
-    report_copy(mm2)
-    return [spark, mm2]
+TOOLS = ("spark", "mm2")
+
+
+def round_order(round_no: int) -> tuple[str, ...]:
+    """The tools in the order they copy in round `round_no` (1, 2, ...): round 1 the Spark job
+    first, round 2 MM2 first, and so on alternating."""
+    if round_no < 1:
+        raise ValueError(f"rounds count from 1, got {round_no}")
+    return TOOLS if round_no % 2 else TOOLS[::-1]
+
+
+def round_source_topic(round_no: int) -> str:
+    """Each round copies its own source topic holding the same N records: MM2 names its copy
+    after the source, so a second MM2 copy of one topic would land in the first's."""
+    return SOURCE_TOPIC if round_no == 1 else f"{SOURCE_TOPIC}-r{round_no}"
+
+
+def backlog_copies(bench: Bench, n: int, rounds: int) -> list[CopyRun]:
+    """`rounds` rounds of one cold bounded copy per tool, in round_order."""
+    runs = []
+    for round_no in range(1, rounds + 1):
+        topic = round_source_topic(round_no)
+        order = round_order(round_no)
+        say(f"cold backlog, round {round_no} of {rounds}: {' then '.join(order)}, from {topic}")
+        for position, tool in enumerate(order, start=1):
+            load_1m = os.getloadavg()[0]
+            if tool == "spark":
+                name, copy_topic = f"backlog-r{round_no}", f"{SPARK_COPY}-r{round_no}"
+                say(f"Spark job: bounded copy {topic} -> {copy_topic}")
+                bench.destination.create_topic(copy_topic, bench.partitions, 1, LOG_APPEND_TIME)
+                group = job_group(name, topic, copy_topic, bench, continuous=False, trigger_s=1)
+                run = run_spark_bounded(bench, name, group, n)
+            else:
+                say(f"MirrorMaker 2: {topic} -> {topic} on the destination")
+                bench.destination.create_topic(topic, bench.partitions, 1, LOG_APPEND_TIME)
+                run = run_mm2_bounded(bench, topic, n)
+            run.round, run.position, run.source_topic = round_no, position, topic
+            run.load_1m = load_1m
+            report_copy(run)
+            runs.append(run)
+    return runs
 
 
 def check_backlog(bench: Bench, runs: list[CopyRun]) -> TopicScan:
-    say("correctness: reading the source and both copies back")
+    """Check every copy against its round's source; return the first round's source."""
+    say("correctness: reading each round's source and its copies back")
     started = time.monotonic()
-    source = scan_topic(bench.source.bootstrap_servers, SOURCE_TOPIC, bench.partitions)
+    sources: dict[str, TopicScan] = {}
     for run in runs:
+        if run.source_topic not in sources:
+            sources[run.source_topic] = scan_topic(
+                bench.source.bootstrap_servers, run.source_topic, bench.partitions
+            )
         copy = scan_topic(
             bench.destination.bootstrap_servers, run.destination_topic, bench.partitions
         )
-        finish_check(run, source.seqs, copy)
-    say(f"  read {len(runs) + 1} topics in {time.monotonic() - started:.1f} s")
-    return source
+        finish_check(run, sources[run.source_topic].seqs, copy)
+    say(f"  read {len(runs) + len(sources)} topics in {time.monotonic() - started:.1f} s")
+    return sources[SOURCE_TOPIC]
+
+
+def round_medians(runs: list[CopyRun]) -> dict[str, dict[str, float | None]]:
+    """Per tool, the median over its cold backlog runs of: polled and by-append throughput,
+    launch to every record copied, and (the Spark job) launch to exit. A figure no run
+    measured is None."""
+    medians: dict[str, dict[str, float | None]] = {}
+    for tool in TOOLS:
+        mine = [r for r in runs if r.tool == tool]
+        if not mine:
+            continue
+        figures: dict[str, list[float | None]] = {
+            "records_per_s": [r.timing.records_per_s for r in mine],
+            "append_records_per_s": [r.append_records_per_s for r in mine],
+            "launch_to_copied_s": [r.timing.launch_to_copied_s for r in mine],
+            "launch_to_exit_s": [r.launch_to_exit_s for r in mine],
+        }
+        medians[tool] = {
+            name: median_or_none([v for v in values if v is not None])
+            for name, values in figures.items()
+        }
+        medians[tool]["runs"] = len(mine)
+    return medians
+
+
+def median_ratios(medians: Mapping[str, Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Spark job / MM2 of the median throughputs (polled, by append), and of the median
+    launch-to-done times; None where either median is missing."""
+
+    def ratio(key: str) -> float | None:
+        a, b = medians.get("spark", {}).get(key), medians.get("mm2", {}).get(key)
+        return a / b if a and b else None
+
+    return {
+        "polled": ratio("records_per_s"),
+        "by_append": ratio("append_records_per_s"),
+        "launch_to_done": ratio("launch_to_copied_s"),
+    }
 
 
 def finish_check(
@@ -652,19 +799,55 @@ def finish_check(
 
 
 def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
-    """MM2 copying `topic` (same name on the destination) with the job's producer settings."""
+    """MM2 copying `topic` (same name on the destination) with the job's producer and source
+    fetch settings, the job's heap and collector, and its own worker group and internal
+    topics."""
     return start_mirror_maker(
         bench.workdir / f"mm2-{topic}",
         bench.source.bootstrap_servers,
         bench.destination.bootstrap_servers,
         re.escape(topic),
         tasks=bench.partitions,
-        extra=MM2_EXTRA,
+        extra={**MM2_EXTRA, **mm2_own_state(topic)},
+        heap=JOB_HEAP,
+        gc=G1_GC,  # the job's JVM runs the JVM's default, G1
+        log_consumer_configs=True,  # the proof that MM2_EXTRA reached the consumers
     )
 
 
+def mm2_log(topic: str) -> Path:
+    return BENCH_DIR / f"replication-mm2-{topic}.log"
+
+
 def save_mm2_log(mm2: MirrorMakerProcess, topic: str) -> None:
-    shutil.copy(mm2.log_path, BENCH_DIR / f"replication-mm2-{topic}.log")
+    shutil.copy(mm2.log_path, mm2_log(topic))
+
+
+def logged_fetch_settings(
+    configs: list[dict[str, str]], wanted: Mapping[str, str]
+) -> dict[str, list[str]]:
+    """Per setting of `wanted`, the distinct values the logged consumer `configs` ran with
+    (sorted; empty for no consumer logged)."""
+    return {k: sorted({c.get(k, "<not logged>") for c in configs}) for k in wanted}
+
+
+def fetch_settings_error(logged: Mapping[str, list[str]], wanted: Mapping[str, str]) -> str:
+    """ "" when every logged consumer ran with `wanted`, else what differed."""
+    wrong = {k: v for k, v in logged.items() if v != [wanted[k]]}
+    if not wrong:
+        return ""
+    return f"MM2's copying consumers ran with {wrong}, not the job's fetch settings {wanted}"
+
+
+def check_mm2_consumers(run: CopyRun) -> None:
+    """Read the fetch settings of MM2's copying consumers from its saved log into `run`; an
+    error on the run if they are not the job's (SOURCE_FETCH_CONFIG)."""
+    configs = logged_consumer_configs(
+        mm2_log(run.destination_topic).read_text(errors="replace"), MM2_COPYING_CONSUMER
+    )
+    run.consumer_settings = logged_fetch_settings(configs, SOURCE_FETCH_CONFIG)
+    say(f"  MM2's {len(configs)} copying consumers ran with {run.consumer_settings}")
+    run.error = run.error or fetch_settings_error(run.consumer_settings, SOURCE_FETCH_CONFIG)
 
 
 @dataclass
@@ -753,6 +936,8 @@ def steady_phase(
         if run.exit_code is not None:
             say(f"  SIGTERM -> exit {run.exit_code}")
         run.error = run.timing.error or ("" if run.exit_code in (0, None) else "bad exit")
+        if tool == "mm2":
+            check_mm2_consumers(run)
     source = scan_topic(bench.source.bootstrap_servers, topic, bench.partitions)
     copy = scan_topic(bench.destination.bootstrap_servers, topic, bench.partitions)
     finish_check(run, source.seqs, copy, min_seq=steady_from, end_seq=run.expected)
@@ -972,6 +1157,9 @@ def report_flow(flow: FlowRun) -> None:
 # --- summary ---------------------------------------------------------------------------------
 
 
+ORDINAL = {1: "1st", 2: "2nd"}
+
+
 def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
@@ -1001,18 +1189,19 @@ def summarize(
     limit = min(consumer, producer)
     steady_lat = {r.tool: r.latency_ms for r in steady}
     print(
-        f"\n{'':36} {'records/s':>9} {'by append':>9} {'x ceiling':>9} {'launch->done':>13} "
-        f"{'lost':>5} {'dup':>5} {'backlog p99':>11} {'steady p50/p99 ms':>18}"
+        f"\n{'':36} {'records/s':>9} {'by append':>9} {'from start':>10} {'x ceiling':>9} "
+        f"{'launch->done':>13} "
+        f"{'lost':>5} {'dup':>5} {'backlog p99':>11} {'load 1m':>7}"
     )
     for label, rate in (
         ("consumer-perf ceiling (fetch)", consumer),
         ("producer-perf ceiling", producer),
     ):
-        print(f"{label:36} {_rate(rate):>9} {'':>9} {rate / limit:>8.2f}x")
+        print(f"{label:36} {_rate(rate):>9} {'':>9} {'':>10} {rate / limit:>8.2f}x")
     labels = {"spark": "Spark replication job", "mm2": "MirrorMaker 2"}
-    rows = [(labels[r.tool], r, _pair(steady_lat.get(r.tool))) for r in backlog]
-    rows += [(f"{labels[r.tool]}, warm backlog", r, "") for r in warm]
-    for label, run, steady_text in rows:
+    rows = [(f"{labels[r.tool]}, cold r{r.round} ({ORDINAL[r.position]})", r) for r in backlog]
+    rows += [(f"{labels[r.tool]}, warm backlog", r) for r in warm]
+    for label, run in rows:
         rate = run.timing.records_per_s
         done_text = seconds_text(run.timing.launch_to_copied_s)
         if run.launch_to_exit_s is not None:
@@ -1020,27 +1209,53 @@ def summarize(
         c = run.check
         print(
             f"{label:36} {_rate(rate):>9} {_rate(run.append_records_per_s):>9} "
+            f"{_rate(run.timing.from_start_records_per_s):>10} "
             f"{_ratio(rate / limit if rate else None):>9} {done_text:>13} "
             f"{c.lost if c else 'n/a':>5} {c.duplicated if c else 'n/a':>5} "
-            f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>11} {steady_text:>18}"
+            f"{_rate(run.latency_ms['p99'] if run.latency_ms else None):>11} "
+            f"{'' if run.load_1m is None else f'{run.load_1m:.1f}':>7}"
         )
     print(
         "(records/s: polled destination count, first poll with records to the poll with all; by "
-        "append: first to last\n LogAppendTime of the copy; launch->done: until every record "
+        "append: first to last\n LogAppendTime of the copy; from start: all records over "
+        "launch->done; launch->done: until every record "
         "was in the destination, from the\n resume for a warm backlog, in brackets the job's "
-        "exit; a warm backlog's lost/dup cover its whole steady topic)"
+        "exit; a warm backlog's lost/dup cover its whole steady topic; load 1m: at launch)"
     )
-    for phase, runs in (("cold backlog", backlog), ("warm backlog", warm)):
-        by_tool = {r.tool: r for r in runs}
-        spark_run, mm2_run = by_tool.get("spark"), by_tool.get("mm2")
-        if spark_run and mm2_run:
-            polled = _ratio_of(spark_run.timing.records_per_s, mm2_run.timing.records_per_s)
-            appended = _ratio_of(spark_run.append_records_per_s, mm2_run.append_records_per_s)
-            print(f"Spark / MM2 copy throughput, {phase}: {polled} polled, {appended} by append")
-    spark = next((r for r in backlog if r.tool == "spark"), None)
-    if spark and spark.timing.records_per_s:
+    for run in steady:
+        print(f"steady {labels[run.tool]}: latency p50 / p99 {_pair(steady_lat[run.tool])} ms")
+    medians = round_medians(backlog)
+    print(
+        f"\ncold backlog, median per tool over {max((r.round for r in backlog), default=0)} rounds:"
+    )
+    for tool, m in medians.items():
         print(
-            f"Spark / ceiling: {spark.timing.records_per_s / limit:.2f}x "
+            f"  {labels[tool]:22} {_rate(m['records_per_s']):>9} records/s polled, "
+            f"{_rate(m['append_records_per_s']):>9} by append, launch->done "
+            f"{seconds_text(m['launch_to_copied_s'])}"
+            + ("" if m["launch_to_exit_s"] is None else f", to exit {m['launch_to_exit_s']:.1f} s")
+        )
+    ratios = median_ratios(medians)
+    print(
+        f"Spark / MM2, cold backlog (ratio of the medians): {_ratio(ratios['polled'])} polled, "
+        f"{_ratio(ratios['by_append'])} by append; launch->done {_ratio(ratios['launch_to_done'])}"
+    )
+    by_tool = {r.tool: r for r in warm}
+    spark_run, mm2_run = by_tool.get("spark"), by_tool.get("mm2")
+    if spark_run and mm2_run:
+        polled = _ratio_of(spark_run.timing.records_per_s, mm2_run.timing.records_per_s)
+        appended = _ratio_of(spark_run.append_records_per_s, mm2_run.append_records_per_s)
+        resumed = _ratio_of(
+            spark_run.timing.from_start_records_per_s, mm2_run.timing.from_start_records_per_s
+        )
+        print(
+            f"Spark / MM2 copy throughput, warm backlog: {resumed} from the resume, {polled} "
+            f"polled from the first copied record, {appended} by append"
+        )
+    spark_rate = medians.get("spark", {}).get("records_per_s")
+    if spark_rate:
+        print(
+            f"Spark (median, cold) / ceiling: {spark_rate / limit:.2f}x "
             f"(ceiling = min(consumer fetch, producer) = {limit:,.0f} records/s)"
         )
     for flow in flows:
@@ -1061,6 +1276,7 @@ def summarize(
 
 def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]]:
     n = args.records
+    load = {"start": os.getloadavg()}
     with ExitStack() as stack:
         say("starting two single-broker clusters")
         src = stack.enter_context(start_cluster(workdir / "kafka-source", heap="1g"))
@@ -1076,14 +1292,16 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
                 "dst": {"bootstrap_servers": dst.bootstrap_servers},
             },
         )
-        src.create_topic(SOURCE_TOPIC, args.partitions, 1)
         say(f"source {src.bootstrap_servers}, destination {dst.bootstrap_servers}; producing")
-        rate = produce_backlog(
-            src.bootstrap_servers, SOURCE_TOPIC, n, args.record_size, args.partitions
-        )
-        say(f"  {n:,} records of {args.record_size} bytes at {rate:,.0f} records/s")
+        for round_no in range(1, args.rounds + 1):
+            topic = round_source_topic(round_no)
+            src.create_topic(topic, args.partitions, 1)
+            rate = produce_backlog(
+                src.bootstrap_servers, topic, n, args.record_size, args.partitions
+            )
+            say(f"  {topic}: {n:,} records of {args.record_size} bytes at {rate:,.0f} records/s")
         ceiling = ceilings(b, n)
-        backlog = backlog_copies(b, n)
+        backlog = backlog_copies(b, n, args.rounds)
         source = check_backlog(b, backlog)
         say("(backlog latency = destination append time - produce time: mostly backlog wait)")
         steady, warm = [], []
@@ -1098,6 +1316,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
                     warm.append(warm_run)
         caps = {"messagesPerSec": args.flow_messages, "bytesPerSec": args.flow_bytes}
         flows = flow_runs(b, source, min(n, FLOW_RECORDS), caps)
+        load["end"] = os.getloadavg()
         say("stopping the clusters")
     copies = [r for r in (*backlog, *steady) if r.tool == "spark"]
     stats = read_job_tables(b, flows, copies)
@@ -1106,12 +1325,20 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
     failed = [r for r in runs if not r.ok]
     for run in failed:
         say(f"FAILED: {run.tool} -> {run.destination_topic}: {run.error or run.check}")
+    medians = round_medians(backlog)
     result = {
         "records": n,
         "record_size": args.record_size,
         "partitions": args.partitions,
+        "rounds": args.rounds,
+        "job_heap": JOB_HEAP,
+        "job_fetch_config": SOURCE_FETCH_CONFIG,
+        "mm2_extra": MM2_EXTRA,
+        "load_average": load,
         "ceiling": ceiling,
         "backlog": [asdict(r) for r in backlog],
+        "backlog_median": medians,
+        "backlog_median_ratio": median_ratios(medians),
         "steady": [asdict(r) for r in steady],
         "warm_backlog": [asdict(r) for r in warm],
         "flow_control": [{**asdict(f), "ratio": f.ratio} for f in flows],
@@ -1124,6 +1351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("bench.replication_bench", __doc__)
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records in the source topic"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of cold backlog copies; the tools' order alternates (1: Spark first)",
     )
     parser.add_argument("--record-size", type=int, default=200, help="value bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
@@ -1150,6 +1383,8 @@ def main(argv: list[str] | None = None) -> int:
         help="flowControl.bytesPerSec of the second flow-control run",
     )
     args = parse_args(parser, argv, QUICK)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.record_size < HEADER_LEN:
         parser.error(f"--record-size must be at least {HEADER_LEN} (the seq/ts header)")
     warn_if_jobs_zip_stale()

@@ -524,19 +524,29 @@ def _java() -> str:
     return java
 
 
+SERIAL_GC = "-XX:+UseSerialGC"  # small heaps, one GC thread: the test services' collector
+G1_GC = "-XX:+UseG1GC"  # the JVM's own choice on this machine, and Kafka's scripts' choice
+
+
 def jvm_command(
-    jars_dir: Path, log4j: Path, main: str, *args: str, heap: str | None = None
+    jars_dir: Path,
+    log4j: Path,
+    main: str,
+    *args: str,
+    heap: str | None = None,
+    gc: str = SERIAL_GC,
 ) -> list[str]:
     """argv running ``main`` on the jars in ``jars_dir``, logging as ``log4j`` says.
 
     Java comes from ``JAVA_HOME`` or else ``PATH``; ``heap`` (e.g. ``"512m"``) sets both -Xms
-    and -Xmx, None leaves the JVM's default. Shared by the other tools that run Kafka's JVMs.
+    and -Xmx, None leaves the JVM's default; ``gc`` is the collector's flag (SERIAL_GC or
+    G1_GC). Shared by the other tools that run Kafka's JVMs.
     """
     heap_flags = [f"-Xmx{heap}", f"-Xms{heap}"] if heap else []
     return [
         _java(),
         *heap_flags,
-        "-XX:+UseSerialGC",
+        gc,
         "-Djava.awt.headless=true",
         f"-Dlog4j.configuration=file:{log4j}",
         "-cp",

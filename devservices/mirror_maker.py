@@ -19,6 +19,7 @@ Layout of a work dir::
     <work_dir>/mm2.properties    MM2 config, rewritten on every start
     <work_dir>/log4j.properties
     <work_dir>/mm2.log           MM2's log: WARN and up, INFO from the mirror connectors
+                                 (and every consumer's config with log_consumer_configs)
     <work_dir>/mm2.out           JVM stdout+stderr (crashes before logging starts)
     <work_dir>/mm2.pid           pid (= process group id) while it runs
     <work_dir>/mm2.ports         {} (MM2 listens on no port)
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from core.paths import VAR_DIR
 from devservices._service import LocalService, ServiceCli, ServiceError
-from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
+from devservices.kafka import DEFAULT_JARS_DIR, SERIAL_GC, jvm_command
 
 log = logging.getLogger("uatu.mirror_maker")
 
@@ -163,11 +164,16 @@ def render_properties(props: Mapping[str, str]) -> str:
 
 
 def mm2_command(
-    work_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, heap: str = DEFAULT_HEAP
+    work_dir: Path, jars_dir: Path = DEFAULT_JARS_DIR, heap: str = DEFAULT_HEAP, gc: str = SERIAL_GC
 ) -> list[str]:
     """argv of the MM2 JVM for the config and log4j files in ``work_dir``."""
     return jvm_command(
-        jars_dir, work_dir / "log4j.properties", MAIN_CLASS, str(config_path(work_dir)), heap=heap
+        jars_dir,
+        work_dir / "log4j.properties",
+        MAIN_CLASS,
+        str(config_path(work_dir)),
+        heap=heap,
+        gc=gc,
     )
 
 
@@ -184,8 +190,16 @@ def start_mirror_maker(
     extra: Mapping[str, str] | None = None,
     jars_dir: Path = DEFAULT_JARS_DIR,
     heap: str = DEFAULT_HEAP,
+    gc: str = SERIAL_GC,
+    log_consumer_configs: bool = False,
 ) -> MirrorMakerProcess:
     """Write the config (see :func:`mm2_properties`) into ``work_dir`` and start MM2 on it.
+
+    ``heap`` sets the JVM's -Xms and -Xmx, ``gc`` its collector (devservices.kafka.SERIAL_GC
+    or G1_GC). With ``log_consumer_configs`` the log also holds
+    the ``ConsumerConfig values:`` block of every consumer MM2 creates (a page each), which
+    :func:`logged_consumer_configs` reads back: the proof that ``<alias>.consumer.*``
+    settings reached the consumers.
 
     Returns as soon as the JVM is launched: MM2 has no readiness signal worth waiting for, and
     the first records reach the target some seconds later (joining the internal-topic groups,
@@ -209,9 +223,11 @@ def start_mirror_maker(
         extra=extra,
     )
     mm2.config_path.write_text(render_properties(props))
-    (mm2.dir / "log4j.properties").write_text(_log4j_properties(mm2.log_path))
+    (mm2.dir / "log4j.properties").write_text(
+        _log4j_properties(mm2.log_path, consumer_configs=log_consumer_configs)
+    )
     log.info("starting MirrorMaker %s -> %s, topics %r", source_bootstrap, target_bootstrap, topics)
-    mm2.launch(mm2_command(mm2.dir, jars_dir, heap))
+    mm2.launch(mm2_command(mm2.dir, jars_dir, heap, gc))
     return mm2
 
 
@@ -219,9 +235,29 @@ def config_path(work_dir: Path) -> Path:
     return work_dir / "mm2.properties"
 
 
-def _log4j_properties(log_file: Path) -> str:
+def logged_consumer_configs(log_text: str, client_id_part: str = "") -> list[dict[str, str]]:
+    """The ``ConsumerConfig values:`` blocks of an MM2 log (see ``log_consumer_configs``), one
+    dict of setting -> value as logged per consumer, in log order; only those whose
+    ``client.id`` contains ``client_id_part`` (MM2's copying consumers: ``replication-consumer``).
+    """
+    configs: list[dict[str, str]] = []
+    current: dict[str, str] | None = None
+    for line in log_text.splitlines():
+        if "ConsumerConfig values:" in line:
+            current = {}
+            configs.append(current)
+        elif current is not None and line.startswith("\t") and " = " in line:
+            key, _, value = line.strip().partition(" = ")
+            current[key] = value
+        else:
+            current = None
+    return [c for c in configs if client_id_part in c.get("client.id", "")]
+
+
+def _log4j_properties(log_file: Path, *, consumer_configs: bool = False) -> str:
     layout = "org.apache.log4j.PatternLayout"
     pattern = "[%d] %p %m (%c)%n"
+    consumers = "INFO" if consumer_configs else "WARN"
     return f"""\
 # Written by devservices/mirror_maker.py. At INFO the Connect runtime logs every client config it
 # builds (pages per task); WARN keeps the file readable, the mirror connectors stay at INFO
@@ -241,6 +277,8 @@ log4j.logger.org.apache.kafka.connect.mirror.MirrorSourceTaskConfig=WARN
 log4j.logger.org.apache.kafka.connect.mirror.MirrorCheckpointConfig=WARN
 log4j.logger.org.apache.kafka.connect.mirror.MirrorCheckpointTaskConfig=WARN
 log4j.logger.org.apache.kafka.connect.mirror.MirrorHeartbeatConfig=WARN
+# INFO: one "ConsumerConfig values:" block per consumer (log_consumer_configs).
+log4j.logger.org.apache.kafka.clients.consumer.ConsumerConfig={consumers}
 """
 
 

@@ -139,6 +139,197 @@ def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> No
     assert most_in_window(np.empty(0, dtype=np.int64), 1000) == 0
 
 
+def test_the_replication_bench_alternates_the_tools_order_from_round_to_round() -> None:
+    from bench.replication_bench import round_order, round_source_topic
+
+    assert [round_order(r) for r in (1, 2, 3, 4)] == [
+        ("spark", "mm2"),
+        ("mm2", "spark"),
+        ("spark", "mm2"),
+        ("mm2", "spark"),
+    ]
+    with pytest.raises(ValueError, match="from 1"):
+        round_order(0)
+    # Every round copies a topic of its own (MM2 would resume a copied one and find nothing).
+    topics = [round_source_topic(r) for r in (1, 2, 3)]
+    assert topics == ["bench-src", "bench-src-r2", "bench-src-r3"]
+
+
+def test_the_replication_bench_gives_mm2_the_jobs_producer_and_fetch_settings() -> None:
+    from bench.replication_bench import MM2_EXTRA, mm2_client_settings
+    from jobs.replication.job import SOURCE_FETCH_CONFIG
+
+    props = mm2_client_settings({"acks": "all"}, {"max.poll.records": "7"})
+    # MM2's cluster aliases are "source" and "target" (devservices.mirror_maker).
+    assert props == {
+        "target.producer.acks": "all",
+        "target.producer.max.in.flight.requests.per.connection": "5",
+        "source.consumer.max.poll.records": "7",
+    }
+    assert SOURCE_FETCH_CONFIG  # the bench's MM2 gets every fetch setting the job uses
+    for key, value in SOURCE_FETCH_CONFIG.items():
+        assert MM2_EXTRA[f"source.consumer.{key}"] == value
+
+
+def test_the_replication_bench_fails_an_mm2_run_whose_consumers_logged_other_settings() -> None:
+    from bench.replication_bench import fetch_settings_error, logged_fetch_settings
+
+    wanted = {"max.poll.records": "10000", "fetch.max.bytes": "33554432"}
+    good = {"max.poll.records": "10000", "fetch.max.bytes": "33554432", "client.id": "a"}
+    logged = logged_fetch_settings([good, {**good, "client.id": "b"}], wanted)
+    assert logged == {"max.poll.records": ["10000"], "fetch.max.bytes": ["33554432"]}
+    assert fetch_settings_error(logged, wanted) == ""
+    mixed = logged_fetch_settings([good, {**good, "max.poll.records": "500"}], wanted)
+    assert mixed["max.poll.records"] == ["10000", "500"]
+    assert "max.poll.records" in fetch_settings_error(mixed, wanted)
+    # No consumer config in the log at all is no proof either.
+    assert fetch_settings_error(logged_fetch_settings([], wanted), wanted)
+
+
+def test_the_replication_bench_takes_the_median_per_tool_and_the_ratio_of_the_medians() -> None:
+    from bench.replication_bench import CopyRun, CopyTiming, median_ratios, round_medians
+
+    def run(tool: str, rate: float, appended: float | None, done: float, exit_s: float | None):
+        return CopyRun(
+            tool,
+            "t",
+            1_000_000,
+            timing=CopyTiming(records_per_s=rate, launch_to_copied_s=done),
+            append_records_per_s=appended,
+            launch_to_exit_s=exit_s,
+        )
+
+    runs = [
+        run("spark", 300_000, 310_000, 16.0, 18.0),
+        run("mm2", 200_000, None, 6.0, None),
+        run("mm2", 260_000, 250_000, 7.0, None),
+        run("spark", 500_000, 330_000, 14.0, 17.0),
+        run("spark", 400_000, 320_000, 15.0, 20.0),
+    ]
+    medians = round_medians(runs)
+    assert medians["spark"] == {
+        "records_per_s": 400_000,
+        "append_records_per_s": 320_000,
+        "launch_to_copied_s": 15.0,
+        "launch_to_exit_s": 18.0,
+        "runs": 3,
+    }
+    # An even count: the mean of the middle two; a figure no run measured is left out.
+    assert medians["mm2"] == {
+        "records_per_s": 230_000,
+        "append_records_per_s": 250_000,
+        "launch_to_copied_s": 6.5,
+        "launch_to_exit_s": None,
+        "runs": 2,
+    }
+    ratios = median_ratios(medians)
+    assert ratios["polled"] == pytest.approx(400_000 / 230_000)
+    assert ratios["by_append"] == pytest.approx(320_000 / 250_000)
+    assert ratios["launch_to_done"] == pytest.approx(15.0 / 6.5)
+    assert median_ratios({"spark": medians["spark"]}) == {
+        "polled": None,
+        "by_append": None,
+        "launch_to_done": None,
+    }
+
+
+def test_each_mm2_run_of_the_replication_bench_gets_its_own_worker_group_and_topics() -> None:
+    from bench.replication_bench import mm2_own_state
+
+    first, second = mm2_own_state("bench-src"), mm2_own_state("bench-src-r2")
+    # Connect's worker settings of the flow come from the target cluster's properties.
+    assert set(first) == {
+        "target.group.id",
+        "target.offset.storage.topic",
+        "target.config.storage.topic",
+        "target.status.storage.topic",
+    }
+    assert not set(first.values()) & set(second.values())
+    assert len(set(first.values())) == 4
+
+
+def test_the_replication_bench_starts_mm2_with_the_jobs_heap_collector_and_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import replication_bench as rb
+    from devservices.kafka import G1_GC
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(rb, "start_mirror_maker", lambda *a, **kw: calls.append(kw))
+    cluster = type("Cluster", (), {"bootstrap_servers": "127.0.0.1:9"})()
+    bench = rb.Bench(tmp_path, cluster, cluster, 4, 200)  # type: ignore[arg-type]
+    rb.mirror_maker(bench, "bench-src")
+    (kw,) = calls
+    assert kw["heap"] == rb.JOB_HEAP == "2g"  # spark_job's driver memory
+    assert kw["gc"] == G1_GC
+    assert kw["tasks"] == 4
+    assert kw["log_consumer_configs"] is True
+    extra = kw["extra"]
+    assert isinstance(extra, dict)
+    assert extra["source.consumer.max.poll.records"] == "10000"
+    assert extra["target.group.id"] == "mm2-bench-src"
+
+
+def test_the_replication_bench_times_a_copy_from_the_first_records_and_from_the_start() -> None:
+    import time
+
+    from bench.replication_bench import watch_copy
+
+    class Counter:
+        """The destination as polled: empty twice, then half the records, then all."""
+
+        def __init__(self, counts: list[int]) -> None:
+            self.counts = counts
+
+        def count(self) -> int:
+            return self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+
+    # 10 records were there before (a warm backlog's steady records): they do not count.
+    launched = time.monotonic()
+    timing = watch_copy(Counter([10, 10, 60, 110]), 100, launched, lambda: True, 60, already=10)  # type: ignore[arg-type]
+    assert timing.error == ""
+    assert timing.first_count == 50
+    assert timing.launch_to_first_s is not None and timing.launch_to_copied_s is not None
+    assert 0 < timing.launch_to_first_s < timing.launch_to_copied_s
+    span = timing.launch_to_copied_s - timing.launch_to_first_s
+    assert timing.records_per_s == pytest.approx(50 / span)
+    # From the start: all 100 over the whole wait, the empty polls included.
+    assert timing.from_start_records_per_s == pytest.approx(100 / timing.launch_to_copied_s)
+    assert timing.from_start_records_per_s < timing.records_per_s
+
+
+def test_the_replication_summary_gives_each_round_the_medians_and_the_warm_resume_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.replication_bench import CopyRun, CopyTiming, summarize
+
+    def run(tool: str, rnd: int, pos: int, rate: float, done: float) -> CopyRun:
+        timing = CopyTiming(
+            records_per_s=rate, launch_to_copied_s=done, from_start_records_per_s=100 / done
+        )
+        return CopyRun(tool, "t", 100, timing=timing, round=rnd, position=pos, load_1m=2.5)
+
+    backlog = [
+        run("spark", 1, 1, 300.0, 20.0),
+        run("mm2", 1, 2, 200.0, 8.0),
+        run("mm2", 2, 1, 100.0, 10.0),
+        run("spark", 2, 2, 500.0, 30.0),
+    ]
+    # Warm: the job copies faster once it starts (polled) but starts later (from the resume).
+    warm = [run("spark", 0, 0, 900.0, 5.0), run("mm2", 0, 0, 300.0, 1.0)]
+    ceiling = {"consumer": {"fetch_records_per_s": 1000.0}, "producer": {"records_per_s": 800.0}}
+    summarize(ceiling, backlog, [], warm, [], {})
+    out = capsys.readouterr().out
+    assert "Spark replication job, cold r1 (1st)" in out
+    assert "MirrorMaker 2, cold r2 (1st)" in out
+    assert "Spark replication job, cold r2 (2nd)" in out
+    # Medians: job 400/s and 25 s, MM2 150/s and 9 s.
+    assert "Spark / MM2, cold backlog (ratio of the medians): 2.67x polled" in out
+    assert "launch->done 2.78x" in out
+    assert "warm backlog: 0.20x from the resume, 3.00x polled" in out
+    assert "Spark (median, cold) / ceiling: 0.50x" in out
+
+
 def _commit(group: str, topic: str, partition: int, offset: int, ms: int) -> tuple:
     return (*offset_commit_record(group, topic, partition, offset, ms), ms)
 

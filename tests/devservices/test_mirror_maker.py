@@ -24,8 +24,14 @@ from bench.kafka_perf import (
     parse_producer_output,
     producer_perf_args,
 )
-from devservices.kafka import start_cluster
-from devservices.mirror_maker import mm2_properties, render_properties, start_mirror_maker
+from devservices.kafka import G1_GC, SERIAL_GC, start_cluster
+from devservices.mirror_maker import (
+    logged_consumer_configs,
+    mm2_command,
+    mm2_properties,
+    render_properties,
+    start_mirror_maker,
+)
 from testing.polling import wait_for
 
 _CLIENT_LOG = logging.getLogger("test.mirror_maker.client")
@@ -164,6 +170,51 @@ def test_mm2_properties_extra_wins() -> None:
     assert props["target.producer.x"] == "y"
 
 
+# Two blocks as MM2 3.9.2 logs them with log_consumer_configs (cut to a few settings), a WARN
+# line between them.
+CONSUMER_CONFIG_LOG = """\
+[2026-11-24 09:40:01,001] INFO ConsumerConfig values: \n\
+\tauto.offset.reset = earliest
+\tclient.id = source->target|MirrorSourceConnector-0|replication-consumer
+\tfetch.max.bytes = 33554432
+\tmax.poll.records = 10000
+ (org.apache.kafka.clients.consumer.ConsumerConfig)
+[2026-11-24 09:40:01,002] WARN something else (org.apache.kafka.connect.runtime.Worker)
+\tmax.poll.records = 1
+[2026-11-24 09:40:01,003] INFO ConsumerConfig values: \n\
+\tclient.id = source->target|MirrorSourceConnector|offset-syncs-source-consumer
+\tmax.poll.records = 500
+ (org.apache.kafka.clients.consumer.ConsumerConfig)
+"""
+
+
+def test_logged_consumer_configs_reads_each_block_and_keeps_the_named_clients() -> None:
+    every = logged_consumer_configs(CONSUMER_CONFIG_LOG)
+    assert [c["max.poll.records"] for c in every] == ["10000", "500"]
+    copying = logged_consumer_configs(CONSUMER_CONFIG_LOG, "replication-consumer")
+    assert copying == [
+        {
+            "auto.offset.reset": "earliest",
+            "client.id": "source->target|MirrorSourceConnector-0|replication-consumer",
+            "fetch.max.bytes": "33554432",
+            "max.poll.records": "10000",
+        }
+    ]
+
+
+def test_mm2_command_sets_both_heap_bounds_and_the_collector(tmp_path: Path) -> None:
+    default = mm2_command(tmp_path, tmp_path / "jars")
+    assert SERIAL_GC in default
+    assert {"-Xmx1g", "-Xms1g"} <= set(default)
+    sized = mm2_command(tmp_path, tmp_path / "jars", heap="2g", gc=G1_GC)
+    assert {"-Xmx2g", "-Xms2g", G1_GC} <= set(sized)
+    assert SERIAL_GC not in sized
+    assert sized[-2:] == [
+        "org.apache.kafka.connect.mirror.MirrorMaker",
+        str(tmp_path / "mm2.properties"),
+    ]
+
+
 def test_render_properties_escapes_backslashes() -> None:
     text = render_properties({"source->target.topics": r"bench\..*", "a": " lead"})
     assert text.splitlines()[1:] == [r"source->target.topics=bench\\..*", r"a=\ lead"]
@@ -276,7 +327,13 @@ def test_mirror_maker_copies_every_record_keeping_partition_and_order(tmp_path: 
 
         mm2 = stack.enter_context(
             start_mirror_maker(
-                tmp_path / "mm2", source.bootstrap_servers, target.bootstrap_servers, TOPIC
+                tmp_path / "mm2",
+                source.bootstrap_servers,
+                target.bootstrap_servers,
+                TOPIC,
+                # The bench's way of giving MM2's copying consumers the job's fetch settings.
+                extra={"source.consumer.max.poll.records": "777"},
+                log_consumer_configs=True,
             )
         )
 
@@ -288,6 +345,10 @@ def test_mirror_maker_copies_every_record_keeping_partition_and_order(tmp_path: 
         got = _read_target(target.bootstrap_servers)
         stored = _target_count(target.bootstrap_servers)
 
+        copying = logged_consumer_configs(mm2.log_path.read_text(), "replication-consumer")
+
     assert stored == RECORDS  # no duplicates past the first RECORDS read back either
     assert sum(len(v) for v in got.values()) == RECORDS
     assert got == expected
+    assert copying, f"no replication-consumer config in {mm2.log_path}"
+    assert {c["max.poll.records"] for c in copying} == {"777"}
