@@ -14,8 +14,7 @@ BENCH_ARGS ?=
 # `make test` runs its test files on this many pytest-xdist workers (one file stays on one
 # worker, so module fixtures are built once). Each worker has its own brokers and SparkSession;
 # most tests wait on a broker, a job process or a trigger, so two workers on two cores finish
-# the suite in well under the serial time. Tests marked `serial` run alone afterwards.
-# TEST_WORKERS=0 runs everything in one process.
+# the suite in well under the serial time. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
 .PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
@@ -149,9 +148,7 @@ report: venv ## completeness report from the Delta tables: WAREHOUSE=var/demo/wa
 	$(PY) -m integrations.report --warehouse $(or $(WAREHOUSE),var/demo/warehouse) --out $(or $(OUT),report.html)
 
 test: setup ## run the whole test suite (unit and integration, the Airflow test included)
-	$(PY) -m pytest --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile -m "not serial") $(PYTEST_ARGS)
-	@# Tests marked serial assert a rate from below: they run alone, after the others (exit 5: none selected).
-	$(if $(filter 0,$(TEST_WORKERS)),,$(PY) -m pytest -m serial $(PYTEST_ARGS) || test $$? -eq 5)
+	$(PY) -m pytest --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 airflow-test: setup ## the Airflow test: airflow db migrate, dag.test() of the example DAG against a real broker and job
 	$(PY) -m pytest tests/integrations/test_airflow.py $(PYTEST_ARGS)

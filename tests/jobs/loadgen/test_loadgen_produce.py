@@ -164,7 +164,6 @@ def appended(bootstrap: str, topic: str, partitions: int) -> tuple[np.ndarray, n
     return np.array(times, dtype=np.int64), np.array(sizes, dtype=np.int64)
 
 
-@pytest.mark.serial  # "within 5%" is a floor too: a second test worker would starve the generator
 @pytest.mark.parametrize(
     ("cap", "flow", "shape"),
     [
