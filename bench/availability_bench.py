@@ -920,6 +920,16 @@ def _check_committed(
     say(f"  broker's committed offsets = the recorder's last commits ({len(last):,} partitions)")
 
 
+def offsets_topic_ranges(consumer: Consumer) -> dict[int, tuple[int, int]]:
+    """(low, high) watermarks of every non-empty partition of the offsets topic."""
+    ends = {}
+    for p in consumer.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=30)
+        if high > low:
+            ends[p] = (low, high)
+    return ends
+
+
 def _read_offsets_topic(bootstrap: str) -> list[tuple[bytes, bytes | None, int]]:
     """Every record of `__consumer_offsets`, merged across partitions by timestamp (each
     partition's own order kept, as the job sees it)."""
@@ -931,14 +941,7 @@ def _read_offsets_topic(bootstrap: str) -> list[tuple[bytes, bytes | None, int]]
         }
     )
     try:
-        partitions = (
-            consumer.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions
-        )
-        ends = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=30)
-            if high > low:
-                ends[p] = (low, high)
+        ends = offsets_topic_ranges(consumer)
         consumer.assign([TopicPartition(OFFSETS_TOPIC, p, low) for p, (low, _) in ends.items()])
         per_partition: dict[int, list[tuple[int, bytes, bytes | None]]] = {p: [] for p in ends}
         done: set[int] = set()
@@ -1324,14 +1327,7 @@ def consume_and_process(
         }
     )
     try:
-        partitions = (
-            consumer.list_topics(OFFSETS_TOPIC, timeout=30).topics[OFFSETS_TOPIC].partitions
-        )
-        ends = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(OFFSETS_TOPIC, p), timeout=30)
-            if high > low:
-                ends[p] = (low, high)
+        ends = offsets_topic_ranges(consumer)
         tracker = LagTracker(LagSettings())
         head_times = [ms for ms, _ in rec.heads]
         batches = evaluated = 0
