@@ -526,6 +526,10 @@ def _java() -> str:
 
 SERIAL_GC = "-XX:+UseSerialGC"  # small heaps, one GC thread: the test services' collector
 G1_GC = "-XX:+UseG1GC"  # the JVM's own choice on this machine, and Kafka's scripts' choice
+# Extra JVM flags for every service JVM started here (whitespace-separated). The test suite
+# sets "-XX:TieredStopAtLevel=1" (tests/conftest.py): its brokers live minutes and carry little
+# load, so C2's compile work is CPU the suite needs elsewhere. Benchmarks leave it unset.
+SERVICE_JAVA_OPTS_ENV = "UATU_SERVICE_JAVA_OPTS"
 
 
 def jvm_command(
@@ -540,13 +544,15 @@ def jvm_command(
 
     Java comes from ``JAVA_HOME`` or else ``PATH``; ``heap`` (e.g. ``"512m"``) sets both -Xms
     and -Xmx, None leaves the JVM's default; ``gc`` is the collector's flag (SERIAL_GC or
-    G1_GC). Shared by the other tools that run Kafka's JVMs.
+    G1_GC); ``UATU_SERVICE_JAVA_OPTS`` adds flags. Shared by the other tools that run Kafka's
+    JVMs.
     """
     heap_flags = [f"-Xmx{heap}", f"-Xms{heap}"] if heap else []
     return [
         _java(),
         *heap_flags,
         gc,
+        *os.environ.get(SERVICE_JAVA_OPTS_ENV, "").split(),
         "-Djava.awt.headless=true",
         f"-Dlog4j.configuration=file:{log4j}",
         "-cp",

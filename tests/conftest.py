@@ -26,6 +26,7 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # the audit SIGKILL test's three spark-submits, 113 -> 63 user-seconds). On two cores the
 # suite is bound by CPU, not by waiting. Production launches never see this variable.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+os.environ.setdefault("UATU_SERVICE_JAVA_OPTS", "-XX:TieredStopAtLevel=1")  # devservices' JVMs
 
 
 SERVICE_FIXTURES = frozenset({"kafka", "kafka_dest", "etcd", "zookeeper", "kafka_pixy", "burrow"})

@@ -24,7 +24,7 @@ from bench.kafka_perf import (
     parse_producer_output,
     producer_perf_args,
 )
-from devservices.kafka import G1_GC, SERIAL_GC, start_cluster
+from devservices.kafka import G1_GC, SERIAL_GC, SERVICE_JAVA_OPTS_ENV, start_cluster
 from devservices.mirror_maker import (
     logged_consumer_configs,
     mm2_command,
@@ -213,6 +213,17 @@ def test_mm2_command_sets_both_heap_bounds_and_the_collector(tmp_path: Path) -> 
         "org.apache.kafka.connect.mirror.MirrorMaker",
         str(tmp_path / "mm2.properties"),
     ]
+
+
+def test_service_jvms_take_the_extra_flags_of_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SERVICE_JAVA_OPTS_ENV, " -XX:TieredStopAtLevel=1  -Dx=y ")
+    command = mm2_command(tmp_path, tmp_path / "jars")
+    flags = command[: command.index("-cp")]
+    assert flags[-4:-2] == ["-XX:TieredStopAtLevel=1", "-Dx=y"]
+    monkeypatch.delenv(SERVICE_JAVA_OPTS_ENV)
+    assert "-Dx=y" not in mm2_command(tmp_path, tmp_path / "jars")
 
 
 def test_render_properties_escapes_backslashes() -> None:
