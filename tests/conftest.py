@@ -23,7 +23,7 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Every Spark JVM of the suite (this session's, and each `spark-submit.sh` a test or the
 # control plane starts, which inherit the variable) compiles with C1 only: the runs last
 # seconds to minutes, and skipping C2 halves the CPU a driver spends starting up (measured:
-# the audit SIGKILL test's three spark-submits, 113 -> 63 user-seconds). On two cores the
+# the audit SIGKILL test's three spark-submits, 113 -> 66 user-seconds). On two cores the
 # suite is bound by CPU, not by waiting. Production launches never see this variable.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 os.environ.setdefault("UATU_SERVICE_JAVA_OPTS", "-XX:TieredStopAtLevel=1")  # devservices' JVMs
