@@ -21,6 +21,10 @@ SMALL_LOCAL_CONF = {
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
 }
 
+# The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
+# JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
+C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+
 
 def small_local_session(
     app_name: str, warehouse_dir: Path, conf: Mapping[str, str] | None = None

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from core.paths import ROOT
-from testing.spark import conf_restored, small_local_session
+from devservices.kafka import SERVICE_JAVA_OPTS_ENV
+from testing.spark import C1_ONLY_JIT, conf_restored, small_local_session
 
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Every Spark JVM of the suite (this session's, and each `spark-submit.sh` a test or the
@@ -25,8 +26,8 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # seconds to minutes, and skipping C2 halves the CPU a driver spends starting up (measured:
 # the audit SIGKILL test's three spark-submits, 113 -> 66 user-seconds). On two cores the
 # suite is bound by CPU, not by waiting. Production launches never see this variable.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
-os.environ.setdefault("UATU_SERVICE_JAVA_OPTS", "-XX:TieredStopAtLevel=1")  # devservices' JVMs
+os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY_JIT)
+os.environ.setdefault(SERVICE_JAVA_OPTS_ENV, C1_ONLY_JIT)  # devservices' brokers, ZooKeeper, MM2
 
 
 SERVICE_FIXTURES = frozenset({"kafka", "kafka_dest", "etcd", "zookeeper", "kafka_pixy", "burrow"})

@@ -23,6 +23,7 @@ from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
+from testing.spark import C1_ONLY_JIT
 
 ROOT = Path("/srv/uatu")
 JARS = ["/srv/uatu/var/jars/spark/a.jar", "/srv/uatu/var/jars/spark/b.jar"]
@@ -337,7 +338,7 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
         grace_seconds=30,
         # C1 only, as for the suite's other Spark JVMs (tests/conftest.py): SPARK_SUBMIT_OPTS
         # does not reach a cluster's executors.
-        extra_conf={"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1"},
+        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
     )
     measured: dict[str, float] = {}
 
