@@ -20,6 +20,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from google.protobuf import json_format
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,6 +41,7 @@ from jobs.runtime import metrics
 from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
+from testing.polling import wait_for
 from testing.topic_data import Record, produce_records, read_partitions
 
 pytestmark = pytest.mark.integration
@@ -546,12 +548,16 @@ def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
     assert expected in done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("step", ["after_tier_produce", "before_checkpoint"])
+@pytest.mark.parametrize("step", ["after_tier_produce", "after_dispatch", "before_checkpoint"])
 def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     kafka, work: Path, service, spark, step: str
 ) -> None:
     """after_tier_produce: in a task, with part of the batch's tier writes done;
-    before_checkpoint: on the driver, with the batch's dispatch_stats rows already written."""
+    after_dispatch: in a task that has resolved every record of its range, before the batch
+    ends; before_checkpoint: on the driver, with the batch's dispatch_stats rows already written.
+
+    The crash is a `./spark-submit.sh` run (the hook halts its JVM); the restart runs in this
+    test's session, on the same conf, checkpoint and tables, which is what a relaunch reads."""
     name = f"crash-{step.replace('_', '-')}"
     topics = Topics.create(kafka, name)
     now = int(time.time() * 1000)
@@ -576,10 +582,7 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     first_calls = len(service.snapshot()) - before
     assert first_calls > 0
 
-    restarted = subprocess.run(
-        cmd, env=env, capture_output=True, text=True, timeout=900, check=False
-    )
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert run_in_process(data, work / "conf") == EXIT_OK
 
     calls = [c for c in service.snapshot()[before:] if c.message.topic == topics.main]
     last = {}
@@ -608,6 +611,73 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
         .first()[0]
     )
     assert redelivered == 80
+
+
+def test_a_dlq_write_the_broker_refuses_is_retried_until_acknowledged(
+    kafka, work: Path, service, spark
+) -> None:
+    """The DLQ topic's max.message.bytes is 1, so the broker refuses every write to it
+    (MESSAGE_TOO_LARGE, which the producer does not retry) until the test restores it. The
+    dispatcher must send again itself: the job may neither finish nor checkpoint while a DLQ
+    write is unacknowledged, and no record is lost or written twice.
+
+    One record goes to the DLQ: a refused batch of several records makes the Kafka producer
+    split it again and again until its network thread dies (KAFKA-8202, see docs/dispatch.md),
+    which is not what this test is about."""
+    name = "acked"
+    topics = Topics(name, f"{name}-r1", f"{name}-r2", f"{name}-dlq", f"{name}-resq")
+    for t in (topics.main, topics.r1, topics.r2):
+        kafka.create_topic(t, 2, 1)
+    kafka.create_topic(topics.dlq, 1, 1, config={"max.message.bytes": "1"})
+    now = int(time.time() * 1000)
+    plans = ["fail"] + ["ok"] * 9
+    records = [Record(i % 2, None, value(f"a{i}", plans[i]), now) for i in range(10)]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(group(name, topics, service)))
+    log_path = work / f"{name}.log"
+    with log_path.open("w") as log:
+        job = subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), str(path), "--once", "--conf-dir", str(work / "conf")],
+            env={**os.environ, "UATU_DRIVER_MEMORY": "1g"}, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        refused = f"not yet written to {topics.dlq} (attempt 2)"
+        wait_for(
+            lambda: refused in log_path.read_text() or job.poll() is not None,
+            300,
+            "a second refused DLQ write",
+        )
+        assert job.poll() is None, log_path.read_text()[-3000:]
+        assert read_partitions(kafka.bootstrap_servers, topics.dlq, 1)[0] == []
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topics.dlq,
+            incremental_configs=[
+                ConfigEntry(
+                    "max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE
+                )
+            ],
+        )
+        admin = kafka.admin()  # held: a dropped AdminClient fails its futures
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        assert job.wait(300) == EXIT_OK, log_path.read_text()[-3000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+    dlq = [r.value.split(b"|")[0].decode() for r in read_partitions(
+        kafka.bootstrap_servers, topics.dlq, 1)[0]]  # type: ignore[union-attr]  # fmt: skip
+    assert dlq == ["a0"]
+    stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
+    totals = (
+        stats.where(f"job_group_id = '{name}' AND tier = 'main'")
+        .agg(F.sum("committed"), F.sum("dlq"), F.sum("produce_retries"), F.sum("redelivered"))
+        .first()
+    )
+    assert tuple(totals[:2]) == (9, 1)
+    assert totals[2] >= 2 and totals[3] == 0
 
 
 class _MasterWorker(mw_grpc.MasterWorkerServiceServicer):
