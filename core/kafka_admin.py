@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable, ConfigError, TopicNotFound
@@ -47,6 +47,27 @@ def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: f
     if info.error is not None:
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(info.error))
     return len(info.partitions)
+
+
+def smallest_max_message_bytes(
+    cluster: ClusterConfig, topics: Collection[str], timeout_s: float = ADMIN_TIMEOUT_S
+) -> int | None:
+    """The smallest `max.message.bytes` among `topics` (the largest record batch each accepts),
+    or None when the cluster does not tell (no DescribeConfigs permission, an old broker): a
+    caller then keeps its own batch size."""
+    if not topics:
+        return None
+    admin = AdminClient(cluster.check_client_config())
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    try:
+        futures = admin.describe_configs(resources, request_timeout=timeout_s)
+        limits = [
+            int(f.result(timeout=timeout_s)["max.message.bytes"].value) for f in futures.values()
+        ]
+    except (KafkaException, FutureTimeout, KeyError, ValueError) as e:
+        log.warning("max.message.bytes of %s not readable (%s)", ", ".join(topics), e)
+        return None
+    return min(limits)
 
 
 def create_topic(admin: AdminClient, topic: NewTopic, timeout_s: float = ADMIN_TIMEOUT_S) -> None:

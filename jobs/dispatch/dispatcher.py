@@ -39,12 +39,22 @@ def consumer_config(spec: DispatchSpec) -> dict[str, str]:
     }
 
 
-def producer_config(spec: DispatchSpec) -> dict[str, str]:
+BATCH_BYTES = 256 << 10
+
+
+def producer_config(spec: DispatchSpec, max_message_bytes: int | None = None) -> dict[str, str]:
     """The producer of the retry, DLQ and resq topics: acks=all, idempotent, and a delivery
-    timeout after which the dispatcher itself sends again (retried until acknowledged)."""
+    timeout after which the dispatcher itself sends again (retried until acknowledged).
+
+    `max_message_bytes` is the smallest limit of those topics: batches stay under half of it.
+    A batch the broker refuses as too large is split by the producer into batches of
+    `batch.size`; when that is not smaller than the limit, it splits the same batch again and
+    again until its network thread dies of a stack overflow and every later write hangs
+    (KAFKA-8202, KAFKA-8350)."""
+    batch = BATCH_BYTES if max_message_bytes is None else min(BATCH_BYTES, max_message_bytes // 2)
     return {
         "linger.ms": "5",
-        "batch.size": str(256 << 10),
+        "batch.size": str(batch),
         "delivery.timeout.ms": "120000",
         **spec.cluster.java_client_config(),
         "acks": "all",
@@ -52,9 +62,15 @@ def producer_config(spec: DispatchSpec) -> dict[str, str]:
     }
 
 
-def config_json(spec: DispatchSpec, share: float = 1.0, fault: Fault | None = None) -> str:
+def config_json(
+    spec: DispatchSpec,
+    share: float = 1.0,
+    fault: Fault | None = None,
+    max_message_bytes: int | None = None,
+) -> str:
     """The DispatchConfig of `spec` for the JVM: `share` is this application's executors' part
-    of the group's flow control (1.0 for one executor JVM)."""
+    of the group's flow control (1.0 for one executor JVM); `max_message_bytes` as in
+    `producer_config`."""
     flow, resq = spec.flow, spec.resq_flow
     jvm_fault = fault if fault is not None and fault.step in JVM_STEPS else None
     return json.dumps(
@@ -88,7 +104,7 @@ def config_json(spec: DispatchSpec, share: float = 1.0, fault: Fault | None = No
             "channels": spec.channels,
             "callback_threads": spec.callback_threads,
             "consumer_config": consumer_config(spec),
-            "producer_config": producer_config(spec),
+            "producer_config": producer_config(spec, max_message_bytes),
             "status_codes": {name: code.value for name, code in STATUS_CODES.items()},
             "trailer_codes": {name: code.value for name, code in TRAILER_CODES.items()},
             "fault_step": jvm_fault.step if jvm_fault else "",

@@ -192,6 +192,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self._reporting: Reporting | None = None
         self._bounds: Bounds | None = None
         self._config = ""
+        self._max_message_bytes: int | None = None
         self._writers: dict[str, DispatchBatchWriter] = {}
         self._spark: SparkSession | None = None
 
@@ -203,8 +204,12 @@ class DispatchJob(StreamingJob[DispatchSpec]):
 
     def check(self) -> None:
         """The topics the job writes must exist; a bounded source's partitions too."""
-        for field_name, topic in self.spec.produced_topics():
+        produced = self.spec.produced_topics()
+        for field_name, topic in produced:
             kafka_admin.partition_count(self.spec.cluster, topic, field_name)
+        self._max_message_bytes = kafka_admin.smallest_max_message_bytes(
+            self.spec.cluster, [topic for _, topic in produced]
+        )
         if self.spec.bounded:
             marks = Watermarks(self.spec.cluster)
             try:
@@ -214,7 +219,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
 
     def check_session(self, spark: SparkSession) -> None:
         self._spark = spark
-        self._config = dispatcher.config_json(self.spec, _executor_share(spark), self.fault)
+        self._config = dispatcher.config_json(
+            self.spec, _executor_share(spark), self.fault, self._max_message_bytes
+        )
         if not dispatcher.check_clients(spark, self._config, self.spec.cluster.name):
             log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
 

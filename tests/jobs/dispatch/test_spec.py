@@ -14,6 +14,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from core.config import load_settings
 from jobs import main as job_main
 from jobs import registry
+from jobs.dispatch.dispatcher import config_json, producer_config
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, parse_uri
 from testing.conf import write_conf_dir
@@ -273,3 +274,18 @@ def test_uri_forms(uri: str, target: str) -> None:
 def test_bad_uris(uri: str) -> None:
     with pytest.raises(ValueError):
         parse_uri(uri)
+
+
+@pytest.mark.parametrize(
+    ("limit", "batch"),
+    [(None, 256 << 10), (1_048_588, 256 << 10), (100_000, 50_000), (1, 0)],
+)
+def test_tier_batches_stay_under_half_the_smallest_topic_limit(
+    conf_dir: Path, limit: int | None, batch: int
+) -> None:
+    """KAFKA-8202: a refused batch no smaller than the topic's limit is split for ever."""
+    spec = spec_of(conf_dir, VALID)
+    assert producer_config(spec, limit)["batch.size"] == str(batch)
+    assert json.loads(config_json(spec, max_message_bytes=limit))["producer_config"][
+        "batch.size"
+    ] == str(batch)
