@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from core.errors import EXIT_OK
+from testing.jobrun import run_job
 from testing.topic_data import iter_messages
 from tests.jobs.loadgen.conftest import consume_group, decode_header, produce_group, run_once
 
@@ -176,13 +177,18 @@ def appended(bootstrap: str, topic: str, partitions: int) -> tuple[np.ndarray, n
     ],
 )
 def test_rate_is_held_over_every_10_s_window_of_broker_append_time(
-    kafka, conf_dir, cap, flow, shape
+    kafka, conf_dir, tmp_path, cap, flow, shape
 ):
+    """The generator runs in its own JVM (`./spark-submit.sh --once`), as users run it. In the
+    test session's JVM it shared a heap with every test before it: late in a fresh-clone run it
+    saw 454 ms p99 send latency and windows at -6.5% / +6.5%, pauses of that JVM (a
+    single-threaded, stop-the-world collector) rather than of its pacing."""
     topic, partitions, seconds = f"lg-rate-{cap}", 4, 35
     kafka.create_topic(topic, partitions, 1, {"message.timestamp.type": "LogAppendTime"})
     group = produce_group(f"lg-rate-{cap}", topic, flow=flow, durationSeconds=seconds, **shape)
 
-    assert run_once(group, conf_dir) == EXIT_OK
+    status, log = run_job(group, tmp_path, conf_dir, "--once")
+    assert status == EXIT_OK, log[-3000:]
 
     times, sizes = appended(kafka.bootstrap_servers, topic, partitions)
     weights = np.ones_like(sizes) if cap == "messages" else sizes
