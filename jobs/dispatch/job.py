@@ -203,7 +203,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         return super().run(once=once, stop_file=stop_file, reporting=reporting)
 
     def check(self) -> None:
-        """The topics the job writes must exist; a bounded source's partitions too."""
+        """The topics the job writes must exist (their smallest `max.message.bytes` sizes the
+        tier producer's batches); a bounded source's partitions too."""
         produced = self.spec.produced_topics()
         for field_name, topic in produced:
             kafka_admin.partition_count(self.spec.cluster, topic, field_name)
