@@ -41,6 +41,7 @@ from jobs.runtime import metrics
 from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
+from testing.jobrun import log_path, running_job
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records, read_partitions
 
@@ -633,22 +634,16 @@ def test_a_dlq_write_the_broker_refuses_is_retried_until_acknowledged(
     plans = ["fail"] * 3 + ["ok"] * 7
     records = [Record(i % 2, None, value(f"a{i}", plans[i]), now) for i in range(10)]
     produce_records(kafka.bootstrap_servers, topics.main, records)
-    path = work / f"{name}.json"
-    path.write_text(json.dumps(group(name, topics, service)))
-    log_path = work / f"{name}.log"
-    with log_path.open("w") as log:
-        job = subprocess.Popen(
-            [str(ROOT / "spark-submit.sh"), str(path), "--once", "--conf-dir", str(work / "conf")],
-            env={**os.environ, "UATU_DRIVER_MEMORY": "1g"}, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
+    data = group(name, topics, service)
+    log = log_path(work, data)
+    with running_job(data, work, work / "conf", "--once") as job:
         refused = f"not yet written to {topics.dlq} (attempt 2)"
         wait_for(
-            lambda: refused in log_path.read_text() or job.poll() is not None,
+            lambda: refused in log.read_text() or job.poll() is not None,
             180,
             "a second refused DLQ write",
         )
-        assert job.poll() is None, log_path.read_text()[-3000:]
+        assert job.poll() is None, log.read_text()[-3000:]
         assert read_partitions(kafka.bootstrap_servers, topics.dlq, 1)[0] == []
         resource = ConfigResource(
             ConfigResource.Type.TOPIC,
@@ -661,11 +656,7 @@ def test_a_dlq_write_the_broker_refuses_is_retried_until_acknowledged(
         )
         admin = kafka.admin()  # held: a dropped AdminClient fails its futures
         admin.incremental_alter_configs([resource])[resource].result(30)
-        assert job.wait(300) == EXIT_OK, log_path.read_text()[-3000:]
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        assert job.wait(300) == EXIT_OK, log.read_text()[-3000:]
 
     dlq = [r.value.split(b"|")[0].decode() for r in read_partitions(
         kafka.bootstrap_servers, topics.dlq, 1)[0]]  # type: ignore[union-attr]  # fmt: skip
