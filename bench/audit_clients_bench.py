@@ -111,7 +111,7 @@ def python_run(bootstrap: str, topic: str, records: int, size: int, audited: boo
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("bench.audit_clients_bench", __doc__)
-    parser.add_argument("--records", type=int, default=300_000, help="records per run")
+    parser.add_argument("--records", type=int, default=2_000_000, help="records per run")
     parser.add_argument("--record-size", type=int, default=200, help="value bytes")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each variant")
     args = parse_args(parser, argv, QUICK)

@@ -9,10 +9,10 @@
     producer.close()  # flushes the records, then the last audit reports
 
 `AuditedProducer` counts every record the broker acknowledged (tier SERVICE, or KRP for a proxy
-tier) by the window of its Kafka timestamp: records produced without a timestamp get "now"
-from the wrapper, so the producer and the broker agree on the window. `AuditedConsumer` counts
-every record `poll`/`consume` returned (tier CONSUMER, its group.id as consumer_group).
-Both hash key + value exactly like the audit job's default dedupe key (Spark's
+tier) by the window of its Kafka timestamp: a record produced without a timestamp has
+librdkafka's (the time of `produce`), which the broker stores too, so both place it in the
+same window. `AuditedConsumer` counts every record `poll`/`consume` returned (tier CONSUMER,
+its group.id as consumer_group). Both hash key + value exactly like the audit job's default dedupe key (Spark's
 `xxhash64(key, value)`), keep an HLL sketch of those hashes and a KLL sketch of latency, and
 send one `uatu.v1.AuditReport` per (topic, window) every `report_interval_s` and at `close`
 (`core.audit_reports`). Everything else is confluent-kafka's own API, passed through.
@@ -70,10 +70,18 @@ def _now_ms() -> int:
 
 
 class AuditedProducer:
-    """A confluent_kafka.Producer that reports the records the broker acknowledged."""
+    """A confluent_kafka.Producer that reports the records the broker acknowledged.
+
+    The wrapper's delivery callback is the producer's default one (config `on_delivery`), so a
+    record produced without a callback of its own costs no Python object per record; a
+    per-record `on_delivery`/`callback`, and an `on_delivery` in `config`, are called after the
+    wrapper has counted the record. A record without a timestamp gets librdkafka's (the time of
+    `produce`, CreateTime), which its delivery report carries and which the broker stores.
+    """
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
-        self._producer = Producer(dict(config))
+        config = dict(config)
+        self._user_default = config.pop("on_delivery", None)
         self.tally = WindowTally(audit.window_seconds, audit.lg_k)
         self.reporter = AuditReporter(
             self.tally,
@@ -84,15 +92,28 @@ class AuditedProducer:
         )
         self._add = self.tally.add
         self._add_failed = self.tally.add_failed
-        self._acked = self._on_delivery  # bound once: produce() hands it to every record
+        default = self._on_delivery
+        if self._user_default is not None:
+            default = self._chained(self._user_default)
+        self._producer = Producer({**config, "on_delivery": default})
+        self._produce = self._producer.produce
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         timestamp = msg.timestamp()[1]
         topic = msg.topic() or ""
         if err is not None:
-            self._add_failed(topic, timestamp)
+            self._add_failed(topic, timestamp if timestamp > 0 else _now_ms())
             return
         self._add(topic, msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
+
+    def _chained(self, user: DeliveryCallback) -> DeliveryCallback:
+        counted = self._on_delivery
+
+        def report(err: KafkaError | None, msg: Message) -> None:
+            counted(err, msg)
+            user(err, msg)
+
+        return report
 
     def produce(
         self,
@@ -108,23 +129,13 @@ class AuditedProducer:
         """Producer.produce; the record is counted when the broker acknowledges it."""
         user = on_delivery or callback
         if user is None:
-            report = self._acked
+            # The producer's default callback (the wrapper's) reports this record.
+            self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
         else:
-            acked = self._acked
-
-            def report(err: KafkaError | None, msg: Message) -> None:
-                acked(err, msg)
-                user(err, msg)
-
-        self._producer.produce(
-            topic,
-            value,
-            key,
-            partition,
-            report,
-            timestamp=timestamp or _now_ms(),
-            headers=headers,
-        )
+            self._produce(
+                topic, value, key, partition, self._chained(user),
+                timestamp=timestamp, headers=headers,
+            )  # fmt: skip
 
     def poll(self, timeout: float = 0) -> int:
         return self._producer.poll(timeout)
