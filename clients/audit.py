@@ -12,10 +12,11 @@
 tier) by the window of its Kafka timestamp: a record produced without a timestamp has
 librdkafka's (the time of `produce`), which the broker stores too, so both place it in the
 same window. `AuditedConsumer` counts every record `poll`/`consume` returned (tier CONSUMER,
-its group.id as consumer_group). Both hash key + value exactly like the audit job's default dedupe key (Spark's
-`xxhash64(key, value)`), keep an HLL sketch of those hashes and a KLL sketch of latency, and
-send one `uatu.v1.AuditReport` per (topic, window) every `report_interval_s` and at `close`
-(`core.audit_reports`). Everything else is confluent-kafka's own API, passed through.
+its group.id as consumer_group). Both hash key + value exactly like the audit job's default
+dedupe key (Spark's `xxhash64(key, value)`), keep an HLL sketch of those hashes and a KLL
+sketch of latency, and send one `uatu.v1.AuditReport` per (topic, window) every
+`report_interval_s` and at `close` (`core.audit_reports`). Everything else is confluent-kafka's
+own API, passed through.
 """
 
 from __future__ import annotations
