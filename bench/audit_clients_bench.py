@@ -6,10 +6,14 @@ producer without auditing, in the same run, on the same single-broker cluster:
 * Python: ``clients.AuditedProducer`` against a bare ``confluent_kafka.Producer`` producing the
   same keyed records as fast as librdkafka's queue allows.
 
-Runs alternate plain / audited, ``--rounds`` times each; the figures are the medians and the
-overhead is ``1 - audited / plain`` records/s. Targets (issue 17): <= 5 % for the interceptor,
-<= 15 % for the Python wrapper. Measure on an otherwise idle machine (the result file records
-the load average at the start and the end).
+Runs alternate plain / audited (the order flips each round), ``--rounds`` times each; the
+figures are the medians and the overhead is ``1 - audited / plain`` records/s. Two more Python
+variants split the wrapper's cost per record: a producer whose default delivery callback does
+nothing, and one whose callback reads topic, key, value and timestamp as the wrapper's does;
+``WindowTally.fold`` (hashing and sketching) is timed alone, without a broker.
+
+Targets (issue 17): <= 5 % for the interceptor, <= 15 % for the Python wrapper. Measure on an
+otherwise idle machine (the result file records the load average at the start and the end).
 """
 
 from __future__ import annotations
@@ -77,20 +81,41 @@ def java_run(
     return {"records_per_s": result.records_per_s, "p99_ms": result.p99_ms}
 
 
-def python_run(bootstrap: str, topic: str, records: int, size: int, audited: bool) -> float:
-    """Records/s of producing `records` keyed records and flushing."""
+# The Python variants, in the order each round runs them: a bare producer, one whose default
+# delivery callback does nothing, one whose callback reads what the wrapper reads, and the
+# wrapper. The steps between them split the wrapper's cost per record.
+PYTHON_VARIANTS = ("plain", "callback", "reading-callback", "audited")
+
+
+def _python_producer(variant: str, config: dict[str, Any]) -> Any:
     from confluent_kafka import Producer
 
     from clients import AuditedProducer, AuditSettings
 
-    config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
-    producer: Any
-    if audited:
-        producer = AuditedProducer(
+    if variant == "audited":
+        return AuditedProducer(
             config, AuditSettings(service="perf", cluster="local", audit_topic=AUDIT_TOPIC)
         )
-    else:
-        producer = Producer(config)
+    if variant == "callback":
+        return Producer({**config, "on_delivery": lambda err, msg: None})
+    if variant == "reading-callback":
+        queued: list[Any] = []
+
+        def read(err: Any, msg: Any) -> None:
+            ts = msg.timestamp()[1]
+            queued.append((msg.topic(), msg.key(), msg.value(), ts, time.time_ns() // 10**6 - ts))
+            if len(queued) >= 200_000:
+                queued.clear()
+
+        return Producer({**config, "on_delivery": read})
+    return Producer(config)
+
+
+def python_run(bootstrap: str, topic: str, records: int, size: int, variant: str) -> float:
+    """Records/s of producing `records` keyed records and flushing, with a PYTHON_VARIANTS
+    producer."""
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
+    producer = _python_producer(variant, config)
     value = os.urandom(size)
     keys = [b"key-%d" % i for i in range(records)]
     start = time.perf_counter()
@@ -104,9 +129,24 @@ def python_run(bootstrap: str, topic: str, records: int, size: int, audited: boo
         producer.poll(0)
     producer.flush()
     elapsed = time.perf_counter() - start
-    if audited:
+    if variant == "audited":
         producer.close()
     return records / elapsed
+
+
+def fold_us_per_record(records: int, size: int) -> float:
+    """Microseconds per record of `WindowTally.fold` alone (hashing and sketching), no broker."""
+    from core.audit_reports import WindowTally
+
+    tally = WindowTally()
+    tally.MAX_PENDING = records + 1  # one fold, timed below
+    value = os.urandom(size)
+    now = int(time.time() * 1000)
+    for i in range(records):
+        tally.add("perf", b"key-%d" % i, value, now, 3.0)
+    start = time.perf_counter()
+    tally.fold()
+    return (time.perf_counter() - start) / records * 1e6
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,9 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cluster.create_topic(AUDIT_TOPIC, partitions=1)
             jars = interceptor_jars(tmp / "jars")
             java: dict[str, list[dict[str, Any]]] = {"plain": [], "audited": []}
-            py: dict[str, list[float]] = {"plain": [], "audited": []}
+            py: dict[str, list[float]] = {v: [] for v in PYTHON_VARIANTS}
             for round_ in range(args.rounds):
-                for variant in ("plain", "audited"):
+                java_order = ("plain", "audited") if round_ % 2 == 0 else ("audited", "plain")
+                for variant in java_order:
                     topic = f"perf-{uuid.uuid4().hex[:8]}"
                     cluster.create_topic(topic, partitions=3)
                     run = java_run(
@@ -140,29 +181,54 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     java[variant].append(run)
                     say(f"round {round_ + 1} java {variant}: {run['records_per_s']:,.0f} rec/s")
+                # Alternate the order round to round, so no variant always runs first.
+                order = PYTHON_VARIANTS if round_ % 2 == 0 else PYTHON_VARIANTS[::-1]
+                for variant in order:
                     topic = f"perf-{uuid.uuid4().hex[:8]}"
                     cluster.create_topic(topic, partitions=3)
-                    rate = python_run(
-                        bootstrap, topic, args.records, args.record_size, variant == "audited"
-                    )
+                    rate = python_run(bootstrap, topic, args.records, args.record_size, variant)
                     py[variant].append(rate)
-                    say(f"round {round_ + 1} python {variant}: {rate:,.0f} rec/s")
+                    say(
+                        f"round {round_ + 1} python {variant}: {rate:,.0f} rec/s "
+                        f"({1e6 / rate:.2f} µs/record)"
+                    )
         finally:
             cluster.stop()
     for variant in ("plain", "audited"):
         figures[f"java_{variant}_records_per_s"] = median(r["records_per_s"] for r in java[variant])
+    for variant in PYTHON_VARIANTS:
         figures[f"python_{variant}_records_per_s"] = median(py[variant])
+    # Where the wrapper's time goes, per record (medians; fold timed alone, without a broker).
+    us = {v: 1e6 / figures[f"python_{v}_records_per_s"] for v in PYTHON_VARIANTS}
+    figures["python_us_per_record"] = us
+    figures["python_fold_us_per_record"] = fold_us_per_record(
+        min(args.records, 1_000_000), args.record_size
+    )
     figures["java_interceptor_overhead"] = overhead(
         figures["java_plain_records_per_s"], figures["java_audited_records_per_s"]
     )
     figures["python_wrapper_overhead"] = overhead(
         figures["python_plain_records_per_s"], figures["python_audited_records_per_s"]
     )
+    # Round by round (the plain and audited runs of one round ran back to back).
+    figures["java_audited_to_plain_by_round"] = [
+        a["records_per_s"] / p["records_per_s"]
+        for p, a in zip(java["plain"], java["audited"], strict=True)
+    ]
     figures["runs"] = {"java": java, "python": py}
     figures["load_average_end"] = os.getloadavg()
     say(
         f"interceptor overhead {figures['java_interceptor_overhead']:.1%} (target <= 5 %), "
         f"Python wrapper overhead {figures['python_wrapper_overhead']:.1%} (target <= 15 %)"
+    )
+    say(
+        "Python µs/record: "
+        + ", ".join(f"{v} {us[v]:.2f}" for v in PYTHON_VARIANTS)
+        + f"; WindowTally.fold alone {figures['python_fold_us_per_record']:.2f}"
+    )
+    say(
+        "Java audited / plain by round: "
+        + ", ".join(f"{r:.2f}" for r in figures["java_audited_to_plain_by_round"])
     )
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     write_latest(BENCH_DIR / f"{NAME}-result.json", figures)

@@ -4,19 +4,24 @@ batch writer under `run_query`, AvailableNow), except the restart test, which SI
 `./spark-submit.sh` application.
 
 Windows are placed 10-20 minutes in the past, so every window is past its grace period when
-the audit runs and the expected verdicts are final.
+the audit runs and the expected verdicts are final; RETENTION and AVAILABILITY, which sample
+the broker's metadata now, run as a streaming job with 10-second windows until the verdict
+the test waits for is decided.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from clients import AuditedProducer, AuditSettings
@@ -25,6 +30,7 @@ from jobs import registry
 from jobs.runtime.runner import run_query
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
+from testing.polling import wait_for
 from testing.topic_data import Record, produce_records
 
 pytestmark = pytest.mark.integration
@@ -197,3 +203,227 @@ def read_values(bootstrap: str, topic: str) -> list[bytes]:
                 values.append(m.value())
     consumer.close()
     return values
+
+
+def counting_on(cluster: str, group_id: str, topic: str) -> dict[str, Any]:
+    group = counting_group(group_id, topic)
+    group["kafkaConsumerTaskGroup"]["cluster"] = cluster
+    return group
+
+
+def keyed(prefix: str, window: int, indexes: Iterable[int]) -> list[Record]:
+    return [Record(0, f"{prefix}{i}".encode(), b"v", window + 10 * i) for i in indexes]
+
+
+def test_xdc_sums_one_dc_against_another_and_tells_loss_from_duplication(
+    spark, kafka, kafka_dest, tmp_path
+):
+    """XDC: two topics of DC A (`local`) summed against one of DC B (`dc-b`, a second
+    cluster), failure_threshold 2 %, per 1-minute window. The test knows both sides of every
+    window: equal (OK); 1 % short (OK, within the threshold); 15 % short (LOSS); 20 % more
+    (DUPLICATION); and as many records as the source but 5 of them repeats (LOSS, told apart
+    only by the unique counts of the sketch union)."""
+    name = tmp_path.name[-20:].replace("_", "-").lower()
+    conf_dir = write_conf_dir(
+        tmp_path / "conf",
+        kafka.bootstrap_servers,
+        tmp_path / "wh",
+        tmp_path / "ck",
+        more_clusters={"dc-b": {"bootstrap_servers": kafka_dest.bootstrap_servers}},
+    )
+    src_a, src_b, dest = f"xa-{name}", f"xb-{name}", f"xagg-{name}"
+    kafka.create_topic(src_a, partitions=1)
+    kafka.create_topic(src_b, partitions=1)
+    kafka_dest.create_topic(dest, partitions=1)
+    w = [past_window(m) for m in (20, 19, 18, 17, 16)]
+    to_a = keyed("a", w[0], range(30)) + keyed("c", w[1], range(100)) + keyed("d", w[2], range(40))
+    to_a += keyed("f", w[4], range(20))
+    to_b = keyed("b", w[0], range(20)) + keyed("e", w[3], range(10))
+    to_dest = keyed("a", w[0], range(30)) + keyed("b", w[0], range(20))
+    to_dest += keyed("c", w[1], range(99)) + keyed("d", w[2], range(34))
+    to_dest += keyed("e", w[3], range(10)) + keyed("e", w[3], range(2))
+    to_dest += keyed("f", w[4], range(15)) + keyed("f", w[4], range(5))
+    produce_records(kafka.bootstrap_servers, src_a, to_a)
+    produce_records(kafka.bootstrap_servers, src_b, to_b)
+    produce_records(kafka_dest.bootstrap_servers, dest, to_dest)
+
+    run_once(spark, conf_dir, counting_on("local", f"count-a-{name}", src_a))
+    run_once(spark, conf_dir, counting_on("local", f"count-b-{name}", src_b))
+    run_once(spark, conf_dir, counting_on("dc-b", f"count-agg-{name}", dest))
+    xdc = {
+        "auditType": "AUDIT_TYPE_XDC",
+        "auditIntervalInSeconds": 60,
+        "crossDcAuditConfig": {
+            "crossDcChecks": {
+                "source": [
+                    {"cluster": "local", "topic": src_a},
+                    {"cluster": "local", "topic": src_b},
+                ],
+                "destination": [{"cluster": "dc-b", "topic": dest}],
+            },
+            "failureThreshold": 0.02,
+            "udqTestName": "orders-xdc",
+        },
+    }
+    run_once(spark, conf_dir, tier_group(f"xdc-{name}", src_a, [xdc]))
+
+    got = newest(verdicts(spark, tmp_path / "wh"))
+    decided = {
+        start: (
+            r["verdict"],
+            r["left_count"],
+            r["right_count"],
+            r["left_unique"],
+            r["right_unique"],
+        )
+        for (check, start), r in got.items()
+        if check == "orders-xdc"
+    }
+    assert decided == {
+        w[0]: ("OK", 50, 50, 50, 50),
+        w[1]: ("OK", 100, 99, 100, 99),
+        w[2]: ("LOSS", 40, 34, 40, 34),
+        w[3]: ("DUPLICATION", 10, 12, 10, 10),
+        w[4]: ("LOSS", 20, 20, 20, 15),
+    }
+    assert {(r["check_type"], r["cluster"], r["topic"]) for r in got.values()} == {
+        ("AUDIT_TYPE_XDC", "dc-b", dest)
+    }
+    assert "fewer distinct records" in got[("orders-xdc", w[4])]["detail"]
+
+
+def test_retention_and_availability_are_sampled_while_the_job_runs(spark, kafka, env):
+    """RETENTION and AVAILABILITY on a running job (1 s trigger, 10 s windows, 1 s grace).
+
+    The group has consumed partition 0 up to offset 10 and partition 1 to its end (40); then
+    retention (delete_records, as the log cleaner would) moves the log starts to 25 and 30.
+    Truth: offsets 10-24 of partition 0 were deleted before they were consumed (LOSS, 15
+    records, that exact range); partition 1 lost nothing. The topic's min.insync.replicas is
+    2 on one replica, so every sampled second of every partition is under min ISR, and none is
+    offline or under-replicated."""
+    name, conf_dir, warehouse = env
+    topic, consumer_group = f"ret-{name}", f"ret-group-{name}"
+    bootstrap = kafka.bootstrap_servers
+    kafka.create_topic(topic, partitions=2, config={"retention.ms": "3600000"})
+    now = int(time.time() * 1000)
+    produce_records(
+        bootstrap, topic, [Record(p, None, b"r%d" % i, now) for p in (0, 1) for i in range(40)]
+    )
+    # The group's commits, as its consumer makes them: AdminClient.alter_consumer_group_offsets
+    # returns per-partition errors (NOT_COORDINATOR while the offsets topic loads) without
+    # raising, and crashed the Python process in some runs here (confluent-kafka 2.16.1).
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": consumer_group, "enable.auto.commit": False}
+    )
+    offsets = [TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 40)]
+    try:
+        wait_for(
+            lambda: consumer.commit(offsets=offsets, asynchronous=False),
+            60,
+            "the group's committed offsets",
+        )
+    finally:
+        consumer.close()
+    admin = kafka.admin()
+    # After producing: with acks=all, a topic under its min ISR refuses writes.
+    under_min_isr = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([under_min_isr])[under_min_isr].result(30)
+
+    configs = [
+        {
+            "auditType": "AUDIT_TYPE_RETENTION",
+            "auditIntervalInSeconds": 10,
+            "retentionAuditConfig": {"partitionCount": 2},
+        },
+        {"auditType": "AUDIT_TYPE_AVAILABILITY", "auditIntervalInSeconds": 10},
+    ]
+    group = tier_group(
+        f"ret-{name}",
+        topic,
+        configs,
+        source={"consumerGroup": consumer_group},
+        extension={
+            "@type": OPTIONS,
+            "trigger": {"intervalSeconds": 1},
+            "audit": {"allowedLatenessSeconds": 1},
+        },
+    )
+    job_type, spec = registry.validate(parse(group), load_settings(conf_dir))
+    retention_path, check = str(warehouse / "retention_audit"), f"retention:local/{topic}"
+
+    def sampled(min_samples: int) -> bool:
+        if not DeltaTable.isDeltaTable(spark, retention_path):
+            return False
+        rows = (
+            spark.read.format("delta").load(retention_path)
+            .groupBy("partition").agg(F.sum("samples").alias("n")).collect()
+        )  # fmt: skip
+        return len(rows) == 2 and all(r["n"] >= min_samples for r in rows)
+
+    def loss_verdict() -> dict[str, Any] | None:
+        if not DeltaTable.isDeltaTable(spark, str(warehouse / "audit_verdicts")):
+            return None
+        rows = [r for (c, _), r in newest(verdicts(spark, warehouse)).items() if c == check]
+        return next((r for r in rows if r["verdict"] == "LOSS"), None)
+
+    stop_file = warehouse.parent / "stop"
+    status: list[int] = []
+    job = job_type.load_runtime()(spec)
+    thread = threading.Thread(
+        target=lambda: status.append(job.run(once=False, stop_file=str(stop_file)))
+    )
+    thread.start()
+    try:
+        wait_for(lambda: sampled(2), 120, "two samples of each partition before the deletion")
+        deleted = admin.delete_records([TopicPartition(topic, 0, 25), TopicPartition(topic, 1, 30)])
+        for future in deleted.values():
+            future.result(30)
+        loss = wait_for(loss_verdict, 120, f"a LOSS verdict of {check}")
+    finally:
+        stop_file.touch()
+        thread.join(180)
+    assert not thread.is_alive() and status == [0]
+
+    assert (loss["left_count"], loss["right_count"], loss["missing_count"]) == (55, 40, 15)
+    assert loss["detail"] == "15 records deleted by retention before they were consumed"
+    retention = (
+        spark.read.format("delta").load(retention_path)
+        .groupBy("partition")
+        .agg(
+            F.sum("deleted_count").alias("deleted"),
+            F.sum("lost_count").alias("lost"),
+            F.min("lost_first_offset").alias("first"),
+            F.max("lost_last_offset").alias("last"),
+            F.collect_set("retention_ms").alias("retention_ms"),
+            F.collect_set("partition_count").alias("partitions"),
+        )
+        .orderBy("partition")
+        .collect()
+    )  # fmt: skip
+    assert [tuple(r) for r in retention] == [
+        (0, 25, 15, 10, 24, [3600000], [2]),
+        (1, 30, 0, None, None, [3600000], [2]),
+    ]
+    availability = spark.read.format("delta").load(str(warehouse / "availability_audit"))
+    by_partition = (
+        availability.groupBy("partition")
+        .agg(
+            F.sum("sampled_seconds").alias("sampled"),
+            F.sum("under_min_isr_seconds").alias("under_min_isr"),
+            F.sum("offline_seconds").alias("offline"),
+            F.sum("under_replicated_seconds").alias("under_replicated"),
+        )
+        .orderBy("partition")
+        .collect()
+    )
+    assert [r["partition"] for r in by_partition] == [0, 1]
+    for r in by_partition:
+        assert r["sampled"] > 0
+        assert r["under_min_isr"] == pytest.approx(r["sampled"])
+        assert (r["offline"], r["under_replicated"]) == (0.0, 0.0)
