@@ -201,6 +201,11 @@ demo-dispatch: setup ## demo: own broker, a sample consumer service, the dispatc
 bench-dispatch: setup grpc-sink ## benchmark: dispatcher job vs a hand-written dispatcher and the sink's ceiling (ghz), 1M records
 	$(PY) -m bench.dispatch_bench
 
+.PHONY: bench-audit-tiers
+bench-audit-tiers: setup ## benchmark: cross-tier audit, window end -> LOSS verdict (1-minute windows), then the audit clients' overhead on producer throughput
+	$(PY) -m bench.audit_tiers_bench $(BENCH_ARGS)
+	$(PY) -m bench.audit_clients_bench
+
 .PHONY: bench-availability
 bench-availability: setup ## benchmark: availability job, broker kill -> probe row (3 brokers), lag evaluator commits/s vs Burrow (BENCH_ARGS="--only throughput": part 2 only)
 	$(PY) -m bench.availability_bench $(BENCH_ARGS)

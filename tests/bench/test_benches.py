@@ -32,6 +32,7 @@ from jobs.runtime import template
     [
         "audit_bench",
         "audit_clients_bench",
+        "audit_tiers_bench",
         "availability_bench",
         "controlplane_bench",
         "loadgen_bench",
