@@ -249,9 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             trials.append(result)
         lossy = {t["window_start_ms"] for t in trials}
         # The first window the service only partly covered is judged like any other.
+        ok_windows = set()
         for r in decided(verdicts_path):
-            if r["window_start"] not in lossy and r["verdict"] in ("LOSS", "DUPLICATION"):
+            if r["window_start"] in lossy:
+                continue
+            if r["verdict"] in ("LOSS", "DUPLICATION"):
                 false_alarms.append(r)
+            elif r["verdict"] == "OK":
+                ok_windows.add(r["window_start"])
     readable = [
         t["readable_after_window_end_s"] for t in trials if "readable_after_window_end_s" in t
     ]
@@ -265,12 +270,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "readable_after_window_end_s_max": max(readable) if readable else None,
         "trials": trials,
         "false_alarms": [{k: str(v) for k, v in r.items()} for r in false_alarms],
+        "other_windows_ok": len(ok_windows),
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
     }
     say(
         f"LOSS readable {readable} s after the window's end (target <= {target_s} s); "
-        f"{len(false_alarms)} false alarms"
+        f"{len(false_alarms)} false alarms, {len(ok_windows)} other windows OK"
     )
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     write_latest(BENCH_DIR / f"{NAME}-result.json", figures)
