@@ -35,6 +35,8 @@ storage's `expire-group` purge.
 Deliberate departures from Burrow, where Burrow would crash or has no defined answer: a window
 whose slots are all `None` is OK with completeness 0.0, and a `None` after the first commit is
 rejected. `now_ms` is used to the millisecond, while Burrow truncates "now" to whole seconds.
+Rule 6 needs two measured lags: a window with one (the commits a job records before its first
+head-offset fetch have none) shows no trend, so it is not WARN.
 """
 
 from __future__ import annotations
@@ -173,9 +175,11 @@ def commits_stalled(commits: Sequence[Commit]) -> bool:
 
 def lag_not_decreasing(commits: Sequence[Commit]) -> bool:
     """Burrow `checkIfLagNotDecreasing` (rule 6): no measured lag is lower than the measured
-    lag before it (unmeasured entries are skipped, not treated as breaks)."""
+    lag before it (unmeasured entries are skipped, not treated as breaks). Fewer than two
+    measured lags show no trend either way: False, so no WARN is raised on no evidence (the
+    commits a job records before its first head-offset fetch have no lag)."""
     lags = [c.lag for c in commits if c.lag is not None]
-    return all(later >= earlier for earlier, later in pairwise(lags))
+    return len(lags) >= 2 and all(later >= earlier for earlier, later in pairwise(lags))
 
 
 def recent_lag_zero(commits: Sequence[Commit], broker_offsets: Sequence[int]) -> bool:

@@ -528,3 +528,16 @@ def test_an_empty_window_and_the_group_reason_are_explained() -> None:
     group = evaluate_group("g", [part(OK, 0), stalled], NOW_MS)
     assert group.reason == "t/0 STALL: offsets_stalled"
     assert "unknown group" in evaluate_group("g", None, NOW_MS).reason
+
+
+def test_a_window_with_one_measured_lag_is_not_warn_on_no_evidence() -> None:
+    # A job that recorded four commits before its first head-offset fetch (lag unknown) and a
+    # fifth with a lag: the lag may be falling, nothing shows it is not.
+    unmeasured = [Commit(10 + 3 * k, 60_000 + 3_000 * k, None) for k in range(4)]
+    window = [*unmeasured, Commit(22, 72_000, 89)]
+    assert not lag_not_decreasing(window)
+    assert evaluate_partition(window, 89, 73_000).status == OK
+    # With a second measured lag, not lower than the first, rule 6 applies.
+    window = [*unmeasured[:3], Commit(19, 69_000, 89), Commit(22, 72_000, 89)]
+    assert lag_not_decreasing(window)
+    assert evaluate_partition(window, 89, 73_000).status == WARN
