@@ -93,7 +93,7 @@ class AuditedProducer:
         )
         self._add = self.tally.add
         self._add_failed = self.tally.add_failed
-        default = self._on_delivery
+        default: DeliveryCallback = self._on_delivery
         if self._user_default is not None:
             default = self._chained(self._user_default)
         self._producer = Producer({**config, "on_delivery": default})
