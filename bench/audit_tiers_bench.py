@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from bench._common import (
     write_latest,
     write_result,
 )
-from core.processes import signal_group
 
 NAME = "audit-tiers"
 TOPIC, AUDIT_TOPIC = "orders", "uatu-audit"
@@ -165,20 +163,17 @@ def decided(verdicts_path: Path) -> list[dict[str, Any]]:
 
 @contextmanager
 def job(group: dict[str, Any], workdir: Path, conf_dir: Path) -> Iterator[subprocess.Popen]:
-    """A streaming `./spark-submit.sh` run of `group`, stopped (SIGTERM, then SIGKILL) after."""
-    from testing.jobrun import submit_job
+    """A streaming `./spark-submit.sh` run of `group`, stopped after the block: SIGTERM (a
+    graceful stop), then SIGKILL to its process group if it has not exited within 120 s."""
+    from testing.jobrun import running_job, stop_job
 
-    proc = submit_job(group, workdir, conf_dir)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with running_job(group, workdir, conf_dir) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                with suppress(subprocess.TimeoutExpired):
+                    stop_job(proc, 120)
 
 
 def next_window_start_ms(lead_s: float = 5.0) -> int:

@@ -82,7 +82,7 @@ class AuditedProducer:
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
         config = dict(config)
-        self._user_default = config.pop("on_delivery", None)
+        user_default = config.pop("on_delivery", None)
         self.tally = WindowTally(audit.window_seconds, audit.lg_k)
         self.reporter = AuditReporter(
             self.tally,
@@ -94,8 +94,8 @@ class AuditedProducer:
         self._add = self.tally.add
         self._add_failed = self.tally.add_failed
         default: DeliveryCallback = self._on_delivery
-        if self._user_default is not None:
-            default = self._chained(self._user_default)
+        if user_default is not None:
+            default = self._chained(user_default)
         self._producer = Producer({**config, "on_delivery": default})
         self._produce = self._producer.produce
 

@@ -12,11 +12,13 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from core.errors import EXIT_OK
 from core.faults import ENV as FAULT_ENV
 from core.paths import ROOT
 from core.processes import signal_group
@@ -102,6 +104,27 @@ def running_job(
         if proc.poll() is None:
             signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@contextmanager
+def running_in_thread(job, stop_file: Path) -> Iterator[Callable[[], int | None]]:
+    """`job.run(once=False, stop_file=...)` (a `StreamingJob`) in a thread of this process,
+    on the test session, for the length of the block; yields its exit status (None: still
+    running). The block's end creates the stop file; the job must then stop, with exit 0,
+    within 180 s."""
+    status: list[int] = []
+    thread = threading.Thread(
+        target=lambda: status.append(job.run(once=False, stop_file=str(stop_file)))
+    )
+    thread.start()
+    try:
+        yield lambda: status[0] if status else None
+    finally:
+        stop_file.touch()
+        thread.join(180)
+        stop_file.unlink(missing_ok=True)
+    assert not thread.is_alive(), "the job did not stop"
+    assert status == [EXIT_OK]
 
 
 def stop_job(proc: subprocess.Popen, timeout_s: float = 120) -> int:

@@ -11,7 +11,6 @@ the test waits for is decided.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -30,6 +29,7 @@ from jobs import registry
 from jobs.runtime.runner import run_query
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
+from testing.jobrun import running_in_thread
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records
 
@@ -372,24 +372,13 @@ def test_retention_and_availability_are_sampled_while_the_job_runs(spark, kafka,
         rows = [r for (c, _), r in newest(verdicts(spark, warehouse)).items() if c == check]
         return next((r for r in rows if r["verdict"] == "LOSS"), None)
 
-    stop_file = warehouse.parent / "stop"
-    status: list[int] = []
-    job = job_type.load_runtime()(spec)
-    thread = threading.Thread(
-        target=lambda: status.append(job.run(once=False, stop_file=str(stop_file)))
-    )
-    thread.start()
-    try:
+    with running_in_thread(job_type.load_runtime()(spec), warehouse.parent / "stop"):
         # One sample first: the log starts the deletion is measured from.
         wait_for(lambda: sampled(1), 120, "a sample of each partition before the deletion")
         deleted = admin.delete_records([TopicPartition(topic, 0, 25), TopicPartition(topic, 1, 30)])
         for future in deleted.values():
             future.result(30)
         loss = wait_for(loss_verdict, 120, f"a LOSS verdict of {check}")
-    finally:
-        stop_file.touch()
-        thread.join(180)
-    assert not thread.is_alive() and status == [0]
 
     # Deleted in the window minus consumed first: 15 lost (both partitions' deletions
     # normally fall in one sample, 55 deleted and 40 of them consumed).

@@ -7,8 +7,8 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,11 +21,11 @@ from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `ex
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
-from core.errors import EXIT_OK
 from jobs.availability import job as availability
 from jobs.availability.probes.proxy_client import key_for_partition
 from jobs.availability.spec import availability_spec
 from testing.conf import write_conf_dir
+from testing.jobrun import running_in_thread
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records
 
@@ -65,24 +65,9 @@ def spec_for(
     return spec
 
 
-@contextmanager
-def running(spec, stop_file: Path) -> Iterator[Callable[[], int | None]]:
-    """Run the job in a thread until the block ends; yields its exit status (None: running)."""
-    status: list[int] = []
-    thread = threading.Thread(
-        target=lambda: status.append(
-            availability.AvailabilityJob(spec).run(once=False, stop_file=str(stop_file))
-        )
-    )
-    thread.start()
-    try:
-        yield lambda: status[0] if status else None
-    finally:
-        stop_file.touch()
-        thread.join(180)
-        stop_file.unlink(missing_ok=True)
-    assert not thread.is_alive(), "the job did not stop"
-    assert status == [EXIT_OK]
+def running(spec, stop_file: Path) -> AbstractContextManager[Callable[[], int | None]]:
+    """The availability job of `spec` in a thread until the block ends (`running_in_thread`)."""
+    return running_in_thread(availability.AvailabilityJob(spec), stop_file)
 
 
 def test_topic_availability_shows_under_replicated_then_offline(spark, tmp_path) -> None:
