@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -87,21 +88,50 @@ def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[in
     return alive
 
 
+# Where free_ports looks: from here up to the kernel's ephemeral range.
+_LISTEN_PORTS_FROM = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def listen_port_range() -> range | None:
+    """The ports :func:`free_ports` picks from: those below the kernel's ephemeral range
+    (Linux), or None where that range cannot be read or leaves too little room."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(_LISTEN_PORTS_FROM, low) if low - _LISTEN_PORTS_FROM >= 1000 else None
+
+
 def free_ports(count: int, host: str = "127.0.0.1", exclude: Iterable[int] = ()) -> list[int]:
-    """`count` distinct ports on `host` that were free a moment ago (the OS picks them),
-    none of them in `exclude`."""
+    """`count` distinct ports on `host` that were free a moment ago, none of them in `exclude`.
+
+    Picked at random from :func:`listen_port_range`, not by the OS's bind(0): that hands out
+    ephemeral ports, the same pool the kernel gives every outgoing connection's local end, so
+    between the pick and the server's bind a client anywhere on the machine (a parallel test
+    worker's, say) could hold the port. Falls back to bind(0) where the range is unknown.
+    """
     excluded = set(exclude)
+    candidates = listen_port_range()
+    rng = random.SystemRandom()
     socks: list[socket.socket] = []
     ports: list[int] = []
     try:
-        # Keep every socket open until all are picked, so the OS cannot hand out one twice.
-        while len(ports) < count:
+        # Keep every socket open until all are picked, so no port is picked twice.
+        for _ in range(count * 50):
+            if len(ports) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, rng.choice(candidates) if candidates else 0))
+            except OSError:
+                continue  # taken: try another
             port = sock.getsockname()[1]
             if port not in excluded:
                 ports.append(port)
+        if len(ports) < count:
+            raise OSError(f"found only {len(ports)} of {count} free ports on {host}")
         return ports
     finally:
         for sock in socks:

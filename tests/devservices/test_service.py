@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from core.paths import ROOT
-from core.processes import group_pids, pid_alive, read_pid
+from core.processes import free_ports, group_pids, listen_port_range, pid_alive, read_pid
 from devservices._service import (
     HOST,
     LocalService,
@@ -105,6 +105,29 @@ def test_choose_ports_keeps_fixed_ports_and_picks_distinct_free_ones() -> None:
     assert ports["fixed"] == 1234
     assert len({ports["a"], ports["b"], 1234, 4321}) == 4
     assert all(p > 0 for p in ports.values())
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_and_skip_taken_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Outgoing connections take their local port from the ephemeral range: a port picked
+    # there can be held by a client before our server binds it (CI lost a broker that way).
+    candidates = listen_port_range()
+    if candidates is None:
+        pytest.skip("no readable ephemeral port range here")
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert candidates.stop <= ephemeral_low
+    assert all(port in candidates for port in free_ports(20, HOST))
+
+    (first,) = free_ports(1, HOST)
+    three = range(first, first + 3)
+    monkeypatch.setattr("core.processes.listen_port_range", lambda: three)
+    with socket.socket() as held:
+        held.bind((HOST, first))
+        held.listen()
+        assert sorted(free_ports(2, HOST)) == [first + 1, first + 2]
+        with pytest.raises(OSError, match="only 2 of 3 free ports"):
+            free_ports(3, HOST)
 
 
 def test_launch_refuses_a_port_that_is_taken(tmp_path: Path) -> None:
