@@ -1480,11 +1480,7 @@ def process_batch(
         return len(tracker.evaluate(batch_ms, {c.group for c in commits}))
     if mode == "job":
         results = tracker.evaluate(batch_ms)
-        lagging = {
-            key: offset
-            for key, offset in tracker.committed().items()
-            if tracker.current_lag(key) > 0
-        }
+        lagging = tracker.lagging()
         # The job dates these with a Kafka read (next_record_times): left out here.
         _positions = {(t, p): o for (_, t, p), o in lagging.items()}
         status_rows("bench", datetime.fromtimestamp(batch_ms / 1000, tz=UTC), results, {})

@@ -28,6 +28,7 @@ Probes still open when the job stops are not written (a restarted job starts new
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -54,7 +55,7 @@ from jobs.availability.lag.offsets_topic import (
     UndecodableRecord,
     decode,
 )
-from jobs.availability.lag.rules import GroupResult
+from jobs.availability.lag.rules import GroupResult, Status
 from jobs.availability.lag.tracker import GroupPartition, LagTracker
 from jobs.availability.probes.probers import (
     NativeReceiver,
@@ -188,6 +189,11 @@ def next_record_times(
 # --- rows -----------------------------------------------------------------------------------
 
 
+# A lookup, not `.name`: Python 3.11 computes an enum member's name through a descriptor, and
+# the rows name one status per partition per evaluation.
+_STATUS_NAMES = {status: status.name for status in Status}
+
+
 def status_rows(
     cluster: str,
     evaluated_at: datetime,
@@ -202,7 +208,7 @@ def status_rows(
             {
                 "topic": p.topic,
                 "partition": p.partition,
-                "status": p.status.name,
+                "status": _STATUS_NAMES[p.status],
                 "current_lag": p.current_lag,
                 "time_lag_ms": time_lags.get((result.group, p.topic, p.partition)),
                 "complete": p.complete,
@@ -220,7 +226,7 @@ def status_rows(
                 "cluster": cluster,
                 "evaluated_at": evaluated_at,
                 "group": result.group,
-                "status": result.status.name,
+                "status": _STATUS_NAMES[result.status],
                 "complete": result.complete,
                 "total_lag": result.total_lag,
                 "max_lag_topic": worst.topic if worst else None,
@@ -275,7 +281,9 @@ def listed_groups(admin: AdminClient) -> dict[str, str]:
     return {g.group_id: g.state.name for g in result.valid}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _time(ms: int) -> datetime:
+    # Cached: every evaluation dates each partition's newest commit again, and those repeat.
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
@@ -414,11 +422,7 @@ class AvailabilityBatchWriter:
             path = self.spec.commits_path
             append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
         results = self.tracker.evaluate(now_ms)
-        lagging = {
-            key: offset
-            for key, offset in self.tracker.committed().items()
-            if self.tracker.current_lag(key) > 0
-        }
+        lagging = self.tracker.lagging()
         positions = {(t, p): o for (_, t, p), o in lagging.items()}
         record_ms = next_record_times(self._client_consumer(), positions)
         time_lags = {

@@ -5,7 +5,8 @@ The model is Burrow's (`core/internal/storage/inmemory.go`, `core/internal/evalu
 * Per (group, topic, partition) a *window* of the last `intervals` offset commits, oldest first.
   Each `Commit` keeps the lag measured when the commit arrived: broker head offset minus the
   committed offset, clamped at 0. Slots not filled yet are `None` and lead the window.
-  `record_commit` builds windows the way Burrow's storage does.
+  `record_commit` builds windows the way Burrow's storage does; `append_commit` does the same
+  on the stored commits alone, which is what `LagTracker` keeps.
 * `current_lag`: the latest broker head offset minus the newest committed offset, clamped at 0.
 * `broker_offsets`: the last few broker head offsets fetched for the partition (Burrow keeps
   `intervals` of them, one per `offset-refresh`).
@@ -42,10 +43,9 @@ head-offset fetch have none) shows no trend, so it is not WARN.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 DEFAULT_INTERVALS = 10
 """Burrow storage `intervals`: commits kept per partition."""
@@ -72,8 +72,12 @@ class Status(IntEnum):
         return self.name
 
 
-@dataclass(frozen=True)
-class Commit:
+# Commit, PartitionResult and GroupResult are NamedTuples, not frozen dataclasses: the job makes
+# one per commit and one per partition per evaluation, and a frozen dataclass takes several
+# times as long to build.
+
+
+class Commit(NamedTuple):
     """One stored offset commit.
 
     `lag` is the broker head minus `offset` when the commit was observed, clamped at 0.
@@ -85,8 +89,7 @@ class Commit:
     lag: int | None
 
 
-@dataclass(frozen=True)
-class PartitionResult:
+class PartitionResult(NamedTuple):
     """Burrow's `PartitionStatus`. `start`/`end` are the oldest/newest stored commits."""
 
     topic: str
@@ -100,8 +103,7 @@ class PartitionResult:
     rule: str = ""
 
 
-@dataclass(frozen=True)
-class GroupResult:
+class GroupResult(NamedTuple):
     """Burrow's `ConsumerGroupStatus`. `partitions` may be filtered (`show_all=False`); the
     totals, completeness and `max_lag_partition` always cover every partition."""
 
@@ -133,6 +135,19 @@ RULES = {
 }
 
 
+# The rules `window_rule` decides: those that look at nothing but the window.
+WINDOW_RULES = frozenset(
+    (
+        "rewind",
+        "lag_zero_in_window",
+        "rewind_legacy",
+        "offsets_stalled",
+        "lag_not_decreasing",
+        "lag_decreasing",
+    )
+)
+
+
 # --- Burrow's rule predicates. Each takes the window's commits, oldest first, without the
 # --- leading empty slots, and needs at least one commit.
 
@@ -148,8 +163,8 @@ def lag_always_above_allowed(commits: Sequence[Commit], allowed_lag: int = 0) ->
 def first_rewind_index(commits: Sequence[Commit]) -> int | None:
     """Burrow `checkIfOffsetsRewind` (rule 3, first half): the index of the first commit whose
     offset is lower than the one before it, or None."""
-    for i in range(1, len(commits)):
-        if commits[i].offset < commits[i - 1].offset:
+    for i, (earlier, later) in enumerate(pairwise(commits), start=1):
+        if later.offset < earlier.offset:
             return i
     return None
 
@@ -203,9 +218,13 @@ def partition_rule(
     legacy_rewind: bool = False,
     idle_caught_up_is_ok: bool = False,
     idle_tail_lag: int = 1,
+    window_verdict: tuple[Status, str] | None = None,
 ) -> tuple[Status, str]:
     """Burrow `calculatePartitionStatus`: rules 1-7 of the module docstring, first match wins;
     returns the status and the name of the rule that decided it (a key of RULES).
+
+    Rules 3 to 7 look at the window alone (`window_rule`); a caller that evaluates the same
+    window again and again may pass their answer, kept from before, as `window_verdict`.
 
     `commits` is the non-empty window without leading empty slots. `legacy_rewind` reproduces the
     rules from before PR #716 (see the module docstring).
@@ -232,6 +251,16 @@ def partition_rule(
     # (issue #290); the broker-offset escape delays it for data that has only just arrived (#303).
     if commits_stopped(commits, now_ms) and not recent_lag_zero(commits, broker_offsets):
         return Status.STOP, "commits_stopped"
+    if window_verdict is not None:
+        return window_verdict
+    return window_rule(commits, allowed_lag=allowed_lag, legacy_rewind=legacy_rewind)
+
+
+def window_rule(
+    commits: Sequence[Commit], *, allowed_lag: int = 0, legacy_rewind: bool = False
+) -> tuple[Status, str]:
+    """Rules 3 to 7 of `partition_rule`, those that need neither the clock nor the broker's
+    head offsets: the same window always gets the same answer."""
     if not legacy_rewind:
         # Above the zero-lag rule: a consumer reset to earliest usually had zero lag before the
         # reset, which would otherwise hide it (issue #714).
@@ -263,6 +292,18 @@ def evaluate_partition(
     window: Sequence[Commit | None],
     current_lag: int,
     now_ms: int,
+    **options: Any,
+) -> PartitionResult:
+    """Burrow `evaluatePartitionStatus` on a window as `record_commit` builds it (empty slots
+    leading): `evaluate_commits` of its stored commits, with as many slots as the window has."""
+    return evaluate_commits(_stored(window), len(window), current_lag, now_ms, **options)
+
+
+def evaluate_commits(
+    commits: Sequence[Commit],
+    slots: int,
+    current_lag: int,
+    now_ms: int,
     *,
     topic: str = "",
     partition: int = 0,
@@ -272,8 +313,11 @@ def evaluate_partition(
     legacy_rewind: bool = False,
     idle_caught_up_is_ok: bool = False,
     idle_tail_lag: int = 1,
+    window_verdict: tuple[Status, str] | None = None,
 ) -> PartitionResult:
-    """Burrow `evaluatePartitionStatus`: the window's completeness, then `partition_status`.
+    """Burrow `evaluatePartitionStatus` on the stored commits of a window of `slots` slots
+    (oldest first, as `append_commit` keeps them): the completeness, then `partition_rule`
+    (which takes `window_verdict`).
 
     Rule 0 covers the cases where the other rules do not run:
     * an empty window is OK with completeness 0.0;
@@ -283,12 +327,11 @@ def evaluate_partition(
     """
     if current_lag < 0 or allowed_lag < 0 or idle_tail_lag < 0:
         raise ValueError("lags are non-negative (Burrow clamps a negative lag to 0)")
-    commits = _stored(window)
-    complete = len(commits) / len(window) if commits else 0.0
     if not commits:
         return PartitionResult(
-            topic, partition, Status.OK, None, None, current_lag, complete, "no_commits"
+            topic, partition, Status.OK, None, None, current_lag, 0.0, "no_commits"
         )
+    complete = len(commits) / slots
     status, rule = Status.OK, "incomplete_window"
     if complete >= minimum_complete:
         status, rule = partition_rule(
@@ -300,6 +343,7 @@ def evaluate_partition(
             legacy_rewind=legacy_rewind,
             idle_caught_up_is_ok=idle_caught_up_is_ok,
             idle_tail_lag=idle_tail_lag,
+            window_verdict=window_verdict,
         )
     return PartitionResult(
         topic, partition, status, commits[0], commits[-1], current_lag, complete, rule
@@ -339,17 +383,21 @@ def evaluate_group(
         return _not_found(group, f"expired: no commit for more than {expire_group_ms} ms")
 
     status = Status.OK
+    worst: PartitionResult | None = None  # the first partition of the highest status
     max_lag: PartitionResult | None = None
-    complete_count = 0
-    for p in partitions:
-        status = max(status, min(p.status, Status.ERR))
+    complete_count = total_lag = 0
+    for p in partitions:  # one pass: the job evaluates every group at every micro-batch
+        if worst is None or p.status > worst.status:
+            worst = p
         if max_lag is None or p.current_lag > max_lag.current_lag:
             max_lag = p
         if p.complete == 1.0:
             complete_count += 1
+        total_lag += p.current_lag
+    if worst is not None:
+        status = min(worst.status, Status.ERR)
     total = len(partitions)
     shown = tuple(partitions) if show_all else tuple(p for p in partitions if p.status > Status.OK)
-    worst = max(partitions, key=lambda p: p.status, default=None)
     reason = (
         f"{worst.topic}/{worst.partition} {worst.status.name}: {worst.rule}"
         if worst is not None
@@ -360,7 +408,7 @@ def evaluate_group(
         status=status,
         complete=complete_count / total if total else 0.0,
         partitions=shown,
-        total_lag=sum(p.current_lag for p in partitions),
+        total_lag=total_lag,
         max_lag_partition=max_lag,
         total_partitions=total,
         reason=reason,
@@ -376,25 +424,43 @@ def record_commit(
     intervals: int = DEFAULT_INTERVALS,
     min_distance_ms: int = 0,
 ) -> tuple[Commit | None, ...]:
-    """Burrow storage `addConsumerOffset`: the window after one more commit.
+    """Burrow storage `addConsumerOffset`: the window after one more commit, as `intervals`
+    slots, oldest first, with empty slots leading. See `append_commit`."""
+    commits = append_commit(
+        tuple(_stored(window)),
+        offset,
+        timestamp_ms,
+        head_offset,
+        intervals=intervals,
+        min_distance_ms=min_distance_ms,
+    )
+    return (None,) * (intervals - len(commits)) + commits
+
+
+def append_commit(
+    commits: tuple[Commit, ...],
+    offset: int,
+    timestamp_ms: int,
+    head_offset: int | None,
+    *,
+    intervals: int = DEFAULT_INTERVALS,
+    min_distance_ms: int = 0,
+) -> tuple[Commit, ...]:
+    """Burrow storage `addConsumerOffset` on a window's stored commits (oldest first, at most
+    `intervals`): the stored commits after one more, the oldest dropped past `intervals`.
 
     The stored lag is `head_offset - offset`, clamped at 0 (the head is only refreshed
     periodically, so a commit can be ahead of it), or None without a head offset (a commit
     replayed from history, whose lag at the time is unknown). A commit that arrives less than
     `min_distance_ms` after the newest stored one replaces it and keeps the older timestamp, so
-    fast committers do not flush the window and the slot still ages. Returns `intervals` slots,
-    oldest first, with empty slots leading.
+    fast committers do not flush the window and the slot still ages.
     """
     if intervals < 1:
         raise ValueError("intervals must be at least 1")
-    commits = list(_stored(window))
     lag = None if head_offset is None else max(head_offset - offset, 0)
     if commits and timestamp_ms - commits[-1].timestamp_ms < min_distance_ms:
-        commits[-1] = Commit(offset, commits[-1].timestamp_ms, lag)
-    else:
-        commits.append(Commit(offset, timestamp_ms, lag))
-    commits = commits[-intervals:]
-    return (None,) * (intervals - len(commits)) + tuple(commits)
+        return (*commits[:-1], Commit(offset, commits[-1].timestamp_ms, lag))
+    return (*commits, Commit(offset, timestamp_ms, lag))[-intervals:]
 
 
 def _stored(window: Sequence[Commit | None]) -> list[Commit]:

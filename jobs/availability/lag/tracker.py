@@ -18,17 +18,19 @@ Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from jobs.availability.lag.rules import (
     DEFAULT_INTERVALS,
     EXPIRE_GROUP_MS,
+    WINDOW_RULES,
     Commit,
     GroupResult,
+    Status,
+    append_commit,
+    evaluate_commits,
     evaluate_group,
-    evaluate_partition,
-    record_commit,
 )
 
 TopicPartition = tuple[str, int]
@@ -44,39 +46,58 @@ class LagSettings:
     burrow_strict: bool = False  # True: no OK for a caught-up consumer on an idle tail
 
 
+class _Window:
+    """One partition's stored commits, oldest first, and `window_rule`'s answer for them once
+    an evaluation needed it: the window changes only with a commit, while the job evaluates
+    every group at every micro-batch."""
+
+    __slots__ = ("commits", "verdict")
+
+    def __init__(self, commits: tuple[Commit, ...]) -> None:
+        self.commits = commits
+        self.verdict: tuple[Status, str] | None = None
+
+
 class LagTracker:
     def __init__(self, settings: LagSettings) -> None:
         self.settings = settings
-        self._windows: dict[GroupPartition, tuple[Commit | None, ...]] = {}
+        # group -> (topic, partition) -> window. Kept by group so that evaluating some groups
+        # touches only theirs.
+        self._windows: dict[str, dict[TopicPartition, _Window]] = {}
         self._heads: dict[TopicPartition, deque[int]] = {}
 
     def record(
         self, group: str, topic: str, partition: int, offset: int, commit_ms: int, lag: int | None
     ) -> Commit:
         """Add one commit to its window; `lag` None when unknown. Returns what was stored."""
-        key = (group, topic, partition)
-        head = None if lag is None else offset + lag
-        window = record_commit(
-            self._windows.get(key, ()),
+        windows = self._windows.setdefault(group, {})
+        tp = (topic, partition)
+        old = windows.get(tp)
+        commits = append_commit(
+            old.commits if old is not None else (),
             offset,
             commit_ms,
-            head,
+            None if lag is None else offset + lag,
             intervals=self.settings.intervals,
             min_distance_ms=self.settings.min_distance_ms,
         )
-        self._windows[key] = window
-        newest = window[-1]
-        assert newest is not None  # record_commit always stores the new commit last
-        return newest
+        windows[tp] = _Window(commits)
+        return commits[-1]
 
     def forget(self, group: str, topic: str, partition: int) -> None:
         """The group's offset was deleted (a tombstone in `__consumer_offsets`)."""
-        self._windows.pop((group, topic, partition), None)
+        windows = self._windows.get(group)
+        if windows is not None:
+            windows.pop((topic, partition), None)
+            if not windows:
+                del self._windows[group]
 
     def refresh_heads(self, heads: Mapping[TopicPartition, int]) -> None:
         """The brokers' newest head offsets; the last `intervals` of each are kept."""
         for tp, head in heads.items():
-            ring = self._heads.setdefault(tp, deque(maxlen=self.settings.intervals))
+            ring = self._heads.get(tp)
+            if ring is None:
+                ring = self._heads[tp] = deque(maxlen=self.settings.intervals)
             ring.append(head)
 
     def head(self, topic: str, partition: int) -> int | None:
@@ -85,55 +106,72 @@ class LagTracker:
 
     def topic_partitions(self) -> set[TopicPartition]:
         """Every partition some group has committed to: the heads the job must fetch."""
-        return {(topic, partition) for _, topic, partition in self._windows}
+        return {tp for windows in self._windows.values() for tp in windows}
 
     def committed(self) -> dict[GroupPartition, int]:
         """The newest committed offset of every (group, topic, partition)."""
-        return {key: _newest(window).offset for key, window in self._windows.items()}
+        return {(group, *tp): commits[-1].offset for group, tp, commits in self._each()}
+
+    def lagging(self) -> dict[GroupPartition, int]:
+        """`committed`, for the partitions whose `current_lag` is above 0."""
+        return {
+            (group, *tp): commits[-1].offset
+            for group, tp, commits in self._each()
+            if self._current_lag(tp, commits[-1]) > 0
+        }
 
     def current_lag(self, key: GroupPartition) -> int:
         """Head minus the newest commit, clamped at 0; the stored lag while no head is known."""
-        newest = _newest(self._windows[key])
-        head = self.head(key[1], key[2])
-        if head is None:
+        group, topic, partition = key
+        window = self._windows[group][(topic, partition)]
+        return self._current_lag((topic, partition), window.commits[-1])
+
+    def _current_lag(self, tp: TopicPartition, newest: Commit) -> int:
+        ring = self._heads.get(tp)
+        if not ring:
             return newest.lag or 0
-        return max(head - newest.offset, 0)
+        return max(ring[-1] - newest.offset, 0)
+
+    def _each(self) -> Iterator[tuple[str, TopicPartition, tuple[Commit, ...]]]:
+        for group, windows in self._windows.items():
+            for tp, window in windows.items():
+                yield group, tp, window.commits
 
     def evaluate(self, now_ms: int, groups: Iterable[str] | None = None) -> list[GroupResult]:
-        """Every group's status (or those named; an unknown one is NOTFOUND), sorted by name."""
-        by_group: dict[str, list[GroupPartition]] = {}
-        for key in sorted(self._windows):
-            by_group.setdefault(key[0], []).append(key)
-        names = sorted(by_group) if groups is None else sorted(set(groups))
+        """Every group's status (or those named; an unknown one is NOTFOUND), sorted by name;
+        a group's partitions sorted by topic and partition."""
+        names = sorted(self._windows) if groups is None else sorted(set(groups))
+        settings = self.settings
+        no_heads: tuple[int, ...] = ()
         results = []
         for name in names:
-            keys = by_group.get(name)
-            if keys is None:
+            windows = self._windows.get(name)
+            if windows is None:
                 results.append(evaluate_group(name, None, now_ms))
                 continue
-            partitions = [
-                evaluate_partition(
-                    self._windows[key],
-                    self.current_lag(key),
+            partitions = []
+            for tp in sorted(windows):
+                window = windows[tp]
+                commits = window.commits
+                ring = self._heads.get(tp)
+                newest = commits[-1]
+                lag = max(ring[-1] - newest.offset, 0) if ring else newest.lag or 0
+                result = evaluate_commits(
+                    commits,
+                    settings.intervals,
+                    lag,
                     now_ms,
-                    topic=key[1],
-                    partition=key[2],
-                    broker_offsets=tuple(self._heads.get((key[1], key[2]), ())),
-                    allowed_lag=self.settings.allowed_lag,
-                    idle_caught_up_is_ok=not self.settings.burrow_strict,
+                    topic=tp[0],
+                    partition=tp[1],
+                    broker_offsets=ring if ring is not None else no_heads,
+                    allowed_lag=settings.allowed_lag,
+                    idle_caught_up_is_ok=not settings.burrow_strict,
+                    window_verdict=window.verdict,
                 )
-                for key in keys
-            ]
+                if window.verdict is None and result.rule in WINDOW_RULES:
+                    window.verdict = result.status, result.rule
+                partitions.append(result)
             results.append(
-                evaluate_group(
-                    name, partitions, now_ms, expire_group_ms=self.settings.expire_group_ms
-                )
+                evaluate_group(name, partitions, now_ms, expire_group_ms=settings.expire_group_ms)
             )
         return results
-
-
-def _newest(window: tuple[Commit | None, ...]) -> Commit:
-    newest = window[-1]
-    if newest is None:
-        raise ValueError("an empty window")  # record() never leaves one
-    return newest

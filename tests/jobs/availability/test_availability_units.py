@@ -3,6 +3,7 @@ JobGroup validation and the status rows."""
 
 from __future__ import annotations
 
+import random
 import struct
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ from jobs.availability.lag.offsets_topic import (
     UndecodableRecord,
     decode,
 )
+from jobs.availability.lag.rules import evaluate_group, evaluate_partition, record_commit
 from jobs.availability.lag.tracker import LagSettings, LagTracker
 from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.tables import CONSUMER_GROUP_STATUS, TOPIC_AVAILABILITY
@@ -144,6 +146,89 @@ def test_forget_unknown_groups_and_replay_without_lag() -> None:
     tracker.forget("h", "t", 0)
     assert [r.status.name for r in tracker.evaluate(31_000, groups=["h"])] == ["NOTFOUND"]
     assert tracker.topic_partitions() == {("t", 0)}
+
+
+def test_the_tracker_evaluates_as_the_pure_rules_do_on_padded_windows() -> None:
+    """The tracker keeps stored commits per group and caches each window's verdict (its fast
+    path); the reference keeps each window as `record_commit` builds it and evaluates with
+    `evaluate_partition`. A random stream of commits, tombstones and head refreshes, evaluated
+    every 50 steps, must give the same results each time."""
+    rng = random.Random(7)
+    settings = LagSettings(intervals=4, min_distance_ms=1_500, allowed_lag=2)
+    tracker = LagTracker(settings)
+    windows: dict[tuple[str, str, int], tuple] = {}
+    heads: dict[tuple[str, int], list[int]] = {}
+    now = 0
+
+    def commit(group: str, tp: tuple[str, int], offset: int, lag: int | None) -> None:
+        stored = tracker.record(group, *tp, offset, now, lag)
+        windows[(group, *tp)] = record_commit(
+            windows.get((group, *tp), ()),
+            offset,
+            now,
+            None if lag is None else offset + lag,
+            intervals=settings.intervals,
+            min_distance_ms=settings.min_distance_ms,
+        )
+        assert stored == windows[(group, *tp)][-1]
+
+    def reference_lag(key: tuple[str, str, int]) -> int:
+        newest = windows[key][-1]
+        ring = heads.get(key[1:])
+        return max(ring[-1] - newest.offset, 0) if ring else newest.lag or 0
+
+    def reference() -> list:
+        return [
+            evaluate_group(
+                group,
+                [
+                    evaluate_partition(
+                        windows[key],
+                        reference_lag(key),
+                        now,
+                        topic=key[1],
+                        partition=key[2],
+                        broker_offsets=heads.get(key[1:], ()),
+                        allowed_lag=settings.allowed_lag,
+                        idle_caught_up_is_ok=True,
+                    )
+                    for key in sorted(windows)
+                    if key[0] == group
+                ],
+                now,
+            )
+            for group in sorted({key[0] for key in windows})
+        ]
+
+    statuses = set()
+    for step in range(3_000):
+        now += rng.randrange(0, 2_000)
+        group, tp = f"g{rng.randrange(5)}", ("t", rng.randrange(3))
+        roll = rng.random()
+        if roll < 0.05:
+            tracker.forget(group, *tp)
+            windows.pop((group, *tp), None)
+        elif roll < 0.3:
+            head = heads.setdefault(tp, [0])[-1] + rng.randrange(0, 50)
+            heads[tp] = (heads[tp] + [head])[-settings.intervals :]
+            tracker.refresh_heads({tp: head})
+        else:
+            offset = max(heads.get(tp, [0])[-1] - rng.randrange(0, 60), 0)
+            commit(group, tp, offset, None if rng.random() < 0.1 else rng.randrange(0, 40))
+        if step % 50 == 0:
+            results = tracker.evaluate(now)
+            assert results == reference(), step
+            statuses |= {p.status.name for r in results for p in r.partitions}
+    assert statuses >= {"OK", "WARN", "STOP", "REWIND"}, statuses
+
+    commit("g0", ("t", 0), heads[("t", 0)][-1], 0)  # one caught up, for `lagging`
+    assert len(tracker.evaluate(now)) == 5
+    assert tracker.evaluate(now) == reference()
+    assert tracker.committed() == {key: w[-1].offset for key, w in windows.items()}
+    assert tracker.lagging() == {
+        key: w[-1].offset for key, w in windows.items() if reference_lag(key) > 0
+    }
+    assert 0 < len(tracker.lagging()) < len(windows)
 
 
 def test_status_rows_carry_group_and_partition_verdicts() -> None:
