@@ -91,16 +91,34 @@ def wait_gone(pids: Sequence[int], timeout: float, poll: float = 0.1) -> list[in
 # Where free_ports looks: from here up to the kernel's ephemeral range.
 _LISTEN_PORTS_FROM = 20000
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_SLICE_ENV = "UATU_PORT_SLICE"
+"""`i/n`: free_ports picks from the i-th of n equal slices of its range (0-based), so that
+processes picking ports at the same moment (the test suite's parallel workers) never pick
+the same one. Unset: the whole range."""
 
 
 def listen_port_range() -> range | None:
     """The ports :func:`free_ports` picks from: those below the kernel's ephemeral range
-    (Linux), or None where that range cannot be read or leaves too little room."""
+    (Linux), or None where that range cannot be read or leaves too little room; only slice
+    i of n of them when ``UATU_PORT_SLICE`` is ``i/n``."""
     try:
         low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return range(_LISTEN_PORTS_FROM, low) if low - _LISTEN_PORTS_FROM >= 1000 else None
+    if low - _LISTEN_PORTS_FROM < 1000:
+        return None
+    ports = range(_LISTEN_PORTS_FROM, low)
+    wanted = os.environ.get(PORT_SLICE_ENV)
+    if not wanted:
+        return ports
+    try:
+        index, count = (int(part) for part in wanted.split("/"))
+    except ValueError:
+        raise ValueError(f"{PORT_SLICE_ENV}={wanted!r}: expected i/n, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise ValueError(f"{PORT_SLICE_ENV}={wanted!r}: i must be in [0, n)")
+    size = len(ports) // count
+    return ports[index * size : (index + 1) * size]
 
 
 def free_ports(count: int, host: str = "127.0.0.1", exclude: Iterable[int] = ()) -> list[int]:

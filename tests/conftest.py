@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from core.paths import ROOT
+from core.processes import PORT_SLICE_ENV
 from devservices.kafka import SERVICE_JAVA_OPTS_ENV
 from testing.spark import C1_ONLY_JIT, conf_restored, small_local_session
 
@@ -28,6 +29,13 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # suite is bound by CPU, not by waiting. Production launches never see this variable.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", C1_ONLY_JIT)
 os.environ.setdefault(SERVICE_JAVA_OPTS_ENV, C1_ONLY_JIT)  # devservices' brokers, ZooKeeper, MM2
+# Each xdist worker picks its services' ports from a slice of its own: two workers starting
+# brokers at the same moment cannot pick the same free port (core.processes.free_ports).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ[PORT_SLICE_ENV] = (
+        f"{os.environ['PYTEST_XDIST_WORKER'].removeprefix('gw')}"
+        f"/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
+    )
 
 
 SERVICE_FIXTURES = frozenset({"kafka", "kafka_dest", "etcd", "zookeeper", "kafka_pixy", "burrow"})

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from core.paths import ROOT
-from core.processes import free_ports, group_pids, listen_port_range, pid_alive, read_pid
+from core.processes import (
+    PORT_SLICE_ENV,
+    free_ports,
+    group_pids,
+    listen_port_range,
+    pid_alive,
+    read_pid,
+)
 from devservices._service import (
     HOST,
     LocalService,
@@ -128,6 +135,25 @@ def test_free_ports_come_from_below_the_ephemeral_range_and_skip_taken_ones(
         assert sorted(free_ports(2, HOST)) == [first + 1, first + 2]
         with pytest.raises(OSError, match="only 2 of 3 free ports"):
             free_ports(3, HOST)
+
+
+def test_a_port_slice_keeps_parallel_pickers_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PORT_SLICE_ENV, raising=False)
+    whole = listen_port_range()
+    if whole is None:
+        pytest.skip("no readable ephemeral port range here")
+    slices = []
+    for index in range(3):
+        monkeypatch.setenv(PORT_SLICE_ENV, f"{index}/3")
+        part = listen_port_range()
+        assert part is not None and len(part) == len(whole) // 3
+        assert all(port in part for port in free_ports(10, HOST))
+        slices.append(set(part))
+    assert not (slices[0] & slices[1] or slices[1] & slices[2] or slices[0] & slices[2])
+    for wrong in ("3/3", "1", "a/b"):
+        monkeypatch.setenv(PORT_SLICE_ENV, wrong)
+        with pytest.raises(ValueError, match=PORT_SLICE_ENV):
+            listen_port_range()
 
 
 def test_launch_refuses_a_port_that_is_taken(tmp_path: Path) -> None:
