@@ -75,7 +75,7 @@ build/gen/.generated: $(PROTOS) $(THIRD_PARTY_PROTOS) $(VENV)/.installed
 	find build/gen -type d -exec touch {}/__init__.py \;
 	touch $@
 
-build: build/uatu-jobs.zip build/uatu-jvm.jar ## job zip (jobs/, generated protos) for --py-files, and the project's jar
+build: build/uatu-jobs.zip build/uatu-jvm.jar build/spark-cds.jsa ## job zip (jobs/, generated protos) for --py-files, the project's jar, the drivers' class-data sharing archive
 
 # The project's own Java (the replication sink, the dispatcher), compiled against the exact jars
 # Spark runs with: pyspark's and those `make jars` fetched. Nothing to resolve, so no Maven
@@ -89,6 +89,13 @@ build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*:var/jars/grpc/*' $(JAVA_SOURCES)
 	$(PY) -m dev.fold_jars build/jvm-classes var/jars/grpc/*.jar
 	jar --create --file $@ -C build/jvm-classes .
+
+# A JVM class-data sharing archive of the classes a driver loads before its first batch,
+# recorded by a training run (dev/cds_archive.py, about a minute): spark-submit.sh and the test
+# suite's JVMs map it instead of loading those classes again. It is tied to the JDK and the
+# classpath, so it is recorded again whenever the venv or the jars change.
+build/spark-cds.jsa: build/uatu-jvm.jar var/jars/.installed $(VENV)/.installed dev/cds_archive.py jobs/runtime/session.py
+	$(PY) -m dev.cds_archive $@
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs core -name '*.py')
 	$(PY) -m dev.pyfiles_zip $@ .:jobs .:core build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
@@ -186,7 +193,7 @@ bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJob
 
 .PHONY: bench-startup
 bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
-	$(PY) -m bench.startup_bench
+	$(PY) -m bench.startup_bench $(BENCH_ARGS)
 
 .PHONY: grpc-sink demo-dispatch bench-dispatch
 grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin

@@ -14,6 +14,7 @@
 #   UATU_CONTROL_PLANE       host:port[,host:port] of the control plane to heartbeat to (optional)
 #   UATU_WORKER_ID           worker id the control plane reserved for this application
 #   UATU_HEARTBEAT_SECONDS   heartbeat interval (default 5)
+#   UATU_CDS                 0 starts the driver without the class-data sharing archive
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,6 +39,14 @@ export UATU_LAUNCHED_AT="${UATU_LAUNCHED_AT:-$(date +%s.%N)}"  # the job's start
 JARS="$(find "$JAR_DIR" "$ROOT/build/uatu-jvm.jar" -name '*.jar' | sort | paste -sd, -)"
 export PYSPARK_PYTHON="$VENV/bin/python"
 export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
+
+# Class-data sharing: the driver JVM maps the Spark, Scala and Delta classes `make build`
+# archived (dev/cds_archive.py) instead of loading and verifying them again, which shortens
+# every start-up. A stale archive (a new JDK or pyspark) is skipped with one warning on stderr.
+CDS_ARCHIVE="$ROOT/build/spark-cds.jsa"
+if [[ -f "$CDS_ARCHIVE" && "${UATU_CDS:-1}" != 0 ]]; then
+  export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -XX:SharedArchiveFile=$CDS_ARCHIVE -Xshare:auto -Xlog:cds*=warning:stderr -Xlog:cds*=off:stdout"
+fi
 
 # Hardened by default (docs/security.md): the UI cannot kill jobs or stages, and in local
 # mode the driver, its block manager and the UI listen on loopback only. On a cluster the

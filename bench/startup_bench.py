@@ -13,7 +13,12 @@ The job is then stopped. Runs are sequential; the figures are the median and eve
 1-minute load average before each run goes into the result file: start-up is CPU-bound, so
 compare figures only between runs at similar load.
 
-    PYTHONPATH=$PWD:$PWD/build/gen .venv/bin/python -m bench.startup_bench [--runs 3]
+With ``--cds both`` (the default when the archive of ``make build`` exists) the runs alternate
+between the driver started from the class-data sharing archive and without it (``UATU_CDS=0``),
+in the order on, off, off, on (repeated), so a trend in the machine's load falls on both alike;
+the medians and the ratio off / on are printed per phase.
+
+    PYTHONPATH=$PWD:$PWD/build/gen .venv/bin/python -m bench.startup_bench [--runs 4] [--cds both]
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from bench.replication_bench import (
     spark_job,
     spark_log,
 )
+from core.paths import SPARK_CDS_ARCHIVE
 from core.processes import signal_group
 from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
@@ -64,6 +70,26 @@ def start_up_phases(log_text: str) -> dict[str, float]:
     if match is None:
         return {}
     return {k: float(v) for k, v in match.groupdict().items() if v is not None}
+
+
+PHASE_NAMES = ("to_run", "checks", "session", "tables")
+CDS_ORDER = (True, False, False, True)  # on, off, off, on, then again
+
+
+def cds_for_run(mode: str, index: int) -> bool:
+    """Whether run `index` starts its driver from the CDS archive, for --cds on/off/both."""
+    if mode == "both":
+        return CDS_ORDER[index % len(CDS_ORDER)]
+    return mode == "on"
+
+
+def startup_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of launch to first record and of each phase over `runs`."""
+    firsts = [r["first_record_s"] for r in runs if "first_record_s" in r]
+    figures: dict[str, Any] = {"launch_to_first_record_s_median": median_or_none(firsts)}
+    for phase in PHASE_NAMES:
+        figures[f"{phase}_s_median"] = median_or_none([r[phase] for r in runs if phase in r])
+    return figures
 
 
 def one_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
@@ -98,7 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    parser.add_argument(
+        "--cds",
+        choices=("on", "off", "both"),
+        default="both" if SPARK_CDS_ARCHIVE.exists() else "off",
+        help="start drivers from the class-data sharing archive (make build): on, off, or "
+        "alternating (default when the archive exists)",
+    )
     args = parse_args(parser, argv, {"runs": 1})
+    if args.cds != "off" and not SPARK_CDS_ARCHIVE.exists():
+        parser.error(f"--cds {args.cds}: {SPARK_CDS_ARCHIVE} is missing; run `make build`")
     warn_if_jobs_zip_stale()
     runs: list[dict[str, Any]] = []
     with work_dir("startup-") as workdir, ExitStack() as stack:
@@ -121,21 +156,24 @@ def main(argv: list[str] | None = None) -> int:
             src.bootstrap_servers, SOURCE_TOPIC, 10 * args.partitions, 100, args.partitions
         )
         for i in range(args.runs):
-            run = one_run(b, i, args.timeout)
+            cds = cds_for_run(args.cds, i)
+            os.environ["UATU_CDS"] = "1" if cds else "0"  # spark-submit.sh reads it
+            run = {"cds": cds, **one_run(b, i, args.timeout)}
             say(f"run {i}: {run}")
             runs.append(run)
-    firsts = [r["first_record_s"] for r in runs if "first_record_s" in r]
-    figures: dict[str, Any] = {
-        "job_type": "KAFKA_REPLICATION",
-        "launch_to_first_record_s_median": median_or_none(firsts),
-        "runs": runs,
-    }
-    for phase in ("to_run", "checks", "session", "tables"):
-        figures[f"{phase}_s_median"] = median_or_none([r[phase] for r in runs if phase in r])
+    figures: dict[str, Any] = {"job_type": "KAFKA_REPLICATION", **startup_medians(runs)}
+    figures["runs"] = runs
+    if args.cds == "both":
+        on = startup_medians([r for r in runs if r["cds"]])
+        off = startup_medians([r for r in runs if not r["cds"]])
+        figures["cds_on"], figures["cds_off"] = on, off
+        for key, value in on.items():
+            ratio = off[key] / value if value and off[key] is not None else None
+            say(f"{key}: CDS on {value}, off {off[key]}, off / on {ratio and round(ratio, 2)}")
     write_latest(BENCH_DIR / "startup-result.json", figures)
     path = write_result("startup", figures, args)
     say(f"launch to first record, median {figures['launch_to_first_record_s_median']} s; {path}")
-    return 0 if len(firsts) == len(runs) else 1
+    return 0 if all("first_record_s" in r for r in runs) else 1
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ SPARK_JARS_DIR = VAR_DIR / "jars" / "spark"  # Kafka connector and Delta (`make 
 KAFKA_JARS_DIR = VAR_DIR / "jars" / "kafka"  # the Kafka broker and its tools (`make jars`)
 PROJECT_JAR = BUILD_DIR / "uatu-jvm.jar"  # the project's Java (`make build`)
 JOBS_ZIP = BUILD_DIR / "uatu-jobs.zip"  # what --py-files ships (`make build`)
+SPARK_CDS_ARCHIVE = BUILD_DIR / "spark-cds.jsa"  # class-data sharing for drivers (`make build`)
 
 
 def project_jars() -> list[str]:
@@ -27,3 +28,17 @@ def project_jars() -> list[str]:
     var/jars/spark (sorted) and then the project's jar that `make build` compiles, if built."""
     jars = sorted(SPARK_JARS_DIR.glob("*.jar"))
     return [str(p) for p in [*jars, PROJECT_JAR] if p.exists()]
+
+
+# Keeps a stale archive's one warning off stdout, where jobs print their results.
+CDS_LOG_OPTIONS = "-Xlog:cds*=warning:stderr -Xlog:cds*=off:stdout"
+
+
+def cds_java_options(archive: Path = SPARK_CDS_ARCHIVE) -> str:
+    """JVM options that start a Spark JVM from the class-data sharing archive `make build`
+    records (dev/cds_archive.py), or "" when there is none. With -Xshare:auto a stale archive
+    (a new JDK or pyspark) is skipped with one warning on stderr. spark-submit.sh adds the
+    same options."""
+    if not archive.exists():
+        return ""
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto {CDS_LOG_OPTIONS}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from core.paths import project_jars
+from core.paths import cds_java_options, project_jars
 from jobs.runtime.session import build_session
 
 # For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
@@ -24,6 +24,12 @@ SMALL_LOCAL_CONF = {
 # The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
 # JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
 C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def suite_java_options() -> str:
+    """JVM options of every Spark JVM the suite starts (tests/conftest.py): C1 only, and the
+    class-data sharing archive of `make build` when there is one (as spark-submit.sh uses it)."""
+    return f"{C1_ONLY_JIT} {cds_java_options()}".strip()
 
 
 def small_local_session(

@@ -21,7 +21,7 @@ from bench.availability_bench import (
     offset_commit_record,
 )
 from bench.kafka_perf import parse_consumer_output
-from bench.startup_bench import start_up_phases
+from bench.startup_bench import cds_for_run, start_up_phases, startup_medians
 from core.paths import ROOT
 from jobs.availability.lag.offsets_topic import OffsetCommit, decode
 from jobs.runtime import template
@@ -127,6 +127,24 @@ def test_the_startup_bench_reads_the_start_up_line_the_job_writes(
         template._log_start_up(0.0, 1.0, 2.0, 3.0)
     assert start_up_phases(caplog.messages[0]) == {"checks": 1.0, "session": 1.0, "tables": 1.0}
     assert start_up_phases("no such line") == {}
+
+
+def test_the_startup_bench_alternates_cds_on_off_off_on_and_summarizes_each_side() -> None:
+    assert [cds_for_run("both", i) for i in range(6)] == [True, False, False, True, True, False]
+    assert {cds_for_run("on", i) for i in range(4)} == {True}
+    assert {cds_for_run("off", i) for i in range(4)} == {False}
+    runs = [
+        {"first_record_s": 9.0, "session": 3.0, "to_run": 2.0},
+        {"first_record_s": 11.0, "session": 5.0},
+        {"session": 4.0},  # no record arrived: the run counts in its phases only
+    ]
+    assert startup_medians(runs) == {
+        "launch_to_first_record_s_median": 10.0,
+        "to_run_s_median": 2.0,
+        "checks_s_median": None,
+        "session_s_median": 4.0,
+        "tables_s_median": None,
+    }
 
 
 def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> None:

@@ -57,7 +57,12 @@ RULES = (
     ),
     Rule("devservices", never=("jobs", "controlplane", "clients", "testing", "bench", "examples")),
     Rule("testing", never=("controlplane", "bench", "examples", "tests"), allowed=()),
-    Rule("dev", never=("jobs", "controlplane", "clients", "devservices", "testing", "bench")),
+    # The CDS training run (dev/cds_archive.py) builds its session as the jobs do.
+    Rule(
+        "dev",
+        never=("jobs", "controlplane", "clients", "devservices", "testing", "bench"),
+        allowed=("jobs.runtime.session",),
+    ),
 )
 
 # testing/ may reach jobs only through the session builder (and the spec/registry layer a
