@@ -54,6 +54,13 @@ def train() -> None:
     spark = build_session("uatu-cds-training", conf={"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory(prefix="uatu-cds-") as tmp:
+        # As jobs.runtime.delta.ensure creates a job's tables before its query.
+        from delta.tables import DeltaTable
+
+        created = DeltaTable.createIfNotExists(spark).location(f"{tmp}/created")
+        created = created.addColumn("id", "LONG", nullable=False).addColumn("at", "TIMESTAMP")
+        created.comment("training").partitionedBy("id").execute()
+        DeltaTable.forPath(spark, f"{tmp}/created").toDF().schema.simpleString()
         table = f"{tmp}/table"
         spark.range(100).selectExpr("id", "id % 7 AS k").write.format("delta").save(table)
         spark.range(50).selectExpr("id", "id % 3 AS k").createOrReplaceTempView("updates")
@@ -117,8 +124,14 @@ def build(out: Path, venv_bin: Path, jars: list[str]) -> None:
     )
     if record.returncode != 0 or not tmp.exists():
         tmp.unlink(missing_ok=True)
-        # The archiving JVM warns about every class it leaves out; the error is elsewhere.
+        # The archiving JVM warns about every class it leaves out, and Spark logs its shutdown
+        # after Python's traceback: show the traceback, else the last lines.
         lines = [line for line in record.stderr.splitlines() if "][cds" not in line]
+        if "Traceback (most recent call last):" in lines:
+            lines = [line for line in lines if " INFO " not in line and " WARN " not in line]
+            lines = lines[
+                len(lines) - lines[::-1].index("Traceback (most recent call last):") - 1 :
+            ]
         raise SystemExit(
             f"error: the CDS training run exited {record.returncode}; its last output:\n"
             + "\n".join(lines[-20:])
