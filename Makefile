@@ -180,16 +180,16 @@ format: venv ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff format .
 
 bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M records
-	$(PY) -m bench.audit_bench
+	$(PY) -m bench.audit_bench $(BENCH_ARGS)
 
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
-	$(PY) -m bench.replication_bench
+	$(PY) -m bench.replication_bench $(BENCH_ARGS)
 
 bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf tools; JSON into docs/benchmarks/
-	$(PY) -m bench.loadgen_bench
+	$(PY) -m bench.loadgen_bench $(BENCH_ARGS)
 
 bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
-	$(PY) -m bench.controlplane_bench
+	$(PY) -m bench.controlplane_bench $(BENCH_ARGS)
 
 .PHONY: bench-startup
 bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
@@ -206,7 +206,7 @@ demo-dispatch: setup ## demo: own broker, a sample consumer service, the dispatc
 	$(PY) -m examples.dispatch_demo
 
 bench-dispatch: setup grpc-sink ## benchmark: dispatcher job vs a hand-written dispatcher and the sink's ceiling (ghz), 1M records
-	$(PY) -m bench.dispatch_bench
+	$(PY) -m bench.dispatch_bench $(BENCH_ARGS)
 
 .PHONY: bench-audit-tiers
 bench-audit-tiers: setup ## benchmark: cross-tier audit, window end -> LOSS verdict (1-minute windows), then the audit clients' overhead on producer throughput
