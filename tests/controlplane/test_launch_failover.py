@@ -9,7 +9,6 @@ is left behind. Real Spark applications, a real broker, real SQLite files and a 
 
 from __future__ import annotations
 
-import base64
 import signal
 import time
 import uuid
@@ -261,8 +260,8 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
     operator = EtcdClient(etcd.endpoint)
 
     def a_holds_the_key() -> bool:
-        kvs = operator.call("kv/range", {"key": b64(key.encode())}).get("kvs", [])
-        return bool(kvs) and base64.b64decode(kvs[0]["value"]) == b"a:1"
+        held = operator.get(key.encode())
+        return held is not None and held.value == b"a:1"
 
     def b_took_over() -> bool:
         # A campaigns again as soon as it notices the delete and can win that round: depose
