@@ -295,9 +295,16 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
 
             replica_b = reconciler(
                 store_b, tmp_path / "apps-b", conf, address, startup_seconds=5,
-                leadership=b,
+                lease_seconds=5, leadership=b,
             )  # fmt: skip
-            wait_for(lambda: time.time() - intent.started_at > 5, 10, "the startup window")
+
+            def quiet_for(seconds: float) -> bool:
+                # A's app may have registered and heartbeated before A cancelled it (it starts
+                # in a few seconds): B then waits out the lease after that heartbeat instead.
+                beats = [w.last_updated.ToNanoseconds() / 1e9 for w in store_b.workers()]
+                return time.time() - max([intent.started_at, *beats]) > seconds
+
+            wait_for(lambda: quiet_for(5), 20, "the startup window and the lease to pass")
             assert replica_b.reconcile_once() == {"fo": Action.RUN}
             one_application(store_b, "fo", marker, started)
     finally:
