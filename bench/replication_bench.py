@@ -49,11 +49,13 @@ What is measured, in this order:
    numbers in the same order. Lost, duplicated and unexpected records are counted.
 4. Latency: destination LogAppendTime - produce time in the value, p50/p99 over every copied
    record. In the backlog copy above this is mostly time spent waiting in the backlog. Then a
-   steady-rate phase per tool: the tool runs continuously (our job: trigger interval 1 s) on
-   its own source topic while records are produced at --steady-rate for --steady-seconds (after
-   a slow warm-up trickle that shows the tool is copying); p50/p99 over the steady records.
-   Our job is stopped with SIGTERM and must exit 0. This phase and the next run once per
-   tool, the job first, MM2 second (not alternated; MM2 with the same settings as in step 2).
+   steady-rate phase per tool of --steady-tools (default: spark-ll, spark, mm2): the tool runs
+   continuously on its own source topic while records are produced at --steady-rate for
+   --steady-seconds (after a slow warm-up trickle that shows the tool is copying); p50/p99
+   over the steady records. spark-ll is the job's low-latency copy
+   (extension.replication.low_latency, epochs of 10 s), spark its micro-batch copy (trigger
+   interval 1 s). Our job is stopped with SIGTERM and must exit 0. This phase and the next run
+   once per tool, in that order (not alternated; MM2 with the same settings as in step 2).
 4b. Warm backlog (--warm-records, default 1,000,000; 0 skips it): before it is stopped, each
    continuously running tool is paused with SIGSTOP to its process group, that many records
    are produced to its source topic, and it is resumed with SIGCONT. Throughput "from the
@@ -484,6 +486,7 @@ def job_group(
     *,
     continuous: bool,
     trigger_s: int | None = None,
+    low_latency: bool = False,
     flow_control: Mapping[str, float] | None = None,
     ends: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
@@ -497,6 +500,8 @@ def job_group(
     }
     if trigger_s:
         extension["trigger"] = {"intervalSeconds": trigger_s}
+    if low_latency:
+        extension["replication"] = {"lowLatency": True}
     source: dict[str, Any] = {
         "cluster": "src",
         "topic": source_topic,
@@ -676,6 +681,12 @@ def ceilings(bench: Bench, n: int) -> dict[str, Any]:
 
 
 TOOLS = ("spark", "mm2")
+LOW_LATENCY = "spark-ll"  # the job with extension.replication.low_latency (steady phase only)
+STEADY_TOOLS = (LOW_LATENCY, "spark", "mm2")
+
+
+def is_spark(tool: str) -> bool:
+    return tool in ("spark", LOW_LATENCY)
 
 
 def round_order(round_no: int) -> tuple[str, ...]:
@@ -871,8 +882,16 @@ class ContinuousCopy:
 
 def start_continuous(stack: ExitStack, bench: Bench, tool: str, topic: str) -> ContinuousCopy:
     """Start `tool` copying `topic` (same name on the destination) until stopped."""
-    if tool == "spark":
-        group = job_group(topic, topic, topic, bench, continuous=True, trigger_s=1)
+    if is_spark(tool):
+        group = job_group(
+            topic,
+            topic,
+            topic,
+            bench,
+            continuous=True,
+            trigger_s=1,
+            low_latency=tool == LOW_LATENCY,
+        )
         proc = stack.enter_context(spark_job(bench, group))
 
         def stop_spark() -> int | None:
@@ -912,7 +931,7 @@ def steady_phase(
     topic = f"steady-{tool}"
     bench.source.create_topic(topic, bench.partitions, 1)
     bench.destination.create_topic(topic, bench.partitions, 1, LOG_APPEND_TIME)
-    run = CopyRun(tool, topic, 0, job=topic if tool == "spark" else "")
+    run = CopyRun(tool, topic, 0, job=topic if is_spark(tool) else "")
     warm: CopyRun | None = None
     producer = SeqProducer(
         bench.source.bootstrap_servers, topic, bench.partitions, bench.record_size, linger_ms=5
@@ -961,7 +980,7 @@ def warm_backlog(
 ) -> CopyRun:
     """Records first..first+n-1 produced while the running tool is paused; its copy
     throughput after it is resumed (its JVM compiled the copy path in the steady phase)."""
-    run = CopyRun(tool, topic, n, job=topic if tool == "spark" else "")
+    run = CopyRun(tool, topic, n, job=topic if is_spark(tool) else "")
     say(f"  warm backlog: pausing the tool (SIGSTOP), producing {n:,} records")
     with copier.paused():
         rate = produce_backlog(
@@ -1198,7 +1217,11 @@ def summarize(
         ("producer-perf ceiling", producer),
     ):
         print(f"{label:36} {_rate(rate):>9} {'':>9} {'':>10} {rate / limit:>8.2f}x")
-    labels = {"spark": "Spark replication job", "mm2": "MirrorMaker 2"}
+    labels = {
+        "spark": "Spark replication job",
+        LOW_LATENCY: "Spark job, low-latency",
+        "mm2": "MirrorMaker 2",
+    }
     rows = [(f"{labels[r.tool]}, cold r{r.round} ({ORDINAL[r.position]})", r) for r in backlog]
     rows += [(f"{labels[r.tool]}, warm backlog", r) for r in warm]
     for label, run in rows:
@@ -1241,17 +1264,25 @@ def summarize(
         f"{_ratio(ratios['by_append'])} by append; launch->done {_ratio(ratios['launch_to_done'])}"
     )
     by_tool = {r.tool: r for r in warm}
-    spark_run, mm2_run = by_tool.get("spark"), by_tool.get("mm2")
-    if spark_run and mm2_run:
+    mm2_run = by_tool.get("mm2")
+    for tool in ("spark", LOW_LATENCY):
+        spark_run = by_tool.get(tool)
+        if spark_run is None or mm2_run is None:
+            continue
         polled = _ratio_of(spark_run.timing.records_per_s, mm2_run.timing.records_per_s)
         appended = _ratio_of(spark_run.append_records_per_s, mm2_run.append_records_per_s)
         resumed = _ratio_of(
             spark_run.timing.from_start_records_per_s, mm2_run.timing.from_start_records_per_s
         )
         print(
-            f"Spark / MM2 copy throughput, warm backlog: {resumed} from the resume, {polled} "
-            f"polled from the first copied record, {appended} by append"
+            f"{labels[tool]} / MM2 copy throughput, warm backlog: {resumed} from the resume, "
+            f"{polled} polled from the first copied record, {appended} by append"
         )
+    for tool in ("spark", LOW_LATENCY):
+        ours, theirs = steady_lat.get(tool), steady_lat.get("mm2")
+        if ours and theirs:
+            p50, p99 = (_ratio_of(ours[q], theirs[q]) for q in ("p50", "p99"))
+            print(f"{labels[tool]} / MM2 steady latency: p50 {p50}, p99 {p99}")
     spark_rate = medians.get("spark", {}).get("records_per_s")
     if spark_rate:
         print(
@@ -1306,7 +1337,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         say("(backlog latency = destination append time - produce time: mostly backlog wait)")
         steady, warm = [], []
         if args.steady_seconds > 0:
-            for tool in ("spark", "mm2"):
+            for tool in args.steady_tools:
                 say(f"steady rate, {tool}: continuous copy of steady-{tool}")
                 steady_run, warm_run = steady_phase(
                     b, tool, args.steady_rate, args.steady_seconds, args.warm_records
@@ -1318,7 +1349,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         flows = flow_runs(b, source, min(n, FLOW_RECORDS), caps)
         load["end"] = os.getloadavg()
         say("stopping the clusters")
-    copies = [r for r in (*backlog, *steady) if r.tool == "spark"]
+    copies = [r for r in (*backlog, *steady) if is_spark(r.tool)]
     stats = read_job_tables(b, flows, copies)
     summarize(ceiling, backlog, steady, warm, flows, stats)
     runs = [*backlog, *steady, *warm, *(f.copy for f in flows)]
@@ -1360,6 +1391,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--record-size", type=int, default=200, help="value bytes per record")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of every topic")
+    parser.add_argument(
+        "--steady-tools",
+        type=lambda text: tuple(t for t in text.split(",") if t),
+        default=STEADY_TOOLS,
+        help=f"tools of the steady and warm phases, in order, from {','.join(STEADY_TOOLS)} "
+        "(spark-ll: the job's low-latency copy, extension.replication.low_latency)",
+    )
     parser.add_argument("--steady-rate", type=float, default=5_000, help="records/s, steady phase")
     parser.add_argument(
         "--steady-seconds", type=float, default=30, help="steady phase length per tool (0: skip)"

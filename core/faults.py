@@ -54,6 +54,10 @@ POINTS: Mapping[str, str] = {
         "RangeCopier (JVM copy task): a record was acknowledged by the destination; @k = the "
         "k-th acknowledged record of the JVM, before the batch's stats are committed"
     ),
+    "replication.epoch_logged": (
+        "jobs/replication/continuous.py, driver: the low-latency copy has logged a stats "
+        "batch's offsets (its records are all acknowledged) and not yet written its stats"
+    ),
     "dispatch.after_tier_produce": (
         "the dispatcher (JVM dispatch task, jobs/dispatch when it lands): a record written to "
         "a retry tier, the DLQ or the resq is acknowledged, and the source offsets are not yet "

@@ -27,19 +27,17 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from core.errors import UatuError
 from jobs.replication import tables
+from jobs.replication.continuous import logged_positions, run_low_latency
 from jobs.replication.preflight import ReplicationPlan, cover_new_partitions, preflight
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
-from jobs.replication.transforms import replication_audit, replication_stats
+from jobs.replication.stats import StatsWriter
 from jobs.replication.writer import (
     ENCODED_FORMAT,
     ENCODED_SCHEMA_VERSION,
@@ -48,10 +46,10 @@ from jobs.replication.writer import (
     copy_ranges,
     planned_ranges,
 )
-from jobs.runtime import metrics, source_failure
-from jobs.runtime.delta import append_once, ensure_tables
+from jobs.runtime import source_failure
+from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.reporting import committed_offsets, end_offsets
+from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
@@ -126,92 +124,6 @@ def build_stream(spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPl
 
 
 @dataclass
-class StatsWriter:
-    """Records what a copy did: its summary rows (writer.SUMMARY_SCHEMA) become one stats
-    batch in `replication_stats` and `replication_audit`, exactly once per (app_id, batch_id);
-    then the copied offsets go to the JobGroup's consumer group and the MirrorMaker 2 metrics
-    are updated."""
-
-    spec: ReplicationSpec
-    app_id: str = ""
-    last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
-    _group_consumer: Consumer | None = None
-    # The audit rows are appended beside the stats: two independent Delta commits, each mostly
-    # fixed cost, take about 0.2 s less side by side than one after the other.
-    _audit_appender: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="audit-append")
-    )
-
-    def labels(self) -> Mapping[str, str]:
-        spec = self.spec
-        return {
-            "job_group_id": spec.job_group_id,
-            "source_cluster": spec.source_cluster.name,
-            "source_topic": spec.source_topic,
-            "destination_cluster": spec.destination_cluster.name,
-            "destination_topic": spec.destination_topic,
-        }
-
-    def write(self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[int, int]) -> Row:
-        """Append the batch's stats and audit rows (both or, after a crash, neither), commit
-        `next_offsets` (partition -> next offset to copy) to the consumer group; returns the
-        batch's totals (records, bytes: key + value bytes replicated)."""
-        audit = summaries.transform(
-            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
-        )
-        audit_appended = self._audit_appender.submit(
-            append_once,
-            audit,
-            tables.REPLICATION_AUDIT,
-            self.spec.audit_path,
-            self.app_id,
-            batch_id,
-        )
-        stats = summaries.transform(
-            replication_stats, batch_id, F.current_timestamp(), self.labels()
-        ).localCheckpoint()
-        append_once(stats, tables.REPLICATION_STATS, self.spec.stats_path, self.app_id, batch_id)
-        audit_appended.result()  # the batch is done only when both are written
-        if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
-            metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
-        totals = stats.agg(
-            F.coalesce(F.sum("records_replicated"), F.lit(0)).alias("records"),
-            F.coalesce(F.sum("record_bytes_replicated"), F.lit(0)).alias("bytes"),
-        ).first()
-        assert totals is not None
-        self._commit_group_offsets(next_offsets)
-        if totals["records"]:
-            self.last_record_bytes = totals["bytes"] / totals["records"]
-        return totals
-
-    def close(self) -> None:
-        self._audit_appender.shutdown()
-        if self._group_consumer is not None:
-            self._group_consumer.close()
-            self._group_consumer = None
-
-    def _commit_group_offsets(self, next_offsets: Mapping[int, int]) -> None:
-        """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
-        if not self.spec.consumer_group or not next_offsets:
-            return
-        if self._group_consumer is None:
-            self._group_consumer = Consumer(
-                {
-                    **self.spec.source_cluster.client_config(),
-                    "group.id": self.spec.consumer_group,
-                    "enable.auto.commit": False,
-                }
-            )
-        self._group_consumer.commit(
-            offsets=[
-                TopicPartition(self.spec.source_topic, p, offset)
-                for p, offset in sorted(next_offsets.items())
-            ],
-            asynchronous=False,
-        )
-
-
-@dataclass
 class ReplicationBatchWriter:
     """foreachBatch function of the micro-batch copy: copy one micro-batch's planned ranges,
     then record its stats."""
@@ -266,13 +178,24 @@ class ReplicationBatchWriter:
             self.destination = destination_config(spec, self.plan)
 
 
-def _warn_if_copies_queue(spark: SparkSession, partitions: int) -> None:
+def _warn_if_copies_queue(spark: SparkSession, partitions: int, low_latency: bool) -> None:
     # Only in local mode is defaultParallelism the slot count from the start: on a cluster it
     # counts the executors registered so far.
     if not (spark.sparkContext.master or "").startswith("local"):
         return
     slots = spark.sparkContext.defaultParallelism
-    if slots < partitions:
+    if low_latency and slots <= partitions:
+        # One slot stays free for the stats; each copy task takes several partitions.
+        log.warning(
+            "%d task slots for %d source partitions: the low-latency copy runs %d task(s), one "
+            "slot is kept for the stats; give the job one slot per partition plus one "
+            "(SPARK_MASTER=local[%d], or executors x cores)",
+            slots,
+            partitions,
+            max(1, slots - 1),
+            partitions + 1,
+        )
+    elif not low_latency and slots < partitions:
         # Each copy task waits for its acks before its slot takes the next partition.
         log.warning(
             "%d task slots for %d source partitions: a batch copies them in waves; give the job "
@@ -292,6 +215,8 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         super().__init__(spec)
         self._plan: ReplicationPlan | None = None
         self._writer: ReplicationBatchWriter | None = None
+        self._stats: StatsWriter | None = None
+        self._low_latency_run = False
 
     @property
     def plan(self) -> ReplicationPlan:
@@ -307,7 +232,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         # The Java clients are built once on the driver, so a refused setting is a ConfigError
         # before anything is written.
         check_clients(spark, destination_config(self.spec, self.plan))
-        _warn_if_copies_queue(spark, len(self.plan.source_partitions))
+        _warn_if_copies_queue(spark, len(self.plan.source_partitions), self.spec.low_latency)
 
     def ensure_tables(self, spark: SparkSession) -> None:
         ensure_tables(spark, tables.locations(self.spec))
@@ -336,10 +261,31 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return build_stream(spark, self.spec, self.plan)
 
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
+        self._stats = StatsWriter(self.spec)
         self._writer = ReplicationBatchWriter(
-            self.plan, destination_config(self.spec, self.plan), StatsWriter(self.spec)
+            self.plan, destination_config(self.spec, self.plan), self._stats
         )
         return self._writer
+
+    def run_stream(
+        self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
+    ) -> int:
+        """The micro-batch copy (`runner.run_query`), or, for a continuous JobGroup with
+        extension.replication.low_latency that is not a bounded --once run, the low-latency
+        copy (`continuous.py`)."""
+        if once or not self.spec.low_latency:
+            return super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
+        self._stats = StatsWriter(self.spec)
+        self._low_latency_run = True
+        return run_low_latency(
+            spark,
+            self.spec,
+            self.plan,
+            lambda plan: destination_config(self.spec, plan),
+            self._stats,
+            stop_file=stop_file,
+            reporting=reporting,
+        )
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         writer = self._writer
@@ -359,8 +305,13 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             cluster=spec.source_cluster,
             topic=spec.source_topic,
             loss_table=data_loss_path(spec.stats_path),
+            # The low-latency copy keeps its progress in its own log, not in Spark's
+            # checkpoint; a lost range is counted from the last logged batch's end.
+            resumes_at=(
+                logged_positions(spark, spec.checkpoint_path) if self._low_latency_run else None
+            ),
         )
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.stats.close()
+        if self._stats is not None:
+            self._stats.close()

@@ -268,6 +268,22 @@ def _destination_partitions(spec: ReplicationSpec, source_count: int) -> int:
     return source_count
 
 
+def source_watermarks(
+    spec: ReplicationSpec, partitions: Sequence[int]
+) -> dict[int, tuple[int, int]]:
+    """(low, high) watermark of each source partition; ClusterUnreachable if the source does
+    not answer."""
+    consumer = _consumer(spec.source_cluster, spec.read_committed)
+    try:
+        tps = [TopicPartition(spec.source_topic, p) for p in partitions]
+        return {tp.partition: consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S) for tp in tps}
+    except KafkaException as e:
+        cluster = spec.source_cluster
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+    finally:
+        consumer.close()
+
+
 def _consumer(cluster: ClusterConfig, read_committed: bool) -> Consumer:
     return Consumer(
         {

@@ -21,7 +21,9 @@ replication_task_group.is_continuous    true: stream until stopped; false: copy 
 flow_control                            messages_per_sec and bytes_per_sec (key + value
                                         bytes); 0 = unlimited
 extension.replication                   create_destination_topic (false),
-                                        partition_mapping (identity), audit_interval (60 s)
+                                        partition_mapping (identity), audit_interval (60 s),
+                                        low_latency (false; continuous copies only),
+                                        epoch_seconds (10; with low_latency only)
 extension.trigger.interval_seconds      2
 extension.output                        replication_stats_path, replication_audit_path
                                         (<warehouse>/replication_stats, ..._audit),
@@ -53,6 +55,7 @@ from core.storage import checkpoint_location, table_location
 
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
+DEFAULT_EPOCH_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ class ReplicationSpec:
     end_timestamp_ms: int | None
     offset_ranges: tuple[OffsetRange, ...]  # empty: every partition
     continuous: bool
+    # The low-latency copy (jobs/replication/continuous.py) instead of micro-batches, with
+    # epochs of epoch_seconds; a continuous copy only.
+    low_latency: bool
+    epoch_seconds: int
     destination_cluster: ClusterConfig
     destination_topic: str
     acks_all: bool
@@ -130,6 +137,30 @@ def _is_continuous(group: JobGroup, has_end: bool) -> bool:
             "or set is_continuous false",
         )
     return continuous
+
+
+def _low_latency(
+    replication: job_options_pb2.ReplicationOptions, continuous: bool
+) -> tuple[bool, int]:
+    """(low_latency, epoch_seconds) of extension.replication, checked."""
+    if replication.epoch_seconds < 0:
+        raise InvalidJobGroup(
+            "extension.replication.epoch_seconds", replication.epoch_seconds, "must be > 0"
+        )
+    if replication.epoch_seconds and not replication.low_latency:
+        raise InvalidJobGroup(
+            "extension.replication.epoch_seconds",
+            replication.epoch_seconds,
+            "applies to the low-latency copy only; set extension.replication.low_latency",
+        )
+    if replication.low_latency and not continuous:
+        raise InvalidJobGroup(
+            "extension.replication.low_latency",
+            True,
+            "applies to a continuous copy only; a bounded copy (an end, or "
+            "replication_task_group.is_continuous false) runs in micro-batches",
+        )
+    return replication.low_latency, replication.epoch_seconds or DEFAULT_EPOCH_SECONDS
 
 
 def replication_spec_now(group: JobGroup, settings: Settings) -> ReplicationSpec:
@@ -196,6 +227,7 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         raise InvalidJobGroup(
             "extension.replication.audit_interval_seconds", audit_seconds, "must be > 0"
         )
+    low_latency, epoch_seconds = _low_latency(replication, continuous)
     encoded = None
     if dispatcher.encoded_format_info.encoded_format_type != job_pb2.ENCODED_FORMAT_TYPE_INVALID:
         info = dispatcher.encoded_format_info
@@ -217,6 +249,8 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         end_timestamp_ms=end_ms,
         offset_ranges=ranges,
         continuous=continuous,
+        low_latency=low_latency,
+        epoch_seconds=epoch_seconds,
         destination_cluster=destination_cluster,
         destination_topic=destination_topic,
         acks_all=not dispatcher.is_acks_one,

@@ -72,9 +72,13 @@ def explain(
     cluster: ClusterConfig,
     topic: str,
     loss_table: str,
+    resumes_at: Mapping[int, int] | None = None,
 ) -> UatuError | None:
     """The one-line error for a query that failed because of its source, or None when the
-    source is not the cause (or the cluster does not answer: nothing can be said)."""
+    source is not the cause (or the cluster does not answer: nothing can be said).
+
+    `resumes_at` is where a job that keeps its own progress (the low-latency replication
+    copy) resumes; by default it is read from Spark's checkpoint (`resume_offsets`)."""
     try:
         partitions = kafka_admin.partition_count(cluster, topic, "source")
     except TopicNotFound:
@@ -86,7 +90,8 @@ def explain(
     except KafkaException as e:
         log.warning("could not read the earliest offsets of %s: %s", topic, e)
         return None
-    lost = lost_ranges(resume_offsets(spark, checkpoint, topic), earliest)
+    resume = resume_offsets(spark, checkpoint, topic) if resumes_at is None else resumes_at
+    lost = lost_ranges(resume, earliest)
     if not lost:
         return None
     now = datetime.now(UTC)

@@ -14,7 +14,9 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
+from jobs.replication.continuous import progress_record, resolved_starts
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
+from jobs.replication.progress_log import LoggedBatch, resume_offsets
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
@@ -26,6 +28,7 @@ from jobs.replication.writer import (
     check_clients,
     copy_ranges,
 )
+from jobs.runtime.reporting import JobTemplate, end_offsets, partition_statuses
 from testing.conf import write_conf_dir
 
 NOW_MS = 1_800_000_000_000
@@ -177,6 +180,37 @@ def test_acks_one_turns_idempotence_off_and_keeps_order_with_one_request_in_flig
             "extension.replication.audit_interval_seconds",
             "> 0",
         ),
+        (
+            {
+                "replicationTaskGroup.isContinuous": False,
+                "extension": {
+                    "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                    "replication": {"lowLatency": True},
+                },
+            },
+            "extension.replication.low_latency",
+            "continuous copy only",
+        ),
+        (
+            {
+                "extension": {
+                    "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                    "replication": {"epochSeconds": 5},
+                }
+            },
+            "extension.replication.epoch_seconds",
+            "low-latency copy only",
+        ),
+        (
+            {
+                "extension": {
+                    "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                    "replication": {"lowLatency": True, "epochSeconds": -1},
+                }
+            },
+            "extension.replication.epoch_seconds",
+            "> 0",
+        ),
     ],
 )
 def test_bad_input_names_field_and_value(settings, overrides, field, fragment) -> None:
@@ -184,6 +218,49 @@ def test_bad_input_names_field_and_value(settings, overrides, field, fragment) -
         spec(settings, **overrides)
     assert field in error.value.field
     assert fragment in str(error.value)
+
+
+def test_low_latency_is_off_by_default_and_epochs_default_to_10_s(settings) -> None:
+    assert (spec(settings).low_latency, spec(settings).epoch_seconds) == (False, 10)
+    options = {"@type": "type.googleapis.com/uatu.v1.JobOptions"}
+    fast = spec(settings, extension={**options, "replication": {"lowLatency": True}})
+    assert (fast.low_latency, fast.epoch_seconds) == (True, 10)
+    slow = {"lowLatency": True, "epochSeconds": 30}
+    assert spec(settings, extension={**options, "replication": slow}).epoch_seconds == 30
+
+
+def test_low_latency_starts_resolve_earliest_and_latest_to_the_watermarks() -> None:
+    watermarks = {0: (5, 50), 1: (0, 10), 2: (3, 9)}
+    assert resolved_starts({0: EARLIEST, 1: LATEST, 2: 7}, watermarks) == {0: 5, 1: 10, 2: 7}
+
+
+def test_low_latency_resumes_after_the_last_logged_batch_else_where_it_began() -> None:
+    last = LoggedBatch(3, {0: 10, 1: 20}, {0: 15, 1: 25}, committed=True)
+    partitions = (0, 1, 2)
+    planned, earliest = {0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 4}
+    # The log's ends; a partition the log does not know (the topic grew) from its earliest.
+    assert resume_offsets(partitions, last, None, None, planned, earliest) == {0: 15, 1: 25, 2: 4}
+    # No batch yet: the start the first run logged, then a micro-batch run's end, then the plan.
+    assert resume_offsets(partitions, None, {0: 1, 1: 2, 2: 3}, {0: 9}, planned, earliest) == {
+        0: 1,
+        1: 2,
+        2: 3,
+    }
+    assert resume_offsets(partitions, None, None, {0: 9, 1: 8}, planned, earliest) == {
+        0: 9,
+        1: 8,
+        2: 4,
+    }
+    assert resume_offsets(partitions, None, None, None, planned, earliest) == planned
+
+
+def test_low_latency_progress_record_gives_the_heartbeat_its_offsets_and_rates() -> None:
+    record = progress_record("replication-copy", "orders", {0: 10, 1: 0}, {0: 30, 1: 5}, 2.0)
+    assert end_offsets(record, "orders") == {0: 30, 1: 5}
+    template = JobTemplate(type=0, cluster="src", topic="orders")
+    statuses = partition_statuses(record, None, template, None, bytes_per_record=100.0)
+    rates = [s.kafka_consumer_task_status.messages_per_sec for s in statuses]
+    assert rates == [10.0, 2.5]
 
 
 def test_unknown_destination_cluster_is_its_own_error(settings) -> None:

@@ -1,0 +1,107 @@
+"""What a replication copy did, recorded: summary rows (`writer.SUMMARY_SCHEMA`) become one
+stats batch in `replication_stats` and `replication_audit` (idempotent Delta appends), the
+copied offsets are committed to the JobGroup's consumer group, and MirrorMaker 2's metrics are
+updated. Used by the micro-batch copy (`job.py`) and the low-latency copy (`continuous.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
+
+from jobs.replication import tables
+from jobs.replication.spec import ReplicationSpec
+from jobs.replication.transforms import replication_audit, replication_stats
+from jobs.runtime import metrics
+from jobs.runtime.delta import append_once
+
+
+@dataclass
+class StatsWriter:
+    """Records what a copy did: its summary rows (writer.SUMMARY_SCHEMA) become one stats
+    batch in `replication_stats` and `replication_audit`, exactly once per (app_id, batch_id);
+    then the copied offsets go to the JobGroup's consumer group and the MirrorMaker 2 metrics
+    are updated."""
+
+    spec: ReplicationSpec
+    app_id: str = ""
+    last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
+    _group_consumer: Consumer | None = None
+    # The audit rows are appended beside the stats: two independent Delta commits, each mostly
+    # fixed cost, take about 0.2 s less side by side than one after the other.
+    _audit_appender: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="audit-append")
+    )
+
+    def labels(self) -> Mapping[str, str]:
+        spec = self.spec
+        return {
+            "job_group_id": spec.job_group_id,
+            "source_cluster": spec.source_cluster.name,
+            "source_topic": spec.source_topic,
+            "destination_cluster": spec.destination_cluster.name,
+            "destination_topic": spec.destination_topic,
+        }
+
+    def write(self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[int, int]) -> Row:
+        """Append the batch's stats and audit rows (both or, after a crash, neither), commit
+        `next_offsets` (partition -> next offset to copy) to the consumer group; returns the
+        batch's totals (records, bytes: key + value bytes replicated)."""
+        audit = summaries.transform(
+            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
+        )
+        audit_appended = self._audit_appender.submit(
+            append_once,
+            audit,
+            tables.REPLICATION_AUDIT,
+            self.spec.audit_path,
+            self.app_id,
+            batch_id,
+        )
+        stats = summaries.transform(
+            replication_stats, batch_id, F.current_timestamp(), self.labels()
+        ).localCheckpoint()
+        append_once(stats, tables.REPLICATION_STATS, self.spec.stats_path, self.app_id, batch_id)
+        audit_appended.result()  # the batch is done only when both are written
+        if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
+            metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
+        totals = stats.agg(
+            F.coalesce(F.sum("records_replicated"), F.lit(0)).alias("records"),
+            F.coalesce(F.sum("record_bytes_replicated"), F.lit(0)).alias("bytes"),
+        ).first()
+        assert totals is not None
+        self._commit_group_offsets(next_offsets)
+        if totals["records"]:
+            self.last_record_bytes = totals["bytes"] / totals["records"]
+        return totals
+
+    def close(self) -> None:
+        self._audit_appender.shutdown()
+        if self._group_consumer is not None:
+            self._group_consumer.close()
+            self._group_consumer = None
+
+    def _commit_group_offsets(self, next_offsets: Mapping[int, int]) -> None:
+        """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
+        if not self.spec.consumer_group or not next_offsets:
+            return
+        if self._group_consumer is None:
+            self._group_consumer = Consumer(
+                {
+                    **self.spec.source_cluster.client_config(),
+                    "group.id": self.spec.consumer_group,
+                    "enable.auto.commit": False,
+                }
+            )
+        self._group_consumer.commit(
+            offsets=[
+                TopicPartition(self.spec.source_topic, p, offset)
+                for p, offset in sorted(next_offsets.items())
+            ],
+            asynchronous=False,
+        )

@@ -1,0 +1,254 @@
+"""The low-latency copy (`extension.replication.low_latency`, jobs/replication/continuous.py)
+through `./spark-submit.sh`: an exact copy while records keep arriving, and the two moments a
+crash can break its guarantees (fault points `replication.record_acked` and
+`replication.epoch_logged`, core/faults.py): no record lost or duplicated at the destination,
+and every source offset counted once in `replication_stats`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from testing.jobrun import log_path, run_job, running_job, stop_job
+from testing.polling import wait_for
+from testing.topic_data import count_records, produce_records, read_partitions
+from tests.jobs.replication.test_replication_integration import (
+    PARTITIONS,
+    assert_exact_copy,
+    by_partition,
+    dataset,
+    group_json,
+    two_cluster_conf,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def low_latency_group(group_id: str, source: str, destination: str, epoch_seconds: int) -> dict:
+    return group_json(
+        group_id,
+        source,
+        destination,
+        continuous=True,
+        extension={"replication": {"lowLatency": True, "epochSeconds": epoch_seconds}},
+    )
+
+
+def stats_totals(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
+    """(records_read, records_replicated, records_already_present) over replication_stats."""
+    stats = spark.read.format("delta").load(str(warehouse / "replication_stats"))
+    row = stats.agg(
+        F.sum("records_read"), F.sum("records_replicated"), F.sum("records_already_present")
+    ).first()
+    assert row is not None
+    return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
+
+
+def assert_each_offset_counted_once(spark: SparkSession, warehouse: Path, n: int) -> None:
+    """Per source partition, the stats rows read as many records as the partition holds (the
+    dataset spreads records evenly), so no offset is counted twice or missed."""
+    rows = (
+        spark.read.format("delta")
+        .load(str(warehouse / "replication_stats"))
+        .groupBy("partition")
+        .agg(F.sum("records_read").alias("read"))
+        .collect()
+    )
+    assert {r.partition: r.read for r in rows} == dict.fromkeys(range(PARTITIONS), n // PARTITIONS)
+
+
+def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
+    finally:
+        consumer.close()
+
+
+def test_low_latency_copy_streams_arriving_records_once_in_order(
+    spark, kafka, kafka_dest, tmp_path
+) -> None:
+    """Two waves produced while the copy runs (epochs of 2 s); stopped with SIGTERM it exits
+    0 and leaves an exact copy, stats that count each source offset once, and the copied
+    offsets committed to the JobGroup's consumer group."""
+    topic = f"rep-ll-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = low_latency_group("ll", topic, f"{topic}-copy", epoch_seconds=2)
+    first, second = dataset(400), dataset(400, topic_tag="b")
+    with running_job(group, tmp_path, conf) as proc:
+        produce_records(kafka.bootstrap_servers, topic, first)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+                == len(first)
+            ),
+            300,
+            "the first wave copied",
+        )
+        produce_records(kafka.bootstrap_servers, topic, second)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+                >= len(first) + len(second)
+            ),
+            120,
+            "the second wave copied",
+        )
+        status = stop_job(proc)
+    log = log_path(tmp_path, group).read_text()
+    assert status == 0, log
+    assert "low-latency copy of src/" in log
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(first + second), copied, topic)
+    n = len(first) + len(second)
+    assert stats_totals(spark, tmp_path / "wh") == (n, n, 0)
+    assert_each_offset_counted_once(spark, tmp_path / "wh", n)
+    per_partition = n // PARTITIONS
+    assert group_offsets(kafka.bootstrap_servers, "ll-cg", topic) == dict.fromkeys(
+        range(PARTITIONS), per_partition
+    )
+
+
+def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
+    spark, kafka, kafka_dest, tmp_path
+) -> None:
+    """Killed after the 300th acknowledged record, inside the first epoch (30 s: no stats
+    batch logged yet); the restart's first epoch reads the destination's tails, sends only
+    what is missing and counts the rest as already present."""
+    n = 2000
+    topic = f"rep-ll-kill-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    records = dataset(n)
+    produce_records(kafka.bootstrap_servers, topic, records)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = low_latency_group("ll-kill", topic, f"{topic}-copy", epoch_seconds=30)
+
+    status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": "replication.record_acked@300"})
+
+    assert status == -9, log
+    assert "UATU_FAULT: crash at replication.record_acked (hit 300)" in log
+    present = count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert 300 <= present < n
+    assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)  # no batch was logged
+
+    group = low_latency_group("ll-kill", topic, f"{topic}-copy", epoch_seconds=2)
+    with running_job(group, tmp_path, conf) as proc:
+        wait_for(
+            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
+            300,
+            f"{n} records counted in replication_stats",
+        )
+        status = stop_job(proc)
+    assert status == 0, log_path(tmp_path, group).read_text()
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(records), copied, topic)
+    assert stats_totals(spark, tmp_path / "wh") == (n, n - present, present)
+    assert_each_offset_counted_once(spark, tmp_path / "wh", n)
+
+
+def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
+    spark, kafka, kafka_dest, tmp_path
+) -> None:
+    """Killed after stats batch 0's offsets were logged and before its stats were written:
+    the restart counts batch 0 again from the source (its records found present, none sent),
+    then copies a second wave; every offset is counted once and copied once."""
+    topic = f"rep-ll-log-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    first, second = dataset(400), dataset(400, topic_tag="b")
+    produce_records(kafka.bootstrap_servers, topic, first)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = low_latency_group("ll-log", topic, f"{topic}-copy", epoch_seconds=2)
+
+    status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": "replication.epoch_logged"})
+
+    assert status == -9, log
+    assert "UATU_FAULT: crash at replication.epoch_logged (hit 1)" in log
+    logged = tmp_path / "ck" / "ll-log" / "continuous"
+    assert (logged / "offsets" / "0").exists() and not (logged / "commits" / "0").exists()
+    assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)
+
+    with running_job(group, tmp_path, conf) as proc:
+        produce_records(kafka.bootstrap_servers, topic, second)
+        n = len(first) + len(second)
+        wait_for(
+            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
+            300,
+            f"{n} records counted in replication_stats",
+        )
+        status = stop_job(proc)
+    log = log_path(tmp_path, group).read_text()
+    assert status == 0, log
+    assert "stats batch 0 was logged but not committed: counting it again" in log
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(first + second), copied, topic)
+    read, replicated, present = stats_totals(spark, tmp_path / "wh")
+    assert read == n and replicated + present == n
+    batch0 = (
+        spark.read.format("delta")
+        .load(str(tmp_path / "wh" / "replication_stats"))
+        .where("batch_id = 0")
+        .agg(F.sum("records_read"), F.sum("records_replicated"), F.sum("records_already_present"))
+        .first()
+    )
+    # Every record of a logged batch was acknowledged before it was logged: the recount
+    # finds all of them present and sends none.
+    assert batch0 is not None and batch0[0] > 0 and batch0[1] == 0 and batch0[2] == batch0[0]
+    assert_each_offset_counted_once(spark, tmp_path / "wh", n)
+
+
+def test_low_latency_copy_takes_in_partitions_added_to_the_source(
+    kafka, kafka_dest, tmp_path
+) -> None:
+    """The source grows from 2 to 4 partitions while the copy runs: the copy stops after its
+    epoch, the destination grows, and the new partitions are copied from their start."""
+    topic = f"rep-ll-grow-{time.monotonic_ns()}"
+    kafka.create_topic(topic, 2, 1)
+    kafka_dest.create_topic(f"{topic}-copy", 2, 1)
+    first = [r for r in dataset(400) if r.partition < 2]
+    produce_records(kafka.bootstrap_servers, topic, first)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = low_latency_group("ll-grow", topic, f"{topic}-copy", epoch_seconds=2)
+    with running_job(group, tmp_path, conf) as proc:
+        wait_for(
+            lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
+            300,
+            "the first records copied",
+        )
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for future in admin.create_partitions([NewPartitions(topic, PARTITIONS)]).values():
+            future.result(30)
+        second = dataset(400, topic_tag="b")
+        produce_records(kafka.bootstrap_servers, topic, second)
+        total = len(first) + len(second)
+        wait_for(
+            lambda: (
+                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS) >= total
+            ),
+            120,
+            f"{total} records in the grown destination",
+        )
+        status = stop_job(proc)
+    log = log_path(tmp_path, group).read_text()
+    assert status == 0, log
+    assert "has new partitions [2, 3]" in log
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(first + second), copied, topic)
+
+
+def stats_totals_or_zero(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
+    """stats_totals, or zeros while the table has no commit yet."""
+    if not (warehouse / "replication_stats" / "_delta_log").exists():
+        return (0, 0, 0)
+    return stats_totals(spark, warehouse)
