@@ -3,7 +3,9 @@ and where that time goes.
 
 Two single-broker clusters; a small source topic (a few records per partition). Each run
 launches ``./spark-submit.sh`` with a continuous KAFKA_REPLICATION JobGroup of its own (new
-checkpoint, new tables, new destination topic) and measures, from the launch:
+checkpoint, new tables, new destination topic; the micro-batch copy, or with ``--low-latency``
+the low-latency copy, whose tables are created beside its first epoch) and measures, from the
+launch:
 
 * ``first_record_s``: the first record in the destination topic (polled every 0.25 s);
 * the job's own ``start-up:`` log line (jobs/runtime/template.py): launch to the Python
@@ -92,11 +94,11 @@ def startup_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
-def one_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
+def one_run(b: Bench, index: int, timeout_s: float, low_latency: bool) -> dict[str, Any]:
     name = f"startup-{index}"
     destination = f"startup-copy-{index}"
     b.destination.create_topic(destination, b.partitions, 1)
-    group = job_group(name, SOURCE_TOPIC, destination, b, continuous=True)
+    group = job_group(name, SOURCE_TOPIC, destination, b, continuous=True, low_latency=low_latency)
     counter = RecordCounter(b.destination.bootstrap_servers, destination, b.partitions)
     run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
     launched = time.monotonic()
@@ -124,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    parser.add_argument(
+        "--low-latency",
+        action="store_true",
+        help="run the low-latency copy (extension.replication.low_latency) instead of the "
+        "micro-batch copy",
+    )
     parser.add_argument(
         "--cds",
         choices=("on", "off", "both"),
@@ -158,10 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             cds = cds_for_run(args.cds, i)
             os.environ["UATU_CDS"] = "1" if cds else "0"  # spark-submit.sh reads it
-            run = {"cds": cds, **one_run(b, i, args.timeout)}
+            run = {"cds": cds, **one_run(b, i, args.timeout, args.low_latency)}
             say(f"run {i}: {run}")
             runs.append(run)
-    figures: dict[str, Any] = {"job_type": "KAFKA_REPLICATION", **startup_medians(runs)}
+    figures: dict[str, Any] = {
+        "job_type": "KAFKA_REPLICATION",
+        "copy": "low-latency" if args.low_latency else "micro-batch",
+        **startup_medians(runs),
+    }
     figures["runs"] = runs
     if args.cds == "both":
         on = startup_medians([r for r in runs if r["cds"]])

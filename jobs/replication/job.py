@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +48,7 @@ from jobs.replication.writer import (
     planned_ranges,
 )
 from jobs.runtime import source_failure
-from jobs.runtime.delta import ensure_tables
+from jobs.runtime.delta import any_table_exists, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
@@ -217,6 +218,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         self._writer: ReplicationBatchWriter | None = None
         self._stats: StatsWriter | None = None
         self._low_latency_run = False
+        self._tables_ready: Future[None] | None = None
 
     @property
     def plan(self) -> ReplicationPlan:
@@ -235,7 +237,17 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         _warn_if_copies_queue(spark, len(self.plan.source_partitions), self.spec.low_latency)
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        ensure_tables(spark, tables.locations(self.spec))
+        located = tables.locations(self.spec)
+        if not self.spec.low_latency or any_table_exists(spark, [path for _, path in located]):
+            # An existing table is checked against its schema before any record moves.
+            ensure_tables(spark, located)
+            return
+        # New tables of the low-latency copy are created beside its first epoch (the first
+        # Delta operation of a session takes seconds); its first stats batch waits for them
+        # (StatsWriter.tables_ready).
+        creating = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
+        self._tables_ready = creating.submit(ensure_tables, spark, located)
+        creating.shutdown(wait=False)
 
     def copy_complete(self, progress: Mapping) -> bool:
         return self.plan.is_done(end_offsets(progress, self.spec.source_topic))
@@ -261,7 +273,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return build_stream(spark, self.spec, self.plan)
 
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
-        self._stats = StatsWriter(self.spec)
+        self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
         self._writer = ReplicationBatchWriter(
             self.plan, destination_config(self.spec, self.plan), self._stats
         )
@@ -275,7 +287,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         copy (`continuous.py`)."""
         if once or not self.spec.low_latency:
             return super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
-        self._stats = StatsWriter(self.spec)
+        self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
         self._low_latency_run = True
         return run_low_latency(
             spark,
@@ -315,3 +327,6 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     def close(self) -> None:
         if self._stats is not None:
             self._stats.close()
+        tables_ready = self._tables_ready
+        if tables_ready is not None and tables_ready.done() and tables_ready.exception():
+            log.error("the Delta tables could not be created: %s", tables_ready.exception())

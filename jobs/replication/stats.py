@@ -7,7 +7,7 @@ updated. Used by the micro-batch copy (`job.py`) and the low-latency copy (`cont
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
@@ -30,6 +30,9 @@ class StatsWriter:
 
     spec: ReplicationSpec
     app_id: str = ""
+    # The tables' creation, when it runs beside the copy's start: the first write waits for
+    # it (and raises its error).
+    tables_ready: Future[None] | None = None
     last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
     _group_consumer: Consumer | None = None
     # The audit rows are appended beside the stats: two independent Delta commits, each mostly
@@ -52,6 +55,8 @@ class StatsWriter:
         """Append the batch's stats and audit rows (both or, after a crash, neither), commit
         `next_offsets` (partition -> next offset to copy) to the consumer group; returns the
         batch's totals (records, bytes: key + value bytes replicated)."""
+        if self.tables_ready is not None:
+            self.tables_ready.result()
         audit = summaries.transform(
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )

@@ -14,6 +14,7 @@ so a batch replayed after a crash changes nothing in a table that already commit
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from core.errors import TableSchemaMismatch
+
+log = logging.getLogger("uatu.delta")
 
 KllKind = Literal["double", "bigint"]
 
@@ -107,7 +110,12 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     or nested, as nullable columns in one commit. Any other difference that would make the
     job's writes fail (see `schema_differences`) raises TableSchemaMismatch naming the table,
     the path and each differing column, and commits nothing.
+
+    A log without a single commit (a process killed while it created the table) is removed
+    first: Delta refuses to create a table over it, and it holds no data.
     """
+    if _log_commits(spark, path) == 0:
+        _delete_log(spark, path)
     builder = (
         DeltaTable.createIfNotExists(spark)
         .location(path)
@@ -139,6 +147,35 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     differences = schema_differences(table.schema, DeltaTable.forPath(spark, path).toDF().schema)
     if differences:
         raise TableSchemaMismatch(table.name, path, differences)
+
+
+def any_table_exists(spark: SparkSession, paths: Iterable[str]) -> bool:
+    """Whether a Delta table with at least one commit is at any of `paths`: Hadoop file
+    system calls, no Delta code (the first Delta operation of a session costs seconds)."""
+    return any(_log_commits(spark, path) for path in paths)
+
+
+def _log_dir(spark: SparkSession, path: str):  # (Hadoop FileSystem, Path of the log)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    return log_dir.getFileSystem(conf), log_dir
+
+
+def _log_commits(spark: SparkSession, path: str) -> int | None:
+    """None: no Delta log at `path`; else how many commit and checkpoint files it has."""
+    fs, log_dir = _log_dir(spark, path)
+    if not fs.exists(log_dir):
+        return None
+    names = [status.getPath().getName() for status in fs.listStatus(log_dir)]
+    return sum(1 for name in names if name.endswith((".json", ".parquet")))
+
+
+def _delete_log(spark: SparkSession, path: str) -> None:
+    fs, log_dir = _log_dir(spark, path)
+    log.warning("removing %s: a Delta log without a commit (its creation was cut short)", log_dir)
+    fs.delete(log_dir, True)
 
 
 def ensure_tables(spark: SparkSession, located: Iterable[tuple[DeltaTableSpec, str]]) -> None:

@@ -23,6 +23,7 @@ from jobs.runtime.delta import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     DeltaTableSpec,
+    any_table_exists,
     append_once,
     ensure,
     ensure_tables,
@@ -74,6 +75,28 @@ def test_ensure_creates_the_declared_table_and_a_second_call_commits_nothing(spa
     detail = DeltaTable.forPath(spark, path).detail().first()
     assert detail["partitionColumns"] == ["day"]
     assert detail["description"] == TOTALS.description
+
+
+def test_any_table_exists_sees_a_delta_log_and_nothing_else(spark, tmp_path):
+    table, plain = str(tmp_path / "table"), tmp_path / "plain"
+    plain.mkdir()
+    (plain / "part-0.parquet").write_bytes(b"")
+    assert not any_table_exists(spark, [table, str(plain), str(tmp_path / "absent")])
+    ensure(spark, TOTALS, table)
+    assert any_table_exists(spark, [str(tmp_path / "absent"), table])
+
+
+def test_ensure_creates_a_table_over_a_log_that_a_killed_creation_left_without_commits(
+    spark, tmp_path
+):
+    """What a process killed inside `ensure` leaves: an empty `_delta_log` (Delta 4.4 makes
+    `_staged_commits` first). Delta alone refuses to create a table there."""
+    table = tmp_path / "table"
+    (table / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    assert not any_table_exists(spark, [str(table)])
+    ensure(spark, TOTALS, str(table))
+    append_once(rows(spark, ("a", 1, 5, None)), TOTALS, str(table), "app", 0)
+    assert [r.total for r in spark.read.format("delta").load(str(table)).collect()] == [5]
 
 
 def test_an_existing_table_whose_schema_breaks_writes_is_an_error_naming_table_and_columns(
