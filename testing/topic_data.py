@@ -131,3 +131,15 @@ def count_records(bootstrap_servers: str, topic: str, partitions: int) -> int:
         return total
     finally:
         consumer.close()
+
+
+def committed_offsets(
+    bootstrap_servers: str, group: str, topic: str, partitions: int
+) -> dict[int, int]:
+    """{partition: offset} `group` has committed on `topic` (negative: none)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
+    finally:
+        consumer.close()

@@ -18,7 +18,7 @@ from jobs.replication.offsets import main as offsets_main
 from jobs.replication.spec import replication_spec_now
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
-from testing.topic_data import Record, produce_records, read_partitions
+from testing.topic_data import Record, committed_offsets, produce_records, read_partitions
 
 SOURCE, COPY, GROUP = "orders-xlate", "orders-xlate-copy", "billing"
 PER_PARTITION = 40
@@ -30,15 +30,6 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
     try:
         tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
         consumer.commit(offsets=tps, asynchronous=False)
-    finally:
-        consumer.close()
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
     finally:
         consumer.close()
 
@@ -93,7 +84,7 @@ def test_a_group_fails_over_to_the_replica_at_the_translated_offsets(
     landed = next(r.offset for r in replica[0] if r.value == b"v-0-17")
     end_1 = len(replica[1])
     assert (landed, end_1) == (3 + 17, 3 + PER_PARTITION)  # after the other writer's three
-    assert committed(kafka_dest.bootstrap_servers, GROUP, COPY, 2) == {0: landed, 1: end_1}
+    assert committed_offsets(kafka_dest.bootstrap_servers, GROUP, COPY, 2) == {0: landed, 1: end_1}
     printed = capsys.readouterr().out
     assert f"{GROUP:<24} {0:>9} {17:>12} {landed:>12}" in printed
 

@@ -168,19 +168,22 @@ def test_a_task_whose_first_attempt_fails_is_retried_without_duplicates(
     assert_tables_match_reference(spark, tmp_path / "wh", source)
 
 
+@pytest.mark.parametrize("low_latency", [False, True], ids=["micro-batch", "low-latency"])
 def test_partitions_added_to_the_source_while_copying_are_copied_too(
-    kafka, kafka_dest, tmp_path
+    kafka, kafka_dest, tmp_path, low_latency
 ) -> None:
     """A continuous copy of a 2-partition topic; the source grows to 4 partitions meanwhile.
     The destination grows with it (as MirrorMaker 2 keeps a target in step) and every record
-    of the new partitions lands in its own partition, once, in order."""
+    of the new partitions lands in its own partition, once, in order. The low-latency copy
+    (epochs of 2 s) notices the growth between epochs and starts again with them."""
     topic = f"rep-grow-{time.monotonic_ns()}"
     kafka.create_topic(topic, 2, 1)
     kafka_dest.create_topic(f"{topic}-copy", 2, 1)
     first = [r for r in dataset(400) if r.partition < 2]
     produce_records(kafka.bootstrap_servers, topic, first)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
-    group = group_json("grow", topic, f"{topic}-copy")
+    extension = {"replication": {"lowLatency": True, "epochSeconds": 2}} if low_latency else {}
+    group = group_json("grow", topic, f"{topic}-copy", extension=extension)
     with running_job(group, tmp_path, conf) as proc:
         wait_for(
             lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
@@ -201,7 +204,9 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
             f"{total} records in the grown destination",
         )
         status = stop_job(proc)
-    assert status == 0, log_path(tmp_path, group).read_text()
+    log = log_path(tmp_path, group).read_text()
+    assert status == 0, log
+    assert ("has new partitions [2, 3]" in log) == low_latency
     topics = AdminClient({"bootstrap.servers": kafka_dest.bootstrap_servers}).list_topics(
         f"{topic}-copy", timeout=10
     )

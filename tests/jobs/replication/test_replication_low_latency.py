@@ -2,7 +2,8 @@
 through `./spark-submit.sh`: an exact copy while records keep arriving, and the two moments a
 crash can break its guarantees (fault points `replication.record_acked` and
 `replication.epoch_logged`, core/faults.py): no record lost or duplicated at the destination,
-and every source offset counted once in `replication_stats`.
+and every source offset counted once in `replication_stats`. Partitions added to the source
+are tested for both copies in test_replication_faults.py.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from testing.jobrun import log_path, run_job, running_job, stop_job
 from testing.polling import wait_for
-from testing.topic_data import count_records, produce_records, read_partitions
+from testing.topic_data import committed_offsets, count_records, produce_records, read_partitions
 from tests.jobs.replication.test_replication_integration import (
     PARTITIONS,
     assert_exact_copy,
@@ -67,13 +66,23 @@ def assert_each_offset_counted_once(spark: SparkSession, warehouse: Path, n: int
     assert {r.partition: r.read for r in rows} == dict.fromkeys(range(PARTITIONS), n // PARTITIONS)
 
 
-def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
-    finally:
-        consumer.close()
+def run_until_counted(
+    spark: SparkSession, group: dict, tmp_path: Path, conf: Path, n: int, then=None
+) -> str:
+    """Run the job until replication_stats counts `n` records read (`then()` first, once the
+    job is launched), stop it with SIGTERM; its log (it must exit 0)."""
+    with running_job(group, tmp_path, conf) as proc:
+        if then is not None:
+            then()
+        wait_for(
+            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
+            300,
+            f"{n} records counted in replication_stats",
+        )
+        status = stop_job(proc)
+    log = log_path(tmp_path, group).read_text()
+    assert status == 0, log
+    return log
 
 
 def test_low_latency_copy_streams_arriving_records_once_in_order(
@@ -117,7 +126,7 @@ def test_low_latency_copy_streams_arriving_records_once_in_order(
     assert stats_totals(spark, tmp_path / "wh") == (n, n, 0)
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
     per_partition = n // PARTITIONS
-    assert group_offsets(kafka.bootstrap_servers, "ll-cg", topic) == dict.fromkeys(
+    assert committed_offsets(kafka.bootstrap_servers, "ll-cg", topic, PARTITIONS) == dict.fromkeys(
         range(PARTITIONS), per_partition
     )
 
@@ -150,14 +159,7 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)  # no batch was logged
 
     group = low_latency_group("ll-kill", topic, f"{topic}-copy", epoch_seconds=2)
-    with running_job(group, tmp_path, conf) as proc:
-        wait_for(
-            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
-            300,
-            f"{n} records counted in replication_stats",
-        )
-        status = stop_job(proc)
-    assert status == 0, log_path(tmp_path, group).read_text()
+    run_until_counted(spark, group, tmp_path, conf, n)
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(records), copied, topic)
     assert stats_totals(spark, tmp_path / "wh") == (n, n - present, present)
@@ -186,17 +188,15 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
     assert (logged / "offsets" / "0").exists() and not (logged / "commits" / "0").exists()
     assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)
 
-    with running_job(group, tmp_path, conf) as proc:
-        produce_records(kafka.bootstrap_servers, topic, second)
-        n = len(first) + len(second)
-        wait_for(
-            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
-            300,
-            f"{n} records counted in replication_stats",
-        )
-        status = stop_job(proc)
-    log = log_path(tmp_path, group).read_text()
-    assert status == 0, log
+    n = len(first) + len(second)
+    log = run_until_counted(
+        spark,
+        group,
+        tmp_path,
+        conf,
+        n,
+        then=lambda: produce_records(kafka.bootstrap_servers, topic, second),
+    )
     assert "stats batch 0 was logged but not committed: counting it again" in log
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
@@ -213,45 +213,6 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
     # finds all of them present and sends none.
     assert batch0 is not None and batch0[0] > 0 and batch0[1] == 0 and batch0[2] == batch0[0]
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
-
-
-def test_low_latency_copy_takes_in_partitions_added_to_the_source(
-    kafka, kafka_dest, tmp_path
-) -> None:
-    """The source grows from 2 to 4 partitions while the copy runs: the copy stops after its
-    epoch, the destination grows, and the new partitions are copied from their start."""
-    topic = f"rep-ll-grow-{time.monotonic_ns()}"
-    kafka.create_topic(topic, 2, 1)
-    kafka_dest.create_topic(f"{topic}-copy", 2, 1)
-    first = [r for r in dataset(400) if r.partition < 2]
-    produce_records(kafka.bootstrap_servers, topic, first)
-    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
-    group = low_latency_group("ll-grow", topic, f"{topic}-copy", epoch_seconds=2)
-    with running_job(group, tmp_path, conf) as proc:
-        wait_for(
-            lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
-            300,
-            "the first records copied",
-        )
-        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-        for future in admin.create_partitions([NewPartitions(topic, PARTITIONS)]).values():
-            future.result(30)
-        second = dataset(400, topic_tag="b")
-        produce_records(kafka.bootstrap_servers, topic, second)
-        total = len(first) + len(second)
-        wait_for(
-            lambda: (
-                count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS) >= total
-            ),
-            120,
-            f"{total} records in the grown destination",
-        )
-        status = stop_job(proc)
-    log = log_path(tmp_path, group).read_text()
-    assert status == 0, log
-    assert "has new partitions [2, 3]" in log
-    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
-    assert_exact_copy(by_partition(first + second), copied, topic)
 
 
 def stats_totals_or_zero(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
