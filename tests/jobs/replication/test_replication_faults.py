@@ -109,7 +109,7 @@ def totals(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
         F.sum("records_read"), F.sum("records_replicated"), F.sum("records_already_present")
     ).first()
     assert row is not None
-    return int(row[0]), int(row[1]), int(row[2])
+    return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)  # None: no rows yet
 
 
 def test_sigkill_after_k_acknowledged_records_then_restart_finds_them_present(

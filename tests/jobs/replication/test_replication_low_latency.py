@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from testing.jobrun import log_path, run_job, running_job, stop_job
 from testing.polling import wait_for
 from testing.topic_data import committed_offsets, count_records, produce_records, read_partitions
+from tests.jobs.replication.test_replication_faults import totals
 from tests.jobs.replication.test_replication_integration import (
     PARTITIONS,
     assert_exact_copy,
@@ -41,16 +42,6 @@ def low_latency_group(
         extension={"replication": {"lowLatency": True, "epochSeconds": epoch_seconds}},
         **extra,
     )
-
-
-def stats_totals(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
-    """(records_read, records_replicated, records_already_present) over replication_stats."""
-    stats = spark.read.format("delta").load(str(warehouse / "replication_stats"))
-    row = stats.agg(
-        F.sum("records_read"), F.sum("records_replicated"), F.sum("records_already_present")
-    ).first()
-    assert row is not None
-    return int(row[0] or 0), int(row[1] or 0), int(row[2] or 0)
 
 
 def assert_each_offset_counted_once(spark: SparkSession, warehouse: Path, n: int) -> None:
@@ -123,7 +114,7 @@ def test_low_latency_copy_streams_arriving_records_once_in_order(
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
     n = len(first) + len(second)
-    assert stats_totals(spark, tmp_path / "wh") == (n, n, 0)
+    assert totals(spark, tmp_path / "wh") == (n, n, 0)
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
     per_partition = n // PARTITIONS
     assert committed_offsets(kafka.bootstrap_servers, "ll-cg", topic, PARTITIONS) == dict.fromkeys(
@@ -162,7 +153,7 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     run_until_counted(spark, group, tmp_path, conf, n)
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(records), copied, topic)
-    assert stats_totals(spark, tmp_path / "wh") == (n, n - present, present)
+    assert totals(spark, tmp_path / "wh") == (n, n - present, present)
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
 
 
@@ -200,7 +191,7 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
     assert "stats batch 0 was logged but not committed: counting it again" in log
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
-    read, replicated, present = stats_totals(spark, tmp_path / "wh")
+    read, replicated, present = totals(spark, tmp_path / "wh")
     assert read == n and replicated + present == n
     batch0 = (
         spark.read.format("delta")
@@ -216,8 +207,8 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
 
 
 def stats_totals_or_zero(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:
-    """stats_totals, or zeros while the table has no commit yet (a run killed while it was
+    """totals, or zeros while the table has no commit yet (a run killed while it was
     creating its tables can leave an empty log)."""
     if not list((warehouse / "replication_stats" / "_delta_log").glob("*.json")):
         return (0, 0, 0)
-    return stats_totals(spark, warehouse)
+    return totals(spark, warehouse)
