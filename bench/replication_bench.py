@@ -470,6 +470,7 @@ class Bench:
     partitions: int
     record_size: int
     conf: Path = Path()
+    epoch_seconds: int = 0  # of the low-latency copy; 0: the job's default
 
     def stats_path(self, job: str) -> Path:
         return self.workdir / "wh" / job / "replication_stats"
@@ -487,6 +488,7 @@ def job_group(
     continuous: bool,
     trigger_s: int | None = None,
     low_latency: bool = False,
+    epoch_seconds: int = 0,
     flow_control: Mapping[str, float] | None = None,
     ends: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
@@ -502,6 +504,8 @@ def job_group(
         extension["trigger"] = {"intervalSeconds": trigger_s}
     if low_latency:
         extension["replication"] = {"lowLatency": True}
+        if epoch_seconds:
+            extension["replication"]["epochSeconds"] = epoch_seconds
     source: dict[str, Any] = {
         "cluster": "src",
         "topic": source_topic,
@@ -891,6 +895,7 @@ def start_continuous(stack: ExitStack, bench: Bench, tool: str, topic: str) -> C
             continuous=True,
             trigger_s=1,
             low_latency=tool == LOW_LATENCY,
+            epoch_seconds=bench.epoch_seconds,
         )
         proc = stack.enter_context(spark_job(bench, group))
 
@@ -1313,6 +1318,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         src = stack.enter_context(start_cluster(workdir / "kafka-source", heap="1g"))
         dst = stack.enter_context(start_cluster(workdir / "kafka-destination", heap="1g"))
         b = Bench(workdir, src, dst, args.partitions, args.record_size)
+        b.epoch_seconds = args.epoch_seconds
         b.conf = write_conf_dir(
             workdir / "conf",
             src.bootstrap_servers,
@@ -1397,6 +1403,12 @@ def main(argv: list[str] | None = None) -> int:
         default=STEADY_TOOLS,
         help=f"tools of the steady and warm phases, in order, from {','.join(STEADY_TOOLS)} "
         "(spark-ll: the job's low-latency copy, extension.replication.low_latency)",
+    )
+    parser.add_argument(
+        "--epoch-seconds",
+        type=int,
+        default=0,
+        help="extension.replication.epochSeconds of spark-ll (0: the job's default)",
     )
     parser.add_argument("--steady-rate", type=float, default=5_000, help="records/s, steady phase")
     parser.add_argument(
