@@ -19,6 +19,10 @@ destination partition already holds. Stats and audit rows are idempotent Delta a
 
 Trigger: every trigger interval; AvailableNow with --once. A bounded copy stops by itself
 once every partition has been read up to its end offset, and exits 0.
+
+A continuous JobGroup with extension.replication.low_latency (and no --once) does not copy in
+micro-batches: `continuous.py` copies every record as it arrives, with the same sink, tables
+and guarantees, and keeps its progress under `<checkpoint>/continuous/`.
 """
 
 from __future__ import annotations
