@@ -149,13 +149,16 @@ def logged_positions(spark: SparkSession, checkpoint: str) -> dict[int, int]:
 
 
 def start_positions(
-    spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPlan, last: LoggedBatch | None
+    spark: SparkSession,
+    spec: ReplicationSpec,
+    plan: ReplicationPlan,
+    plog: ProgressLog,
+    last: LoggedBatch | None,
 ) -> dict[int, int]:
     """Where each partition's copy starts in this run (progress_log.resume_offsets), with the
     log's start written on a new checkpoint."""
     watermarks = source_watermarks(spec, plan.source_partitions)
     planned = resolved_starts(plan.starting_offsets, watermarks)
-    plog = ProgressLog(spark, spec.checkpoint_path)
     logged_start = plog.start()
     earlier = committed_offsets(spark, spec.checkpoint_path)
     positions = progress_log.resume_offsets(
@@ -189,7 +192,7 @@ def run_low_latency(
     if last is not None and not last.committed:
         recount(spark, last, destination_for(plan), stats, plog)
         last = plog.last()
-    positions = start_positions(spark, spec, plan, last)
+    positions = start_positions(spark, spec, plan, plog, last)
     batches = StatsBatches(plog, stats, 0 if last is None else last.batch_id + 1)
     heartbeater = None
     if reporting is not None:
