@@ -48,7 +48,16 @@ ACTIONS = (CRASH, FAIL_FIRST_ATTEMPT)
 POINTS: Mapping[str, str] = {
     "audit.keys_committed": (
         "jobs/audit/job.py, driver: the JVM fold has written a batch's new exact keys under "
-        "the checkpoint and its counts are not yet MERGEd into audit_counts"
+        "the checkpoint and its partials are not yet saved"
+    ),
+    "audit.partials_saved": (
+        "jobs/audit/counts_writer.py, driver: a batch's partials are saved under the "
+        "checkpoint; Spark has not committed the batch, its counts are not in audit_counts"
+    ),
+    "audit.counts_merging": (
+        "jobs/audit/counts_writer.py, the writer's thread: Spark has committed the batches "
+        "about to be MERGEd (or the query has ended), their counts are not in audit_counts; "
+        "@k = the k-th MERGE of the run"
     ),
     "replication.record_acked": (
         "RangeCopier (JVM copy task): a record was acknowledged by the destination; @k = the "

@@ -154,3 +154,17 @@ def last_keys_batch(checkpoints: Path | str) -> int | None:
     (`dev.uatu.audit.KeyFiles`: <checkpoint>/audit-keys/p<n>/log/<batch>), None if none."""
     logs = Path(checkpoints).glob("*/audit-keys/p*/log/*")
     return max((int(f.name) for f in logs if f.name.isdigit()), default=None)
+
+
+def saved_partials(checkpoints: Path | str) -> list[int]:
+    """The batches whose partials an audit job saved and has not yet MERGEd into audit_counts
+    (`jobs/audit/counts_writer.py`: <checkpoint>/audit-partials/<batch>), sorted."""
+    files = Path(checkpoints).glob("*/audit-partials/*")
+    return sorted(int(f.name) for f in files if f.name.isdigit())
+
+
+def spark_committed_batch(checkpoints: Path | str) -> int | None:
+    """The newest batch Spark's commit log holds under the checkpoints (<checkpoint>/commits/N),
+    None if none."""
+    files = Path(checkpoints).glob("*/commits/*")
+    return max((int(f.name) for f in files if f.name.isdigit()), default=None)

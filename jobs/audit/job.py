@@ -12,12 +12,16 @@ job logs each batch's records itself.
 Sink: Delta MERGE into `audit_counts` (schema in `jobs/audit/tables.py`), one row per cluster,
 topic, partition, audit type, interval and window. Every micro-batch updates the windows its
 records fall in, so late records update their window (and are counted in late_count) instead
-of being dropped. Exact audits keep their distinct keys under the checkpoint.
+of being dropped. Exact audits keep their distinct keys under the checkpoint. The MERGE runs
+in a thread of its own once Spark has committed the batch, beside the next batch's fold
+(`jobs/audit/counts_writer.py`); foreachBatch only saves the batch's partials under the
+checkpoint. A run ends once every batch it folded is in the table.
 
 Guarantee: exactly-once per checkpoint. Offsets are in the checkpoint; a batch's exact keys
-are computed against earlier batches' keys only and written before its counts MERGE, which
-is an idempotent Delta transaction keyed by (query id, batch id). Killing the driver at any
-point and restarting on the same checkpoint yields the same counts as an uninterrupted run.
+are computed against earlier batches' keys only and written before its partials are saved;
+the partials are saved before Spark commits the batch, and MERGEd as an idempotent Delta
+transaction keyed by (query id, batch id). Killing the driver at any point and restarting on
+the same checkpoint yields the same counts as an uninterrupted run.
 Latency columns are the one exception by nature: they are measured against the wall clock of
 the batch that audited the record.
 
@@ -38,9 +42,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
-from core.errors import UatuError
+from core.errors import EXIT_FAILED, EXIT_OK, UatuError
 from core.faults import fault_point
 from jobs.audit import tables
+from jobs.audit.counts_writer import CountsWriter
 from jobs.audit.flow import BytePacer, sample_mean_record_bytes
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
@@ -48,6 +53,7 @@ from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
@@ -73,24 +79,18 @@ def build_stream(
 class AuditBatchWriter:
     """foreachBatch function: fold one micro-batch into the audit table, exactly once."""
 
-    def __init__(self, spec: AuditSpec, folder: AuditFolder) -> None:
+    def __init__(self, spec: AuditSpec, folder: AuditFolder, counts: CountsWriter) -> None:
         self.spec = spec
         self.folder = folder
+        self.counts = counts
         self.pacer = BytePacer(spec.max_bytes_per_sec) if spec.max_bytes_per_sec > 0 else None
         self.last_record_bytes = 0.0  # mean key + value size of the last batch's records
         self.records: dict[int, int] = {}  # records of the recent batches, by batch id
-        self._app_id: str | None = None
-
-    def app_id(self, spark: SparkSession) -> str:
-        if self._app_id is None:
-            self._app_id = f"uatu-audit-{streaming_query_id(spark, self.spec.checkpoint_path)}"
-        return self._app_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         spark = batch.sparkSession
         spec = self.spec
-        app_id = self.app_id(spark)
         phases = PhaseTimes()
         with phases("keys" if spec.has_exact_audit else "fold"):
             # Reads the batch's offset ranges in JVM tasks. Exact audits' keys of this batch
@@ -100,8 +100,10 @@ class AuditBatchWriter:
         if folded is None:  # an idle topic
             self._remember(batch_id, 0)
             return
-        with phases("merge"):
-            tables.merge_counts(folded.partials, spec.audit_counts_path, app_id, batch_id)
+        with phases("save"):
+            # Durable on return; the MERGE into audit_counts follows Spark's commit of the
+            # batch, in the writer's thread, while the next batch is folded.
+            self.counts.submit(spark, batch_id, folded.partials)
         if metrics.serving():
             self._publish(folded.partials)
         self._remember(batch_id, folded.records)
@@ -109,7 +111,7 @@ class AuditBatchWriter:
             self.last_record_bytes = folded.mean_record_bytes
         state = folded.state_line()
         log.info(
-            "batch %d written: %d records, %d bytes; %s%s",
+            "batch %d folded: %d records, %d bytes; %s%s",
             batch_id,
             folded.records,
             folded.bytes,
@@ -119,6 +121,7 @@ class AuditBatchWriter:
         if self.pacer is not None:
             wait = self.pacer.delay(started, folded.bytes, time.monotonic())
             if wait > 0:
+                self.counts.release(batch_id)  # Spark commits the batch after the wait only
                 log.info("flow control: waiting %.2f s (bytes_per_sec)", wait)
                 time.sleep(wait)
 
@@ -175,6 +178,11 @@ class AuditJob(StreamingJob[AuditSpec]):
         self._mean_record_bytes: float | None = None
         self._folder: AuditFolder | None = None
         self._writer: AuditBatchWriter | None = None
+        self._counts = CountsWriter(spec.audit_counts_path, spec.checkpoint_path, self.app_id)
+
+    def app_id(self, spark: SparkSession) -> str:
+        """The counts MERGE's idempotent-write marker: the query's id, stable across restarts."""
+        return f"uatu-audit-{streaming_query_id(spark, self.spec.checkpoint_path)}"
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work)."""
@@ -213,8 +221,35 @@ class AuditJob(StreamingJob[AuditSpec]):
 
     def batch_writer(self, spark: SparkSession) -> AuditBatchWriter:
         self._folder = AuditFolder(spark, self.spec)
-        self._writer = AuditBatchWriter(self.spec, self._folder)
+        self._writer = AuditBatchWriter(self.spec, self._folder, self._counts)
         return self._writer
+
+    def before_query(self, spark: SparkSession) -> int | None:
+        """Write the counts a crashed run saved and did not MERGE, before any new batch."""
+        self._counts.recover(spark)
+        return None
+
+    def run_stream(
+        self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
+    ) -> int:
+        """The query, then the MERGEs still queued: the run ends with every batch it folded
+        in audit_counts (or, after a failure, saved for the next start)."""
+        status = super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
+        if status != EXIT_OK:
+            return status
+        started = time.monotonic()
+        try:
+            through = self._counts.drain()
+        except RuntimeError as error:
+            log.error("%s", error)
+            return EXIT_FAILED
+        log.info(
+            "audit_counts holds every batch of the run (through batch %d; last MERGEs took "
+            "%.1f s after the query ended)",
+            through,
+            time.monotonic() - started,
+        )
+        return status
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         writer = self._writer
@@ -228,6 +263,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         )
 
     def close(self) -> None:
+        self._counts.close()
         if self._folder is not None:
             self._folder.close()
 

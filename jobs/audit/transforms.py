@@ -219,3 +219,25 @@ def fold_partials(rows: DataFrame, cluster: str, topic: str, audit_ms: int) -> D
         F.timestamp_millis(F.lit(audit_ms)).alias("updated_at"),
         "new_unique_count",
     )
+
+
+def combine_partials(partials: DataFrame) -> DataFrame:
+    """The partials of several batches (`fold_partials`' columns) -> one row per window, as
+    one batch over all their records would give: counts and new keys add up, HLL sketches
+    union, KLL sketches merge, the newest updated_at. A MERGE matches a target row with at
+    most one source row, so batches written together are combined first.
+
+    Summing new_unique_count is right because each batch's new keys are counted against the
+    batches before it only (`jobs/audit/fold.py`).
+    """
+    return partials.groupBy(*WINDOW_KEY).agg(
+        F.max("window_end").alias("window_end"),
+        F.sum("message_count").alias("message_count"),
+        F.sum("bytes").alias("bytes"),
+        F.sum("no_event_time_count").alias("no_event_time_count"),
+        F.sum("late_count").alias("late_count"),
+        F.hll_union_agg("hll_sketch", True).alias("hll_sketch"),
+        F.kll_merge_agg_double("latency_kll_sketch").alias("latency_kll_sketch"),
+        F.max("updated_at").alias("updated_at"),
+        F.sum("new_unique_count").alias("new_unique_count"),
+    )

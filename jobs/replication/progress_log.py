@@ -26,12 +26,13 @@ end and counts what the destination holds already as `records_already_present`.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
+
+from jobs.runtime.checkpoint_files import CheckpointFiles
 
 FOLDER = "continuous"
 
@@ -74,99 +75,55 @@ def resume_offsets(
 
 
 class ProgressLog:
-    """The files of the log under `<checkpoint>/continuous`, through Hadoop's FileSystem (the
-    checkpoint may be on HDFS or an object store). Every write goes to a temporary file that is
-    then renamed, so a reader never sees half a file."""
+    """The files of the log under `<checkpoint>/continuous` (`jobs.runtime.checkpoint_files`:
+    Hadoop's FileSystem, each write atomic for a reader)."""
 
     def __init__(self, spark: SparkSession, checkpoint: str) -> None:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        self._jvm = jvm
-        self._root = jvm.org.apache.hadoop.fs.Path(checkpoint.rstrip("/") + "/" + FOLDER)
-        self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+        self._files = CheckpointFiles(spark, checkpoint, FOLDER)
 
     # --- reading ----------------------------------------------------------------------------
 
     def app_id(self) -> str:
         """The copy's id, created on the first call for a new checkpoint."""
-        metadata = self._read("metadata")
+        metadata = self._files.read("metadata")
         if metadata is None:
             metadata = {"id": str(uuid.uuid4())}
-            self._write("metadata", metadata)
+            self._files.write("metadata", metadata)
         return str(metadata["id"])
 
     def start(self) -> dict[int, int] | None:
-        data = self._read("start")
+        data = self._files.read("start")
         return None if data is None else _offsets(data["offsets"])
 
     def last(self) -> LoggedBatch | None:
         """The newest batch in offsets/, and whether commits/ has it."""
-        batches = self._numbers("offsets")
+        batches = self._files.numbers("offsets")
         if not batches:
             return None
-        batch_id = max(batches)
-        data = self._read(f"offsets/{batch_id}")
+        batch_id = batches[-1]
+        data = self._files.read(f"offsets/{batch_id}")
         assert data is not None
         return LoggedBatch(
             batch_id,
             _offsets(data["from"]),
             _offsets(data["until"]),
-            self._exists(f"commits/{batch_id}"),
+            self._files.exists(f"commits/{batch_id}"),
         )
 
     # --- writing ----------------------------------------------------------------------------
 
     def write_start(self, offsets: Mapping[int, int]) -> None:
-        self._write("start", {"offsets": _json_offsets(offsets)})
+        self._files.write("start", {"offsets": _json_offsets(offsets)})
 
     def write_batch(
         self, batch_id: int, starts: Mapping[int, int], ends: Mapping[int, int]
     ) -> None:
-        self._write(
+        self._files.write(
             f"offsets/{batch_id}", {"from": _json_offsets(starts), "until": _json_offsets(ends)}
         )
 
     def write_commit(self, batch_id: int) -> None:
-        self._write(f"commits/{batch_id}", {})
-
-    # --- files ------------------------------------------------------------------------------
-
-    def _path(self, name: str):  # a Hadoop Path
-        return self._jvm.org.apache.hadoop.fs.Path(self._root, name)
-
-    def _exists(self, name: str) -> bool:
-        return bool(self._fs.exists(self._path(name)))
-
-    def _numbers(self, folder: str) -> list[int]:
-        path = self._path(folder)
-        if not self._fs.exists(path):
-            return []
-        names = [status.getPath().getName() for status in self._fs.listStatus(path)]
-        return [int(name) for name in names if name.isdigit()]
-
-    def _read(self, name: str) -> dict | None:
-        path = self._path(name)
-        if not self._fs.exists(path):
-            return None
-        stream = self._fs.open(path)
-        try:
-            text = self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        return json.loads(text)
-
-    def _write(self, name: str, data: Mapping) -> None:
-        final = self._path(name)
-        temporary = self._path(f"{name}.{uuid.uuid4().hex}.tmp")
-        stream = self._fs.create(temporary, True)
-        try:
-            stream.write(json.dumps(data, sort_keys=True).encode())
-        finally:
-            stream.close()
-        if self._fs.exists(final):
-            self._fs.delete(final, False)
-        if not self._fs.rename(temporary, final):
-            raise OSError(f"could not rename {temporary} to {final}")
+        self._files.write(f"commits/{batch_id}", {})
 
 
 def _offsets(data: Mapping[str, int]) -> dict[int, int]:

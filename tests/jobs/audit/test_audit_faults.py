@@ -1,10 +1,16 @@
-"""The audit job's exactly-once guarantee at the one step where it can break: a crash after a
-batch's exact keys are committed (under the checkpoint, `<checkpoint>/audit-keys`, written by
-the JVM fold) and before its counts are MERGEd into audit_counts (fault point
-`audit.keys_committed`, `core/faults.py`); and a broker restart mid-run.
+"""The audit job's exactly-once guarantee at the steps where it can break (fault points in
+`core/faults.py`), and a broker restart mid-run:
 
-The replay of that batch must count its keys as new although their files already exist; the
-truth is computed in plain Python from the records sent (`expected_rows`).
+* `audit.keys_committed`: a batch's exact keys are committed (under the checkpoint,
+  `<checkpoint>/audit-keys`, written by the JVM fold), its partials are not saved. The replay
+  of that batch must count its keys as new although their files already exist.
+* `audit.partials_saved`: its partials are saved (`<checkpoint>/audit-partials`), Spark has
+  not committed it. The restart writes the saved file and Spark replays the batch, whose
+  MERGE must then commit nothing.
+* `audit.counts_merging`: Spark has committed the batch, its counts are not in the table.
+  Only the saved file holds them; the restart must write it before any new batch.
+
+The truth is computed in plain Python from the records sent (`expected_rows`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from testing.jobrun import (
     log_path,
     run_job,
     running_job,
+    saved_partials,
+    spark_committed_batch,
     stop_job,
 )
 from testing.polling import wait_for
@@ -57,12 +65,74 @@ def test_crash_between_keys_commit_and_counts_merge_then_restart_gives_the_truth
 
     assert status == -9, log  # the whole process group got SIGKILL
     assert "UATU_FAULT: crash at audit.keys_committed (hit 2)" in log
-    # Batch 1's keys are written, its counts are not: the crash landed between the two.
-    assert (last_keys_batch(tmp_path / "ck"), committed_batch(counts_path)) == (1, 0)
+    # Batch 1's keys are written, its partials are not saved and its counts are in no table
+    # (batch 0's MERGE runs beside batch 1, so it may or may not have committed).
+    assert last_keys_batch(tmp_path / "ck") == 1
+    assert saved_partials(tmp_path / "ck") in ([], [0])
+    assert committed_batch(counts_path) in (None, 0)
 
     status, log = run_job(group, tmp_path, conf_dir, "--once")
 
     assert status == 0, log
+    counts = spark.read.format("delta").load(str(counts_path))
+    assert_df_equality(
+        counts.select(*COMPARED),
+        expected_df(spark, expected_rows(records, topic)),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fault", "state"),
+    [
+        # Batch 1 saved, not committed by Spark; batch 0 committed and perhaps merged.
+        (
+            "audit.partials_saved@2",
+            lambda spark_commit, merged, saved: (
+                spark_commit == 0 and merged in (None, 0) and 1 in saved
+            ),
+        ),
+        # The first MERGE about to run: batch 0 committed by Spark, in no table, saved.
+        (
+            "audit.counts_merging@1",
+            lambda spark_commit, merged, saved: (
+                spark_commit is not None and spark_commit >= 0 and merged is None and 0 in saved
+            ),
+        ),
+    ],
+    ids=["saved-not-committed", "committed-not-merged"],
+)
+def test_crash_between_saving_partials_and_their_merge_then_restart_gives_the_truth(
+    spark, kafka, tmp_path: Path, fault: str, state
+) -> None:
+    topic = f"audit-crash-{time.monotonic_ns()}"
+    kafka.create_topic(topic, partitions=3)
+    records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
+    conf_dir = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    produce(kafka.bootstrap_servers, topic, records)
+    counts_path = tmp_path / "wh" / "audit_counts"
+    name = fault.split(".")[1].split("@")[0].replace("_", "-")
+    group = jobgroup(f"crash-{name}", topic, rate=150, trigger_s=1)
+
+    status, log = run_job(group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": fault})
+
+    assert status == -9, log
+    assert f"UATU_FAULT: crash at {fault.replace('@', ' (hit ')})" in log
+    left = (
+        spark_committed_batch(tmp_path / "ck"),
+        committed_batch(counts_path),
+        saved_partials(tmp_path / "ck"),
+    )
+    assert state(*left), f"the crash left (Spark's commit, table's batch, saved) = {left}"
+
+    status, log = run_job(group, tmp_path, conf_dir, "--once")
+
+    assert status == 0, log
+    assert "merged the saved partials of batches" in log
+    assert saved_partials(tmp_path / "ck") == []
     counts = spark.read.format("delta").load(str(counts_path))
     assert_df_equality(
         counts.select(*COMPARED),

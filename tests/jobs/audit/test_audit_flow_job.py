@@ -33,13 +33,13 @@ BUDGET = CAP // 8  # records a 1 s batch may take at the sampled size: 1,250
 OLD = BUDGET // PARTITIONS  # records per partition before them: the first batch, 60 s of the cap
 OLD_VALUE = 480  # bytes (+ a 4-byte key)
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ uatu\.(\w+): (.*)$")
-WRITTEN = re.compile(r"batch (\d+) written: \d+ records, (\d+) bytes")
+WRITTEN = re.compile(r"batch (\d+) folded: \d+ records, (\d+) bytes")
 FINISHED = re.compile(r"batch (\d+): \d+ records in ([\d.]+) s")
 
 
 def batch_intervals(log: str) -> list[tuple[float, float, int]]:
     """(start, end, bytes) of every batch that read records: the bytes from the audit's "batch
-    N written" line, the span from the runner's "batch N: ... in D s" line (logged when the
+    N folded" line, the span from the runner's "batch N: ... in D s" line (logged when the
     trigger, the flow-control wait included, has finished; D is the trigger's duration)."""
     written: dict[int, int] = {}
     events: list[tuple[float, float, int]] = []

@@ -234,12 +234,14 @@ def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_table(
     status, out = run_to_end(jobgroup("ref", topic), tmp_path, reference_conf, "--once")
     assert status == 0, out
 
-    # Same data, streamed at 200 records/s in 1 s micro-batches, killed after two commits.
+    # Same data, streamed at 200 records/s in 1 s micro-batches, killed after the first counts
+    # MERGE. (Not the second: batches that Spark commits while a MERGE runs go into the next
+    # MERGE together, so the second may already hold everything.)
     conf_dir = conf_for(kafka, tmp_path, "killed")
     group = jobgroup("killed", topic, rate=200, trigger_s=1)
     proc = submit(group, tmp_path, conf_dir)
     try:
-        wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 2, proc, deadline_s=300)
+        wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 1, proc, deadline_s=300)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
