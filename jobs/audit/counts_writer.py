@@ -15,6 +15,8 @@ How, for batch N:
    the wait does not delay the counts. Batches ready meanwhile are combined
    (`transforms.combine_partials`) into one MERGE whose idempotent-write marker is the newest
    batch's id; their files are then deleted.
+   While the table has no rows (a new table's first write), the write is a plain append of
+   what the MERGE would insert: the MERGE's matching pass is its costliest part in a cold JVM.
 3. `drain` (after the query) MERGEs everything still queued; `recover` (before the query)
    MERGEs every file a crashed run left, one batch at a time in batch order, so a batch the
    table already holds is skipped by its marker (`jobs.runtime.delta.merge_once`).
@@ -38,6 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import reduce
 from typing import Any
 
@@ -49,6 +52,7 @@ from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.transforms import combine_partials
 from jobs.runtime.checkpoint_files import CheckpointFiles
+from jobs.runtime.delta import ensure
 
 log = logging.getLogger("uatu.audit")
 
@@ -75,8 +79,18 @@ class CountsWriter:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._merged_through = -1
+        self._table_has_rows = False  # until seen: an empty table is appended to, not MERGEd
+        self._table_created: Future[None] | None = None
 
     # --- before the query -------------------------------------------------------------------
+
+    def create_table_beside(self, spark: SparkSession) -> None:
+        """Create the (new) counts table in the background: the first Delta operation of a
+        session takes seconds, and nothing needs the table before the first write, which
+        waits for it. A failure surfaces there, as a failed MERGE would."""
+        creating = ThreadPoolExecutor(1, thread_name_prefix="audit-counts-table")
+        self._table_created = creating.submit(ensure, spark, tables.AUDIT_COUNTS, self.counts_path)
+        creating.shutdown(wait=False)
 
     def recover(self, spark: SparkSession) -> list[int]:
         """MERGE the partials a previous run saved and did not delete, one batch at a time in
@@ -88,7 +102,7 @@ class CountsWriter:
         app_id = self._app_id(spark)
         for batch_id in saved:
             data = files.read(str(batch_id))
-            tables.merge_counts(decode_partials(spark, data), self.counts_path, app_id, batch_id)
+            self._write(spark, decode_partials(spark, data), app_id, batch_id)
             files.delete(str(batch_id))
         log.info(
             "audit_counts: merged the saved partials of batches %s (a run before ended "
@@ -201,11 +215,23 @@ class CountsWriter:
                 combine_partials
             )
         fault_point("audit.counts_merging")  # core/faults.py: tests only
-        tables.merge_counts(source, self.counts_path, app_id, ids[-1])
+        self._write(spark, source, app_id, ids[-1])
         files = CheckpointFiles(spark, self.checkpoint, FOLDER)
         for batch_id in ids:
             files.delete(str(batch_id))
         log.info("audit_counts: batch %s merged in %.1f s", _ids(ids), time.monotonic() - started)
+
+    def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> None:
+        """MERGE, or append while the table has no rows (the first write of a new table)."""
+        if self._table_created is not None:
+            self._table_created.result()
+        if not self._table_has_rows:
+            self._table_has_rows = has_rows(spark, self.counts_path)
+        if self._table_has_rows:
+            tables.merge_counts(source, self.counts_path, app_id, batch_id)
+        else:
+            tables.insert_counts(source, self.counts_path, app_id, batch_id)
+            self._table_has_rows = True
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
@@ -213,6 +239,11 @@ class CountsWriter:
                 f"writing audit_counts failed: {self._error}; the batches not written stay "
                 f"saved under {self.checkpoint}/{FOLDER} and are written at the next start"
             ) from self._error
+
+
+def has_rows(spark: SparkSession, path: str) -> bool:
+    """Whether the Delta table at `path` has a data file (planned, not read)."""
+    return bool(spark.read.format("delta").load(path).inputFiles())
 
 
 def _committed_prefix(

@@ -51,7 +51,7 @@ from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics, source_failure
-from jobs.runtime.delta import ensure_tables
+from jobs.runtime.delta import any_table_exists, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings, streaming_query_id
@@ -205,7 +205,13 @@ class AuditJob(StreamingJob[AuditSpec]):
         )
 
     def ensure_tables(self, spark: SparkSession) -> None:
-        ensure_tables(spark, tables.locations(self.spec))
+        """An existing table is checked against its schema before the query starts; a new
+        one is created beside the first batch (`CountsWriter.create_table_beside`)."""
+        located = tables.locations(self.spec)
+        if any_table_exists(spark, [path for _, path in located]):
+            ensure_tables(spark, located)
+        else:
+            self._counts.create_table_beside(spark)
         spec = self.spec
         log.info(
             "auditing %s/%s (%s) into %s: %s",

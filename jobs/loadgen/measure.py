@@ -22,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.loadgen import jvm
@@ -30,6 +30,7 @@ from jobs.loadgen.spec import ConsumeSpec
 from jobs.loadgen.tables import LOADGEN_STATS, STATS_SCHEMA
 from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
+from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
 
 log = logging.getLogger("uatu.loadgen")
 
@@ -44,13 +45,6 @@ RANGE_TIMEOUT_MS = 120_000
 FLUSH_SECONDS = 30.0
 MAX_BATCH = 2**63 - 1
 COMMIT_ATTEMPTS = 10
-_COORDINATOR_ERRORS = frozenset(
-    {
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
 
 
 def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
@@ -83,7 +77,7 @@ class MeasureBatchWriter:
     pending: PendingStats = field(default_factory=PendingStats)
     _last_line_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     _last_flush: float | None = None  # the first batch starts the interval
-    _group_consumer: Consumer | None = None
+    _group_offsets: GroupOffsetCommitter | None = None
 
     def recover(self, spark: SparkSession) -> None:
         """Write the rows a previous run kept but did not write (it crashed)."""
@@ -176,36 +170,23 @@ class MeasureBatchWriter:
 
     def _commit_group_offsets(self, next_offsets: dict[int, int]) -> None:
         """Commit the read offsets to consumer_group, so lag monitors see the job. Best effort:
-        the checkpoint holds the job's offsets; a commit that fails after a few tries (a
+        the checkpoint holds the job's offsets; a commit that still fails after a few tries (a
         coordinator still loading) is logged and tried again with the next batch."""
-        if not self.spec.consumer_group or not next_offsets:
+        if not self.spec.consumer_group:
             return
-        if self._group_consumer is None:
-            self._group_consumer = Consumer(
-                {
-                    **self.spec.cluster.client_config(),
-                    "group.id": self.spec.consumer_group,
-                    "enable.auto.commit": False,
-                }
+        if self._group_offsets is None:
+            self._group_offsets = GroupOffsetCommitter(
+                self.spec.cluster.client_config(),
+                self.spec.consumer_group,
+                self.spec.topic,
+                attempts=COMMIT_ATTEMPTS,
             )
-        offsets = [
-            TopicPartition(self.spec.topic, p, offset) for p, offset in sorted(next_offsets.items())
-        ]
-        for attempt in range(COMMIT_ATTEMPTS):
-            try:
-                self._group_consumer.commit(offsets=offsets, asynchronous=False)
-                return
-            except KafkaException as e:
-                error = e.args[0] if e.args else None
-                transient = isinstance(error, KafkaError) and (
-                    error.retriable() or error.code() in _COORDINATOR_ERRORS
-                )
-                if not transient:
-                    raise
-                if attempt == COMMIT_ATTEMPTS - 1:
-                    log.warning("offsets not committed to %s: %s", self.spec.consumer_group, e)
-                    return
-                time.sleep(0.5)
+        try:
+            self._group_offsets.commit(next_offsets)
+        except KafkaException as e:
+            if not is_transient(e):
+                raise
+            log.warning("offsets not committed to %s: %s", self.spec.consumer_group, e)
 
     def close(self, spark: SparkSession) -> None:
         """Write what is kept (the query ended or stopped), then let go of the consumer."""
@@ -214,6 +195,6 @@ class MeasureBatchWriter:
         self.flush(spark)
         if kept:
             log.info("rows of batches %s written in %.1f s", kept, time.monotonic() - started)
-        if self._group_consumer is not None:
-            self._group_consumer.close()
-            self._group_consumer = None
+        if self._group_offsets is not None:
+            self._group_offsets.close()
+            self._group_offsets = None

@@ -121,6 +121,17 @@ def txn_versions(path: str) -> list[int]:
     return versions
 
 
+def operations(path: str) -> list[str]:
+    """The operation of each of the table's commits, in order."""
+    ops = []
+    for commit in sorted((Path(path) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                ops.append(action["commitInfo"]["operation"])
+    return ops
+
+
 def commit(checkpoint: Path, *batch_ids: int) -> None:
     """Stand in for Spark's commit log; the highest id first, so the writer cannot see a
     lower one alone."""
@@ -164,8 +175,9 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
         assert (saved(ck), txn_versions(table)) == ([1, 2], [0])
         commit(ck, 1, 2)
         wait_for(lambda: saved(ck) == [], 60, "batches 1 and 2 merged after their commits")
-        # One MERGE for both, marked with the newer id.
+        # One MERGE for both, marked with the newer id; the empty table's first write appends.
         assert txn_versions(table) == [0, 2]
+        assert operations(table)[1:] == ["WRITE", "MERGE"]
         assert writer.drain() == 2
     finally:
         writer.close()

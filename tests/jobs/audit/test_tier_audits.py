@@ -1,6 +1,6 @@
 """The cross-tier AuditTypes against streams whose truth the test knows: a real broker, the
-session's Spark, real Delta tables. Jobs run in-process (`run_once`: the job's own stream and
-batch writer under `run_query`, AvailableNow), except the restart test, which SIGKILLs a
+session's Spark, real Delta tables. Jobs run in-process (`run_once`: the job template's steps
+after the session, AvailableNow), except the restart test, which SIGKILLs a
 `./spark-submit.sh` application.
 
 Windows are placed 10-20 minutes in the past, so every window is past its grace period when
@@ -26,7 +26,6 @@ from pyspark.sql import functions as F
 from clients import AuditedProducer, AuditSettings
 from core.config import load_settings
 from jobs import registry
-from jobs.runtime.runner import run_query
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
 from testing.jobrun import running_in_thread
@@ -79,17 +78,17 @@ def tier_group(group_id: str, topic: str, configs: list[dict], **extra: Any) -> 
 
 
 def run_once(spark, conf_dir: Path, group: dict[str, Any]) -> None:
-    """One AvailableNow run of the group's job in this process (its own checkpoint)."""
+    """One AvailableNow run of the group's job in this process (its own checkpoint): the
+    template's steps after the session (`StreamingJob.run`), on the test's session."""
     settings = load_settings(conf_dir)
     job_type, spec = registry.validate(parse(group), settings)
     job = job_type.load_runtime()(spec)
-    job.ensure_tables(spark)
-    status = run_query(
-        job.stream(spark),
-        job.batch_writer(spark),
-        job.query_settings(once=True, stop_file=None),
-    )
-    job.close()
+    try:
+        job.ensure_tables(spark)
+        assert job.before_query(spark) is None
+        status = job.run_stream(spark, once=True, stop_file=None, reporting=None)
+    finally:
+        job.close()
     assert status == 0
 
 

@@ -12,12 +12,13 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
-import org.apache.spark.sql.catalyst.expressions.UnsafeProjection$;
+import org.apache.spark.sql.catalyst.expressions.MutableProjection;
+import org.apache.spark.sql.catalyst.expressions.SpecificInternalRow;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.util.DateTimeUtils;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.unsafe.types.UTF8String;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
@@ -51,7 +52,7 @@ final class RecordProjection implements Serializable {
   private final List<Seq<Attribute>> inputs;
   private final boolean headers;
 
-  private transient UnsafeProjection[] projections;
+  private transient MutableProjection[] projections;
   private transient Object[] values;
   private transient GenericInternalRow row;
   private transient InternalRow out;
@@ -99,9 +100,13 @@ final class RecordProjection implements Serializable {
   /** Evaluates the projection on one record; read the fields with the getters below. */
   void evaluate(ConsumerRecord<byte[], byte[]> record, long auditMicros) {
     if (projections == null) {
-      projections = new UnsafeProjection[expressions.size()];
+      // Mutable projections into rows that hold references: an UnsafeProjection would copy
+      // key and value into an unsafe row at every level and copy them out again for the hash
+      // and the lengths (a fifth of the fold's CPU in a JFR profile, docs/benchmarks.md).
+      projections = new MutableProjection[expressions.size()];
       for (int i = 0; i < projections.length; i++) {
-        projections[i] = UnsafeProjection$.MODULE$.create(expressions.get(i), inputs.get(i));
+        projections[i] = MutableProjection.create(expressions.get(i), inputs.get(i));
+        projections[i].target(new SpecificInternalRow(dataTypes(expressions.get(i))));
       }
       values = new Object[INPUT_COLUMNS.size()];
       row = new GenericInternalRow(values);
@@ -114,10 +119,16 @@ final class RecordProjection implements Serializable {
     values[5] = headers ? headers(record) : null;
     values[6] = auditMicros;
     InternalRow current = row;
-    for (UnsafeProjection projection : projections) {
+    for (MutableProjection projection : projections) {
       current = projection.apply(current);
     }
     out = current;
+  }
+
+  private static Seq<DataType> dataTypes(Seq<Expression> expressions) {
+    List<DataType> types =
+        CollectionConverters.asJava(expressions).stream().map(Expression::dataType).toList();
+    return CollectionConverters.asScala(types).toSeq();
   }
 
   long bytes() {

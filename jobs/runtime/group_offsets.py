@@ -1,0 +1,75 @@
+"""Committing a job's read offsets to its JobGroup's consumer group.
+
+A job's own position is in its checkpoint; the commit is for the world outside, so that lag
+monitors (Burrow, the availability job's evaluator, kafka-consumer-groups) see the job as a
+consumer of the topic. Used by the replication job and LOAD_GEN_CONSUME.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+# A group coordinator that moved or is still loading answers with these; a retry a moment
+# later goes through.
+_COORDINATOR_ERRORS = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+def is_transient(error: KafkaException) -> bool:
+    """Whether a failed commit may go through if tried again (a retriable error, or the group
+    coordinator moving or loading)."""
+    cause = error.args[0] if error.args else None
+    return isinstance(cause, KafkaError) and (
+        cause.retriable() or cause.code() in _COORDINATOR_ERRORS
+    )
+
+
+class GroupOffsetCommitter:
+    """Commits next offsets of `topic`'s partitions to `group` (a confluent-kafka Consumer
+    that never subscribes, made on the first commit)."""
+
+    def __init__(
+        self,
+        client_config: Mapping[str, object],
+        group: str,
+        topic: str,
+        *,
+        attempts: int = 1,
+        retry_wait_s: float = 0.5,
+    ) -> None:
+        self.group = group
+        self.topic = topic
+        self._config = {**client_config, "group.id": group, "enable.auto.commit": False}
+        self._attempts = attempts
+        self._retry_wait_s = retry_wait_s
+        self._consumer: Consumer | None = None
+
+    def commit(self, next_offsets: Mapping[int, int]) -> None:
+        """Commit {partition: next offset}, synchronously. A transient failure is tried again,
+        up to `attempts` tries in all; the last failure, or any other, raises KafkaException."""
+        if not next_offsets:
+            return
+        if self._consumer is None:
+            self._consumer = Consumer(self._config)
+        offsets = [TopicPartition(self.topic, p, o) for p, o in sorted(next_offsets.items())]
+        for attempt in range(1, self._attempts + 1):
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as error:
+                if attempt == self._attempts or not is_transient(error):
+                    raise
+                time.sleep(self._retry_wait_s)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

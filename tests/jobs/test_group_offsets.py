@@ -1,0 +1,45 @@
+"""The consumer-group commit the replication job and LOAD_GEN_CONSUME share
+(`jobs/runtime/group_offsets.py`), against a real broker; and which failures it retries."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
+from testing.topic_data import committed_offsets
+
+
+def test_commits_the_offsets_a_lag_monitor_then_reads(kafka) -> None:
+    topic = f"group-offsets-{time.monotonic_ns()}"
+    kafka.create_topic(topic, partitions=3)
+    committer = GroupOffsetCommitter(
+        {"bootstrap.servers": kafka.bootstrap_servers}, f"{topic}-group", topic, attempts=10
+    )
+    try:
+        committer.commit({0: 5, 2: 7})
+        committer.commit({})  # nothing read: nothing to commit, no error
+        first = committed_offsets(kafka.bootstrap_servers, f"{topic}-group", topic, 3)
+        committer.commit({0: 9})
+        second = committed_offsets(kafka.bootstrap_servers, f"{topic}-group", topic, 3)
+    finally:
+        committer.close()
+    assert first[0] == 5 and first[2] == 7 and first[1] < 0
+    assert second[0] == 9 and second[2] == 7
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS), True),
+        (KafkaError(KafkaError.NOT_COORDINATOR), True),
+        (KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE), True),
+        (KafkaError(KafkaError._TIMED_OUT, retriable=True), True),  # librdkafka says retriable
+        (KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), False),
+        (KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), False),
+    ],
+)
+def test_only_coordinator_moves_and_retriable_errors_are_transient(error, transient) -> None:
+    assert is_transient(KafkaException(error)) is transient
