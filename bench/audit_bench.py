@@ -237,15 +237,15 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
     text = "".join(output)
     run.batches = [(int(m[2]), float(m[3])) for m in BATCH_RE.finditer(text)]
     run.folded = [int(m[3]) for m in FOLDED_RE.finditer(text)]
-    started, folded, drained = (
+    query_started, first_folded, drained = (
         STARTED_RE.search(text),
         FOLDED_RE.search(text),
         DRAINED_RE.search(text),
     )
-    if started and drained:
-        run.written_s = _log_seconds(drained[1]) - _log_seconds(started[1])
-    if started and folded:
-        run.first_folded_s = _log_seconds(folded[1]) - _log_seconds(started[1])
+    if query_started and drained:
+        run.written_s = _log_seconds(drained[1]) - _log_seconds(query_started[1])
+    if query_started and first_folded:
+        run.first_folded_s = _log_seconds(first_folded[1]) - _log_seconds(query_started[1])
     if run.exit_code != 0:
         say(f"  audit job exited {run.exit_code}; full log in {log_path}; last lines:")
         print("".join(output[-30:]), flush=True)

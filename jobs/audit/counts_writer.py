@@ -195,7 +195,11 @@ class CountsWriter:
             try:
                 self._merge(spark, app_id, ready)
             except Exception as error:  # handed to the query's thread by submit and drain
-                log.error("audit_counts: MERGE of batches %s failed: %s", _ids(ready), error)
+                log.error(
+                    "audit_counts: MERGE of batches %s failed: %s",
+                    _ids([b for b, _ in ready]),
+                    error,
+                )
                 with self._changed:
                     self._error = error
                     self._changed.notify_all()
