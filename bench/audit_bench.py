@@ -234,7 +234,15 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
                 print(f"  | {line.rstrip()}", flush=True)
     run.wall_s = time.monotonic() - started
     run.exit_code = proc.returncode
-    text = "".join(output)
+    read_job_log(run, "".join(output))
+    if run.exit_code != 0:
+        say(f"  audit job exited {run.exit_code}; full log in {log_path}; last lines:")
+        print("".join(output[-30:]), flush=True)
+    return run
+
+
+def read_job_log(run: AuditRun, text: str) -> None:
+    """Fill in `run`'s batches and timings from the audit job's log `text`."""
     run.batches = [(int(m[2]), float(m[3])) for m in BATCH_RE.finditer(text)]
     run.folded = [int(m[3]) for m in FOLDED_RE.finditer(text)]
     query_started, first_folded, drained = (
@@ -246,10 +254,6 @@ def run_audit(audit_type: str, bootstrap: str, workdir: Path, batch_records: int
         run.written_s = _log_seconds(drained[1]) - _log_seconds(query_started[1])
     if query_started and first_folded:
         run.first_folded_s = _log_seconds(first_folded[1]) - _log_seconds(query_started[1])
-    if run.exit_code != 0:
-        say(f"  audit job exited {run.exit_code}; full log in {log_path}; last lines:")
-        print("".join(output[-30:]), flush=True)
-    return run
 
 
 def _log_seconds(stamp: str) -> float:

@@ -7,11 +7,12 @@ import json
 import struct
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from bench.audit_bench import TOPIC, AuditRun, summarize, write_job
+from bench.audit_bench import TOPIC, AuditRun, read_job_log, summarize, write_job
 from bench.availability_bench import (
     Recording,
     against_burrow,
@@ -21,7 +22,7 @@ from bench.availability_bench import (
     offset_commit_record,
 )
 from bench.kafka_perf import parse_consumer_output
-from bench.startup_bench import cds_for_run, start_up_phases, startup_medians
+from bench.startup_bench import cds_for_run, seconds_after, start_up_phases, startup_medians
 from core.paths import ROOT
 from jobs.availability.lag.offsets_topic import OffsetCommit, decode
 from jobs.runtime import template
@@ -88,12 +89,15 @@ def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
         "2026-11-21 09:30:17:501, 2026-11-21 09:30:19:501, 100.0, 50.0, 1000000, 500000.0, "
         "1000, 1000, 100.0, 1000000.0\n"
     )
-    # EXACT: 1M records in 2 + 2 s = 250k/s = 0.25x raw, under its 0.35x target.
-    exact = AuditRun("AUDIT_TYPE_EXACT_UNIQ", 0, 10.0, [(500_000, 2.0), (500_000, 2.0)])
+    # EXACT: 1M records in 4 s from the query's start to the counts written = 250k/s = 0.25x
+    # raw, under its 0.35x target.
+    exact = AuditRun("AUDIT_TYPE_EXACT_UNIQ", 0, 10.0, folded=[500_000, 500_000])
+    exact.first_folded_s, exact.written_s = 2.0, 4.0
     exact.message_count, exact.bytes = 1_000_000, 150_000_000
-    # APPROX: 1M records in 1 + 0.5 s = 667k/s = 0.67x raw, over its 0.5x target; after the
-    # first batch 500k in 0.5 s = 1M/s.
-    approx = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0, 5.0, [(500_000, 1.0), (500_000, 0.5)])
+    # APPROX: 1M records in 1.5 s = 667k/s = 0.67x raw, over its 0.5x target; after the first
+    # fold (at 1 s) 500k in 0.5 s = 1M/s.
+    approx = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0, 5.0, folded=[500_000, 500_000])
+    approx.first_folded_s, approx.written_s = 1.0, 1.5
     approx.message_count, approx.bytes = 1_000_000, 150_000_000
     result = summarize(1_000_000, raw, {"cold": 500_000.0}, [exact, approx])
     assert result["raw"]["fetch_records_per_s"] == 1_000_000.0
@@ -107,6 +111,33 @@ def test_audit_summary_judges_the_batch_rate_against_the_best_raw_consumer_run(
     table = capsys.readouterr().out
     assert "raw consumer (ConsumerPerformance, fetch)" in table and "1,000,000" in table
     assert "EXACT_UNIQ all batches" in table and "NOT MET" in table
+
+
+def test_the_audit_bench_times_a_run_from_the_query_start_to_the_counts_written() -> None:
+    """The job's own lines (jobs/runtime/runner.py, jobs/audit/job.py): the counts MERGEs run
+    after the batches, so the run is timed to the "holds every batch" line."""
+    log = (
+        "2026-11-25 10:00:10,000 INFO uatu.runner: started query audit-x (id 1), checkpoint c, "
+        "bounded run (AvailableNow)\n"
+        "2026-11-25 10:00:12,500 INFO uatu.audit: batch 0 folded: 1000 records, 9 bytes; fold "
+        "1.0 s, save 0.1 s\n"
+        "2026-11-25 10:00:13,000 INFO uatu.runner: batch 0: 1000 records in 2.9 s (345 "
+        "records/s)\n"
+        "2026-11-25 10:00:14,000 INFO uatu.audit: batch 1 folded: 500 records, 4 bytes; fold "
+        "0.5 s, save 0.1 s\n"
+        "2026-11-25 10:00:16,250 INFO uatu.audit: audit_counts holds every batch of the run "
+        "(through batch 1; last MERGEs took 1.0 s after the query ended)\n"
+    )
+    run = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0)
+    read_job_log(run, log)
+    assert run.folded == [1000, 500]
+    assert run.batches == [(1000, 2.9)]
+    assert (run.first_folded_s, run.written_s) == (2.5, 6.25)
+    assert run.batch_rate() == pytest.approx(1500 / 6.25)
+    assert run.steady_rate() == pytest.approx(500 / 3.75)
+    unfinished = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 1)
+    read_job_log(unfinished, log.rsplit("\n", 2)[0])  # no "holds every batch" line
+    assert unfinished.written_s is None and unfinished.batch_rate() is None
 
 
 def test_the_startup_bench_reads_the_start_up_line_the_job_writes(
@@ -145,6 +176,25 @@ def test_the_startup_bench_alternates_cds_on_off_off_on_and_summarizes_each_side
         "session_s_median": 4.0,
         "tables_s_median": None,
     }
+
+
+def test_the_startup_bench_times_an_audit_run_by_its_log_lines() -> None:
+    log = (
+        "2026-11-25 10:00:05,250 INFO uatu.audit: batch 0 folded: 20 records, 9 bytes; fold "
+        "0.3 s, save 0.1 s\n"
+        "2026-11-25 10:00:07,000 INFO uatu.audit: audit_counts: batch 0 merged in 1.5 s\n"
+    )
+    launched = datetime(2026, 11, 25, 10, 0, 0).timestamp()
+    assert seconds_after(log, "uatu.audit: batch 0 folded", launched) == 5.25
+    assert seconds_after(log, "batch 0 merged", launched) == 7.0
+    assert seconds_after(log, "batch 1 merged", launched) is None
+    runs = [{"first_batch_s": 5.0, "first_counts_s": 7.0}, {"first_batch_s": 6.0}]
+    medians = startup_medians(runs)
+    assert (
+        medians["launch_to_first_batch_s_median"],
+        medians["launch_to_first_counts_s_median"],
+    ) == (5.5, 7.0)
+    assert "launch_to_first_record_s_median" not in medians
 
 
 def test_the_replication_bench_counts_the_busiest_window_of_append_times() -> None:
