@@ -14,9 +14,10 @@ launch:
 
 With ``--job audit`` each run launches a continuous KAFKA_AUDIT JobGroup of its own (one
 APPROX_UNIQ config, a new checkpoint and table of its own, from the earliest offset) on the
-same source topic and measures, from the launch, ``first_batch_s``: the job's ``batch 0 folded`` log line
-(the first batch is audited and saved under the checkpoint), and ``first_counts_s``: its
-``audit_counts: batch 0 merged`` line (the counts are readable); log lines carry milliseconds.
+same source topic and measures, from the launch, ``first_batch_s``: the job's ``batch 0
+folded`` log line (the first batch is audited and saved under the checkpoint), and
+``first_counts_s``: its ``audit_counts: batch 0 merged`` line (the counts are readable); log
+lines carry milliseconds.
 
 The job is then stopped. Runs are sequential; the figures are the median and every run. The
 1-minute load average before each run goes into the result file: start-up is CPU-bound, so
