@@ -115,6 +115,18 @@ def startup_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a running job as an operator would (SIGTERM: spark-submit.sh turns it into the stop
+    file); SIGKILL its process group if it has not ended two minutes later."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        signal_group(proc.pid, signal.SIGKILL)
+
+
 def one_run(b: Bench, index: int, timeout_s: float, low_latency: bool) -> dict[str, Any]:
     name = f"startup-{index}"
     destination = f"startup-copy-{index}"
@@ -130,12 +142,7 @@ def one_run(b: Bench, index: int, timeout_s: float, low_latency: bool) -> dict[s
                     run["first_record_s"] = round(time.monotonic() - launched, 2)
                     break
                 time.sleep(POLL_S)
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the script turns it into the stop file
-                try:
-                    proc.wait(120)
-                except subprocess.TimeoutExpired:
-                    signal_group(proc.pid, signal.SIGKILL)
+            stop(proc)
     finally:
         counter.close()
     run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
@@ -175,12 +182,7 @@ def one_audit_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
             if all(key in run for key in markers):
                 break
             time.sleep(POLL_S)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # the script turns it into the stop file
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                signal_group(proc.pid, signal.SIGKILL)
+        stop(proc)
     run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
     return run
 

@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, LongType, StringType, StructType, TimestampType
 
@@ -292,25 +292,23 @@ def decode_partials(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
     return rows.select(*(_decode(f.name, f.dataType) for f in schema.fields))
 
 
+# How a column type is kept in the file: (the JSON-able type, encode, decode).
+_CODECS: dict[type, tuple[Any, Callable[[str], Column], Callable[[str], Column]]] = {
+    TimestampType: (LongType(), F.unix_micros, F.timestamp_micros),
+    BinaryType: (StringType(), F.base64, F.unbase64),
+}
+
+
 def _plain_type(kind: Any) -> Any:
-    if isinstance(kind, TimestampType):
-        return LongType()
-    if isinstance(kind, BinaryType):
-        return StringType()
-    return kind
+    codec = _CODECS.get(type(kind))
+    return kind if codec is None else codec[0]
 
 
-def _encode(name: str, kind: Any):  # a Column
-    if isinstance(kind, TimestampType):
-        return F.unix_micros(name).alias(name)
-    if isinstance(kind, BinaryType):
-        return F.base64(name).alias(name)
-    return F.col(name)
+def _encode(name: str, kind: Any) -> Column:
+    codec = _CODECS.get(type(kind))
+    return F.col(name) if codec is None else codec[1](name).alias(name)
 
 
-def _decode(name: str, kind: Any):  # a Column
-    if isinstance(kind, TimestampType):
-        return F.timestamp_micros(name).alias(name)
-    if isinstance(kind, BinaryType):
-        return F.unbase64(name).alias(name)
-    return F.col(name)
+def _decode(name: str, kind: Any) -> Column:
+    codec = _CODECS.get(type(kind))
+    return F.col(name) if codec is None else codec[2](name).alias(name)

@@ -168,7 +168,9 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
     try:
         commit(ck, 0)
         writer.submit(spark, 0, book.partials(spark, BATCHES[0], 0))
-        wait_for(lambda: txn_versions(table) == [0], 60, "batch 0 merged after its commit")
+        # Merged, and its file deleted (which follows the MERGE's commit).
+        wait_for(lambda: saved(ck) == [], 60, "batch 0 merged after its commit")
+        assert txn_versions(table) == [0]
         writer.submit(spark, 1, book.partials(spark, BATCHES[1], 1))
         writer.submit(spark, 2, book.partials(spark, BATCHES[2], 2))
         # Not committed: saved, queued, not in the table.
@@ -212,7 +214,8 @@ def test_a_released_batch_is_merged_before_its_commit(spark, tmp_path: Path, tab
     try:
         writer.submit(spark, 0, book.partials(spark, BATCHES[0], 0))
         writer.release(0)
-        wait_for(lambda: txn_versions(table) == [0], 60, "the released batch 0 merged")
+        wait_for(lambda: saved(ck) == [], 60, "the released batch 0 merged")
+        assert txn_versions(table) == [0]
         writer.submit(spark, 1, book.partials(spark, BATCHES[1], 1))
         assert (saved(ck), txn_versions(table)) == ([1], [0])
         commit(ck, 0, 1)

@@ -16,6 +16,7 @@ The truth is computed in plain Python from the records sent (`expected_rows`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,93 +46,70 @@ from tests.jobs.audit.test_audit_job_integration import (
 pytestmark = pytest.mark.integration
 
 
-def test_crash_between_keys_commit_and_counts_merge_then_restart_gives_the_truth(
-    spark, kafka, tmp_path: Path
-) -> None:
-    topic = f"audit-crash-{time.monotonic_ns()}"
-    kafka.create_topic(topic, partitions=3)
-    records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
-    produce(kafka.bootstrap_servers, topic, records)
-    conf_dir = write_conf_dir(
-        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
-    )
-    counts_path = tmp_path / "wh" / "audit_counts"
-    # 150 records a batch (rate 150 x 1 s trigger; --once keeps the limit): 3 batches.
-    group = jobgroup("crash-keys", topic, rate=150, trigger_s=1)
+@dataclass(frozen=True)
+class CrashState:
+    """What a crash left under the checkpoints and in the table."""
 
-    status, log = run_job(
-        group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": "audit.keys_committed@2"}
-    )
-
-    assert status == -9, log  # the whole process group got SIGKILL
-    assert "UATU_FAULT: crash at audit.keys_committed (hit 2)" in log
-    # Batch 1's keys are written, its partials are not saved and its counts are in no table
-    # (batch 0's MERGE runs beside batch 1, so it may or may not have committed).
-    assert last_keys_batch(tmp_path / "ck") == 1
-    assert saved_partials(tmp_path / "ck") in ([], [0])
-    assert committed_batch(counts_path) in (None, 0)
-
-    status, log = run_job(group, tmp_path, conf_dir, "--once")
-
-    assert status == 0, log
-    counts = spark.read.format("delta").load(str(counts_path))
-    assert_df_equality(
-        counts.select(*COMPARED),
-        expected_df(spark, expected_rows(records, topic)),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    keys_batch: int | None  # the newest batch whose exact keys the fold wrote
+    spark_commit: int | None  # the newest batch in Spark's commit log
+    merged: int | None  # the newest batch in audit_counts (its idempotent-write marker)
+    saved: list[int]  # batches whose partials are saved and not yet MERGEd
 
 
 @pytest.mark.parametrize(
-    ("fault", "state"),
+    ("fault", "expected"),
     [
+        # Batch 1's keys written, its partials not saved; batch 0's MERGE runs beside batch 1,
+        # so it may or may not have committed.
+        (
+            "audit.keys_committed@2",
+            lambda s: s.keys_batch == 1 and s.saved in ([], [0]) and s.merged in (None, 0),
+        ),
         # Batch 1 saved, not committed by Spark; batch 0 committed and perhaps merged.
         (
             "audit.partials_saved@2",
-            lambda spark_commit, merged, saved: (
-                spark_commit == 0 and merged in (None, 0) and 1 in saved
-            ),
+            lambda s: s.spark_commit == 0 and s.merged in (None, 0) and 1 in s.saved,
         ),
         # The first MERGE about to run: batch 0 committed by Spark, in no table, saved.
         (
             "audit.counts_merging@1",
-            lambda spark_commit, merged, saved: (
-                spark_commit is not None and spark_commit >= 0 and merged is None and 0 in saved
-            ),
+            lambda s: s.spark_commit is not None and s.merged is None and 0 in s.saved,
         ),
     ],
-    ids=["saved-not-committed", "committed-not-merged"],
+    ids=["keys-not-saved", "saved-not-committed", "committed-not-merged"],
 )
-def test_crash_between_saving_partials_and_their_merge_then_restart_gives_the_truth(
-    spark, kafka, tmp_path: Path, fault: str, state
+def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
+    spark, kafka, tmp_path: Path, fault: str, expected
 ) -> None:
+    """330 records in 3 batches of 150 (rate 150 x 1 s trigger; --once keeps the limit); the
+    job is SIGKILLed at `fault`, then run again on the same checkpoint."""
     topic = f"audit-crash-{time.monotonic_ns()}"
     kafka.create_topic(topic, partitions=3)
     records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
+    produce(kafka.bootstrap_servers, topic, records)
     conf_dir = write_conf_dir(
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
-    produce(kafka.bootstrap_servers, topic, records)
     counts_path = tmp_path / "wh" / "audit_counts"
     name = fault.split(".")[1].split("@")[0].replace("_", "-")
     group = jobgroup(f"crash-{name}", topic, rate=150, trigger_s=1)
 
     status, log = run_job(group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": fault})
 
-    assert status == -9, log
+    assert status == -9, log  # the whole process group got SIGKILL
     assert f"UATU_FAULT: crash at {fault.replace('@', ' (hit ')})" in log
-    left = (
+    left = CrashState(
+        last_keys_batch(tmp_path / "ck"),
         spark_committed_batch(tmp_path / "ck"),
         committed_batch(counts_path),
         saved_partials(tmp_path / "ck"),
     )
-    assert state(*left), f"the crash left (Spark's commit, table's batch, saved) = {left}"
+    assert expected(left), f"the crash left {left}"
 
     status, log = run_job(group, tmp_path, conf_dir, "--once")
 
     assert status == 0, log
-    assert "merged the saved partials of batches" in log
+    assert ("merged the saved partials of batches" in log) == bool(left.saved)
     assert saved_partials(tmp_path / "ck") == []
     counts = spark.read.format("delta").load(str(counts_path))
     assert_df_equality(
