@@ -285,7 +285,6 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
             replica_a = reconciler(
                 store_a, tmp_path / "apps-a", conf, address, on_step=fault_at("launched", depose_a)
             )
-            started = time.time()
             assert replica_a.reconcile_once() == {"fo": Action.NONE}
             wait_for(lambda: not spark_submit_groups(str(tmp_path / "apps-a")), 30, "A's app")
             with pytest.raises(NotLeader):
@@ -305,8 +304,12 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
                 return time.time() - max([intent.started_at, *beats]) > seconds
 
             wait_for(lambda: quiet_for(5), 20, "the startup window and the lease to pass")
+            # Heard from after this moment: A's app, if it registered before A cancelled it,
+            # stays in the store with its last heartbeat before the quiet 5 s, and must not
+            # count as a second application.
+            relaunched = time.time()
             assert replica_b.reconcile_once() == {"fo": Action.RUN}
-            one_application(store_b, "fo", marker, started)
+            one_application(store_b, "fo", marker, relaunched)
     finally:
         stop_all(marker)
         operator.close()
