@@ -134,19 +134,23 @@ def stop_job(proc: subprocess.Popen, timeout_s: float = 120) -> int:
     return proc.wait(timeout_s)
 
 
-def committed_batch(table_path: Path | str) -> int | None:
-    """The highest batch id committed to a Delta table by a job's exactly-once writes (the
-    largest `txn` version in its log, whatever the appId), None if it has none.
-
-    Read from the log files themselves, without Spark: what a crash left behind.
+def log_actions(table_path: Path | str, kind: str) -> list[dict]:
+    """The `kind` actions ("txn", "commitInfo", ...) of a Delta table's JSON commits, in
+    commit order. Read from the log files themselves, without Spark: what a crash left behind.
     """
-    versions = []
+    actions = []
     for commit in sorted((Path(table_path) / "_delta_log").glob("*.json")):
         for line in commit.read_text().splitlines():
             action = json.loads(line)
-            if "txn" in action:
-                versions.append(int(action["txn"]["version"]))
-    return max(versions) if versions else None
+            if kind in action:
+                actions.append(action[kind])
+    return actions
+
+
+def committed_batch(table_path: Path | str) -> int | None:
+    """The highest batch id committed to a Delta table by a job's exactly-once writes (the
+    largest `txn` version in its log, whatever the appId), None if it has none."""
+    return max((int(t["version"]) for t in log_actions(table_path, "txn")), default=None)
 
 
 def last_keys_batch(checkpoints: Path | str) -> int | None:

@@ -78,6 +78,7 @@ class CountsWriter:
         self._stopping = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._files: CheckpointFiles | None = None  # <checkpoint>/audit-partials, from _start
         self._merged_through = -1
         self._table_has_rows = False  # until seen: an empty table is appended to, not MERGEd
         self._table_created: Future[None] | None = None
@@ -121,9 +122,8 @@ class CountsWriter:
         self._raise_if_failed()
         if self._thread is None:
             self._start(spark)
-        CheckpointFiles(spark, self.checkpoint, FOLDER).write(
-            str(batch_id), encode_partials(partials)
-        )
+        assert self._files is not None
+        self._files.write(str(batch_id), encode_partials(partials))
         fault_point("audit.partials_saved")  # core/faults.py: tests only
         with self._changed:
             if len(self._queued) >= MAX_QUEUED:
@@ -170,6 +170,7 @@ class CountsWriter:
 
     def _start(self, spark: SparkSession) -> None:
         commits = CheckpointFiles(spark, self.checkpoint, "commits")
+        self._files = CheckpointFiles(spark, self.checkpoint, FOLDER)
         app_id = self._app_id(spark)
         self._thread = threading.Thread(
             target=self._loop, args=(spark, commits, app_id), name="audit-counts", daemon=True
@@ -220,9 +221,9 @@ class CountsWriter:
             )
         fault_point("audit.counts_merging")  # core/faults.py: tests only
         self._write(spark, source, app_id, ids[-1])
-        files = CheckpointFiles(spark, self.checkpoint, FOLDER)
+        assert self._files is not None
         for batch_id in ids:
-            files.delete(str(batch_id))
+            self._files.delete(str(batch_id))
         log.info("audit_counts: batch %s merged in %.1f s", _ids(ids), time.monotonic() - started)
 
     def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> None:

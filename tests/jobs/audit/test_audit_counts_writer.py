@@ -25,6 +25,7 @@ from jobs.audit.counts_writer import FOLDER, CountsWriter, decode_partials, enco
 from jobs.audit.transforms import WINDOW_KEY, combine_partials
 from jobs.runtime.checkpoint_files import CheckpointFiles
 from jobs.runtime.delta import ensure_tables
+from testing.jobrun import log_actions
 from testing.polling import wait_for
 
 EXACT = "AUDIT_TYPE_EXACT_UNIQ"
@@ -112,24 +113,12 @@ def counts(spark, path: str) -> DataFrame:
 
 def txn_versions(path: str) -> list[int]:
     """The idempotent-write markers of the table's commits, in commit order."""
-    versions = []
-    for commit in sorted((Path(path) / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "txn" in action:
-                versions.append(int(action["txn"]["version"]))
-    return versions
+    return [int(t["version"]) for t in log_actions(path, "txn")]
 
 
 def operations(path: str) -> list[str]:
     """The operation of each of the table's commits, in order."""
-    ops = []
-    for commit in sorted((Path(path) / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "commitInfo" in action:
-                ops.append(action["commitInfo"]["operation"])
-    return ops
+    return [c["operation"] for c in log_actions(path, "commitInfo")]
 
 
 def commit(checkpoint: Path, *batch_ids: int) -> None:
