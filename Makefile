@@ -75,7 +75,7 @@ build/gen/.generated: $(PROTOS) $(THIRD_PARTY_PROTOS) $(VENV)/.installed
 	find build/gen -type d -exec touch {}/__init__.py \;
 	touch $@
 
-build: build/uatu-jobs.zip build/uatu-jvm.jar build/spark-cds.jsa ## job zip (jobs/, generated protos) for --py-files, the project's jar, the drivers' class-data sharing archive
+build: build/uatu-jobs.zip build/uatu-jvm.jar build/spark-cds.jsa build/native/libuatu_audit.so ## job zip (jobs/, generated protos) for --py-files, the project's jar, the drivers' class-data sharing archive, the audit clients' librdkafka plugin
 
 # The project's own Java (the replication sink, the dispatcher), compiled against the exact jars
 # Spark runs with: pyspark's and those `make jars` fetched. Nothing to resolve, so no Maven
@@ -96,6 +96,16 @@ build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 # classpath, so it is recorded again whenever the venv or the jars change.
 build/spark-cds.jsa: build/uatu-jvm.jar var/jars/.installed $(VENV)/.installed dev/cds_archive.py jobs/runtime/session.py
 	$(PY) -m dev.cds_archive $@
+
+# The audit clients' librdkafka interceptor plugin (Rust; clients/audit_interceptor): crates from
+# cargo's default registry at the versions Cargo.lock pins, built into build/cargo.
+NATIVE_SOURCES := $(shell find clients/audit_interceptor/src -name '*.rs') clients/audit_interceptor/Cargo.toml
+CARGO := cargo --quiet
+CARGO_ARGS := --release --manifest-path clients/audit_interceptor/Cargo.toml --target-dir build/cargo
+build/native/libuatu_audit.so: $(NATIVE_SOURCES)
+	@echo ">> building the audit clients' librdkafka plugin (cargo, clients/audit_interceptor)"
+	$(CARGO) build $(CARGO_ARGS)
+	mkdir -p build/native && cp build/cargo/release/libuatu_audit.so $@
 
 build/uatu-jobs.zip: build/gen/.generated $(shell find jobs core -name '*.py')
 	$(PY) -m dev.pyfiles_zip $@ .:jobs .:core build/gen:uber build/gen:uatu build/gen:kafkapixy_pb2.py build/gen:kafkapixy_pb2_grpc.py
@@ -163,12 +173,14 @@ report: venv ## completeness report from the Delta tables: WAREHOUSE=var/demo/wa
 
 test: setup ## run the whole test suite (unit and integration, the Airflow test included)
 	$(PY) -m pytest --durations=20 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(CARGO) test $(CARGO_ARGS)
 
 airflow-test: setup ## the Airflow test: airflow db migrate, dag.test() of the example DAG against a real broker and job
 	$(PY) -m pytest tests/integrations/test_airflow.py $(PYTEST_ARGS)
 
-test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other services
+test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other services (and the plugin's Rust tests)
 	$(PY) -m pytest -m "not integration and not spark" $(PYTEST_ARGS)
+	$(CARGO) test $(CARGO_ARGS)
 
 lint: setup ## ruff lint + format check, mypy
 	$(VENV)/bin/ruff check .

@@ -15,22 +15,24 @@ same window. `AuditedConsumer` counts every record `poll`/`consume` returned (ti
 its group.id as consumer_group). Both hash key + value exactly like the audit job's default
 dedupe key (Spark's `xxhash64(key, value)`), keep an HLL sketch of those hashes and a KLL
 sketch of latency, and send one `uatu.v1.AuditReport` per (topic, window) every
-`report_interval_s` and at `close` (`core.audit_reports`). Everything else is confluent-kafka's
-own API, passed through.
+`report_interval_s` and at `close` (`core.audit_reports`).
+
+They are confluent-kafka's own Producer and Consumer with one librdkafka interceptor plugin
+loaded (`clients/audit_interceptor`, through `clients.native_tally`): the counting happens in
+librdkafka's threads, so `produce`, `poll` and `consume` are confluent-kafka's methods
+unchanged, delivery callbacks included, with no Python call per record added.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, Producer
 
-from core.audit_reports import AuditReporter, ReporterIdentity, WindowTally
-
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
+from clients.native_tally import NativeTally
+from core.audit_reports import AuditReporter, ReporterIdentity
 
 
 @dataclass(frozen=True)
@@ -66,24 +68,16 @@ def _audit_client_config(settings: AuditSettings, config: Mapping[str, Any]) -> 
     }
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class AuditedProducer:
+class AuditedProducer(Producer):
     """A confluent_kafka.Producer that reports the records the broker acknowledged.
 
-    The wrapper's delivery callback is the producer's default one (config `on_delivery`), so a
-    record produced without a callback of its own costs no Python object per record; a
-    per-record `on_delivery`/`callback`, and an `on_delivery` in `config`, are called after the
-    wrapper has counted the record. A record without a timestamp gets librdkafka's (the time of
-    `produce`, CreateTime), which its delivery report carries and which the broker stores.
+    Every acknowledgement is counted, whatever callback the record has; a failed send counts
+    as `failed_count`. `tally` is the client's `NativeTally`, `reporter` its `AuditReporter`.
     """
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
-        config = dict(config)
-        user_default = config.pop("on_delivery", None)
-        self.tally = WindowTally(audit.window_seconds, audit.lg_k)
+        self.tally = NativeTally(audit.window_seconds, audit.lg_k)
+        super().__init__(self.tally.client_config(dict(config)))
         self.reporter = AuditReporter(
             self.tally,
             ReporterIdentity(audit.service, audit.cluster, audit.tier),
@@ -91,78 +85,21 @@ class AuditedProducer:
             _audit_client_config(audit, config),
             report_interval_s=audit.report_interval_s,
         )
-        self._add = self.tally.add
-        self._add_failed = self.tally.add_failed
-        default: DeliveryCallback = self._on_delivery
-        if user_default is not None:
-            default = self._chained(user_default)
-        self._producer = Producer({**config, "on_delivery": default})
-        self._produce = self._producer.produce
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        timestamp = msg.timestamp()[1]
-        topic = msg.topic() or ""
-        if err is not None:
-            self._add_failed(topic, timestamp if timestamp > 0 else _now_ms())
-            return
-        self._add(topic, msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
-
-    def _chained(self, user: DeliveryCallback) -> DeliveryCallback:
-        counted = self._on_delivery
-
-        def report(err: KafkaError | None, msg: Message) -> None:
-            counted(err, msg)
-            user(err, msg)
-
-        return report
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        partition: int = -1,
-        on_delivery: DeliveryCallback | None = None,
-        timestamp: int = 0,
-        headers: Any = None,
-        callback: DeliveryCallback | None = None,
-    ) -> None:
-        """Producer.produce; the record is counted when the broker acknowledges it."""
-        user = on_delivery or callback
-        if user is None:
-            # The producer's default callback (the wrapper's) reports this record.
-            self._produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
-        else:
-            self._produce(
-                topic, value, key, partition, self._chained(user),
-                timestamp=timestamp, headers=headers,
-            )  # fmt: skip
-
-    def poll(self, timeout: float = 0) -> int:
-        return self._producer.poll(timeout)
-
-    def flush(self, timeout: float = -1) -> int:
-        return self._producer.flush(timeout) if timeout >= 0 else self._producer.flush()
-
-    def close(self, timeout_s: float = 30.0) -> None:
+    def close(self, timeout_s: float = 30.0) -> None:  # type: ignore[override]
         """Flush the records, then send the last audit reports and wait for them."""
-        self._producer.flush(timeout_s)
+        self.flush(timeout_s)
         self.reporter.close(timeout_s)
-
-    def __getattr__(self, name: str) -> Any:  # the rest of Producer's API, unchanged
-        return getattr(self._producer, name)
-
-    def __len__(self) -> int:
-        return len(self._producer)
+        self.tally.close()
 
 
-class AuditedConsumer:
+class AuditedConsumer(Consumer):
     """A confluent_kafka.Consumer that reports the records poll/consume returned (tier
     CONSUMER, consumer_group = group.id)."""
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
-        self._consumer = Consumer(dict(config))
-        self.tally = WindowTally(audit.window_seconds, audit.lg_k)
+        self.tally = NativeTally(audit.window_seconds, audit.lg_k)
+        super().__init__(self.tally.client_config(dict(config)))
         self.reporter = AuditReporter(
             self.tally,
             ReporterIdentity(
@@ -173,28 +110,8 @@ class AuditedConsumer:
             report_interval_s=audit.report_interval_s,
         )
 
-    def _count(self, msg: Message | None) -> None:
-        if msg is None or msg.error() is not None:
-            return
-        timestamp = msg.timestamp()[1]
-        topic = msg.topic() or ""
-        self.tally.add(topic, msg.key(), msg.value(), timestamp, _now_ms() - timestamp)
-
-    def poll(self, timeout: float = -1) -> Message | None:
-        msg = self._consumer.poll(timeout)
-        self._count(msg)
-        return msg
-
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        messages = self._consumer.consume(num_messages, timeout)
-        for msg in messages:
-            self._count(msg)
-        return messages
-
-    def close(self, timeout_s: float = 30.0) -> None:
+    def close(self, timeout_s: float = 30.0) -> None:  # type: ignore[override]
         """Close the consumer, then send the last audit reports and wait for them."""
-        self._consumer.close()
+        super().close()
         self.reporter.close(timeout_s)
-
-    def __getattr__(self, name: str) -> Any:  # subscribe, assign, commit, ... unchanged
-        return getattr(self._consumer, name)
+        self.tally.close()

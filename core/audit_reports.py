@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import xxhash
@@ -177,6 +177,15 @@ class WindowTally:
         return drained
 
 
+class Tally(Protocol):
+    """What `AuditReporter` drains: `WindowTally`, or the interceptor plugin's
+    (`clients.native_tally.NativeTally`)."""
+
+    window_seconds: int
+
+    def drain(self) -> dict[tuple[str, int], WindowCounts]: ...
+
+
 @dataclass(frozen=True)
 class ReporterIdentity:
     service: str
@@ -226,7 +235,7 @@ def build_report(
 
 
 class AuditReporter:
-    """Drains a `WindowTally` into AuditReports on a timer and at `close`.
+    """Drains a tally (`WindowTally` or the plugin's) into AuditReports on a timer and at `close`.
 
     `producer_config` is a librdkafka configuration reaching the audit topic's cluster
     (bootstrap.servers and security settings); the reporter adds idempotence and acks=all.
@@ -235,7 +244,7 @@ class AuditReporter:
 
     def __init__(
         self,
-        tally: WindowTally,
+        tally: Tally,
         identity: ReporterIdentity,
         audit_topic: str,
         producer_config: Mapping[str, Any],
