@@ -28,6 +28,11 @@ public final class AuditTally {
   private final long lengthMs;
   private final int lgK;
   private Map<Window, Counts> windows = new HashMap<>();
+  // The window the previous record went to: consecutive records almost always share it, and
+  // reusing it spares a Window and a map lookup per record.
+  private String lastTopic;
+  private long lastStartMs;
+  private Counts lastCounts;
 
   public AuditTally(int windowSeconds, int lgK) {
     this.lengthMs = windowSeconds * 1000L;
@@ -40,7 +45,13 @@ public final class AuditTally {
 
   private Counts window(String topic, long timestampMs) {
     long start = timestampMs - Math.floorMod(timestampMs, lengthMs);
-    return windows.computeIfAbsent(new Window(topic, start), w -> new Counts());
+    if (lastCounts != null && start == lastStartMs && topic.equals(lastTopic)) {
+      return lastCounts;
+    }
+    lastCounts = windows.computeIfAbsent(new Window(topic, start), w -> new Counts());
+    lastTopic = topic;
+    lastStartMs = start;
+    return lastCounts;
   }
 
   /** Count one acknowledged or consumed record; latencyMs < 0 means not measured. */
@@ -77,6 +88,7 @@ public final class AuditTally {
   public synchronized Map<Window, Counts> drain() {
     Map<Window, Counts> drained = windows;
     windows = new HashMap<>();
+    lastCounts = null;
     return drained;
   }
 
