@@ -3,14 +3,13 @@ producer without auditing, in the same run, on the same single-broker cluster:
 
 * Java: Kafka's ProducerPerformance (kafka-producer-perf-test) with and without
   ``interceptor.classes=dev.uatu.audit.report.AuditProducerInterceptor``;
-* Python: ``clients.AuditedProducer`` against a bare ``confluent_kafka.Producer`` producing the
-  same keyed records as fast as librdkafka's queue allows.
+* Python: ``clients.AuditedProducer`` (confluent-kafka's Producer with the audit interceptor
+  plugin, ``clients/audit_interceptor``) against a bare ``confluent_kafka.Producer`` producing
+  the same keyed records as fast as librdkafka's queue allows.
 
 Runs alternate plain / audited (the order flips each round), ``--rounds`` times each; the
-figures are the medians and the overhead is ``1 - audited / plain`` records/s. Two more Python
-variants split the wrapper's cost per record: a producer whose default delivery callback does
-nothing, and one whose callback reads topic, key, value and timestamp as the wrapper's does;
-``WindowTally.fold`` (hashing and sketching) is timed alone, without a broker.
+figures are the medians and the overhead is ``1 - audited / plain`` records/s; the ratios of
+the two runs of each round are printed too.
 
 Targets (issue 17): <= 5 % for the interceptor, <= 15 % for the Python wrapper. Measure on an
 otherwise idle machine (the result file records the load average at the start and the end).
@@ -81,10 +80,7 @@ def java_run(
     return {"records_per_s": result.records_per_s, "p99_ms": result.p99_ms}
 
 
-# The Python variants, in the order each round runs them: a bare producer, one whose default
-# delivery callback does nothing, one whose callback reads what the wrapper reads, and the
-# wrapper. The steps between them split the wrapper's cost per record.
-PYTHON_VARIANTS = ("plain", "callback", "reading-callback", "audited")
+PYTHON_VARIANTS = ("plain", "audited")
 
 
 def _python_producer(variant: str, config: dict[str, Any]) -> Any:
@@ -96,18 +92,6 @@ def _python_producer(variant: str, config: dict[str, Any]) -> Any:
         return AuditedProducer(
             config, AuditSettings(service="perf", cluster="local", audit_topic=AUDIT_TOPIC)
         )
-    if variant == "callback":
-        return Producer({**config, "on_delivery": lambda err, msg: None})
-    if variant == "reading-callback":
-        queued: list[Any] = []
-
-        def read(err: Any, msg: Any) -> None:
-            ts = msg.timestamp()[1]
-            queued.append((msg.topic(), msg.key(), msg.value(), ts, time.time_ns() // 10**6 - ts))
-            if len(queued) >= 200_000:
-                queued.clear()
-
-        return Producer({**config, "on_delivery": read})
     return Producer(config)
 
 
@@ -132,21 +116,6 @@ def python_run(bootstrap: str, topic: str, records: int, size: int, variant: str
     if variant == "audited":
         producer.close()
     return records / elapsed
-
-
-def fold_us_per_record(records: int, size: int) -> float:
-    """Microseconds per record of `WindowTally.fold` alone (hashing and sketching), no broker."""
-    from core.audit_reports import WindowTally
-
-    tally = WindowTally()
-    tally.MAX_PENDING = records + 1  # one fold, timed below
-    value = os.urandom(size)
-    now = int(time.time() * 1000)
-    for i in range(records):
-        tally.add("perf", b"key-%d" % i, value, now, 3.0)
-    start = time.perf_counter()
-    tally.fold()
-    return (time.perf_counter() - start) / records * 1e6
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,12 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures[f"java_{variant}_records_per_s"] = median(r["records_per_s"] for r in java[variant])
     for variant in PYTHON_VARIANTS:
         figures[f"python_{variant}_records_per_s"] = median(py[variant])
-    # Where the wrapper's time goes, per record (medians; fold timed alone, without a broker).
     us = {v: 1e6 / figures[f"python_{v}_records_per_s"] for v in PYTHON_VARIANTS}
     figures["python_us_per_record"] = us
-    figures["python_fold_us_per_record"] = fold_us_per_record(
-        min(args.records, 1_000_000), args.record_size
-    )
     figures["java_interceptor_overhead"] = overhead(
         figures["java_plain_records_per_s"], figures["java_audited_records_per_s"]
     )
@@ -215,21 +180,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         a["records_per_s"] / p["records_per_s"]
         for p, a in zip(java["plain"], java["audited"], strict=True)
     ]
+    figures["python_audited_to_plain_by_round"] = [
+        a / p for p, a in zip(py["plain"], py["audited"], strict=True)
+    ]
     figures["runs"] = {"java": java, "python": py}
     figures["load_average_end"] = os.getloadavg()
     say(
         f"interceptor overhead {figures['java_interceptor_overhead']:.1%} (target <= 5 %), "
         f"Python wrapper overhead {figures['python_wrapper_overhead']:.1%} (target <= 15 %)"
     )
-    say(
-        "Python µs/record: "
-        + ", ".join(f"{v} {us[v]:.2f}" for v in PYTHON_VARIANTS)
-        + f"; WindowTally.fold alone {figures['python_fold_us_per_record']:.2f}"
-    )
-    say(
-        "Java audited / plain by round: "
-        + ", ".join(f"{r:.2f}" for r in figures["java_audited_to_plain_by_round"])
-    )
+    say("Python µs/record: " + ", ".join(f"{v} {us[v]:.2f}" for v in PYTHON_VARIANTS))
+    for language in ("java", "python"):
+        ratios = figures[f"{language}_audited_to_plain_by_round"]
+        say(f"{language} audited / plain by round: " + ", ".join(f"{r:.2f}" for r in ratios))
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     write_latest(BENCH_DIR / f"{NAME}-result.json", figures)
     if not args.quick:
