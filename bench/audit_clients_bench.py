@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("bench.audit_clients_bench", __doc__)
     parser.add_argument("--records", type=int, default=2_000_000, help="records per run")
     parser.add_argument("--record-size", type=int, default=200, help="value bytes")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each variant")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each variant")
     args = parse_args(parser, argv, QUICK)
     from devservices.kafka import start_cluster
 
