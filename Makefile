@@ -182,10 +182,12 @@ test-unit: venv proto ## only the fast tests: no JVM, jars, broker or other serv
 	$(PY) -m pytest -m "not integration and not spark" $(PYTEST_ARGS)
 	$(CARGO) test $(CARGO_ARGS)
 
-lint: setup ## ruff lint + format check, mypy
+lint: setup ## ruff lint + format check, mypy; rustfmt and clippy on the plugin
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	cargo fmt --check --manifest-path clients/audit_interceptor/Cargo.toml
+	$(CARGO) clippy $(CARGO_ARGS) -- -D warnings
 
 format: venv ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .

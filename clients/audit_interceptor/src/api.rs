@@ -18,7 +18,11 @@ fn registry() -> &'static Mutex<HashMap<String, Arc<Tally>>> {
 }
 
 pub fn find_tally(id: &str) -> Option<Arc<Tally>> {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(id)
+        .cloned()
 }
 
 unsafe fn id_of<'a>(id: *const c_char) -> Option<&'a str> {
@@ -33,10 +37,20 @@ unsafe fn id_of<'a>(id: *const c_char) -> Option<&'a str> {
 /// # Safety
 /// `id` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn uatu_tally_create(id: *const c_char, window_seconds: i64, lg_k: c_int) -> c_int {
-    let Some(id) = id_of(id) else { return ERR_INVALID };
-    let Ok(lg_k) = u8::try_from(lg_k) else { return ERR_INVALID };
-    let Ok(tally) = Tally::new(window_seconds, lg_k) else { return ERR_INVALID };
+pub unsafe extern "C" fn uatu_tally_create(
+    id: *const c_char,
+    window_seconds: i64,
+    lg_k: c_int,
+) -> c_int {
+    let Some(id) = id_of(id) else {
+        return ERR_INVALID;
+    };
+    let Ok(lg_k) = u8::try_from(lg_k) else {
+        return ERR_INVALID;
+    };
+    let Ok(tally) = Tally::new(window_seconds, lg_k) else {
+        return ERR_INVALID;
+    };
     let mut tallies = registry().lock().unwrap_or_else(|p| p.into_inner());
     if tallies.contains_key(id) {
         return ERR_EXISTS;
@@ -51,8 +65,14 @@ pub unsafe extern "C" fn uatu_tally_create(id: *const c_char, window_seconds: i6
 /// # Safety
 /// `id` is a NUL-terminated string; `out` and `out_len` are valid pointers.
 #[no_mangle]
-pub unsafe extern "C" fn uatu_tally_drain(id: *const c_char, out: *mut *mut u8, out_len: *mut usize) -> c_int {
-    let Some(tally) = id_of(id).and_then(find_tally) else { return ERR_UNKNOWN };
+pub unsafe extern "C" fn uatu_tally_drain(
+    id: *const c_char,
+    out: *mut *mut u8,
+    out_len: *mut usize,
+) -> c_int {
+    let Some(tally) = id_of(id).and_then(find_tally) else {
+        return ERR_UNKNOWN;
+    };
     let bytes = encode(&tally.drain()).into_boxed_slice();
     *out_len = bytes.len();
     *out = Box::into_raw(bytes) as *mut u8;
@@ -76,8 +96,14 @@ pub unsafe extern "C" fn uatu_buffer_free(ptr: *mut u8, len: usize) {
 /// `id` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn uatu_tally_close(id: *const c_char) -> c_int {
-    let Some(id) = id_of(id) else { return ERR_INVALID };
-    match registry().lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
+    let Some(id) = id_of(id) else {
+        return ERR_INVALID;
+    };
+    match registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(id)
+    {
         Some(_) => OK,
         None => ERR_UNKNOWN,
     }

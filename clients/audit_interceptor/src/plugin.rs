@@ -25,7 +25,9 @@ struct ConfState {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 unsafe fn write_error(errstr: *mut c_char, size: usize, message: &str) {
@@ -67,7 +69,11 @@ pub unsafe extern "C" fn conf_init(
 ) -> c_int {
     let err = add_conf_interceptors(conf, Box::default());
     if err != ffi::RESP_ERR_NO_ERROR {
-        write_error(errstr, errstr_size, "uatu-audit: could not add its interceptors");
+        write_error(
+            errstr,
+            errstr_size,
+            "uatu-audit: could not add its interceptors",
+        );
     }
     err
 }
@@ -84,14 +90,20 @@ unsafe extern "C" fn on_conf_set(
         return ffi::CONF_UNKNOWN;
     }
     let state = &mut *(ic_opaque as *mut ConfState);
-    let id = if val.is_null() { "" } else { CStr::from_ptr(val).to_str().unwrap_or("") };
+    let id = if val.is_null() {
+        ""
+    } else {
+        CStr::from_ptr(val).to_str().unwrap_or("")
+    };
     match find_tally(id) {
         Some(tally) => {
             state.tally = Some(tally);
             ffi::CONF_OK
         }
         None => {
-            let message = format!("{TALLY_PROPERTY}={id:?}: no such tally (create it first with uatu_tally_create)");
+            let message = format!(
+                "{TALLY_PROPERTY}={id:?}: no such tally (create it first with uatu_tally_create)"
+            );
             write_error(errstr, errstr_size, &message);
             ffi::CONF_INVALID
         }
@@ -136,7 +148,11 @@ unsafe extern "C" fn on_new(
         ffi::rd_kafka_interceptor_add_on_destroy(rk, name, on_destroy, opaque),
     ] {
         if err != ffi::RESP_ERR_NO_ERROR {
-            write_error(errstr, errstr_size, "uatu-audit: could not add its client interceptors");
+            write_error(
+                errstr,
+                errstr_size,
+                "uatu-audit: could not add its client interceptors",
+            );
             return err;
         }
     }
@@ -160,7 +176,11 @@ unsafe fn count(message: *const ffi::Message, ic_opaque: *mut c_void, acknowledg
     let tally = &*(ic_opaque as *const Tally);
     let m = &*message;
     let topic_ptr = ffi::rd_kafka_topic_name(m.rkt);
-    let topic = if topic_ptr.is_null() { "" } else { CStr::from_ptr(topic_ptr).to_str().unwrap_or("") };
+    let topic = if topic_ptr.is_null() {
+        ""
+    } else {
+        CStr::from_ptr(topic_ptr).to_str().unwrap_or("")
+    };
     let now = now_ms();
     let mut tstype: c_int = 0;
     let stamped = ffi::rd_kafka_message_timestamp(message, &mut tstype);
@@ -177,14 +197,22 @@ unsafe fn count(message: *const ffi::Message, ic_opaque: *mut c_void, acknowledg
     tally.record(topic, key, value, timestamp, (now - timestamp) as f64);
 }
 
-unsafe extern "C" fn on_acknowledgement(_rk: *mut ffi::Client, message: *mut ffi::Message, ic_opaque: *mut c_void) -> c_int {
+unsafe extern "C" fn on_acknowledgement(
+    _rk: *mut ffi::Client,
+    message: *mut ffi::Message,
+    ic_opaque: *mut c_void,
+) -> c_int {
     // A panic must not unwind into librdkafka; the record is then not counted, which the audit
     // shows as a difference rather than a crashed client.
     let _ = catch_unwind(AssertUnwindSafe(|| count(message, ic_opaque, true)));
     ffi::RESP_ERR_NO_ERROR
 }
 
-unsafe extern "C" fn on_consume(_rk: *mut ffi::Client, message: *mut ffi::Message, ic_opaque: *mut c_void) -> c_int {
+unsafe extern "C" fn on_consume(
+    _rk: *mut ffi::Client,
+    message: *mut ffi::Message,
+    ic_opaque: *mut c_void,
+) -> c_int {
     let _ = catch_unwind(AssertUnwindSafe(|| count(message, ic_opaque, false)));
     ffi::RESP_ERR_NO_ERROR
 }
