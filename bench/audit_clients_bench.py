@@ -7,9 +7,12 @@ producer without auditing, in the same run, on the same single-broker cluster:
   plugin, ``clients/audit_interceptor``) against a bare ``confluent_kafka.Producer`` producing
   the same keyed records as fast as librdkafka's queue allows.
 
-Runs alternate plain / audited (the order flips each round), ``--rounds`` times each; the
-figures are the medians and the overhead is ``1 - audited / plain`` records/s; the ratios of
-the two runs of each round are printed too.
+After ``--warmup`` rounds that are not counted (the broker's and the JIT's first minutes), runs
+alternate plain / audited (the order flips each round), ``--rounds`` times each; the figures
+are the medians and the overhead is ``1 - audited / plain`` records/s; the ratios of the two
+runs of each round are printed too. Beside throughput, each run's CPU time per record (the
+perf tool's JVM; the Python process with librdkafka's threads) gives the clients' cost on a
+figure the machine's scheduling moves less.
 
 Targets (issue 17): <= 5 % for the interceptor, <= 15 % for the Python wrapper. Measure on an
 otherwise idle machine (the result file records the load average at the start and the end).
@@ -18,6 +21,7 @@ otherwise idle machine (the result file records the load average at the start an
 from __future__ import annotations
 
 import os
+import resource
 import time
 import uuid
 from collections.abc import Sequence
@@ -39,7 +43,7 @@ from core.paths import PROJECT_JAR, ROOT
 
 NAME = "audit-clients"
 AUDIT_TOPIC = "uatu-audit"
-QUICK = {"records": 20_000, "rounds": 1}
+QUICK = {"records": 20_000, "rounds": 1, "warmup": 0}
 INTERCEPTOR = "dev.uatu.audit.report.AuditProducerInterceptor"
 
 
@@ -76,8 +80,19 @@ def java_run(
             }
         )
     args = producer_perf_args(bootstrap, topic, records, size, extra_props=props)
+    cpu_before = _children_cpu_s()
     result = producer_perf(args) if jars is None else producer_perf(args, jars_dir=jars)
-    return {"records_per_s": result.records_per_s, "p99_ms": result.p99_ms}
+    return {
+        "records_per_s": result.records_per_s,
+        "p99_ms": result.p99_ms,
+        "cpu_us_per_record": (_children_cpu_s() - cpu_before) / records * 1e6,
+    }
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of the finished child processes (the perf tool's JVM)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 PYTHON_VARIANTS = ("plain", "audited")
@@ -95,14 +110,16 @@ def _python_producer(variant: str, config: dict[str, Any]) -> Any:
     return Producer(config)
 
 
-def python_run(bootstrap: str, topic: str, records: int, size: int, variant: str) -> float:
+def python_run(
+    bootstrap: str, topic: str, records: int, size: int, variant: str
+) -> dict[str, float]:
     """Records/s of producing `records` keyed records and flushing, with a PYTHON_VARIANTS
-    producer."""
+    producer, and the process's CPU time per record (all its threads: librdkafka's too)."""
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
     producer = _python_producer(variant, config)
     value = os.urandom(size)
     keys = [b"key-%d" % i for i in range(records)]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for key in keys:
         while True:
             try:
@@ -112,10 +129,10 @@ def python_run(bootstrap: str, topic: str, records: int, size: int, variant: str
                 producer.poll(0.01)
         producer.poll(0)
     producer.flush()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if variant == "audited":
         producer.close()
-    return records / elapsed
+    return {"records_per_s": records / elapsed, "cpu_us_per_record": cpu / records * 1e6}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,76 +140,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=2_000_000, help="records per run")
     parser.add_argument("--record-size", type=int, default=200, help="value bytes")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each variant")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="rounds run first and not counted (default 1)"
+    )
     args = parse_args(parser, argv, QUICK)
     from devservices.kafka import start_cluster
 
     load_start = os.getloadavg()
     figures: dict[str, Any] = {"load_average_start": load_start}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        language: {"plain": [], "audited": []} for language in ("java", "python")
+    }
     with work_dir("audit-clients-") as tmp:
         cluster = start_cluster(tmp / "kafka")
         try:
             bootstrap = cluster.bootstrap_servers
             cluster.create_topic(AUDIT_TOPIC, partitions=1)
             jars = interceptor_jars(tmp / "jars")
-            java: dict[str, list[dict[str, Any]]] = {"plain": [], "audited": []}
-            py: dict[str, list[float]] = {v: [] for v in PYTHON_VARIANTS}
-            for round_ in range(args.rounds):
-                java_order = ("plain", "audited") if round_ % 2 == 0 else ("audited", "plain")
-                for variant in java_order:
-                    topic = f"perf-{uuid.uuid4().hex[:8]}"
-                    cluster.create_topic(topic, partitions=3)
-                    run = java_run(
-                        bootstrap,
-                        topic,
-                        args.records,
-                        args.record_size,
-                        jars if variant == "audited" else None,
-                    )
-                    java[variant].append(run)
-                    say(f"round {round_ + 1} java {variant}: {run['records_per_s']:,.0f} rec/s")
+            for round_ in range(-args.warmup, args.rounds):
+                label = f"round {round_ + 1}" if round_ >= 0 else "warm-up"
                 # Alternate the order round to round, so no variant always runs first.
                 order = PYTHON_VARIANTS if round_ % 2 == 0 else PYTHON_VARIANTS[::-1]
-                for variant in order:
-                    topic = f"perf-{uuid.uuid4().hex[:8]}"
-                    cluster.create_topic(topic, partitions=3)
-                    rate = python_run(bootstrap, topic, args.records, args.record_size, variant)
-                    py[variant].append(rate)
-                    say(
-                        f"round {round_ + 1} python {variant}: {rate:,.0f} rec/s "
-                        f"({1e6 / rate:.2f} µs/record)"
-                    )
+                for language in ("java", "python"):
+                    for variant in order:
+                        topic = f"perf-{uuid.uuid4().hex[:8]}"
+                        cluster.create_topic(topic, partitions=3)
+                        if language == "java":
+                            audit_jars = jars if variant == "audited" else None
+                            run = java_run(
+                                bootstrap, topic, args.records, args.record_size, audit_jars
+                            )
+                        else:
+                            run = python_run(
+                                bootstrap, topic, args.records, args.record_size, variant
+                            )
+                        if round_ >= 0:
+                            runs[language][variant].append(run)
+                        say(
+                            f"{label} {language} {variant}: {run['records_per_s']:,.0f} rec/s, "
+                            f"{run['cpu_us_per_record']:.2f} CPU µs/record"
+                        )
         finally:
             cluster.stop()
-    for variant in ("plain", "audited"):
-        figures[f"java_{variant}_records_per_s"] = median(r["records_per_s"] for r in java[variant])
-    for variant in PYTHON_VARIANTS:
-        figures[f"python_{variant}_records_per_s"] = median(py[variant])
-    us = {v: 1e6 / figures[f"python_{v}_records_per_s"] for v in PYTHON_VARIANTS}
-    figures["python_us_per_record"] = us
-    figures["java_interceptor_overhead"] = overhead(
-        figures["java_plain_records_per_s"], figures["java_audited_records_per_s"]
-    )
-    figures["python_wrapper_overhead"] = overhead(
-        figures["python_plain_records_per_s"], figures["python_audited_records_per_s"]
-    )
-    # Round by round (the plain and audited runs of one round ran back to back).
-    figures["java_audited_to_plain_by_round"] = [
-        a["records_per_s"] / p["records_per_s"]
-        for p, a in zip(java["plain"], java["audited"], strict=True)
-    ]
-    figures["python_audited_to_plain_by_round"] = [
-        a / p for p, a in zip(py["plain"], py["audited"], strict=True)
-    ]
-    figures["runs"] = {"java": java, "python": py}
+    targets = {"java": 0.05, "python": 0.15}
+    for language, by_variant in runs.items():
+        for variant, measured in by_variant.items():
+            for figure in ("records_per_s", "cpu_us_per_record"):
+                figures[f"{language}_{variant}_{figure}"] = median(r[figure] for r in measured)
+        figures[f"{language}_overhead"] = overhead(
+            figures[f"{language}_plain_records_per_s"], figures[f"{language}_audited_records_per_s"]
+        )
+        figures[f"{language}_cpu_overhead"] = (
+            figures[f"{language}_audited_cpu_us_per_record"]
+            / figures[f"{language}_plain_cpu_us_per_record"]
+            - 1.0
+        )
+        # Round by round (the plain and audited runs of one round ran back to back).
+        figures[f"{language}_audited_to_plain_by_round"] = [
+            a["records_per_s"] / p["records_per_s"]
+            for p, a in zip(by_variant["plain"], by_variant["audited"], strict=True)
+        ]
+    figures["runs"] = runs
     figures["load_average_end"] = os.getloadavg()
-    say(
-        f"interceptor overhead {figures['java_interceptor_overhead']:.1%} (target <= 5 %), "
-        f"Python wrapper overhead {figures['python_wrapper_overhead']:.1%} (target <= 15 %)"
-    )
-    say("Python µs/record: " + ", ".join(f"{v} {us[v]:.2f}" for v in PYTHON_VARIANTS))
-    for language in ("java", "python"):
+    for language, name in (("java", "interceptor"), ("python", "Python wrapper")):
         ratios = figures[f"{language}_audited_to_plain_by_round"]
-        say(f"{language} audited / plain by round: " + ", ".join(f"{r:.2f}" for r in ratios))
+        say(
+            f"{name}: throughput overhead {figures[f'{language}_overhead']:.1%} "
+            f"(target <= {targets[language]:.0%}), CPU per record "
+            f"{figures[f'{language}_plain_cpu_us_per_record']:.2f} -> "
+            f"{figures[f'{language}_audited_cpu_us_per_record']:.2f} µs "
+            f"({figures[f'{language}_cpu_overhead']:+.1%}); audited / plain by round: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+        )
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     write_latest(BENCH_DIR / f"{NAME}-result.json", figures)
     if not args.quick:

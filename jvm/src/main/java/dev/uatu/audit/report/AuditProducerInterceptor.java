@@ -4,6 +4,7 @@ import java.util.ArrayDeque;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -47,7 +48,19 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
   /** Matches an acknowledgement to its send. */
   private record Signature(String topic, long timestampMs, int keySize, int valueSize) {}
 
+  /** A send on its way from the sending thread to the matching. */
+  private record Sent(Signature signature, Pending pending) {}
+
+  // The sending thread only hashes and queues (lock-free): the matching, a map of deques,
+  // runs where acknowledgements arrive, on the producer's I/O thread, which has time to spare
+  // while the application's thread is the one that limits a fast producer.
+  private final ConcurrentLinkedQueue<Sent> sent = new ConcurrentLinkedQueue<>();
+  // Guarded by itself: the I/O thread, and rarely the sending thread (a send that fails
+  // before it is queued) and the reporter (prune).
   private final Map<Signature, ArrayDeque<Pending>> pending = new HashMap<>();
+  // The deque the previous send went to: consecutive sends mostly share a signature.
+  private Signature lastSignature;
+  private ArrayDeque<Pending> lastQueue;
   private Serializer<Object> keySerializer;
   private Serializer<Object> valueSerializer;
   private AuditTally tally;
@@ -114,10 +127,7 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
           new Signature(
               out.topic(), out.timestamp(), key == null ? -1 : key.length,
               value == null ? -1 : value.length);
-      Pending p = new Pending(XxHash64.dedupeKey(key, value), now);
-      synchronized (pending) {
-        pending.computeIfAbsent(sig, s -> new ArrayDeque<>()).addLast(p);
-      }
+      sent.offer(new Sent(sig, new Pending(XxHash64.dedupeKey(key, value), now)));
     } catch (RuntimeException e) {
       // Never fail the application's send: the record is counted on ack without its key.
     }
@@ -141,10 +151,15 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
             metadata.serializedValueSize());
     Pending p;
     synchronized (pending) {
-      ArrayDeque<Pending> queue = pending.get(sig);
+      takeSent();
+      ArrayDeque<Pending> queue = sig.equals(lastSignature) ? lastQueue : pending.get(sig);
       p = queue == null ? null : queue.pollFirst();
       if (queue != null && queue.isEmpty()) {
         pending.remove(sig);
+        if (queue == lastQueue) {
+          lastSignature = null;
+          lastQueue = null;
+        }
       }
     }
     long bytes = Math.max(0, metadata.serializedKeySize())
@@ -163,8 +178,20 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
     return reporter.flush();
   }
 
+  /** Moves the queued sends into the pending map; called holding its lock. */
+  private void takeSent() {
+    for (Sent s = sent.poll(); s != null; s = sent.poll()) {
+      if (!s.signature().equals(lastSignature)) {
+        lastSignature = s.signature();
+        lastQueue = pending.computeIfAbsent(lastSignature, k -> new ArrayDeque<>());
+      }
+      lastQueue.addLast(s.pending());
+    }
+  }
+
   private void prune(long now) {
     synchronized (pending) {
+      takeSent();
       Iterator<ArrayDeque<Pending>> it = pending.values().iterator();
       while (it.hasNext()) {
         ArrayDeque<Pending> q = it.next();
@@ -175,6 +202,8 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
           it.remove();
         }
       }
+      lastSignature = null;
+      lastQueue = null;
     }
   }
 
