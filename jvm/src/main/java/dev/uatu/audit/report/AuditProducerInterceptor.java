@@ -35,6 +35,9 @@ import org.apache.kafka.common.utils.Utils;
  *       value size); a send whose acknowledgement never matches (a LogAppendTime topic, a
  *       record failed before it got a partition) is counted, without its dedupe key, and
  *       dropped from the pending set after 10 minutes.
+ *   <li>Threads: the sending thread hashes the record and queues it (lock-free); the
+ *       matching and counting run on the producer's I/O thread, where acknowledgements
+ *       arrive.
  *   <li>Reports go to uatu.audit.topic every report interval and at close; see
  *       {@link AuditReporter}.
  * </ul>
