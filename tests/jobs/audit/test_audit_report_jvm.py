@@ -5,7 +5,8 @@ against Python's and Spark's, in the session's Spark JVM (build/uatu-jvm.jar, th
   on many keys and values (every length around XXH64's 4-, 8- and 32-byte steps, nulls);
 * an AuditReport the Java tally encodes parses with the generated Python protobuf, and its
   HLL sketch unions with Spark's `hll_sketch_agg(xxhash64(key, value))` over overlapping data:
-  the union's estimate is the true distinct count (a different hash would double-count).
+  the union's estimate is the true distinct count (a different hash would double-count);
+* `SendMatcher` gives each acknowledgement the key of its signature's oldest unmatched send.
 """
 
 from __future__ import annotations
@@ -144,3 +145,38 @@ def test_interceptor_settings_refuse_a_bad_value_naming_it(spark, drop, change, 
         fine.put(k, v)
     settings = getattr(pkg.AuditSettings, "from")(fine, 1)
     assert (settings.service(), settings.windowSeconds(), settings.lgK()) == ("orders-api", 60, 12)
+
+
+def test_send_matcher_gives_each_signature_its_sends_first_sent_first(spark):
+    """Acknowledgements arrive in another order than the sends (other partitions, other
+    topics): each signature still gets its own sends' keys, oldest first; one acknowledgement
+    more than sends is a miss; sends logged while matching are matched too; never-matched
+    sends are pruned after their time to live."""
+    matcher = _java(spark).SendMatcher()
+    miss = _java(spark).SendMatcher.NO_MATCH
+    signatures = [("t", 1000, -1, 10), ("t", 1000, -1, 11), ("u", 1000, -1, 10), ("t", 1001, 3, 10)]
+    sent: dict[int, list[int]] = {i: [] for i in range(len(signatures))}
+    rng = random.Random(5)
+    for n in range(2500):  # beyond the log's and a run's first capacity
+        i = rng.randrange(len(signatures))
+        sent[i].append(n)
+        matcher.sent(*signatures[i], n, 0)
+    matched: dict[int, list[int]] = {i: [] for i in range(len(signatures))}
+    for i in [2, 0, 3, 1]:
+        for _ in sent[i][:-5]:
+            matched[i].append(matcher.match(*signatures[i]))
+    for n in range(2500, 2510):  # more sends after the log was taken
+        sent[0].append(n)
+        matcher.sent(*signatures[0], n, 0)
+    for i in range(len(signatures)):
+        while len(matched[i]) < len(sent[i]):
+            matched[i].append(matcher.match(*signatures[i]))
+    assert matched == sent
+    assert matcher.match(*signatures[0]) == miss
+    assert matcher.match("t", 999, -1, 10) == miss
+
+    matcher.sent("t", 5, -1, 1, 42, 1_000)
+    matcher.sent("t", 5, -1, 1, 43, 9_000)
+    matcher.prune(10_000, 5_000)  # the first is older than 5 s, the second is not
+    assert matcher.match("t", 5, -1, 1) == 43
+    assert matcher.match("t", 5, -1, 1) == miss

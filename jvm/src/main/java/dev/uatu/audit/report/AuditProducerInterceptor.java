@@ -1,10 +1,6 @@
 package dev.uatu.audit.report;
 
-import java.util.ArrayDeque;
-import java.util.HashMap;
-import java.util.Iterator;
 import java.util.Map;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -35,8 +31,8 @@ import org.apache.kafka.common.utils.Utils;
  *       value size); a send whose acknowledgement never matches (a LogAppendTime topic, a
  *       record failed before it got a partition) is counted, without its dedupe key, and
  *       dropped from the pending set after 10 minutes.
- *   <li>Threads: the sending thread hashes the record and queues it (lock-free); the
- *       matching and counting run on the producer's I/O thread, where acknowledgements
+ *   <li>Threads: the sending thread hashes the record and logs it ({@link SendMatcher});
+ *       the matching and counting run on the producer's I/O thread, where acknowledgements
  *       arrive.
  *   <li>Reports go to uatu.audit.topic every report interval and at close; see
  *       {@link AuditReporter}.
@@ -45,25 +41,7 @@ import org.apache.kafka.common.utils.Utils;
 public final class AuditProducerInterceptor implements ProducerInterceptor<Object, Object> {
   private static final long PENDING_TTL_MS = 600_000L;
 
-  /** A sent record not acknowledged yet. */
-  private record Pending(long hash, long sentAtMs) {}
-
-  /** Matches an acknowledgement to its send. */
-  private record Signature(String topic, long timestampMs, int keySize, int valueSize) {}
-
-  /** A send on its way from the sending thread to the matching. */
-  private record Sent(Signature signature, Pending pending) {}
-
-  // The sending thread only hashes and queues (lock-free): the matching, a map of deques,
-  // runs where acknowledgements arrive, on the producer's I/O thread, which has time to spare
-  // while the application's thread is the one that limits a fast producer.
-  private final ConcurrentLinkedQueue<Sent> sent = new ConcurrentLinkedQueue<>();
-  // Guarded by itself: the I/O thread, and rarely the sending thread (a send that fails
-  // before it is queued) and the reporter (prune).
-  private final Map<Signature, ArrayDeque<Pending>> pending = new HashMap<>();
-  // The deque the previous send went to: consecutive sends mostly share a signature.
-  private Signature lastSignature;
-  private ArrayDeque<Pending> lastQueue;
+  private final SendMatcher sends = new SendMatcher();
   private Serializer<Object> keySerializer;
   private Serializer<Object> valueSerializer;
   private AuditTally tally;
@@ -126,11 +104,9 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
     try {
       byte[] key = bytes(keySerializer, out.topic(), out, out.key());
       byte[] value = bytes(valueSerializer, out.topic(), out, out.value());
-      Signature sig =
-          new Signature(
-              out.topic(), out.timestamp(), key == null ? -1 : key.length,
-              value == null ? -1 : value.length);
-      sent.offer(new Sent(sig, new Pending(XxHash64.dedupeKey(key, value), now)));
+      sends.sent(
+          out.topic(), out.timestamp(), key == null ? -1 : key.length,
+          value == null ? -1 : value.length, XxHash64.dedupeKey(key, value), now);
     } catch (RuntimeException e) {
       // Never fail the application's send: the record is counted on ack without its key.
     }
@@ -148,66 +124,23 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
       tally.addFailed(metadata.topic(), ts);
       return;
     }
-    Signature sig =
-        new Signature(
+    long hash =
+        sends.match(
             metadata.topic(), metadata.timestamp(), metadata.serializedKeySize(),
             metadata.serializedValueSize());
-    Pending p;
-    synchronized (pending) {
-      takeSent();
-      ArrayDeque<Pending> queue = sig.equals(lastSignature) ? lastQueue : pending.get(sig);
-      p = queue == null ? null : queue.pollFirst();
-      if (queue != null && queue.isEmpty()) {
-        pending.remove(sig);
-        if (queue == lastQueue) {
-          lastSignature = null;
-          lastQueue = null;
-        }
-      }
-    }
     long bytes = Math.max(0, metadata.serializedKeySize())
         + Math.max(0, metadata.serializedValueSize());
-    double latency = p == null ? -1 : (double) (now - metadata.timestamp());
-    if (p == null) {
+    if (hash == SendMatcher.NO_MATCH) {
       tally.addUnkeyed(metadata.topic(), metadata.timestamp(), bytes);
     } else {
-      tally.add(metadata.topic(), metadata.timestamp(), bytes, p.hash(), latency);
+      tally.add(metadata.topic(), metadata.timestamp(), bytes, hash, now - metadata.timestamp());
     }
   }
 
   /** Sends the reports counted so far; returns how many are still unsent (tests, close). */
   public int flush() {
-    prune(System.currentTimeMillis());
+    sends.prune(System.currentTimeMillis(), PENDING_TTL_MS);
     return reporter.flush();
-  }
-
-  /** Moves the queued sends into the pending map; called holding its lock. */
-  private void takeSent() {
-    for (Sent s = sent.poll(); s != null; s = sent.poll()) {
-      if (!s.signature().equals(lastSignature)) {
-        lastSignature = s.signature();
-        lastQueue = pending.computeIfAbsent(lastSignature, k -> new ArrayDeque<>());
-      }
-      lastQueue.addLast(s.pending());
-    }
-  }
-
-  private void prune(long now) {
-    synchronized (pending) {
-      takeSent();
-      Iterator<ArrayDeque<Pending>> it = pending.values().iterator();
-      while (it.hasNext()) {
-        ArrayDeque<Pending> q = it.next();
-        while (!q.isEmpty() && now - q.peekFirst().sentAtMs() > PENDING_TTL_MS) {
-          q.pollFirst();
-        }
-        if (q.isEmpty()) {
-          it.remove();
-        }
-      }
-      lastSignature = null;
-      lastQueue = null;
-    }
   }
 
   @Override
