@@ -17,7 +17,7 @@ BENCH_ARGS ?=
 # the suite in well under the serial time. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -165,6 +165,9 @@ kafka-down: ## stop the broker started by kafka-up
 run: setup ## demo: own broker, demo stream from the load generator, audit job once (--once), print audit_counts
 	$(PY) -m examples.demo
 
+demo-audit-tiers: setup ## demo: a Python and a Java service reporting to the cross-tier audit, a replicated copy broken on purpose, the verdicts per window
+	$(PY) -m examples.audit_tiers_demo
+
 controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
 	$(PY) -m controlplane serve --address 127.0.0.1:8087
 
@@ -202,7 +205,10 @@ bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafk
 bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf tools; JSON into docs/benchmarks/
 	$(PY) -m bench.loadgen_bench $(BENCH_ARGS)
 
-bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
+bench-demo-audit-tiers: setup ## demo: a Python and a Java service reporting to the cross-tier audit, a replicated copy broken on purpose, the verdicts per window
+	$(PY) -m examples.audit_tiers_demo
+
+controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench $(BENCH_ARGS)
 
 .PHONY: bench-startup
