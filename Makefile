@@ -97,8 +97,9 @@ build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 build/spark-cds.jsa: build/uatu-jvm.jar var/jars/.installed $(VENV)/.installed dev/cds_archive.py jobs/runtime/session.py
 	$(PY) -m dev.cds_archive $@
 
-# The audit clients' librdkafka interceptor plugin (Rust; clients/audit_interceptor): crates from
-# cargo's default registry at the versions Cargo.lock pins, built into build/cargo.
+# The audit clients' librdkafka interceptor plugin (Rust; clients/audit_interceptor), built into
+# build/cargo with crates from cargo's default registry. Cargo.toml pins both dependencies
+# exactly, and neither has dependencies of its own, so no lock file is kept.
 NATIVE_SOURCES := $(shell find clients/audit_interceptor/src -name '*.rs') clients/audit_interceptor/Cargo.toml
 CARGO := cargo --quiet
 CARGO_ARGS := --release --manifest-path clients/audit_interceptor/Cargo.toml --target-dir build/cargo

@@ -24,7 +24,7 @@ from typing import Any
 import confluent_kafka
 from datasketches import hll_sketch, kll_doubles_sketch
 
-from core.audit_reports import DEFAULT_LG_K, WindowCounts
+from core.audit_reports import DEFAULT_LG_K, WindowCounts, check_tally_settings
 
 PLUGIN_ENV = "UATU_AUDIT_PLUGIN"
 DEFAULT_PLUGIN = Path(__file__).resolve().parents[1] / "build" / "native" / "libuatu_audit.so"
@@ -113,10 +113,7 @@ class NativeTally:
     configuration, `drain()` is `WindowTally.drain` (what was counted since the last drain)."""
 
     def __init__(self, window_seconds: int = 60, lg_k: int = DEFAULT_LG_K) -> None:
-        if window_seconds <= 0:
-            raise ValueError(f"window_seconds={window_seconds}: must be > 0")
-        if not 4 <= lg_k <= 21:
-            raise ValueError(f"lg_k={lg_k}: must be in 4..21")
+        check_tally_settings(window_seconds, lg_k)
         self.window_seconds = window_seconds
         self.lg_k = lg_k
         self.path = plugin_path()

@@ -86,6 +86,14 @@ class WindowCounts:
         return bytes(self.kll.serialize()) if self.kll is not None else b""
 
 
+def check_tally_settings(window_seconds: int, lg_k: int) -> None:
+    """ValueError naming the setting unless window_seconds > 0 and lg_k is in 4..21."""
+    if window_seconds <= 0:
+        raise ValueError(f"window_seconds={window_seconds}: must be > 0")
+    if not 4 <= lg_k <= 21:
+        raise ValueError(f"lg_k={lg_k}: must be in 4..21")
+
+
 class WindowTally:
     """Per (topic, window) counts of one reporter; thread-safe.
 
@@ -97,10 +105,7 @@ class WindowTally:
     MAX_PENDING = 200_000
 
     def __init__(self, window_seconds: int = 60, lg_k: int = DEFAULT_LG_K) -> None:
-        if window_seconds <= 0:
-            raise ValueError(f"window_seconds={window_seconds}: must be > 0")
-        if not 4 <= lg_k <= 21:
-            raise ValueError(f"lg_k={lg_k}: must be in 4..21")
+        check_tally_settings(window_seconds, lg_k)
         self.window_seconds = window_seconds
         self.lg_k = lg_k
         self._length_ms = window_seconds * 1000

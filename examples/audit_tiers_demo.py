@@ -36,10 +36,10 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from clients import AuditedProducer, AuditSettings
 from core.paths import ROOT, project_jars
 from devservices.kafka import start_cluster
 from jobs.runtime.session import build_session
+from testing.audit_clients import produce_with_interceptor, produce_with_wrapper
 from testing.conf import write_conf_dir
 from testing.topic_data import Record, produce_records, read_partitions
 
@@ -60,45 +60,6 @@ def windows(now_ms: int) -> tuple[int, int, int]:
     first = now_ms - 6 * WINDOW_MS
     first -= first % WINDOW_MS
     return first, first + WINDOW_MS, first + 2 * WINDOW_MS
-
-
-def produce_python(bootstrap: str, service: str, records: list[tuple[bytes, bytes, int]]) -> None:
-    producer = AuditedProducer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
-        AuditSettings(service=service, cluster="local", audit_topic=AUDIT_TOPIC),
-    )
-    for key, value, ts in records:
-        producer.produce(TOPIC, value=value, key=key, timestamp=ts)
-        producer.poll(0)
-    producer.close()  # flushes the records, then the last audit reports
-
-
-def produce_java(spark, bootstrap: str, records: list[tuple[bytes, bytes, int]]) -> None:
-    """A plain Java KafkaProducer (in the session's JVM) with the audit interceptor."""
-    jvm = spark.sparkContext._jvm
-    props = jvm.java.util.HashMap()
-    for k, v in {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": "true",
-        "interceptor.classes": "dev.uatu.audit.report.AuditProducerInterceptor",
-        "uatu.audit.service": "java-api",
-        "uatu.audit.cluster": "local",
-        "uatu.audit.topic": AUDIT_TOPIC,
-    }.items():
-        props.put(k, v)
-    serializer = jvm.org.apache.kafka.common.serialization.ByteArraySerializer
-    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(
-        props, serializer(), serializer()
-    )
-    try:
-        for key, value, ts in records:
-            producer.send(
-                jvm.org.apache.kafka.clients.producer.ProducerRecord(
-                    TOPIC, None, jvm.java.lang.Long.valueOf(ts), bytearray(key), bytearray(value)
-                )
-            )
-    finally:
-        producer.close()  # flushes the records, then the last audit reports
 
 
 def run_job(jobgroup: Path, conf_dir: Path, *args: str) -> None:
@@ -220,16 +181,17 @@ def main(argv: list[str] | None = None) -> int:
         w1, w2, w3 = spans
         log.info("orders-api (Python wrapper): 600 records in each of the windows %d, %d", w1, w3)
         first = [(b"o%d" % i, b'{"order": %d}' % i, w1 + 50 * i) for i in range(600)]
-        produce_python(bootstrap, "orders-api", first)
+        produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, first)
         spark = build_session(
             "uatu-demo-tiers", master="local[1]", jars=project_jars(),
             conf={"spark.ui.enabled": "false"},
         )  # fmt: skip
         spark.sparkContext.setLogLevel("ERROR")
         log.info("java-api (Java interceptor): 400 records in the window %d", w2)
-        produce_java(spark, bootstrap, [(b"j%d" % i, b"{}", w2 + 100 * i) for i in range(400)])
+        java = [(b"j%d" % i, b"{}", w2 + 100 * i) for i in range(400)]
+        produce_with_interceptor(spark, bootstrap, TOPIC, AUDIT_TOPIC, java)
         third = [(b"p%d" % i, b'{"order": %d}' % i, w3 + 50 * i) for i in range(600)]
-        produce_python(bootstrap, "orders-api", third)
+        produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, third)
         run_job(GROUPS / "replicate.json", conf_dir)
         break_the_copy(bootstrap)
         expected = expected_verdicts(bootstrap, spans)

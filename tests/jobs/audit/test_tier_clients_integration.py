@@ -23,8 +23,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from clients import AuditedProducer, AuditSettings
 from core.audit_reports import AuditReporter, ReporterIdentity, WindowTally
+from testing.audit_clients import produce_with_interceptor, produce_with_wrapper
 from testing.topic_data import Record, produce_records, read_partitions
 from tests.jobs.audit.test_tier_audits import (
     counting_group,
@@ -36,46 +36,6 @@ from tests.jobs.audit.test_tier_audits import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def java_produce(spark, bootstrap: str, topic: str, audit_topic: str, records) -> None:
-    """A Java KafkaProducer with the audit interceptor; close() flushes records and reports."""
-    jvm = spark.sparkContext._jvm
-    props = jvm.java.util.HashMap()
-    for k, v in {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": "true",
-        "acks": "all",
-        "interceptor.classes": "dev.uatu.audit.report.AuditProducerInterceptor",
-        "uatu.audit.service": "java-api",
-        "uatu.audit.cluster": "local",
-        "uatu.audit.topic": audit_topic,
-    }.items():
-        props.put(k, v)
-    serializer = jvm.org.apache.kafka.common.serialization.ByteArraySerializer
-    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(
-        props, serializer(), serializer()
-    )
-    try:
-        for key, value, ts in records:
-            record = jvm.org.apache.kafka.clients.producer.ProducerRecord(
-                topic, None, jvm.java.lang.Long.valueOf(ts), bytearray(key), bytearray(value)
-            )
-            producer.send(record)
-        producer.flush()
-    finally:
-        producer.close()
-
-
-def python_produce(bootstrap: str, topic: str, audit_topic: str, service: str, records) -> None:
-    producer = AuditedProducer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5},
-        AuditSettings(service=service, cluster="local", audit_topic=audit_topic),
-    )
-    for key, value, ts in records:
-        producer.produce(topic, value=value, key=key, timestamp=ts)
-        producer.poll(0)
-    producer.close()
 
 
 def late_report(bootstrap: str, audit_topic: str, topic: str, records) -> None:
@@ -113,9 +73,9 @@ def test_python_and_java_reporters_loss_duplication_gaps_and_a_late_revision(
     third = [(b"c%d" % i, b"z%d" % i, w3 + 100 * i) for i in range(20)]
     late = [(b"l%d" % i, b"q%d" % i, w3 + 50 + 100 * i) for i in range(4)]
 
-    python_produce(bootstrap, topic, audit_topic, "orders-api", first)
-    java_produce(spark, bootstrap, topic, audit_topic, java)
-    python_produce(bootstrap, topic, audit_topic, "orders-api", third)
+    produce_with_wrapper(bootstrap, topic, audit_topic, first)
+    produce_with_interceptor(spark, bootstrap, topic, audit_topic, java)
+    produce_with_wrapper(bootstrap, topic, audit_topic, third)
     produce_records(bootstrap, topic, [Record(0, k, v, ts) for k, v, ts in late])
     produce_records(bootstrap, topic, [Record(0, k, v, ts) for k, v, ts in java[:3]])
     admin = AdminClient({"bootstrap.servers": bootstrap})
