@@ -206,10 +206,7 @@ bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafk
 bench-loadgen: setup ## benchmark: LOAD_GEN_PRODUCE / _CONSUME vs Kafka's perf tools; JSON into docs/benchmarks/
 	$(PY) -m bench.loadgen_bench $(BENCH_ARGS)
 
-bench-demo-audit-tiers: setup ## demo: a Python and a Java service reporting to the cross-tier audit, a replicated copy broken on purpose, the verdicts per window
-	$(PY) -m examples.audit_tiers_demo
-
-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
+bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJobGroup vs spark-submit.sh
 	$(PY) -m bench.controlplane_bench $(BENCH_ARGS)
 
 .PHONY: bench-startup
