@@ -160,11 +160,15 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
         # Merged, and its file deleted (which follows the MERGE's commit).
         wait_for(lambda: saved(ck) == [], 60, "batch 0 merged after its commit")
         assert txn_versions(table) == [0]
-        writer.submit(spark, 1, book.partials(spark, BATCHES[1], 1))
-        writer.submit(spark, 2, book.partials(spark, BATCHES[2], 2))
-        # Not committed: saved, queued, not in the table.
-        assert (saved(ck), txn_versions(table)) == ([1, 2], [0])
-        commit(ck, 1, 2)
+        # Holding the writer's lock keeps its thread from looking at the queue until both
+        # batches are queued and committed (else it can take batch 1 alone: its look at the
+        # queue and its look at the commits are two steps).
+        with writer._changed:
+            writer.submit(spark, 1, book.partials(spark, BATCHES[1], 1))
+            writer.submit(spark, 2, book.partials(spark, BATCHES[2], 2))
+            # Not committed: saved, queued, not in the table.
+            assert (saved(ck), txn_versions(table)) == ([1, 2], [0])
+            commit(ck, 1, 2)
         wait_for(lambda: saved(ck) == [], 60, "batches 1 and 2 merged after their commits")
         # One MERGE for both, marked with the newer id; the empty table's first write appends.
         assert txn_versions(table) == [0, 2]
