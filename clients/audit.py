@@ -77,14 +77,18 @@ class AuditedProducer(Producer):
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
         self.tally = NativeTally(audit.window_seconds, audit.lg_k)
-        super().__init__(self.tally.client_config(dict(config)))
-        self.reporter = AuditReporter(
-            self.tally,
-            ReporterIdentity(audit.service, audit.cluster, audit.tier),
-            audit.audit_topic,
-            _audit_client_config(audit, config),
-            report_interval_s=audit.report_interval_s,
-        )
+        try:
+            super().__init__(self.tally.client_config(dict(config)))
+            self.reporter = AuditReporter(
+                self.tally,
+                ReporterIdentity(audit.service, audit.cluster, audit.tier),
+                audit.audit_topic,
+                _audit_client_config(audit, config),
+                report_interval_s=audit.report_interval_s,
+            )
+        except BaseException:
+            self.tally.close()  # a bad config or identity: the plugin forgets the tally
+            raise
 
     def close(self, timeout_s: float = 30.0) -> None:  # type: ignore[override]
         """Flush the records, then send the last audit reports and wait for them."""
@@ -99,16 +103,20 @@ class AuditedConsumer(Consumer):
 
     def __init__(self, config: Mapping[str, Any], audit: AuditSettings) -> None:
         self.tally = NativeTally(audit.window_seconds, audit.lg_k)
-        super().__init__(self.tally.client_config(dict(config)))
-        self.reporter = AuditReporter(
-            self.tally,
-            ReporterIdentity(
-                audit.service, audit.cluster, "CONSUMER", consumer_group=str(config["group.id"])
-            ),
-            audit.audit_topic,
-            _audit_client_config(audit, config),
-            report_interval_s=audit.report_interval_s,
-        )
+        try:
+            super().__init__(self.tally.client_config(dict(config)))
+            self.reporter = AuditReporter(
+                self.tally,
+                ReporterIdentity(
+                    audit.service, audit.cluster, "CONSUMER", consumer_group=str(config["group.id"])
+                ),
+                audit.audit_topic,
+                _audit_client_config(audit, config),
+                report_interval_s=audit.report_interval_s,
+            )
+        except BaseException:
+            self.tally.close()  # a bad config or identity: the plugin forgets the tally
+            raise
 
     def close(self, timeout_s: float = 30.0) -> None:  # type: ignore[override]
         """Close the consumer, then send the last audit reports and wait for them."""

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from datasketches import hll_union, tgt_hll_type
 
-from clients import AuditedConsumer, AuditSettings
+from clients import AuditedConsumer, AuditedProducer, AuditSettings
 from clients.native_tally import NativeTally, plugin_path
 from core.audit_reports import WindowTally, window_start_ms
 from testing.topic_data import Record, produce_records
@@ -128,3 +128,28 @@ def test_closing_the_tally_before_the_client_keeps_the_client_counting(kafka) ->
     assert producer.flush(30) == 0
     with pytest.raises(RuntimeError, match="closed"):
         tally.drain()
+
+
+def test_a_bad_client_setting_is_named_and_its_tally_forgotten(kafka, monkeypatch) -> None:
+    made: list[NativeTally] = []
+    closed: list[NativeTally] = []
+    real_close = NativeTally.close
+
+    class Recorded(NativeTally):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+        def close(self) -> None:
+            closed.append(self)
+            real_close(self)
+
+    monkeypatch.setattr("clients.audit.NativeTally", Recorded)
+    with pytest.raises(KafkaException, match=r"no\.such\.setting"):
+        AuditedProducer(
+            {"bootstrap.servers": kafka.bootstrap_servers, "no.such.setting": "x"},
+            AuditSettings(service="t", cluster="local", audit_topic="audit-unused"),
+        )
+    assert made and closed == made
+    with pytest.raises(RuntimeError, match="closed"):
+        made[0].drain()
