@@ -34,7 +34,7 @@ final class FoldTask implements FlatMapFunction<Iterator<FoldRange>, Row> {
       long started = System.nanoTime();
       RecordFold fold = factory.create(range);
       KafkaConsumer<byte[], byte[]> consumer = Consumers.borrow(consumerConfig);
-      long read;
+      RangeReader.Read read;
       try {
         read = RangeReader.read(consumer, range, fold, timeoutMs);
       } finally {
@@ -42,7 +42,9 @@ final class FoldTask implements FlatMapFunction<Iterator<FoldRange>, Row> {
       }
       rows.addAll(fold.finish());
       long ms = (System.nanoTime() - started) / 1_000_000;
-      LOG.info("{}: folded {} records in {} ms", range, read, ms);
+      LOG.info(
+          "{}: folded {} records in {} ms (first record after {} ms)",
+          range, read.records(), ms, read.firstRecordMs());
     }
     return rows.iterator();
   }

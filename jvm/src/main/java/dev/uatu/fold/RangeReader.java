@@ -17,17 +17,20 @@ public final class RangeReader {
   private RangeReader() {}
 
   /**
-   * Feeds {@code fold} every record of {@code range} in offset order; returns how many. Fails
+   * Feeds {@code fold} every record of {@code range} in offset order; returns how many and how
+   * long the first one took to come (a slow first fetch shows apart from a slow fold). Fails
    * with {@link FoldException} when no record comes for {@code timeoutMs} before the range's
    * end (a broker that stopped answering fails the task instead of stalling the batch).
    */
-  public static long read(
+  public static Read read(
       KafkaConsumer<byte[], byte[]> consumer, FoldRange range, RecordFold fold, long timeoutMs) {
     TopicPartition tp = new TopicPartition(range.topic, range.partition);
     consumer.assign(List.of(tp));
     consumer.seek(tp, range.fromOffset);
     long read = 0;
-    long quietSince = System.nanoTime();
+    long started = System.nanoTime();
+    long firstRecordNanos = -1;
+    long quietSince = started;
     while (consumer.position(tp) < range.untilOffset) {
       List<ConsumerRecord<byte[], byte[]>> records = consumer.poll(POLL).records(tp);
       long fetched = MicroClock.nowMicros();
@@ -40,6 +43,9 @@ public final class RangeReader {
         continue;
       }
       quietSince = System.nanoTime();
+      if (firstRecordNanos < 0) {
+        firstRecordNanos = quietSince - started;
+      }
       for (ConsumerRecord<byte[], byte[]> record : records) {
         if (record.offset() >= range.untilOffset) {
           break; // the next batch's
@@ -48,6 +54,9 @@ public final class RangeReader {
         read++;
       }
     }
-    return read;
+    return new Read(read, Math.max(0, firstRecordNanos) / 1_000_000);
   }
+
+  /** What {@link #read} read: records, and milliseconds from the seek to the first record. */
+  public record Read(long records, long firstRecordMs) {}
 }
