@@ -51,6 +51,7 @@ final class SequenceFold implements RecordFold {
   private SeqRuns lastRuns;
   private long lastWindow = Long.MIN_VALUE;
   private Map<String, Piece> lastPieces;
+  private Piece lastPiece; // of lastWindow and lastGenerator; null when either changed
 
   SequenceFold(int partition, long windowMs, byte[] state) {
     this.partition = partition;
@@ -65,6 +66,7 @@ final class SequenceFold implements RecordFold {
     if (window != lastWindow) {
       lastPieces = windows.computeIfAbsent(window, w -> new LinkedHashMap<>());
       lastWindow = window;
+      lastPiece = null;
     }
     long bytes =
         (record.key() == null ? 0 : record.key().length)
@@ -79,11 +81,12 @@ final class SequenceFold implements RecordFold {
       lastGenerator = LoadGenHeader.generator(value);
       lastHeader = value;
       lastRuns = seen.computeIfAbsent(lastGenerator, g -> new SeqRuns());
+      lastPiece = null;
     }
-    Piece piece = lastPieces.get(lastGenerator);
+    Piece piece = lastPiece;
     if (piece == null) {
-      piece = new Piece();
-      lastPieces.put(lastGenerator, piece);
+      piece = lastPieces.computeIfAbsent(lastGenerator, g -> new Piece());
+      lastPiece = piece;
     }
     long seq = LoadGenHeader.seq(value);
     double latencyMs = (fetchMicros - LoadGenHeader.sendMicros(value)) / 1000.0;
