@@ -3,13 +3,13 @@ package dev.uatu.loadgen;
 import dev.uatu.fold.MicroClock;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
-import org.apache.kafka.common.header.internals.RecordHeaders;
 
 /**
  * The generator of one partition: makes its records (a pure function of seed, partition and
@@ -120,13 +120,10 @@ final class PartitionGenerator {
     Header header =
         new RecordHeader(
             LoadGenHeader.NAME, LoadGenHeader.encode(lastSeq, sendMicros, generator));
+    // A plain list: ProducerRecord copies what it is given into RecordHeaders of its own, so
+    // a RecordHeaders built here would be built twice (a tenth of the sending thread's samples).
     return new ProducerRecord<>(
-        config.topic,
-        partition,
-        lastTimestamp,
-        lastKey,
-        lastValue,
-        new RecordHeaders(new Header[] {header}));
+        config.topic, partition, lastTimestamp, lastKey, lastValue, List.of(header));
   }
 
   private void makeOriginal() {
