@@ -31,6 +31,7 @@ from core.errors import InvalidJobGroup
 from jobs.loadgen import tables
 from jobs.loadgen.generator import ProduceBatchWriter, check_producer, warm_up
 from jobs.loadgen.measure import MeasureBatchWriter
+from jobs.loadgen.plan import default_producer_tasks
 from jobs.loadgen.spec import ConsumeSpec, ProduceSpec
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
@@ -45,6 +46,13 @@ SESSION_CONF = {
     # attempt would send or read twice.
     "spark.speculation": "false",
 }
+
+
+def executor_count(spark: SparkSession) -> int:
+    """Executors registered so far (on a cluster, those that have started); 1 in local mode,
+    where the driver runs the tasks."""
+    known = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()  # type: ignore[union-attr]
+    return max(1, len(known) - 1)  # the list includes the driver
 
 
 class LoadGenProduceJob(StreamingJob[ProduceSpec]):
@@ -88,8 +96,9 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
         return spark.readStream.format("rate").option("rowsPerSecond", 1).load()
 
     def batch_writer(self, spark: SparkSession) -> ProduceBatchWriter:
-        slots = spark.sparkContext.defaultParallelism
-        tasks = self.spec.producer_tasks or min(self.partitions, max(1, slots))
+        tasks = self.spec.producer_tasks or default_producer_tasks(
+            self.partitions, executor_count(spark)
+        )
         self._spark = spark
         self._writer = ProduceBatchWriter(self.spec, self.partitions, min(tasks, self.partitions))
         return self._writer

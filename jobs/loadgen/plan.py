@@ -167,6 +167,14 @@ def is_done(state: ProduceState, bounds: Bounds, now_us: int) -> bool:
     return all(finished(p) for p in range(bounds.partitions))
 
 
+def default_producer_tasks(partitions: int, executors: int) -> int:
+    """One producer task per executor, at most one per partition. The tasks of one executor
+    share its Kafka producer (`Producers.java`), whose one I/O thread sends for all of them: a
+    second sending thread in the same JVM only contends with the first (bench-loadgen on
+    local[2]: 0.65x kafka-producer-perf-test with two tasks, 0.78x with one, docs/loadgen.md)."""
+    return max(1, min(partitions, executors))
+
+
 def task_plans(plans: Sequence[PartitionPlan], tasks: int) -> list[list[PartitionPlan]]:
     """Partition plans grouped into at most `tasks` producer tasks (p -> task p % tasks)."""
     groups: dict[int, list[PartitionPlan]] = {}

@@ -21,7 +21,7 @@ extension.loadgen                       record_size (fixed 100), key_cardinality
                                         (unset: byte values, event time = Kafka
                                         timestamp), seed (0), total_records and
                                         duration_seconds (0: unbounded), producer_tasks
-                                        (one per partition, at most the task slots)
+                                        (one per executor, at most one per partition)
 extension.trigger.interval_seconds      10: each micro-batch produces this long
 extension.output.checkpoint_path        <checkpoints>/<job_group_id>
 ======================================  ====================================================
@@ -121,7 +121,7 @@ class ProduceSpec:
     max_bytes_per_sec: float  # 0 = as fast as it can (key + value bytes)
     total_records: int  # 0 = no bound
     duration_seconds: int  # 0 = no bound
-    producer_tasks: int  # 0 = one per partition, at most the task slots
+    producer_tasks: int  # 0 = one per executor, at most one per partition
     trigger_interval_seconds: int  # each micro-batch produces this long
     checkpoint_path: str
 

@@ -15,6 +15,7 @@ from jobs.loadgen.plan import (
     Bounds,
     ProduceState,
     after_batch,
+    default_producer_tasks,
     is_done,
     plan_batch,
     task_plans,
@@ -109,6 +110,13 @@ def test_partitions_grouped_into_tasks():
     plans = plan_batch(ProduceState.new(), Bounds(5, 10, paced=False), NOW)
     groups = task_plans(plans, 2)
     assert [[p.partition for p in g] for g in groups] == [[0, 2, 4], [1, 3]]
+
+
+def test_one_producer_task_per_executor_at_most_one_per_partition():
+    assert default_producer_tasks(partitions=4, executors=1) == 1  # local mode
+    assert default_producer_tasks(partitions=4, executors=3) == 3
+    assert default_producer_tasks(partitions=2, executors=8) == 2
+    assert default_producer_tasks(partitions=4, executors=0) == 1  # none registered yet
 
 
 def sketch_bytes(values: list[float]) -> bytes:
