@@ -5,6 +5,8 @@ import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Reads the tail of a destination partition to find which source records it already holds,
@@ -13,6 +15,7 @@ import org.apache.kafka.common.TopicPartition;
  */
 final class DestinationTail {
   private static final Duration TIMEOUT = Duration.ofSeconds(10);
+  private static final Logger LOG = LoggerFactory.getLogger(DestinationTail.class);
 
   private DestinationTail() {}
 
@@ -51,13 +54,22 @@ final class DestinationTail {
           }
         }
       }
-      if (best >= 0) {
-        return best;
-      }
       scanned += end - start;
+      if (best >= 0) {
+        return found(tp, low, high, scanned, best);
+      }
       end = start;
       chunk *= 4;
     }
-    return -1;
+    return found(tp, low, high, scanned, -1);
+  }
+
+  // One line per scan: what a restart skips rests on it (a fresh-clone run once re-sent a
+  // whole partition after a SIGKILL, as if this had returned -1; docs/replication.md).
+  private static long found(TopicPartition tp, long low, long high, long scanned, long best) {
+    LOG.info(
+        "tail of {} (offsets {}..{}, {} read): holds source offsets up to {}",
+        tp, low, high, scanned, best);
+    return best;
   }
 }
