@@ -68,6 +68,19 @@ def _audit_client_config(settings: AuditSettings, config: Mapping[str, Any]) -> 
     }
 
 
+def _reporter(
+    tally: NativeTally, identity: ReporterIdentity, audit: AuditSettings, config: Mapping[str, Any]
+) -> AuditReporter:
+    """The client's reporter: its tally's reports go to the audit topic every interval."""
+    return AuditReporter(
+        tally,
+        identity,
+        audit.audit_topic,
+        _audit_client_config(audit, config),
+        report_interval_s=audit.report_interval_s,
+    )
+
+
 class AuditedProducer(Producer):
     """A confluent_kafka.Producer that reports the records the broker acknowledged.
 
@@ -79,12 +92,11 @@ class AuditedProducer(Producer):
         self.tally = NativeTally(audit.window_seconds, audit.lg_k)
         try:
             super().__init__(self.tally.client_config(dict(config)))
-            self.reporter = AuditReporter(
+            self.reporter = _reporter(
                 self.tally,
                 ReporterIdentity(audit.service, audit.cluster, audit.tier),
-                audit.audit_topic,
-                _audit_client_config(audit, config),
-                report_interval_s=audit.report_interval_s,
+                audit,
+                config,
             )
         except BaseException:
             self.tally.close()  # a bad config or identity: the plugin forgets the tally
@@ -105,15 +117,10 @@ class AuditedConsumer(Consumer):
         self.tally = NativeTally(audit.window_seconds, audit.lg_k)
         try:
             super().__init__(self.tally.client_config(dict(config)))
-            self.reporter = AuditReporter(
-                self.tally,
-                ReporterIdentity(
-                    audit.service, audit.cluster, "CONSUMER", consumer_group=str(config["group.id"])
-                ),
-                audit.audit_topic,
-                _audit_client_config(audit, config),
-                report_interval_s=audit.report_interval_s,
+            identity = ReporterIdentity(
+                audit.service, audit.cluster, "CONSUMER", consumer_group=str(config["group.id"])
             )
+            self.reporter = _reporter(self.tally, identity, audit, config)
         except BaseException:
             self.tally.close()  # a bad config or identity: the plugin forgets the tally
             raise
