@@ -14,6 +14,8 @@ can break. Off unless the environment asks for it; for tests and drills, never p
   * `fail-first-attempt`: the n-th hit raises (`FaultInjected` in Python, a RuntimeException
     in the JVM) and every later hit passes, so a retry of the failed step (a Spark task's
     second attempt, a restarted query) goes through.
+  * `pause=<ms>`: the n-th hit sleeps `<ms>` milliseconds, then the step goes on: a step
+    that is slow at the worst moment (a task that outlives its epoch before it reads).
 
 Only `jobs/main.py` runs with a process group of its own (`spark-submit.sh` started in a new
 session); a crash in a test process would kill the test runner, so fault tests run the job
@@ -31,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -40,7 +43,8 @@ ENV = "UATU_FAULT"
 
 CRASH = "crash"
 FAIL_FIRST_ATTEMPT = "fail-first-attempt"
-ACTIONS = (CRASH, FAIL_FIRST_ATTEMPT)
+PAUSE = "pause"  # written pause=<ms>
+ACTIONS = (CRASH, FAIL_FIRST_ATTEMPT, f"{PAUSE}=<ms>")
 
 # Every fault point, where it is and what a crash there proves. A new point is added here
 # and placed with one line: `fault_point("<name>")` (Python) or `FaultPoints.hit("<name>")`
@@ -62,6 +66,11 @@ POINTS: Mapping[str, str] = {
     "replication.record_acked": (
         "RangeCopier (JVM copy task): a record was acknowledged by the destination; @k = the "
         "k-th acknowledged record of the JVM, before the batch's stats are committed"
+    ),
+    "replication.tail_read": (
+        "StreamCopier (JVM task of the low-latency copy): the task has read its destination "
+        "tails (first epoch or a retry) and not yet polled the source; with pause=<ms> longer "
+        "than the epoch, the epoch ends before the task reads a record"
     ),
     "replication.epoch_logged": (
         "jobs/replication/continuous.py, driver: the low-latency copy has logged a stats "
@@ -88,6 +97,7 @@ class Fault:
     point: str
     hit: int = 1  # fires at the hit-th time the point is reached
     action: str = CRASH
+    pause_ms: int = 0  # the pause action's milliseconds
 
 
 def parse(text: str) -> tuple[Fault, ...]:
@@ -101,11 +111,14 @@ def parse(text: str) -> tuple[Fault, ...]:
         action = action or CRASH
         if point not in POINTS:
             raise ConfigError(ENV, f"{entry!r}: unknown point; the points are {sorted(POINTS)}")
-        if action not in ACTIONS:
+        action, _, millis = action.partition("=")
+        if action not in (CRASH, FAIL_FIRST_ATTEMPT, PAUSE) or (action == PAUSE) != bool(millis):
             raise ConfigError(ENV, f"{entry!r}: the action must be one of {list(ACTIONS)}")
+        if action == PAUSE and not millis.isdigit():
+            raise ConfigError(ENV, f"{entry!r}: pause=<ms> needs a whole number of milliseconds")
         if hit and not (hit.isdigit() and int(hit) >= 1):
             raise ConfigError(ENV, f"{entry!r}: @n must be a whole number >= 1")
-        faults.append(Fault(point, int(hit) if hit else 1, action))
+        faults.append(Fault(point, int(hit) if hit else 1, action, int(millis or 0)))
     return tuple(faults)
 
 
@@ -139,6 +152,10 @@ def fault_point(name: str) -> None:
             continue
         if fault.action == CRASH:
             crash(f"{name} (hit {hit})")
+        if fault.action == PAUSE:
+            sys.stderr.write(f"{ENV}: pause {fault.pause_ms} ms at {name} (hit {hit})\n")
+            time.sleep(fault.pause_ms / 1000)
+            continue
         raise FaultInjected(f"{ENV}: {fault.action} at {name} (hit {hit})")
 
 

@@ -14,7 +14,15 @@ import pytest
 
 from core import faults
 from core.errors import EXIT_BAD_INPUT, ConfigError
-from core.faults import CRASH, FAIL_FIRST_ATTEMPT, Fault, FaultInjected, fault_point, parse
+from core.faults import (
+    CRASH,
+    FAIL_FIRST_ATTEMPT,
+    PAUSE,
+    Fault,
+    FaultInjected,
+    fault_point,
+    parse,
+)
 from core.paths import ROOT
 from core.processes import pid_alive
 
@@ -33,6 +41,9 @@ def test_parse_points_hits_and_actions() -> None:
         Fault("replication.record_acked", 40, FAIL_FIRST_ATTEMPT),
         Fault("audit.keys_committed", 2, CRASH),
     )
+    assert parse("replication.tail_read@3:pause=2500") == (
+        Fault("replication.tail_read", 3, PAUSE, 2500),
+    )
 
 
 @pytest.mark.parametrize(
@@ -42,6 +53,9 @@ def test_parse_points_hits_and_actions() -> None:
         ("audit.keys_committed:explode", "the action must be one of"),
         ("audit.keys_committed@0", "@n must be a whole number >= 1"),
         ("audit.keys_committed@x", "@n must be a whole number >= 1"),
+        ("replication.tail_read:pause", "the action must be one of"),
+        ("replication.tail_read:crash=10", "the action must be one of"),
+        ("replication.tail_read:pause=1.5s", "pause=<ms> needs a whole number of milliseconds"),
     ],
 )
 def test_a_malformed_value_is_bad_input_naming_the_entry(value: str, fragment: str) -> None:
@@ -64,6 +78,16 @@ def test_fail_first_attempt_fails_the_nth_hit_only(monkeypatch) -> None:
     with pytest.raises(FaultInjected, match=r"audit.keys_committed \(hit 2\)"):
         fault_point("audit.keys_committed")
     fault_point("audit.keys_committed")  # the retry goes through
+
+
+def test_pause_sleeps_at_the_nth_hit_then_the_step_goes_on(monkeypatch, capsys) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setenv(faults.ENV, "replication.tail_read@2:pause=1500")
+    for _ in range(3):
+        fault_point("replication.tail_read")
+    assert slept == [1.5]
+    assert "UATU_FAULT: pause 1500 ms at replication.tail_read (hit 2)" in capsys.readouterr().err
 
 
 def test_an_undeclared_point_is_a_programming_error(monkeypatch) -> None:

@@ -58,11 +58,11 @@ def assert_each_offset_counted_once(spark: SparkSession, warehouse: Path, n: int
 
 
 def run_until_counted(
-    spark: SparkSession, group: dict, tmp_path: Path, conf: Path, n: int, then=None
+    spark: SparkSession, group: dict, tmp_path: Path, conf: Path, n: int, then=None, env=None
 ) -> str:
     """Run the job until replication_stats counts `n` records read (`then()` first, once the
     job is launched), stop it with SIGTERM; its log (it must exit 0)."""
-    with running_job(group, tmp_path, conf) as proc:
+    with running_job(group, tmp_path, conf, env=env) as proc:
         if then is not None:
             then()
         wait_for(
@@ -129,7 +129,12 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     batch logged yet); the restart's first epoch reads the destination's tails, sends only
     what is missing and counts the rest as already present. The crashing run is paced at
     1,000 records/s, so most records are still unsent when it dies (unpaced, one produce
-    request can carry all of them before the 300th ack arrives)."""
+    request can carry all of them before the 300th ack arrives).
+
+    In the restart, one of the two tasks pauses after reading its tails until its 2-second
+    epoch is over (fault point `replication.tail_read`), so its partitions are read from the
+    second epoch on, which must still skip what the tails held: a restart under load once
+    re-sent a whole partition that way."""
     n = 2000
     topic = f"rep-ll-kill-{time.monotonic_ns()}"
     kafka.create_topic(topic, PARTITIONS, 1)
@@ -150,7 +155,10 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)  # no batch was logged
 
     group = low_latency_group("ll-kill", topic, f"{topic}-copy", epoch_seconds=2)
-    run_until_counted(spark, group, tmp_path, conf, n)
+    log = run_until_counted(
+        spark, group, tmp_path, conf, n, env={"UATU_FAULT": "replication.tail_read@1:pause=4000"}
+    )
+    assert "UATU_FAULT: pause 4000 ms at replication.tail_read (hit 1)" in log
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(records), copied, topic)
     assert totals(spark, tmp_path / "wh") == (n, n - present, present)

@@ -19,7 +19,8 @@ import org.slf4j.LoggerFactory;
  * a point. The n-th time this JVM reaches the point (default the first), {@code crash} writes
  * one line to stderr and SIGKILLs the JVM's whole process group, as {@code kill -9 -PGID} of a
  * {@code spark-submit.sh} run would; {@code fail-first-attempt} throws {@link FaultInjected}
- * once, so the task's retry goes through. The variable is read once per JVM.
+ * once, so the task's retry goes through; {@code pause=<ms>} sleeps that long, then the step
+ * goes on. The variable is read once per JVM.
  */
 public final class FaultPoints {
   private static final Logger LOG = LoggerFactory.getLogger(FaultPoints.class);
@@ -38,7 +39,7 @@ public final class FaultPoints {
     }
   }
 
-  private record Fault(String point, long hit, boolean crash) {}
+  private record Fault(String point, long hit, String action, long pauseMs) {}
 
   /** Marks the named step; a no-op unless UATU_FAULT names it. */
   public static void hit(String point) {
@@ -68,12 +69,26 @@ public final class FaultPoints {
         continue;
       }
       String where = point + " (hit " + hit + ")";
-      if (fault.crash) {
+      if (fault.action.equals("crash")) {
         crash(where);
+      }
+      if (fault.action.equals("pause")) {
+        pause(fault.pauseMs, where);
+        continue;
       }
       return new FaultInjected(ENV + ": fail-first-attempt at " + where);
     }
     return null;
+  }
+
+  private static void pause(long millis, String where) {
+    System.err.println(ENV + ": pause " + millis + " ms at " + where);
+    LOG.warn("{}: pause {} ms at {}", ENV, millis, where);
+    try {
+      Thread.sleep(millis);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   /** One line on stderr, then SIGKILL to this JVM's process group. Never returns. */
@@ -113,10 +128,14 @@ public final class FaultPoints {
       int at = target.indexOf('@');
       String point = at < 0 ? target : target.substring(0, at);
       long hit = at < 0 ? 1 : Long.parseLong(target.substring(at + 1));
-      if (!action.equals("crash") && !action.equals("fail-first-attempt")) {
+      long pauseMs = 0;
+      if (action.startsWith("pause=")) {
+        pauseMs = Long.parseLong(action.substring("pause=".length()));
+        action = "pause";
+      } else if (!action.equals("crash") && !action.equals("fail-first-attempt")) {
         throw new IllegalArgumentException(ENV + ": unknown action in " + entry);
       }
-      faults.add(new Fault(point, hit, action.equals("crash")));
+      faults.add(new Fault(point, hit, action, pauseMs));
     }
     return faults;
   }

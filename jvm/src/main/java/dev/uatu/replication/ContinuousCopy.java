@@ -2,6 +2,7 @@ package dev.uatu.replication;
 
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -42,6 +43,8 @@ public final class ContinuousCopy {
   private final int maxTasks;
   private final String runId = UUID.randomUUID().toString();
   private final TreeMap<Integer, Long> positions; // source partition -> next offset to read
+  // source partition -> highest source offset the destination holds (EpochResult#heldUpTo)
+  private final Map<Integer, Long> held = new HashMap<>();
   private final BlockingQueue<CopiedEpoch> finished = new LinkedBlockingQueue<>();
   private final Thread thread;
   private volatile boolean stopping;
@@ -117,6 +120,7 @@ public final class ContinuousCopy {
             sc.parallelize(tasks, tasks.size()).mapPartitions(new StreamCopier(config)).collect();
         for (EpochResult result : results) {
           positions.put(result.partition(), result.nextOffset());
+          held.put(result.partition(), result.heldUpTo());
         }
         finished.add(new CopiedEpoch(epoch, started, System.currentTimeMillis(), results));
         first = false;
@@ -149,7 +153,9 @@ public final class ContinuousCopy {
     for (List<Integer> share : shares) {
       int[] partitions = share.stream().mapToInt(Integer::intValue).toArray();
       long[] from = share.stream().mapToLong(positions::get).toArray();
-      tasks.add(new EpochTask(runId, epoch, partitions, from, scanTail, deadlineMs, count));
+      long[] heldUpTo = share.stream().mapToLong(p -> held.getOrDefault(p, -1L)).toArray();
+      tasks.add(
+          new EpochTask(runId, epoch, partitions, from, heldUpTo, scanTail, deadlineMs, count));
     }
     return tasks;
   }

@@ -7,8 +7,8 @@ import org.apache.spark.sql.Row;
 /**
  * What an epoch of the continuous copy did with one source partition: it read source offsets
  * {@code [fromOffset, nextOffset)}, sent {@code sent} of those records (every other one the
- * destination held already), all acknowledged, and {@code summaries} are their summary rows
- * (Python's {@code writer.SUMMARY_SCHEMA}).
+ * destination held already: every offset up to {@code heldUpTo}), all acknowledged, and
+ * {@code summaries} are their summary rows (Python's {@code writer.SUMMARY_SCHEMA}).
  */
 public final class EpochResult implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -16,14 +16,23 @@ public final class EpochResult implements Serializable {
   private final int partition;
   private final long fromOffset;
   private final long nextOffset;
+  private final long heldUpTo;
   private final long read;
   private final long sent;
   private final List<Row> summaries;
 
-  EpochResult(int partition, long fromOffset, long nextOffset, long read, long sent, List<Row> summaries) {
+  EpochResult(
+      int partition,
+      long fromOffset,
+      long nextOffset,
+      long heldUpTo,
+      long read,
+      long sent,
+      List<Row> summaries) {
     this.partition = partition;
     this.fromOffset = fromOffset;
     this.nextOffset = nextOffset;
+    this.heldUpTo = heldUpTo;
     this.read = read;
     this.sent = sent;
     this.summaries = summaries;
@@ -39,6 +48,11 @@ public final class EpochResult implements Serializable {
 
   public long nextOffset() {
     return nextOffset;
+  }
+
+  /** The highest source offset the destination holds after this epoch (-1: none known). */
+  public long heldUpTo() {
+    return Math.max(heldUpTo, nextOffset - 1);
   }
 
   public long read() {

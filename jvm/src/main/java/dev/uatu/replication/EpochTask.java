@@ -5,7 +5,8 @@ import java.io.Serializable;
 /**
  * What one task of one epoch of the continuous copy does ({@link StreamCopier}): copy the
  * source partitions {@code partitions}, each from its offset in {@code fromOffsets}, until
- * {@code deadlineMs} (epoch milliseconds) or until its run is asked to stop.
+ * {@code deadlineMs} (epoch milliseconds) or until its run is asked to stop. A record at or
+ * below its partition's {@code heldUpTo} is already at the destination and is not sent again.
  */
 public final class EpochTask implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -14,6 +15,7 @@ public final class EpochTask implements Serializable {
   final long epoch;
   final int[] partitions;
   final long[] fromOffsets;
+  final long[] heldUpTo; // highest source offset the destination is known to hold, or -1
   final boolean scanTail; // read the destination's tail first (the run's first epoch)
   final long deadlineMs;
   final int tasks; // tasks of this epoch: each takes its share of the flow control
@@ -23,6 +25,7 @@ public final class EpochTask implements Serializable {
       long epoch,
       int[] partitions,
       long[] fromOffsets,
+      long[] heldUpTo,
       boolean scanTail,
       long deadlineMs,
       int tasks) {
@@ -30,6 +33,7 @@ public final class EpochTask implements Serializable {
     this.epoch = epoch;
     this.partitions = partitions;
     this.fromOffsets = fromOffsets;
+    this.heldUpTo = heldUpTo;
     this.scanTail = scanTail;
     this.deadlineMs = deadlineMs;
     this.tasks = tasks;

@@ -1,5 +1,6 @@
 package dev.uatu.replication;
 
+import dev.uatu.faults.FaultPoints;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -26,9 +27,10 @@ import org.slf4j.LoggerFactory;
  * <ol>
  *   <li>In the run's first epoch, and in any retried attempt, reads the tail of each
  *       destination partition ({@link DestinationTail}) for the highest source offset already
- *       stamped there: what a crashed run wrote is not written again. In later epochs the
- *       epoch before ended with every record acknowledged, so the destination holds exactly
- *       what it read.
+ *       stamped there: what a crashed run wrote is not written again. Later epochs skip up to
+ *       what the epochs before knew the destination holds ({@link EpochTask#heldUpTo}): what
+ *       they read and had acknowledged, and what the tail held even where they did not read
+ *       that far yet (a first epoch can end before it reads a partition).
  *   <li>Polls the source and sends every record as soon as it arrives ({@link PartitionCopy}:
  *       key, value, headers, source timestamp, provenance stamp), at the pace the JobGroup's
  *       flow control allows, until the deadline or a stop request.
@@ -77,9 +79,15 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     for (int i = 0; i < task.partitions.length; i++) {
       int partition = task.partitions[i];
       long from = task.fromOffsets[i];
-      long doneUpTo = task.scanTail || retried ? tailOf(partition) : from - 1;
+      long held = Math.max(task.heldUpTo[i], from - 1);
+      long doneUpTo = task.scanTail || retried ? Math.max(held, tailOf(partition)) : held;
       copies.put(partition, new PartitionCopy(config, partition, doneUpTo));
       starts.put(new TopicPartition(config.sourceTopic, partition), from);
+    }
+    if (task.scanTail || retried) {
+      // The fault hook's point "replication.tail_read" (core/faults.py): a pause here longer
+      // than the epoch ends the epoch before this task reads a record.
+      FaultPoints.hit("replication.tail_read");
     }
     KafkaProducer<byte[], byte[]> producer = Clients.producer(config.producerConfig);
     AckTimes acks = new AckTimes();
@@ -126,6 +134,7 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
               partition.partition,
               start.getValue(),
               next.get(start.getKey()),
+              partition.doneUpTo,
               partition.read(),
               partition.sent(),
               partition.rows(acks)));
