@@ -15,8 +15,9 @@ How, for batch N:
    the wait does not delay the counts. Batches ready meanwhile are combined
    (`transforms.combine_partials`) into one MERGE whose idempotent-write marker is the newest
    batch's id; their files are then deleted.
-   While the table has no rows (a new table's first write), the write is a plain append of
-   what the MERGE would insert: the MERGE's matching pass is its costliest part in a cold JVM.
+   While the table is as `ensure` created it (`delta.never_written`: a new table's first
+   write), the write is a plain append of what the MERGE would insert: the MERGE's matching
+   pass is its costliest part in a cold JVM.
 3. `drain` (after the query) MERGEs everything still queued; `recover` (before the query)
    MERGEs every file a crashed run left, one batch at a time in batch order, so a batch the
    table already holds is skipped by its marker (`jobs.runtime.delta.merge_once`).
@@ -52,7 +53,7 @@ from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.transforms import combine_partials
 from jobs.runtime.checkpoint_files import CheckpointFiles
-from jobs.runtime.delta import ensure
+from jobs.runtime.delta import ensure, never_written
 
 log = logging.getLogger("uatu.audit")
 
@@ -80,7 +81,7 @@ class CountsWriter:
         self._thread: threading.Thread | None = None
         self._files: CheckpointFiles | None = None  # <checkpoint>/audit-partials, from _start
         self._merged_through = -1
-        self._table_has_rows = False  # until seen: an empty table is appended to, not MERGEd
+        self._table_has_rows = False  # until seen: a table never written is appended to, not MERGEd
         self._table_created: Future[None] | None = None
 
     # --- before the query -------------------------------------------------------------------
@@ -227,11 +228,11 @@ class CountsWriter:
         log.info("audit_counts: batch %s merged in %.1f s", _ids(ids), time.monotonic() - started)
 
     def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> None:
-        """MERGE, or append while the table has no rows (the first write of a new table)."""
+        """MERGE, or append to a table never written (the first write of a new table)."""
         if self._table_created is not None:
             self._table_created.result()
         if not self._table_has_rows:
-            self._table_has_rows = has_rows(spark, self.counts_path)
+            self._table_has_rows = not never_written(spark, self.counts_path)
         if self._table_has_rows:
             tables.merge_counts(source, self.counts_path, app_id, batch_id)
         else:
@@ -244,11 +245,6 @@ class CountsWriter:
                 f"writing audit_counts failed: {self._error}; the batches not written stay "
                 f"saved under {self.checkpoint}/{FOLDER} and are written at the next start"
             ) from self._error
-
-
-def has_rows(spark: SparkSession, path: str) -> bool:
-    """Whether the Delta table at `path` has a data file (planned, not read)."""
-    return bool(spark.read.format("delta").load(path).inputFiles())
 
 
 def _committed_prefix(
@@ -313,3 +309,4 @@ def _encode(name: str, kind: Any) -> Column:
 def _decode(name: str, kind: Any) -> Column:
     codec = _CODECS.get(type(kind))
     return F.col(name) if codec is None else codec[2](name).alias(name)
+

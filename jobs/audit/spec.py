@@ -38,7 +38,9 @@ from core.jobgroup import (
 )
 from core.storage import checkpoint_location, table_location
 
-SUPPORTED_AUDIT_TYPES = ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
+EXACT = "AUDIT_TYPE_EXACT_UNIQ"
+APPROX = "AUDIT_TYPE_APPROX_UNIQ"
+SUPPORTED_AUDIT_TYPES = (EXACT, APPROX)
 
 EVENT_TIME_SOURCES = ("kafka_timestamp", "header", "json_field")
 DEDUPE_KEY_SOURCES = ("key_and_value", "header", "json_field")
@@ -106,7 +108,7 @@ class AuditSpec:
 
     @property
     def has_exact_audit(self) -> bool:
-        return any(w.audit_type == "AUDIT_TYPE_EXACT_UNIQ" for w in self.windows)
+        return any(w.audit_type == EXACT for w in self.windows)
 
     def max_offsets_per_trigger(self, mean_record_bytes: float | None = None) -> int | None:
         """Records per micro-batch that keep the rates at or under messages_per_sec and

@@ -14,6 +14,7 @@ so a batch replayed after a crash changes nothing in a table that already commit
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -170,6 +171,30 @@ def _log_commits(spark: SparkSession, path: str) -> int | None:
         return None
     names = [status.getPath().getName() for status in fs.listStatus(log_dir)]
     return sum(1 for name in names if name.endswith((".json", ".parquet")))
+
+
+def never_written(spark: SparkSession, path: str) -> bool:
+    """Whether the Delta table at `path` is still as `ensure` created it: its log holds commit
+    0 only, and that commit adds no data file. Read as files, no Delta code: on a table the
+    job has just created, a Delta read to find that it is empty costs seconds in a cold JVM.
+    False when in doubt (no log, a checkpoint, a second commit), so a caller that MERGEs
+    unless this is True is always right."""
+    fs, log_dir = _log_dir(spark, path)
+    if not fs.exists(log_dir):
+        return False
+    names = {status.getPath().getName() for status in fs.listStatus(log_dir)}
+    logged = {name for name in names if name.endswith((".json", ".parquet"))}
+    first = f"{0:020d}.json"
+    if logged != {first}:
+        return False
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, first))
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return not any("add" in json.loads(line) for line in text.splitlines() if line.strip())
 
 
 def _delete_log(spark: SparkSession, path: str) -> None:

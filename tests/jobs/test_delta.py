@@ -29,6 +29,7 @@ from jobs.runtime.delta import (
     ensure_tables,
     kll_quantiles,
     merge_once,
+    never_written,
     schema_differences,
 )
 
@@ -84,6 +85,20 @@ def test_any_table_exists_sees_a_delta_log_and_nothing_else(spark, tmp_path):
     assert not any_table_exists(spark, [table, str(plain), str(tmp_path / "absent")])
     ensure(spark, TOTALS, table)
     assert any_table_exists(spark, [str(tmp_path / "absent"), table])
+
+
+def test_never_written_holds_for_a_table_as_ensure_created_it_only(spark, tmp_path):
+    created, written, filled = (str(tmp_path / name) for name in ("created", "written", "filled"))
+    assert not never_written(spark, created)  # no table: in doubt
+    ensure(spark, TOTALS, created)
+    assert never_written(spark, created)
+
+    ensure(spark, TOTALS, written)
+    append_once(rows(spark, ("a", 1, 5, None)), TOTALS, written, "app", 0)
+    assert not never_written(spark, written)
+    # Rows in the table's first commit (a table someone created with data) count too.
+    rows(spark, ("a", 1, 5, None)).write.format("delta").save(filled)
+    assert not never_written(spark, filled)
 
 
 def test_ensure_creates_a_table_over_a_log_that_a_killed_creation_left_without_commits(
