@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -78,6 +79,8 @@ class MeasureBatchWriter:
     _last_line_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     _last_flush: float | None = None  # the first batch starts the interval
     _group_offsets: GroupOffsetCommitter | None = None
+    _committing: ThreadPoolExecutor | None = None  # the group commits, one at a time
+    _last_commit: Future[None] | None = None
 
     def recover(self, spark: SparkSession) -> None:
         """Write the rows a previous run kept but did not write (it crashed)."""
@@ -169,9 +172,12 @@ class MeasureBatchWriter:
         self._last_line_us = folded_us
 
     def _commit_group_offsets(self, next_offsets: dict[int, int]) -> None:
-        """Commit the read offsets to consumer_group, so lag monitors see the job. Best effort:
-        the checkpoint holds the job's offsets; a commit that still fails after a few tries (a
-        coordinator still loading) is logged and tried again with the next batch."""
+        """Commit the read offsets to consumer_group, so lag monitors see the job, in a thread
+        of its own: the commit is a round trip to the group coordinator, which the next batch
+        need not wait for. Best effort: the checkpoint holds the job's offsets; a commit that
+        still fails after a few tries (a coordinator still loading) is logged, and the next
+        batch's commit covers its offsets. Any other failure fails the next batch (or the
+        run's end), one batch late."""
         if not self.spec.consumer_group:
             return
         if self._group_offsets is None:
@@ -181,8 +187,18 @@ class MeasureBatchWriter:
                 self.spec.topic,
                 attempts=COMMIT_ATTEMPTS,
             )
+            self._committing = ThreadPoolExecutor(1, thread_name_prefix="loadgen-group-commit")
+        self._commit_done()
+        assert self._committing is not None
+        self._last_commit = self._committing.submit(self._group_offsets.commit, next_offsets)
+
+    def _commit_done(self) -> None:
+        """Wait for the previous batch's group commit; raise what it raised, unless transient."""
+        if self._last_commit is None:
+            return
+        last, self._last_commit = self._last_commit, None
         try:
-            self._group_offsets.commit(next_offsets)
+            last.result()
         except KafkaException as e:
             if not is_transient(e):
                 raise
@@ -196,5 +212,10 @@ class MeasureBatchWriter:
         if kept:
             log.info("rows of batches %s written in %.1f s", kept, time.monotonic() - started)
         if self._group_offsets is not None:
-            self._group_offsets.close()
-            self._group_offsets = None
+            assert self._committing is not None
+            try:
+                self._commit_done()
+            finally:
+                self._committing.shutdown()
+                self._group_offsets.close()
+                self._group_offsets = None
