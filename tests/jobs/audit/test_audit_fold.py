@@ -36,7 +36,13 @@ DEDUPE = FieldRef("key_and_value")
 COUNTS = ["message_count", "bytes", "no_event_time_count", "late_count"]
 
 
-def spec_for(bootstrap: str, topic: str, checkpoint: Path) -> AuditSpec:
+def spec_for(
+    bootstrap: str,
+    topic: str,
+    checkpoint: Path,
+    event_time: FieldRef = EVENT_TIME,
+    max_future_skew_seconds: int = 86400,
+) -> AuditSpec:
     return AuditSpec(
         job_group_id="fold-test",
         source_cluster=ClusterConfig("local", bootstrap),
@@ -45,10 +51,10 @@ def spec_for(bootstrap: str, topic: str, checkpoint: Path) -> AuditSpec:
         audited_cluster="local",
         audited_topic=topic,
         windows=WINDOWS,
-        event_time=EVENT_TIME,
+        event_time=event_time,
         dedupe_key=DEDUPE,
         allowed_lateness_seconds=LATENESS_S,
-        max_future_skew_seconds=86400,
+        max_future_skew_seconds=max_future_skew_seconds,
         hll_lg_config_k=12,
         starting_offsets="earliest",
         read_committed=False,
@@ -60,8 +66,9 @@ def spec_for(bootstrap: str, topic: str, checkpoint: Path) -> AuditSpec:
     )
 
 
-def sql_partials(spark, bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], audit_ms):
+def sql_partials(spark, spec: AuditSpec, ranges: dict[int, tuple[int, int]], audit_ms: int):
     """The batch as the SQL definitions audit it (Spark's Kafka source reads the rows)."""
+    bootstrap, topic = spec.source_cluster.bootstrap_servers, spec.source_topic
     start = json.dumps({topic: {str(p): a for p, (a, _) in ranges.items()}})
     end = json.dumps({topic: {str(p): b for p, (_, b) in ranges.items()}})
     rows = (
@@ -85,9 +92,9 @@ def sql_partials(spark, bootstrap: str, topic: str, ranges: dict[int, tuple[int,
         audit_records,
         cluster="local",
         topic=topic,
-        event_time=EVENT_TIME,
-        dedupe_key=DEDUPE,
-        max_future_skew_seconds=86400,
+        event_time=spec.event_time,
+        dedupe_key=spec.dedupe_key,
+        max_future_skew_seconds=spec.max_future_skew_seconds,
     ).transform(assign_windows, WINDOWS, LATENESS_S)
     return window_partials(windowed, 12)
 
@@ -98,6 +105,40 @@ def by_window(df) -> dict[tuple, dict]:
         (r["partition"], r["audit_type"], r["window_start"]): r.asDict()
         for r in with_estimate.collect()
     }
+
+
+def assert_same_partials(got: dict[tuple, dict], want: dict[tuple, dict]) -> int:
+    """The fold's partials (`by_window`) equal the SQL's, window by window, sketches included;
+    returns the late records counted."""
+    assert set(got) == set(want)
+    late = 0
+    for window, w in want.items():
+        g = got[window]
+        assert {c: g[c] for c in COUNTS} == {c: w[c] for c in COUNTS}, window
+        assert g["window_end"] == w["window_end"]
+        assert g["estimate"] == pytest.approx(w["estimate"], rel=1e-9), window
+        late += g["late_count"]
+        # Readable by Python's datasketches, and the same latencies as the SQL's.
+        mine_hll = datasketches.hll_sketch.deserialize(bytes(g["hll_sketch"]))
+        sql_hll = datasketches.hll_sketch.deserialize(bytes(w["hll_sketch"]))
+        assert mine_hll.lg_config_k == 12
+        assert mine_hll.get_estimate() == pytest.approx(sql_hll.get_estimate(), rel=1e-9)
+        # The same dedupe hashes, not only as many: their union counts no more keys.
+        union = datasketches.hll_union(12)
+        union.update(mine_hll)
+        union.update(sql_hll)
+        assert union.get_estimate() == pytest.approx(sql_hll.get_estimate(), rel=1e-9), window
+        if w["latency_kll_sketch"] is None:
+            assert g["latency_kll_sketch"] is None, window
+            continue
+        mine = datasketches.kll_doubles_sketch.deserialize(bytes(g["latency_kll_sketch"]))
+        sql = datasketches.kll_doubles_sketch.deserialize(bytes(w["latency_kll_sketch"]))
+        assert (mine.n, mine.get_min_value(), mine.get_max_value()) == (
+            sql.n,
+            sql.get_min_value(),
+            sql.get_max_value(),
+        ), window
+    return late
 
 
 def fold(folder: AuditFolder, spark, topic: str, ranges, batch_id: int, audit_ms: int):
@@ -136,7 +177,9 @@ def test_fold_equals_the_sql_and_counts_new_exact_keys_once_across_batches(spark
     # Batch 1 is audited two hours later: every window of its records is then late.
     audits = {0: now_ms + 1_000, 1: now_ms + 7_200_000}
 
-    folder = AuditFolder(spark, spec_for(kafka.bootstrap_servers, topic, tmp_path / "ck"))
+    spec = spec_for(kafka.bootstrap_servers, topic, tmp_path / "ck")
+    folder = AuditFolder(spark, spec)
+    assert folder.fields_kind() == "projection"  # the event time is a JSON field
     try:
         seen: dict[tuple[int, int], set] = defaultdict(set)
         for batch_id, ranges, records in ((0, batch0, first), (1, batch1, second)):
@@ -144,36 +187,9 @@ def test_fold_equals_the_sql_and_counts_new_exact_keys_once_across_batches(spark
             assert folded.records == len(records)
             assert folded.bytes == sum(len(r.key) + len(r.value) for r in records)
             got = by_window(folded.partials)
-            want = by_window(
-                sql_partials(spark, kafka.bootstrap_servers, topic, ranges, audits[batch_id])
-            )
+            want = by_window(sql_partials(spark, spec, ranges, audits[batch_id]))
             assert set(got) == set(want)
-            late = 0
-            for window, w in want.items():
-                g = got[window]
-                assert {c: g[c] for c in COUNTS} == {c: w[c] for c in COUNTS}, window
-                assert g["window_end"] == w["window_end"]
-                assert g["estimate"] == pytest.approx(w["estimate"], rel=1e-9), window
-                late += g["late_count"]
-                # Readable by Python's datasketches, and the same latencies as the SQL's.
-                mine_hll = datasketches.hll_sketch.deserialize(bytes(g["hll_sketch"]))
-                sql_hll = datasketches.hll_sketch.deserialize(bytes(w["hll_sketch"]))
-                assert mine_hll.lg_config_k == 12
-                assert mine_hll.get_estimate() == pytest.approx(sql_hll.get_estimate(), rel=1e-9)
-                if w["latency_kll_sketch"] is None:
-                    assert g["latency_kll_sketch"] is None
-                else:
-                    mine = datasketches.kll_doubles_sketch.deserialize(
-                        bytes(g["latency_kll_sketch"])
-                    )
-                    sql = datasketches.kll_doubles_sketch.deserialize(
-                        bytes(w["latency_kll_sketch"])
-                    )
-                    assert (mine.n, mine.get_min_value(), mine.get_max_value()) == (
-                        sql.n,
-                        sql.get_min_value(),
-                        sql.get_max_value(),
-                    )
+            late = assert_same_partials(got, want)
             if batch_id == 1:
                 assert late == 2 * len(records)  # both audit types, every record late
             # Exact audits: the keys new to each window, against what earlier batches saw.
@@ -202,6 +218,54 @@ def test_fold_equals_the_sql_and_counts_new_exact_keys_once_across_batches(spark
                     for r in again.partials.where(F.col("audit_type") == EXACT).collect()
                 }
                 assert replayed == new
+    finally:
+        folder.close()
+
+
+def test_fold_of_the_default_fields_equals_the_sql_at_every_edge(spark, kafka, tmp_path):
+    """Event time = the Kafka timestamp and dedupe key = key and value: the fold computes the
+    fields directly (`KafkaTimestampFields`), and must give the SQL's partials for timestamps
+    at and past the future skew, early ones, and null or empty keys and values."""
+    topic = f"foldk-{tmp_path.name[-20:].replace('_', '-')}"
+    kafka.create_topic(topic, partitions=2)
+    now_ms = int(time.time() * 1000)
+    audit_ms = now_ms - 3_600_000  # audited "an hour ago": records of now are in its future
+    skew_s = 600
+    timestamps = [
+        audit_ms - 2 * 3_600_000,  # two hours before the audit: late
+        audit_ms - 5_000,
+        audit_ms + skew_s * 1000,  # the last usable instant
+        audit_ms + skew_s * 1000 + 1,  # past the skew: no event time, placed at the audit
+        now_ms,
+        1,  # 1970, the earliest usable
+    ]
+    keys_and_values = [(b"k", b"v" * 50), (None, b"v"), (b"k", None), (None, None), (b"", b"")]
+    records = [
+        SentRecord(i % 2, key, value, None, ts, "edge")
+        for i, (ts, (key, value)) in enumerate(
+            (ts, kv) for ts in timestamps for kv in keys_and_values
+        )
+    ]
+    records += records[:7]  # duplicates
+    produce(kafka.bootstrap_servers, topic, records)
+    ranges = {p: (0, sum(r.partition == p for r in records)) for p in range(2)}
+
+    spec = spec_for(
+        kafka.bootstrap_servers,
+        topic,
+        tmp_path / "ck",
+        event_time=FieldRef("kafka_timestamp"),
+        max_future_skew_seconds=skew_s,
+    )
+    folder = AuditFolder(spark, spec)
+    assert folder.fields_kind() == "kafka_timestamp"
+    try:
+        folded = fold(folder, spark, topic, ranges, 0, audit_ms)
+        assert folded.records == len(records)
+        want = by_window(sql_partials(spark, spec, ranges, audit_ms))
+        assert_same_partials(by_window(folded.partials), want)
+        untimed = sum(w["no_event_time_count"] for w in want.values())
+        assert untimed == 2 * 2 * len(keys_and_values)  # two timestamps, both audit types
     finally:
         folder.close()
 

@@ -71,9 +71,13 @@ public final class AuditBatch {
 
   /**
    * The fold's settings: audit types with their window lengths, allowed lateness (negative:
-   * each window's length), HLL precision, the record projection ({@code projected}, a frame
-   * over {@link #projectionInputSchema} selecting bytes, dedupe_key, event_ms, placed_ms,
-   * latency_ms) and where exact audits keep their keys.
+   * each window's length), HLL precision, how a record's fields are computed and where exact
+   * audits keep their keys. The fields: {@code projected}, a frame over {@link
+   * #projectionInputSchema} selecting bytes, dedupe_key, event_ms, placed_ms, latency_ms
+   * ({@link RecordProjection}); or, when {@code kafkaTimestampDefaults} (event time = the Kafka
+   * timestamp, dedupe key = key and value), the same computed directly ({@link
+   * KafkaTimestampFields}, with {@code maxFutureSkewSeconds}; {@code projected} may then be
+   * null).
    */
   public static FoldSettings settings(
       SparkSession spark,
@@ -83,15 +87,26 @@ public final class AuditBatch {
       int hllLgConfigK,
       Dataset<Row> projected,
       boolean headers,
+      boolean kafkaTimestampDefaults,
+      long maxFutureSkewSeconds,
       String keysDir) {
+    RecordFields fields =
+        kafkaTimestampDefaults
+            ? new KafkaTimestampFields(maxFutureSkewSeconds * 1000L)
+            : RecordProjection.of(projected, headers);
     return FoldSettings.of(
         auditTypes,
         intervalSeconds,
         latenessSeconds,
         hllLgConfigK,
-        RecordProjection.of(projected, headers),
+        fields,
         keysDir,
         spark.sparkContext().hadoopConfiguration());
+  }
+
+  /** Which way {@code settings} computes a record's fields: "kafka_timestamp" or "projection". */
+  public static String fieldsKind(FoldSettings settings) {
+    return settings.fields instanceof KafkaTimestampFields ? "kafka_timestamp" : "projection";
   }
 
   /**

@@ -23,7 +23,8 @@ import org.apache.spark.sql.RowFactory;
  * sketch of the dedupe keys and a KLL sketch of the latencies, both in the formats Spark's
  * {@code hll_sketch_agg} and {@code kll_sketch_agg_double} write; for exact audits, the keys new
  * to their window ({@link PartitionKeys}). The record's own fields come from Spark's expressions
- * ({@link RecordProjection}).
+ * ({@link RecordFields}: Spark's own expressions, or their direct equivalent for the default
+ * configuration).
  *
  * <p>Rows ({@link #ROW_SCHEMA}): one per window and audit type, then one summary row of the
  * range (null audit_type) with the records read and the exact keys' state figures.
@@ -41,7 +42,7 @@ final class AuditFold implements RecordFold {
   private final int partition;
   private final long auditMs;
   private final long auditMicros;
-  private final RecordProjection projection;
+  private final RecordFields fields;
   private final PartitionKeys keys; // null without an exact audit
   private final List<Map<Long, WindowPartial>> windows = new ArrayList<>();
   private final long[] lastStart;
@@ -55,7 +56,7 @@ final class AuditFold implements RecordFold {
     this.partition = range.partition();
     this.auditMs = auditMs;
     this.auditMicros = auditMs * 1000L;
-    this.projection = settings.projection;
+    this.fields = settings.fields;
     this.keys =
         settings.keysDir == null
             ? null
@@ -71,7 +72,7 @@ final class AuditFold implements RecordFold {
 
   @Override
   public void add(ConsumerRecord<byte[], byte[]> record, long fetchMicros) {
-    RecordProjection p = projection;
+    RecordFields p = fields;
     p.evaluate(record, auditMicros);
     long bytes = p.bytes();
     long key = p.dedupeKey();

@@ -11,7 +11,7 @@ import org.apache.spark.util.SerializableConfiguration;
 /**
  * What every fold task of one audit job needs, shipped with the tasks: the audit configs grouped
  * by window length (configs of one length share their windows, counts and sketches), the HLL
- * precision, the record projection, and where the exact audits keep their keys.
+ * precision, how a record's fields are computed, and where the exact audits keep their keys.
  */
 public final class FoldSettings implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -41,19 +41,19 @@ public final class FoldSettings implements Serializable {
 
   final Interval[] intervals;
   final int hllLgConfigK;
-  final RecordProjection projection;
+  final RecordFields fields;
   final String keysDir; // null: no exact audit
   final SerializableConfiguration hadoopConf;
 
   private FoldSettings(
       Interval[] intervals,
       int hllLgConfigK,
-      RecordProjection projection,
+      RecordFields fields,
       String keysDir,
       Configuration hadoopConf) {
     this.intervals = intervals;
     this.hllLgConfigK = hllLgConfigK;
-    this.projection = projection;
+    this.fields = fields;
     this.keysDir = keysDir;
     this.hadoopConf = new SerializableConfiguration(hadoopConf);
   }
@@ -68,7 +68,7 @@ public final class FoldSettings implements Serializable {
       List<Integer> intervalSeconds,
       long latenessSeconds,
       int hllLgConfigK,
-      RecordProjection projection,
+      RecordFields fields,
       String keysDir,
       Configuration hadoopConf) {
     Map<Integer, List<String>> byInterval = new TreeMap<>();
@@ -86,7 +86,7 @@ public final class FoldSettings implements Serializable {
     return new FoldSettings(
         intervals.toArray(new Interval[0]),
         hllLgConfigK,
-        projection,
+        fields,
         exact ? keysDir : null,
         hadoopConf);
   }

@@ -1,7 +1,6 @@
 package dev.uatu.audit;
 
 import dev.uatu.fold.FoldException;
-import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -35,7 +34,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * header is configured), audit_ts. Output, in order: bytes, dedupe_key, event_ms (null when not
  * usable), placed_ms, latency_ms (null without a usable event time).
  */
-final class RecordProjection implements Serializable {
+final class RecordProjection implements RecordFields {
   private static final long serialVersionUID = 1L;
 
   static final String INPUT_SCHEMA =
@@ -98,7 +97,8 @@ final class RecordProjection implements Serializable {
   }
 
   /** Evaluates the projection on one record; read the fields with the getters below. */
-  void evaluate(ConsumerRecord<byte[], byte[]> record, long auditMicros) {
+  @Override
+  public void evaluate(ConsumerRecord<byte[], byte[]> record, long auditMicros) {
     if (projections == null) {
       // Mutable projections into rows that hold references: an UnsafeProjection would copy
       // key and value into an unsafe row at every level and copy them out again for the hash
@@ -131,27 +131,33 @@ final class RecordProjection implements Serializable {
     return CollectionConverters.asScala(types).toSeq();
   }
 
-  long bytes() {
+  @Override
+  public long bytes() {
     return out.getLong(0);
   }
 
-  long dedupeKey() {
+  @Override
+  public long dedupeKey() {
     return out.getLong(1);
   }
 
-  boolean hasEventTime() {
+  @Override
+  public boolean hasEventTime() {
     return !out.isNullAt(2);
   }
 
-  long placedMs() {
+  @Override
+  public long placedMs() {
     return out.getLong(3);
   }
 
-  boolean hasLatency() {
+  @Override
+  public boolean hasLatency() {
     return !out.isNullAt(4);
   }
 
-  double latencyMs() {
+  @Override
+  public double latencyMs() {
     return out.getDouble(4);
   }
 
