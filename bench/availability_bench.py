@@ -1420,9 +1420,8 @@ def replay(
     started = time.perf_counter()
     for start in range(0, len(records), batch_size):
         batches += 1
-        evaluated += process_batch(
-            tracker, records[start : start + batch_size], rec, history, head_times, mode
-        )
+        chunk = records[start : start + batch_size]
+        evaluated += process_batch(tracker, chunk, rec, history, head_times, mode)
     return time.perf_counter() - started, tracker, batches, evaluated
 
 
@@ -1436,8 +1435,15 @@ def process_batch(
 ) -> int:
     """What `job._evaluate_groups` does with one batch of `__consumer_offsets` records (key,
     value, timestamp ms), in mode "record", "affected" or "job"; returns the number of group
-    evaluations."""
-    from jobs.availability.job import status_rows
+    evaluations. The job's own functions (`record_commits`, `lagging_partitions`,
+    `status_rows`, `no_commit_rows`) in the job's order; its I/O is left out (see the module
+    docstring)."""
+    from jobs.availability.job import (
+        lagging_partitions,
+        no_commit_rows,
+        record_commits,
+        status_rows,
+    )
 
     events: list[OffsetCommit | OffsetDeleted] = []
     for key, value, _ in chunk:
@@ -1454,36 +1460,21 @@ def process_batch(
     # `HeadHistory.latest()` as of the batch: the newest recorded heads by then.
     at = bisect.bisect_right(head_times, batch_ms) - 1
     tracker.refresh_heads(dict(rec.heads[at][1]) if at >= 0 else {})
-    stored = []
-    for event in events:
-        if isinstance(event, OffsetDeleted):
-            tracker.forget(event.group, event.topic, event.partition)
-            continue
-        head = history.at((event.topic, event.partition), event.commit_ms)
-        lag = max(head - event.offset, 0) if head is not None else None
-        commit = tracker.record(
-            event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
-        )
-        if mode == "job":
-            stored.append(
-                {
-                    "cluster": "bench",
-                    "group": event.group,
-                    "topic": event.topic,
-                    "partition": event.partition,
-                    "offset": event.offset,
-                    "commit_time": datetime.fromtimestamp(event.commit_ms / 1000, tz=UTC),
-                    "lag": commit.lag,
-                }
-            )
+    # Every commit is after the job's start here (0): its lag is known once its partition has
+    # a head sample.
+    record_commits(tracker, history, events, "bench", 0)
     if mode == "affected":
         return len(tracker.evaluate(batch_ms, {c.group for c in commits}))
     if mode == "job":
+        evaluated_at = datetime.fromtimestamp(batch_ms / 1000, tz=UTC)
         results = tracker.evaluate(batch_ms)
-        lagging = tracker.lagging()
-        # The job dates these with a Kafka read (next_record_times): left out here.
+        lagging = lagging_partitions(results)
+        # The job dates these with a Kafka read (next_record_times): left out here, so no
+        # time lags.
         _positions = {(t, p): o for (_, t, p), o in lagging.items()}
-        status_rows("bench", datetime.fromtimestamp(batch_ms / 1000, tz=UTC), results, {})
+        rows = status_rows("bench", evaluated_at, results, {})
+        # The job lists the cluster's groups (a Kafka request): none here.
+        rows += no_commit_rows("bench", evaluated_at, {}, {r.group for r in results})
         return len(results)
     return 0
 

@@ -34,7 +34,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from core.errors import ClusterUnreachable
 from core.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.availability import tables
-from jobs.availability.lag.head_sampler import HeadSampler
+from jobs.availability.lag.head_sampler import HeadHistory, HeadSampler
 from jobs.availability.lag.offsets_topic import (
     OFFSETS_TOPIC,
     OffsetCommit,
@@ -194,6 +194,57 @@ def next_record_times(
 _STATUS_NAMES = {status: status.name for status in Status}
 
 
+def record_commits(
+    tracker: LagTracker,
+    history: HeadHistory,
+    events: Iterable[OffsetCommit | OffsetDeleted],
+    cluster: str,
+    started_ms: int,
+) -> list[dict[str, Any]]:
+    """Step 2's commits, without I/O: a tombstone forgets its window; a commit goes to its
+    window (`LagTracker.record`) with its lag, the head at its time (`history`) minus its
+    offset, unknown for a commit made before the job started (`started_ms`) or before the
+    partition's first head sample. Returns the `consumer_offset_commits` rows."""
+    at = history.at
+    record = tracker.record
+    rows = []
+    for event in events:
+        if isinstance(event, OffsetDeleted):
+            tracker.forget(*event)
+            continue
+        group, topic, partition, offset, commit_ms = event
+        # A commit made before the job started is history: its lag back then is unknown.
+        head = at((topic, partition), commit_ms) if commit_ms >= started_ms else None
+        # max(head - offset, 0), without the call: this runs once per commit.
+        lag = None if head is None else head - offset if head > offset else 0
+        commit = record(group, topic, partition, offset, commit_ms, lag)
+        rows.append(
+            {
+                "cluster": cluster,
+                "group": group,
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+                "commit_time": _time(commit_ms),
+                "lag": commit[2],
+            }
+        )
+    return rows
+
+
+def lagging_partitions(results: Iterable[GroupResult]) -> dict[GroupPartition, int]:
+    """The newest committed offset of every evaluated partition with a current lag above 0:
+    where the job looks for the oldest unconsumed record, to date it (`next_record_times`).
+    Expired groups (NOTFOUND) have no partitions in their results, so none here."""
+    lagging = {}
+    for result in results:
+        group = result.group
+        for topic, partition, _, _, end, current_lag, _, _ in result.partitions:
+            if current_lag > 0 and end is not None:
+                lagging[(group, topic, partition)] = end.offset
+    return lagging
+
+
 def status_rows(
     cluster: str,
     evaluated_at: datetime,
@@ -201,38 +252,44 @@ def status_rows(
     time_lags: Mapping[GroupPartition, int],
 ) -> list[dict[str, Any]]:
     """`consumer_group_status` rows (`tables.CONSUMER_GROUP_STATUS`) from the evaluator's
-    results."""
+    results, `time_lags` (ms) by (group, topic, partition) where known."""
+    names = _STATUS_NAMES
     rows = []
     for result in results:
-        partitions = [
-            {
-                "topic": p.topic,
-                "partition": p.partition,
-                "status": _STATUS_NAMES[p.status],
-                "current_lag": p.current_lag,
-                "time_lag_ms": time_lags.get((result.group, p.topic, p.partition)),
-                "complete": p.complete,
-                "start_offset": p.start.offset if p.start else None,
-                "end_offset": p.end.offset if p.end else None,
-                "end_commit_time": _time(p.end.timestamp_ms) if p.end else None,
-                "rule": p.rule,
-            }
-            for p in result.partitions
-        ]
+        group = result.group
+        partitions = []
+        max_time_lag = None
+        for topic, partition, status, start, end, current_lag, complete, rule in result.partitions:
+            time_lag = time_lags.get((group, topic, partition)) if time_lags else None
+            if time_lag is not None and (max_time_lag is None or time_lag > max_time_lag):
+                max_time_lag = time_lag
+            partitions.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "status": names[status],
+                    "current_lag": current_lag,
+                    "time_lag_ms": time_lag,
+                    "complete": complete,
+                    "start_offset": start[0] if start else None,
+                    "end_offset": end[0] if end else None,
+                    "end_commit_time": _time(end[1]) if end else None,
+                    "rule": rule,
+                }
+            )
         worst = result.max_lag_partition
-        group_time_lags = [t for t in (p["time_lag_ms"] for p in partitions) if t is not None]
         rows.append(
             {
                 "cluster": cluster,
                 "evaluated_at": evaluated_at,
-                "group": result.group,
-                "status": _STATUS_NAMES[result.status],
+                "group": group,
+                "status": names[result.status],
                 "complete": result.complete,
                 "total_lag": result.total_lag,
-                "max_lag_topic": worst.topic if worst else None,
-                "max_lag_partition": worst.partition if worst else None,
-                "max_lag": worst.current_lag if worst else None,
-                "max_time_lag_ms": max(group_time_lags, default=None),
+                "max_lag_topic": worst[0] if worst else None,
+                "max_lag_partition": worst[1] if worst else None,
+                "max_lag": worst[5] if worst else None,
+                "max_time_lag_ms": max_time_lag,
                 "total_partitions": result.total_partitions,
                 "partitions": partitions,
                 "reason": result.reason,
@@ -394,35 +451,15 @@ class AvailabilityBatchWriter:
         self.tracker.refresh_heads(self.heads.history.latest())
         metrics.topic_offsets(self.spec.cluster.name, self.heads.history.latest())
         now_ms = int(now.timestamp() * 1000)
-        stored = []
-        for event in events:
-            if isinstance(event, OffsetDeleted):
-                self.tracker.forget(event.group, event.topic, event.partition)
-                continue
-            head = self.heads.history.at((event.topic, event.partition), event.commit_ms)
-            # A commit made before the job started is history: its lag back then is unknown.
-            known = head is not None and event.commit_ms >= self.started_ms
-            lag = max(head - event.offset, 0) if known and head is not None else None
-            commit = self.tracker.record(
-                event.group, event.topic, event.partition, event.offset, event.commit_ms, lag
-            )
-            stored.append(
-                {
-                    "cluster": self.spec.cluster.name,
-                    "group": event.group,
-                    "topic": event.topic,
-                    "partition": event.partition,
-                    "offset": event.offset,
-                    "commit_time": _time(event.commit_ms),
-                    "lag": commit.lag,
-                }
-            )
+        stored = record_commits(
+            self.tracker, self.heads.history, events, self.spec.cluster.name, self.started_ms
+        )
         if stored:
             frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
             path = self.spec.commits_path
             append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
         results = self.tracker.evaluate(now_ms)
-        lagging = self.tracker.lagging()
+        lagging = lagging_partitions(results)
         positions = {(t, p): o for (_, t, p), o in lagging.items()}
         record_ms = next_record_times(self._client_consumer(), positions)
         time_lags = {

@@ -10,7 +10,6 @@ is a tombstone: the group deleted that offset.
 
 from __future__ import annotations
 
-import functools
 import struct
 from typing import NamedTuple
 
@@ -83,18 +82,42 @@ def decode(key: bytes | None, value: bytes | None) -> OffsetCommit | OffsetDelet
     """A commit, a tombstone, or None for group metadata; UndecodableRecord otherwise."""
     if not key:
         raise UndecodableRecord("a record without a key")
-    names = _commit_key(bytes(key))
+    if type(key) is not bytes:
+        key = bytes(key)  # Spark hands binary columns over as bytearray, which is not hashable
+    names = _KEYS.get(key, _UNSEEN)
+    if names is _UNSEEN:
+        names = _remember(key)
     if names is None:
         return None  # GroupMetadataKey
-    group, topic, partition = names
     if value is None:
-        return OffsetDeleted(group, topic, partition)
+        return _new(OffsetDeleted, names)
+    # What Kafka 2.1 and later write for a commit without metadata: version 3, 24 bytes.
+    if len(value) == _V3_BARE.size:
+        version, offset, _, metadata, commit_ms = _V3_BARE.unpack(value)
+        if version == 3 and metadata <= 0:  # empty or null (-1): no metadata bytes
+            return _new(OffsetCommit, (*names, offset, commit_ms))
     offset, commit_ms = _commit_value(value)
-    return OffsetCommit(group, topic, partition, offset, commit_ms)
+    return _new(OffsetCommit, (*names, offset, commit_ms))
 
 
-# A group commits the same few partitions over and over, so most keys were seen before.
-@functools.lru_cache(maxsize=1 << 16)
+# A group commits the same few partitions over and over, so most keys were seen before: each
+# distinct key is decoded once, kept in a dict (emptied when it reaches _KEYS_KEPT keys).
+_KEYS: dict[bytes, tuple[str, str, int] | None] = {}
+_KEYS_KEPT = 1 << 16
+_UNSEEN = ("", "", -1)  # a sentinel no decoded key is
+# NamedTuple(...) goes through a Python-level __new__; tuple.__new__ builds the same object
+# several times faster (one per record).
+_new = tuple.__new__
+
+
+def _remember(key: bytes) -> tuple[str, str, int] | None:
+    names = _commit_key(key)
+    if len(_KEYS) >= _KEYS_KEPT:
+        _KEYS.clear()
+    _KEYS[key] = names
+    return names
+
+
 def _commit_key(key: bytes) -> tuple[str, str, int] | None:
     """(group, topic, partition) of an `OffsetCommitKey`, None for a `GroupMetadataKey`."""
     keys = _Reader(key)
@@ -108,6 +131,7 @@ def _commit_key(key: bytes) -> tuple[str, str, int] | None:
 
 _HEAD_V0_TO_V2 = struct.Struct(">hqh")  # version, offset, metadata length
 _HEAD_V3 = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
+_V3_BARE = struct.Struct(">hqihq")  # the same, then the commit time: no metadata
 _INT64 = struct.Struct(">q")
 
 

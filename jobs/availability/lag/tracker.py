@@ -13,28 +13,88 @@ Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`
   marker leaves lag 1 forever) is OK, not STOP, unless `burrow_strict` (Burrow #38, #94...);
 * the job persists every commit it records, and `record` replays them on start, so a restart
   has no blind period (Burrow keeps its windows in memory only).
+
+The job records every commit and evaluates every group at every micro-batch, so `record` and
+`evaluate` are its hot path. `evaluate` applies `rules.partition_rule` inline (rules 1, 1b and
+2, then the window's own verdict, rules 3-7, kept until the window's next commit) and hands
+back the previous evaluation's result objects for what did not change; a randomized test
+holds it to the pure rules (tests/jobs/availability/test_availability_units.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from jobs.availability.lag.rules import (
     DEFAULT_INTERVALS,
     EXPIRE_GROUP_MS,
-    WINDOW_RULES,
     Commit,
     GroupResult,
+    PartitionResult,
     Status,
-    append_commit,
-    evaluate_commits,
     evaluate_group,
 )
 
 TopicPartition = tuple[str, int]
 GroupPartition = tuple[str, str, int]  # group, topic, partition
+
+# The rules' answers, as `partition_rule` and `window_rule` give them.
+_OK_WITHIN_ALLOWED = (Status.OK, "lag_within_allowed")
+_OK_IDLE_CAUGHT_UP = (Status.OK, "idle_caught_up")
+_STOP = (Status.STOP, "commits_stopped")
+_REWIND = (Status.REWIND, "rewind")
+_OK_LAG_ZERO = (Status.OK, "lag_zero_in_window")
+_STALL = (Status.STALL, "offsets_stalled")
+_WARN = (Status.WARN, "lag_not_decreasing")
+_OK_DECREASING = (Status.OK, "lag_decreasing")
+IDLE_TAIL_LAG = 1  # `partition_rule`'s default idle_tail_lag, which the job uses
+_NEVER = -(1 << 63)  # below any commit time
+
+# `Commit(...)` and `PartitionResult(...)` go through the NamedTuple's Python-level __new__;
+# tuple.__new__ builds the same object in a third of the time (one per commit, and one per
+# partition per evaluation when its lag moved).
+_new = tuple.__new__
+
+
+def window_verdict(commits: Sequence[Commit], allowed_lag: int) -> tuple[Status, str]:
+    """`rules.window_rule` (rules 3 to 7, not `legacy_rewind`) in one pass over the window,
+    without the predicates' generators: the job needs it once per commit. The same answers
+    on random windows (tests/jobs/availability/test_availability_units.py)."""
+    first = prev = commits[0][0]
+    stalled = True  # `commits_stalled`
+    before = None  # the offset before the first rewind (`first_rewind_index`)
+    recovered = False  # `rewind_recovered`
+    zero = False  # not `lag_always_above_allowed`
+    rising = True  # `lag_not_decreasing`, with `measured` >= 2
+    measured = 0
+    last_lag = 0
+    for offset, _, lag in commits:
+        if before is None:
+            if offset < prev:
+                before = prev
+            prev = offset
+        elif offset >= before:
+            recovered = True
+        if offset != first:
+            stalled = False
+        if lag is not None:
+            if lag <= allowed_lag:
+                zero = True
+            if measured and lag < last_lag:
+                rising = False
+            last_lag = lag
+            measured += 1
+    if before is not None and not recovered:
+        return _REWIND
+    if zero:
+        return _OK_LAG_ZERO
+    if stalled:
+        return _STALL
+    if rising and measured >= 2:
+        return _WARN
+    return _OK_DECREASING
 
 
 @dataclass(frozen=True)
@@ -47,50 +107,89 @@ class LagSettings:
 
 
 class _Window:
-    """One partition's stored commits, oldest first, and `window_rule`'s answer for them once
-    an evaluation needed it: the window changes only with a commit, while the job evaluates
-    every group at every micro-batch."""
+    """One partition's stored commits, oldest first (what `rules.append_commit` keeps, in a
+    deque of `intervals` that drops the oldest itself), and what
+    evaluations found for them: `verdict`, `window_rule`'s answer once an evaluation needed
+    it (it changes only with a commit), and `result`, the newest evaluation's
+    `PartitionResult`, handed back while nothing in it changed."""
 
-    __slots__ = ("commits", "verdict")
+    __slots__ = ("commits", "result", "verdict")
 
-    def __init__(self, commits: tuple[Commit, ...]) -> None:
+    def __init__(self, commits: deque[Commit]) -> None:
         self.commits = commits
         self.verdict: tuple[Status, str] | None = None
+        self.result: PartitionResult | None = None
+
+
+class _Group:
+    """One group's windows, and its newest evaluation (`partitions`, `result`) for reuse."""
+
+    __slots__ = ("partitions", "result", "sorted", "windows")
+
+    def __init__(self) -> None:
+        self.windows: dict[TopicPartition, _Window] = {}
+        self.sorted: list[tuple[TopicPartition, _Window]] | None = None  # by topic, partition
+        self.partitions: list[PartitionResult] = []
+        self.result: GroupResult | None = None
 
 
 class LagTracker:
     def __init__(self, settings: LagSettings) -> None:
+        if settings.intervals < 1:
+            raise ValueError("intervals must be at least 1")
         self.settings = settings
-        # group -> (topic, partition) -> window. Kept by group so that evaluating some groups
-        # touches only theirs.
-        self._windows: dict[str, dict[TopicPartition, _Window]] = {}
+        # Kept by group so that evaluating some groups touches only theirs.
+        self._groups: dict[str, _Group] = {}
+        self._names: list[str] | None = None  # sorted group names, None when to sort again
         self._heads: dict[TopicPartition, deque[int]] = {}
+        self._windows_on: dict[TopicPartition, int] = {}  # windows per partition
+        self._intervals = settings.intervals  # `record` runs once per commit: one lookup
+        self._min_distance_ms = settings.min_distance_ms
 
     def record(
         self, group: str, topic: str, partition: int, offset: int, commit_ms: int, lag: int | None
     ) -> Commit:
-        """Add one commit to its window; `lag` None when unknown. Returns what was stored."""
-        windows = self._windows.setdefault(group, {})
+        """Add one commit to its window; `lag` None when unknown, clamped at 0 otherwise.
+        Returns what was stored. The same as `rules.append_commit` with head offset
+        `offset + lag`."""
+        state = self._groups.get(group)
+        if state is None:
+            state = self._groups[group] = _Group()
+            self._names = None
+        if lag is not None and lag < 0:
+            lag = 0  # as `append_commit` clamps it
         tp = (topic, partition)
-        old = windows.get(tp)
-        commits = append_commit(
-            old.commits if old is not None else (),
-            offset,
-            commit_ms,
-            None if lag is None else offset + lag,
-            intervals=self.settings.intervals,
-            min_distance_ms=self.settings.min_distance_ms,
-        )
-        windows[tp] = _Window(commits)
-        return commits[-1]
+        window = state.windows.get(tp)
+        if window is None:
+            commit = _new(Commit, (offset, commit_ms, lag))
+            state.windows[tp] = _Window(deque((commit,), self._intervals))
+            state.sorted = None
+            self._windows_on[tp] = self._windows_on.get(tp, 0) + 1
+            return commit
+        commits = window.commits
+        newest_ms = commits[-1][1]
+        if commit_ms - newest_ms < self._min_distance_ms:
+            # Replaces the newest and keeps its time (see `append_commit`).
+            commit = commits[-1] = _new(Commit, (offset, newest_ms, lag))
+        else:
+            commit = _new(Commit, (offset, commit_ms, lag))
+            commits.append(commit)  # the oldest drops out past `intervals`
+        window.verdict = window.result = None
+        return commit
 
     def forget(self, group: str, topic: str, partition: int) -> None:
         """The group's offset was deleted (a tombstone in `__consumer_offsets`)."""
-        windows = self._windows.get(group)
-        if windows is not None:
-            windows.pop((topic, partition), None)
-            if not windows:
-                del self._windows[group]
+        state = self._groups.get(group)
+        if state is None or state.windows.pop((topic, partition), None) is None:
+            return
+        state.sorted = None
+        tp = (topic, partition)
+        self._windows_on[tp] -= 1
+        if not self._windows_on[tp]:
+            del self._windows_on[tp]
+        if not state.windows:
+            del self._groups[group]
+            self._names = None
 
     def refresh_heads(self, heads: Mapping[TopicPartition, int]) -> None:
         """The brokers' newest head offsets; the last `intervals` of each are kept."""
@@ -106,7 +205,7 @@ class LagTracker:
 
     def topic_partitions(self) -> set[TopicPartition]:
         """Every partition some group has committed to: the heads the job must fetch."""
-        return {tp for windows in self._windows.values() for tp in windows}
+        return set(self._windows_on)
 
     def committed(self) -> dict[GroupPartition, int]:
         """The newest committed offset of every (group, topic, partition)."""
@@ -123,7 +222,7 @@ class LagTracker:
     def current_lag(self, key: GroupPartition) -> int:
         """Head minus the newest commit, clamped at 0; the stored lag while no head is known."""
         group, topic, partition = key
-        window = self._windows[group][(topic, partition)]
+        window = self._groups[group].windows[(topic, partition)]
         return self._current_lag((topic, partition), window.commits[-1])
 
     def _current_lag(self, tp: TopicPartition, newest: Commit) -> int:
@@ -132,46 +231,93 @@ class LagTracker:
             return newest.lag or 0
         return max(ring[-1] - newest.offset, 0)
 
-    def _each(self) -> Iterator[tuple[str, TopicPartition, tuple[Commit, ...]]]:
-        for group, windows in self._windows.items():
-            for tp, window in windows.items():
+    def _each(self) -> Iterator[tuple[str, TopicPartition, deque[Commit]]]:
+        for group, state in self._groups.items():
+            for tp, window in state.windows.items():
                 yield group, tp, window.commits
 
     def evaluate(self, now_ms: int, groups: Iterable[str] | None = None) -> list[GroupResult]:
         """Every group's status (or those named; an unknown one is NOTFOUND), sorted by name;
-        a group's partitions sorted by topic and partition."""
-        names = sorted(self._windows) if groups is None else sorted(set(groups))
+        a group's partitions sorted by topic and partition. Equal to `rules.evaluate_group` of
+        `rules.evaluate_commits` of every window (checked by a randomized test); a result
+        that did not change since the last evaluation is the same object."""
+        if groups is None:
+            if self._names is None:
+                self._names = sorted(self._groups)
+            names: Iterable[str] = self._names
+        else:
+            names = sorted(set(groups))
         settings = self.settings
-        no_heads: tuple[int, ...] = ()
+        allowed = settings.allowed_lag
+        idle_ok = not settings.burrow_strict
+        idle_most = allowed + IDLE_TAIL_LAG
+        slots = settings.intervals
+        expire_ms = settings.expire_group_ms
+        heads = self._heads
         results = []
         for name in names:
-            windows = self._windows.get(name)
-            if windows is None:
+            state = self._groups.get(name)
+            if state is None:
                 results.append(evaluate_group(name, None, now_ms))
                 continue
+            pairs = state.sorted
+            if pairs is None:
+                pairs = state.sorted = sorted(state.windows.items())
+            previous = state.partitions
             partitions = []
-            for tp in sorted(windows):
-                window = windows[tp]
+            same = len(previous) == len(pairs)
+            last_ms = _NEVER
+            for i, (tp, window) in enumerate(pairs):
                 commits = window.commits
-                ring = self._heads.get(tp)
                 newest = commits[-1]
-                lag = max(ring[-1] - newest.offset, 0) if ring else newest.lag or 0
-                result = evaluate_commits(
-                    commits,
-                    settings.intervals,
-                    lag,
-                    now_ms,
-                    topic=tp[0],
-                    partition=tp[1],
-                    broker_offsets=ring if ring is not None else no_heads,
-                    allowed_lag=settings.allowed_lag,
-                    idle_caught_up_is_ok=not settings.burrow_strict,
-                    window_verdict=window.verdict,
-                )
-                if window.verdict is None and result.rule in WINDOW_RULES:
-                    window.verdict = result.status, result.rule
+                offset, newest_ms, newest_lag = newest
+                if newest_ms > last_ms:
+                    last_ms = newest_ms
+                ring = heads.get(tp)
+                if ring:
+                    lag = ring[-1] - offset
+                    if lag < 0:
+                        lag = 0
+                else:
+                    lag = newest_lag or 0
+                # `rules.partition_rule`, rule by rule.
+                if lag <= allowed:
+                    status, rule = _OK_WITHIN_ALLOWED
+                elif idle_ok and newest_lag == lag and lag <= idle_most:
+                    status, rule = _OK_IDLE_CAUGHT_UP
+                elif now_ms - newest_ms > newest_ms - commits[0][1] and not (
+                    ring and min(ring) <= offset  # `rules.recent_lag_zero`
+                ):
+                    status, rule = _STOP
+                else:
+                    verdict = window.verdict
+                    if verdict is None:
+                        verdict = window.verdict = window_verdict(commits, allowed)
+                    status, rule = verdict
+                result = window.result  # its current_lag, status and rule: 5, 2 and 7
+                if (
+                    result is None
+                    or result[5] != lag
+                    or result[2] is not status
+                    or result[7] != rule
+                ):
+                    result = window.result = _new(
+                        PartitionResult,
+                        (tp[0], tp[1], status, commits[0], newest, lag, len(commits) / slots, rule),
+                    )
+                    same = False
+                elif same and previous[i] is not result:
+                    same = False
                 partitions.append(result)
-            results.append(
-                evaluate_group(name, partitions, now_ms, expire_group_ms=settings.expire_group_ms)
+            cached = state.result
+            # The group's answer changes with its partitions', or by expiring (`now_ms`).
+            expired = now_ms - expire_ms > last_ms
+            if same and cached is not None and (cached.status is Status.NOTFOUND) == expired:
+                results.append(cached)
+                continue
+            state.partitions = partitions
+            state.result = evaluate_group(
+                name, partitions, now_ms, last_commit_ms=last_ms, expire_group_ms=expire_ms
             )
+            results.append(state.result)
         return results

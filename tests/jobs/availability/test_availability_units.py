@@ -22,8 +22,14 @@ from jobs.availability.lag.offsets_topic import (
     UndecodableRecord,
     decode,
 )
-from jobs.availability.lag.rules import evaluate_group, evaluate_partition, record_commit
-from jobs.availability.lag.tracker import LagSettings, LagTracker
+from jobs.availability.lag.rules import (
+    Commit,
+    evaluate_group,
+    evaluate_partition,
+    record_commit,
+    window_rule,
+)
+from jobs.availability.lag.tracker import LagSettings, LagTracker, window_verdict
 from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.tables import CONSUMER_GROUP_STATUS, TOPIC_AVAILABILITY
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
@@ -148,13 +154,24 @@ def test_forget_unknown_groups_and_replay_without_lag() -> None:
     assert tracker.topic_partitions() == {("t", 0)}
 
 
-def test_the_tracker_evaluates_as_the_pure_rules_do_on_padded_windows() -> None:
-    """The tracker keeps stored commits per group and caches each window's verdict (its fast
-    path); the reference keeps each window as `record_commit` builds it and evaluates with
-    `evaluate_partition`. A random stream of commits, tombstones and head refreshes, evaluated
-    every 50 steps, must give the same results each time."""
+@pytest.mark.parametrize(
+    "settings",
+    [
+        LagSettings(intervals=4, min_distance_ms=1_500, allowed_lag=2, expire_group_ms=60_000),
+        LagSettings(intervals=3, burrow_strict=True),
+        LagSettings(intervals=1),
+    ],
+    ids=["min-distance-allowed-expire", "burrow-strict", "one-slot"],
+)
+def test_the_tracker_evaluates_as_the_pure_rules_do_on_padded_windows(
+    settings: LagSettings,
+) -> None:
+    """The tracker keeps stored commits per group, caches each window's verdict and hands
+    back unchanged results (its fast path); the reference keeps each window as
+    `record_commit` builds it and evaluates with `evaluate_partition`. A random stream of
+    commits, tombstones, head refreshes and quiet spells, evaluated after every step (the
+    cached results must follow heads, the clock and expiry), must give the same results."""
     rng = random.Random(7)
-    settings = LagSettings(intervals=4, min_distance_ms=1_500, allowed_lag=2)
     tracker = LagTracker(settings)
     windows: dict[tuple[str, str, int], tuple] = {}
     heads: dict[tuple[str, int], list[int]] = {}
@@ -190,45 +207,71 @@ def test_the_tracker_evaluates_as_the_pure_rules_do_on_padded_windows() -> None:
                         partition=key[2],
                         broker_offsets=heads.get(key[1:], ()),
                         allowed_lag=settings.allowed_lag,
-                        idle_caught_up_is_ok=True,
+                        idle_caught_up_is_ok=not settings.burrow_strict,
                     )
                     for key in sorted(windows)
                     if key[0] == group
                 ],
                 now,
+                expire_group_ms=settings.expire_group_ms,
             )
             for group in sorted({key[0] for key in windows})
         ]
 
     statuses = set()
     for step in range(3_000):
-        now += rng.randrange(0, 2_000)
+        now += rng.choice((0, rng.randrange(0, 2_000), rng.randrange(0, 40_000)))
         group, tp = f"g{rng.randrange(5)}", ("t", rng.randrange(3))
         roll = rng.random()
         if roll < 0.05:
             tracker.forget(group, *tp)
             windows.pop((group, *tp), None)
         elif roll < 0.3:
-            head = heads.setdefault(tp, [0])[-1] + rng.randrange(0, 50)
-            heads[tp] = (heads[tp] + [head])[-settings.intervals :]
+            ring = heads.get(tp, [])
+            head = (ring[-1] if ring else 0) + rng.choice((0, rng.randrange(0, 50)))
+            heads[tp] = [*ring, head][-settings.intervals :]
             tracker.refresh_heads({tp: head})
+        elif roll < 0.4:
+            pass  # only the clock moves
         else:
             offset = max(heads.get(tp, [0])[-1] - rng.randrange(0, 60), 0)
             commit(group, tp, offset, None if rng.random() < 0.1 else rng.randrange(0, 40))
-        if step % 50 == 0:
-            results = tracker.evaluate(now)
-            assert results == reference(), step
-            statuses |= {p.status.name for r in results for p in r.partitions}
-    assert statuses >= {"OK", "WARN", "STOP", "REWIND"}, statuses
+        results = tracker.evaluate(now)
+        assert results == reference(), step
+        assert tracker.evaluate(now) == results  # again, from the cached results
+        statuses |= {r.status.name for r in results}
+        statuses |= {p.status.name for r in results for p in r.partitions}
+    if settings.intervals > 1:
+        assert statuses >= {"OK", "WARN", "ERR", "STOP", "REWIND"}, statuses
+    if settings.expire_group_ms < 3_000 * 20_000:
+        assert "NOTFOUND" in statuses
 
     commit("g0", ("t", 0), heads[("t", 0)][-1], 0)  # one caught up, for `lagging`
-    assert len(tracker.evaluate(now)) == 5
+    assert len(tracker.evaluate(now)) == len({key[0] for key in windows})
     assert tracker.evaluate(now) == reference()
     assert tracker.committed() == {key: w[-1].offset for key, w in windows.items()}
     assert tracker.lagging() == {
         key: w[-1].offset for key, w in windows.items() if reference_lag(key) > 0
     }
     assert 0 < len(tracker.lagging()) < len(windows)
+    assert tracker.topic_partitions() == {key[1:] for key in windows}
+
+
+def test_the_window_verdict_is_the_window_rule() -> None:
+    """`window_verdict`, the tracker's one-pass rules 3-7, against `rules.window_rule` on
+    random windows: rewinds recovered or not, stalls, unmeasured lags, lags at the allowed."""
+    rng = random.Random(11)
+    for _ in range(20_000):
+        offset, commits = rng.randrange(0, 100), []
+        for i in range(rng.randrange(1, 11)):
+            offset = max(offset + rng.choice((0, 0, 1, 5, 10, -3, -60, 60)), 0)
+            lag = None if rng.random() < 0.15 else rng.choice((0, 1, 2, 3, rng.randrange(0, 40)))
+            commits.append(Commit(offset, 1_000 * i, lag))
+        for allowed in (0, 2):
+            assert window_verdict(commits, allowed) == window_rule(commits, allowed_lag=allowed), (
+                commits,
+                allowed,
+            )
 
 
 def test_status_rows_carry_group_and_partition_verdicts() -> None:
@@ -382,3 +425,129 @@ def test_head_history_interpolates_between_samples_around_a_commit() -> None:
     history.add(21_000, {tp: 400})
     assert history.at(tp, 1500) is None  # older samples dropped after keep_ms
     assert history.known() == {tp, ("t", 1)}
+
+
+def test_head_history_answers_from_its_last_pair_as_the_search_does() -> None:
+    """`at` keeps the pair of samples it last interpolated between; random samples (some
+    partitions quiet, old ones dropped) and random lookups, mostly in time order as commits
+    come, must get what a binary search over the samples kept gives."""
+    import bisect
+
+    from jobs.availability.lag.head_sampler import HeadHistory
+
+    rng = random.Random(3)
+    history = HeadHistory(keep_ms=5_000)
+    kept: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+    def searched(tp: tuple[str, int], at_ms: int) -> int | None:
+        samples = kept.get(tp, [])
+        i = bisect.bisect_right([t for t, _ in samples], at_ms)
+        if i == 0:
+            return None
+        (t0, h0), later = samples[i - 1], samples[i:]
+        if not later:
+            return h0
+        t1, h1 = later[0]
+        return h0 + round((h1 - h0) * (at_ms - t0) / (t1 - t0))
+
+    now, heads = 0, {("t", p): 0 for p in range(3)}
+    for _ in range(300):
+        now += rng.randrange(500, 1_500)
+        sample = {tp: heads[tp] + rng.randrange(0, 100) for tp in heads if rng.random() < 0.8}
+        heads.update(sample)
+        history.add(now, sample)
+        for tp, head in sample.items():
+            samples = [*kept.get(tp, []), (now, head)]
+            old = bisect.bisect_left([t for t, _ in samples], now - 5_000)
+            kept[tp] = samples[min(old, len(samples) - 2) :]
+        at_ms = now - rng.randrange(0, 8_000)
+        for _ in range(20):
+            at_ms += rng.choice((0, rng.randrange(0, 400), -rng.randrange(0, 3_000)))
+            tp = ("t", rng.randrange(4))  # ("t", 3) never sampled
+            assert history.at(tp, at_ms) == searched(tp, at_ms), (tp, at_ms)
+
+
+def test_decode_takes_spark_bytearrays_and_forgets_keys_past_its_limit(monkeypatch) -> None:
+    from jobs.availability.lag import offsets_topic
+
+    assert decode(bytearray(KAFKA_KEY), bytearray(KAFKA_VALUE)) == decode(KAFKA_KEY, KAFKA_VALUE)
+    monkeypatch.setattr(offsets_topic, "_KEYS", {})
+    monkeypatch.setattr(offsets_topic, "_KEYS_KEPT", 2)
+    keys = [
+        struct.pack(">h", 1) + string(f"g{i}") + string("t") + struct.pack(">i", 0)
+        for i in range(5)
+    ]
+    for _ in range(2):
+        assert [decode(k, KAFKA_VALUE).group for k in keys] == [f"g{i}" for i in range(5)]
+    assert len(offsets_topic._KEYS) <= 2
+    # A v3 value with metadata is not the 24-byte shape: read through the general path.
+    with_metadata = struct.pack(">hqi", 3, 7, 5) + string("md") + struct.pack(">q", 1000)
+    assert decode(KAFKA_KEY, with_metadata) == OffsetCommit("g1", "t", 1, 7, 1000)
+
+
+def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
+    """The job's step 2 without I/O, batch after batch of random commits, tombstones and head
+    samples: `record_commits`, then `evaluate` (cached results), `lagging_partitions` and
+    `status_rows`. Every batch's rows must equal those of a tracker built afresh from the
+    commit rows written so far and the same heads."""
+    from jobs.availability.job import lagging_partitions, record_commits
+    from jobs.availability.lag.head_sampler import HeadHistory
+
+    rng = random.Random(5)
+    settings = LagSettings(intervals=4, allowed_lag=1, expire_group_ms=30_000)
+    tracker, history = LagTracker(settings), HeadHistory()
+    written: list[dict] = []  # consumer_offset_commits
+    rings: list[dict[tuple[str, int], int]] = []  # every refresh_heads, in order
+    heads = {("t", p): 0 for p in range(3)}
+    now, started = 10_000, 12_000
+    for batch in range(400):
+        events: list = []
+        for _ in range(rng.randrange(0, 12)):
+            now += rng.randrange(0, 150)
+            if rng.random() < 0.3:
+                heads = {tp: h + rng.randrange(0, 30) for tp, h in heads.items()}
+                history.add(now, heads)
+            group, tp = f"g{rng.randrange(6)}", ("t", rng.randrange(3))
+            if rng.random() < 0.04:
+                events.append(OffsetDeleted(group, *tp))
+            else:
+                offset = max(heads[tp] - rng.randrange(0, 40), 0)
+                events.append(OffsetCommit(group, *tp, offset, now - rng.randrange(0, 50)))
+        now += rng.choice((0, rng.randrange(0, 700), rng.randrange(0, 20_000)))
+        tracker.refresh_heads(history.latest())
+        rings.append(history.latest())
+        rows = record_commits(tracker, history, events, "c1", started)
+        stored = iter(rows)
+        for event in events:  # the commits' rows and the tombstones, in the stream's order
+            if isinstance(event, OffsetDeleted):
+                written.append({"forget": event})
+                continue
+            row = next(stored)
+            head = history.at((event.topic, event.partition), event.commit_ms)
+            known = head is not None and event.commit_ms >= started
+            assert row["lag"] == (max(head - event.offset, 0) if known else None)
+            assert (row["group"], row["offset"]) == (event.group, event.offset)
+            written.append(row)
+        assert next(stored, None) is None
+        results = tracker.evaluate(now)
+        lagging = lagging_partitions(results)
+        at = datetime.fromtimestamp(now / 1000, tz=UTC)
+        fresh = LagTracker(settings)
+        for ring in rings:
+            fresh.refresh_heads(ring)
+        for r in written:
+            if "forget" in r:
+                fresh.forget(*r["forget"])
+            else:
+                commit_ms = round(r["commit_time"].timestamp() * 1000)
+                fresh.record(
+                    r["group"], r["topic"], r["partition"], r["offset"], commit_ms, r["lag"]
+                )
+        expected = fresh.evaluate(now)
+        assert results == expected, batch
+        shown = {r.group for r in expected if r.partitions}  # not expired
+        assert lagging == {k: o for k, o in fresh.lagging().items() if k[0] in shown}
+        time_lags = {key: rng.randrange(0, 9_000) for key in lagging}
+        assert status_rows("c1", at, results, time_lags) == status_rows(
+            "c1", at, expected, time_lags
+        )
