@@ -28,7 +28,6 @@ Probes still open when the job stops are not written (a restarted job starts new
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -206,18 +205,19 @@ def record_commits(
     offset, unknown for a commit made before the job started (`started_ms`) or before the
     partition's first head sample. Returns the `consumer_offset_commits` rows."""
     at = history.at
-    record = tracker.record
+    record = tracker.record_at
     rows = []
     for event in events:
         if isinstance(event, OffsetDeleted):
             tracker.forget(*event)
             continue
         group, topic, partition, offset, commit_ms = event
+        tp = (topic, partition)
         # A commit made before the job started is history: its lag back then is unknown.
-        head = at((topic, partition), commit_ms) if commit_ms >= started_ms else None
+        head = at(tp, commit_ms) if commit_ms >= started_ms else None
         # max(head - offset, 0), without the call: this runs once per commit.
         lag = None if head is None else head - offset if head > offset else 0
-        commit = record(group, topic, partition, offset, commit_ms, lag)
+        commit = record(group, tp, offset, commit_ms, lag)
         rows.append(
             {
                 "cluster": cluster,
@@ -338,10 +338,21 @@ def listed_groups(admin: AdminClient) -> dict[str, str]:
     return {g.group_id: g.state.name for g in result.valid}
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _time(ms: int) -> datetime:
-    # Cached: every evaluation dates each partition's newest commit again, and those repeat.
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """`ms` as a UTC datetime. Cached: a group's commit of several partitions shares one time,
+    and every evaluation dates each partition's newest commit again. A plain dict (emptied
+    at _TIMES_KEPT entries), not lru_cache: it is faster, and its entries are no objects for
+    the garbage collector to walk."""
+    at = _TIMES.get(ms)
+    if at is None:
+        if len(_TIMES) >= _TIMES_KEPT:
+            _TIMES.clear()
+        at = _TIMES[ms] = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return at
+
+
+_TIMES: dict[int, datetime] = {}
+_TIMES_KEPT = 1 << 16
 
 
 # --- the micro-batch ------------------------------------------------------------------------

@@ -91,13 +91,14 @@ def decode(key: bytes | None, value: bytes | None) -> OffsetCommit | OffsetDelet
         return None  # GroupMetadataKey
     if value is None:
         return _new(OffsetDeleted, names)
+    group, topic, partition = names
     # What Kafka 2.1 and later write for a commit without metadata: version 3, 24 bytes.
     if len(value) == _V3_BARE.size:
         version, offset, _, metadata, commit_ms = _V3_BARE.unpack(value)
         if version == 3 and metadata <= 0:  # empty or null (-1): no metadata bytes
-            return _new(OffsetCommit, (*names, offset, commit_ms))
+            return _new(OffsetCommit, (group, topic, partition, offset, commit_ms))
     offset, commit_ms = _commit_value(value)
-    return _new(OffsetCommit, (*names, offset, commit_ms))
+    return _new(OffsetCommit, (group, topic, partition, offset, commit_ms))
 
 
 # A group commits the same few partitions over and over, so most keys were seen before: each

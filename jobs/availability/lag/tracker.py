@@ -15,10 +15,11 @@ Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`
   has no blind period (Burrow keeps its windows in memory only).
 
 The job records every commit and evaluates every group at every micro-batch, so `record` and
-`evaluate` are its hot path. `evaluate` applies `rules.partition_rule` inline (rules 1, 1b and
-2, then the window's own verdict, rules 3-7, kept until the window's next commit) and hands
-back the previous evaluation's result objects for what did not change; a randomized test
-holds it to the pure rules (tests/jobs/availability/test_availability_units.py).
+`evaluate` are its hot path. `evaluate` applies
+`rules.partition_rule` inline (rules 1, 1b and 2, then the window's own verdict, rules 3-7,
+kept until the window's next commit) and hands back the previous evaluation's result objects
+for what did not change; a randomized test holds it to the pure rules
+(tests/jobs/availability/test_availability_units.py).
 """
 
 from __future__ import annotations
@@ -53,12 +54,18 @@ IDLE_TAIL_LAG = 1  # `partition_rule`'s default idle_tail_lag, which the job use
 _NEVER = -(1 << 63)  # below any commit time
 
 # `Commit(...)` and `PartitionResult(...)` go through the NamedTuple's Python-level __new__;
-# tuple.__new__ builds the same object in a third of the time (one per commit, and one per
-# partition per evaluation when its lag moved).
+# tuple.__new__ builds the same object in a third of the time (one per partition per
+# evaluation when its lag moved).
 _new = tuple.__new__
 
+# A stored commit: `Commit`'s fields in a plain tuple. The garbage collector stops tracking a
+# plain tuple of numbers the first time it sees one, never a NamedTuple; the windows hold
+# `intervals` commits of every partition of every group, which the collector would otherwise
+# walk again and again. They become `Commit`s where they leave the tracker.
+Stored = tuple[int, int, int | None]  # offset, timestamp_ms, lag
 
-def window_verdict(commits: Sequence[Commit], allowed_lag: int) -> tuple[Status, str]:
+
+def window_verdict(commits: Sequence[Stored], allowed_lag: int) -> tuple[Status, str]:
     """`rules.window_rule` (rules 3 to 7, not `legacy_rewind`) in one pass over the window,
     without the predicates' generators: the job needs it once per commit. The same answers
     on random windows (tests/jobs/availability/test_availability_units.py)."""
@@ -107,15 +114,15 @@ class LagSettings:
 
 
 class _Window:
-    """One partition's stored commits, oldest first (what `rules.append_commit` keeps, in a
-    deque of `intervals` that drops the oldest itself), and what
+    """One partition's stored commits, oldest first (what `rules.append_commit` keeps, as
+    `Stored` tuples in a deque of `intervals` that drops the oldest itself), and what
     evaluations found for them: `verdict`, `window_rule`'s answer once an evaluation needed
     it (it changes only with a commit), and `result`, the newest evaluation's
     `PartitionResult`, handed back while nothing in it changed."""
 
     __slots__ = ("commits", "result", "verdict")
 
-    def __init__(self, commits: deque[Commit]) -> None:
+    def __init__(self, commits: deque[Stored]) -> None:
         self.commits = commits
         self.verdict: tuple[Status, str] | None = None
         self.result: PartitionResult | None = None
@@ -152,16 +159,22 @@ class LagTracker:
         """Add one commit to its window; `lag` None when unknown, clamped at 0 otherwise.
         Returns what was stored. The same as `rules.append_commit` with head offset
         `offset + lag`."""
+        return _new(Commit, self.record_at(group, (topic, partition), offset, commit_ms, lag))
+
+    def record_at(
+        self, group: str, tp: TopicPartition, offset: int, commit_ms: int, lag: int | None
+    ) -> Stored:
+        """`record`, with the partition as the (topic, partition) key the caller has, and
+        what was stored as a plain tuple (the job's hot path)."""
         state = self._groups.get(group)
         if state is None:
             state = self._groups[group] = _Group()
             self._names = None
         if lag is not None and lag < 0:
             lag = 0  # as `append_commit` clamps it
-        tp = (topic, partition)
         window = state.windows.get(tp)
         if window is None:
-            commit = _new(Commit, (offset, commit_ms, lag))
+            commit = (offset, commit_ms, lag)
             state.windows[tp] = _Window(deque((commit,), self._intervals))
             state.sorted = None
             self._windows_on[tp] = self._windows_on.get(tp, 0) + 1
@@ -170,9 +183,9 @@ class LagTracker:
         newest_ms = commits[-1][1]
         if commit_ms - newest_ms < self._min_distance_ms:
             # Replaces the newest and keeps its time (see `append_commit`).
-            commit = commits[-1] = _new(Commit, (offset, newest_ms, lag))
+            commit = commits[-1] = (offset, newest_ms, lag)
         else:
-            commit = _new(Commit, (offset, commit_ms, lag))
+            commit = (offset, commit_ms, lag)
             commits.append(commit)  # the oldest drops out past `intervals`
         window.verdict = window.result = None
         return commit
@@ -209,12 +222,12 @@ class LagTracker:
 
     def committed(self) -> dict[GroupPartition, int]:
         """The newest committed offset of every (group, topic, partition)."""
-        return {(group, *tp): commits[-1].offset for group, tp, commits in self._each()}
+        return {(group, *tp): commits[-1][0] for group, tp, commits in self._each()}
 
     def lagging(self) -> dict[GroupPartition, int]:
         """`committed`, for the partitions whose `current_lag` is above 0."""
         return {
-            (group, *tp): commits[-1].offset
+            (group, *tp): commits[-1][0]
             for group, tp, commits in self._each()
             if self._current_lag(tp, commits[-1]) > 0
         }
@@ -225,13 +238,13 @@ class LagTracker:
         window = self._groups[group].windows[(topic, partition)]
         return self._current_lag((topic, partition), window.commits[-1])
 
-    def _current_lag(self, tp: TopicPartition, newest: Commit) -> int:
+    def _current_lag(self, tp: TopicPartition, newest: Stored) -> int:
         ring = self._heads.get(tp)
         if not ring:
-            return newest.lag or 0
-        return max(ring[-1] - newest.offset, 0)
+            return newest[2] or 0
+        return max(ring[-1] - newest[0], 0)
 
-    def _each(self) -> Iterator[tuple[str, TopicPartition, deque[Commit]]]:
+    def _each(self) -> Iterator[tuple[str, TopicPartition, deque[Stored]]]:
         for group, state in self._groups.items():
             for tp, window in state.windows.items():
                 yield group, tp, window.commits
@@ -301,9 +314,15 @@ class LagTracker:
                     or result[2] is not status
                     or result[7] != rule
                 ):
+                    start: Commit | None
+                    end: Commit | None
+                    if result is None:  # a new window: its ends as `Commit`s
+                        start, end = _new(Commit, commits[0]), _new(Commit, newest)
+                    else:  # the same window, another lag or status
+                        start, end = result[3], result[4]
                     result = window.result = _new(
                         PartitionResult,
-                        (tp[0], tp[1], status, commits[0], newest, lag, len(commits) / slots, rule),
+                        (tp[0], tp[1], status, start, end, lag, len(commits) / slots, rule),
                     )
                     same = False
                 elif same and previous[i] is not result:
