@@ -19,7 +19,12 @@ Every micro-batch, on the driver:
    `consumer_offset_commits`, each commit's lag from the head offset at its time (sampled
    every second by `head_sampler`); every group evaluated with Burrow's rules ->
    `consumer_group_status`, with lag in messages and in time (now - timestamp of the group's
-   next unconsumed record), unless skipped.
+   next unconsumed record), unless skipped. The groups are evaluated at most once per
+   `LagSettings.status_interval_ms` (1 s, the head sampler's refresh, or half the trigger
+   when that is shorter): a micro-batch that comes sooner after the last evaluated one
+   records its commits and writes no status rows. Micro-batches paced by the trigger are all
+   evaluated; one that starts early (the second after the start, say) may not be, and the
+   next is. Every evaluation covers every group.
 
 Guarantee: each append is idempotent per batch (txnAppId + batch id), so a replayed batch
 writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start.
@@ -55,7 +60,7 @@ from jobs.availability.lag.offsets_topic import (
     decode,
 )
 from jobs.availability.lag.rules import GroupResult, Status
-from jobs.availability.lag.tracker import GroupPartition, LagTracker
+from jobs.availability.lag.tracker import GroupPartition, LagTracker, status_due
 from jobs.availability.probes.probers import (
     NativeReceiver,
     NativeSender,
@@ -371,6 +376,7 @@ class AvailabilityBatchWriter:
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
     _undecodable: int = 0
+    _evaluated_ms: int | None = None  # `now` of the last micro-batch that evaluated the groups
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -469,6 +475,17 @@ class AvailabilityBatchWriter:
             frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
             path = self.spec.commits_path
             append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
+        if not status_due(self._evaluated_ms, now_ms, self.spec.lag.status_interval_ms):
+            assert self._evaluated_ms is not None
+            log.info(
+                "batch %d: %d commits read; groups evaluated %d ms ago, not again before %d ms",
+                batch_id,
+                len(commits),
+                now_ms - self._evaluated_ms,
+                self.spec.lag.status_interval_ms,
+            )
+            return
+        self._evaluated_ms = now_ms
         results = self.tracker.evaluate(now_ms)
         lagging = lagging_partitions(results)
         positions = {(t, p): o for (_, t, p), o in lagging.items()}

@@ -20,7 +20,8 @@ extension.availability                      skip_probes (false), probe_interval_
                                             lag_burrow_strict (false)
 extension.trigger.interval_seconds          5: metadata, head offsets and every group's
                                             status are sampled, and final probe windows
-                                            written, this often
+                                            written, this often (the statuses at most once
+                                            per min(1 s, half the trigger))
 extension.output                            availability_probes_path, topic_availability_path,
                                             consumer_offset_commits_path,
                                             consumer_group_status_path (<warehouse>/<name>),
@@ -41,7 +42,7 @@ from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
 from core.storage import checkpoint_location, table_location
 from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC
 from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
-from jobs.availability.lag.tracker import LagSettings
+from jobs.availability.lag.tracker import STATUS_INTERVAL_MS, LagSettings
 
 DEFAULT_TRIGGER_SECONDS = 5
 PROXY_TYPES = ("AVAILABILITY_JOB_TYPE_PROXY_PRODUCER", "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER")
@@ -154,6 +155,9 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
             allowed_lag=available.lag_allowed_messages,
             expire_group_ms=expire_s * 1000,
             burrow_strict=available.lag_burrow_strict,
+            # Never above half the trigger, so that no micro-batch the trigger paces is left
+            # unevaluated by a start a little early.
+            status_interval_ms=min(STATUS_INTERVAL_MS, trigger_seconds * 1000 // 2),
         ),
         trigger_interval_seconds=trigger_seconds,
         probes_path=_table(output.availability_probes_path, "availability_probes", settings),

@@ -18,7 +18,9 @@ under_replicated       boolean      isr_size < replication_factor
 topic, partition, offset, commit_time, lag = broker head - offset when the job saw it, null
 when unknown). It is the persisted lag window: a restarted job replays it.
 
-`consumer_group_status`, one row per trigger and consumer group (Burrow's group status):
+`consumer_group_status`, one row per evaluation and consumer group (Burrow's group status;
+the job evaluates every group at each micro-batch, but not twice within
+`LagSettings.status_interval_ms`, at most 1 s):
 cluster, evaluated_at, group, status (NOTFOUND, OK, WARN, ERR), complete, total_lag,
 max_lag_topic/_partition, max_lag, max_time_lag_ms (now - timestamp of the oldest unconsumed
 record, over the group's partitions), total_partitions, and `partitions`: topic, partition,

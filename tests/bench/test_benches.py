@@ -20,10 +20,12 @@ from bench.availability_bench import (
     burrow_log_times,
     last_commits,
     offset_commit_record,
+    replay,
 )
 from bench.kafka_perf import parse_consumer_output
 from bench.startup_bench import cds_for_run, seconds_after, start_up_phases, startup_medians
 from core.paths import ROOT
+from jobs.availability.lag.head_sampler import HeadHistory
 from jobs.availability.lag.offsets_topic import OffsetCommit, decode
 from jobs.runtime import template
 
@@ -426,6 +428,23 @@ def test_the_last_commits_of_a_stream_are_each_partitions_newest_and_tombstones_
         "g1": {("t", 0): (4, 1003), ("t", 1): (7, 1001)},
         "g3": {("u", 2): (9, 1005)},
     }
+
+
+def test_the_job_replay_evaluates_when_the_job_would_and_records_every_commit() -> None:
+    """Mode "job" in batches of 2: every commit recorded; the groups evaluated in the first
+    batch and then in the first batch at least `status_interval_ms` (1 s) of commit time after
+    the last evaluated one, as `job._evaluate_groups` does."""
+    times = [0, 100, 400, 900, 1_000, 1_100, 1_500, 2_100, 2_200, 2_300]
+    records = [_commit(f"g{i % 3}", "t", i % 2, 10 * i, ms) for i, ms in enumerate(times)]
+    last = {(f"g{i % 3}", "t", i % 2): 10 * i for i in range(len(times))}
+    rec = Recording(records, len(records), last, [(0, {("t", 0): 100, ("t", 1): 100})], {})
+    history = HeadHistory()
+    history.add(0, {("t", 0): 100, ("t", 1): 100})
+    _, tracker, batches, evaluated, evaluations = replay(rec, history, 2, "job")
+    assert tracker.committed() == last and (batches, evaluations) == (5, 3)
+    # Batches end at 100, 900, 1_100, 2_100, 2_300 ms: evaluated at 100, 1_100 and 2_100, with
+    # 2, 3 and 3 groups.
+    assert evaluated == 2 + 3 + 3
 
 
 def _ring(*commits: tuple[int, int] | None) -> dict:

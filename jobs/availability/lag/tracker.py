@@ -14,11 +14,11 @@ Spark, no I/O. The job feeds it the commits decoded from `__consumer_offsets` (`
 * the job persists every commit it records, and `record` replays them on start, so a restart
   has no blind period (Burrow keeps its windows in memory only).
 
-The job records every commit and evaluates every group at every micro-batch, so `record` and
-`evaluate` are its hot path. `evaluate` applies
+The job records every commit and evaluates every group (at most once a second,
+`status_due`), so `record` and `evaluate` are its hot path. `evaluate` applies
 `rules.partition_rule` inline (rules 1, 1b and 2, then the window's own verdict, rules 3-7,
-kept until the window's next commit) and hands back the previous evaluation's result objects
-for what did not change; a randomized test holds it to the pure rules
+kept until the window's next commit) and hands back the previous evaluation's result
+objects for what did not change; a randomized test holds it to the pure rules
 (tests/jobs/availability/test_availability_units.py).
 """
 
@@ -52,6 +52,11 @@ _WARN = (Status.WARN, "lag_not_decreasing")
 _OK_DECREASING = (Status.OK, "lag_decreasing")
 IDLE_TAIL_LAG = 1  # `partition_rule`'s default idle_tail_lag, which the job uses
 _NEVER = -(1 << 63)  # below any commit time
+
+STATUS_INTERVAL_MS = 1_000
+"""`LagSettings.status_interval_ms` by default: the head sampler's refresh
+(`head_sampler.REFRESH_S`). The job's spec lowers it to half the trigger (1 s at least) when
+that is shorter, so every micro-batch the trigger paces is evaluated."""
 
 # `Commit(...)` and `PartitionResult(...)` go through the NamedTuple's Python-level __new__;
 # tuple.__new__ builds the same object in a third of the time (one per partition per
@@ -111,6 +116,16 @@ class LagSettings:
     allowed_lag: int = 0  # Burrow `allowed-lag`
     expire_group_ms: int = EXPIRE_GROUP_MS  # Burrow `expire-group`
     burrow_strict: bool = False  # True: no OK for a caught-up consumer on an idle tail
+    # The job evaluates the groups (and writes `consumer_group_status`) at most this often: a
+    # micro-batch sooner after the last evaluated one records its commits only (`status_due`).
+    status_interval_ms: int = STATUS_INTERVAL_MS
+
+
+def status_due(last_ms: int | None, now_ms: int, interval_ms: int) -> bool:
+    """Whether the micro-batch at `now_ms` evaluates the groups: the first does (`last_ms`
+    None), then the first at least `interval_ms` after the last that did, or any once the
+    clock went back."""
+    return last_ms is None or not 0 <= now_ms - last_ms < interval_ms
 
 
 class _Window:

@@ -29,7 +29,7 @@ from jobs.availability.lag.rules import (
     record_commit,
     window_rule,
 )
-from jobs.availability.lag.tracker import LagSettings, LagTracker, window_verdict
+from jobs.availability.lag.tracker import LagSettings, LagTracker, status_due, window_verdict
 from jobs.availability.spec import ProbeSettings, availability_spec
 from jobs.availability.tables import CONSUMER_GROUP_STATUS, TOPIC_AVAILABILITY
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
@@ -332,7 +332,7 @@ def settings(tmp_path):
     return load_settings(write_conf_dir(tmp_path, "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck"))
 
 
-def group(**availability) -> JobGroup:
+def group(trigger_seconds: int | None = None, **availability) -> JobGroup:
     data = {
         "jobGroupId": "avail",
         "type": "JOB_TYPE_KAFKA_AVAILABILITY",
@@ -341,6 +341,7 @@ def group(**availability) -> JobGroup:
         "extension": {
             "@type": "type.googleapis.com/uatu.v1.JobOptions",
             "availability": availability,
+            **({"trigger": {"intervalSeconds": trigger_seconds}} if trigger_seconds else {}),
         },
     }
     return json_format.ParseDict(data, JobGroup())
@@ -348,11 +349,17 @@ def group(**availability) -> JobGroup:
 
 def test_defaults(settings) -> None:
     spec = availability_spec(group(), settings)
-    assert spec.lag == LagSettings()
+    assert spec.lag == LagSettings() and spec.lag.status_interval_ms == 1_000
     assert spec.topic_availability and spec.consumer_lag and spec.trigger_interval_seconds == 5
     assert spec.status_path.endswith("/consumer_group_status")
     assert spec.probes and spec.probe == ProbeSettings(1000, 10_000, 5000, 20_000, 1)
     assert spec.probes_path.endswith("/availability_probes") and spec.probe_topic == "probe"
+
+
+def test_statuses_are_evaluated_at_most_once_a_second_and_at_every_trigger(settings) -> None:
+    assert availability_spec(group(trigger_seconds=2), settings).lag.status_interval_ms == 1_000
+    # A 1 s trigger: batches start about 1 s apart, some a little early; all are evaluated.
+    assert availability_spec(group(trigger_seconds=1), settings).lag.status_interval_ms == 500
 
 
 @pytest.mark.parametrize(
@@ -485,11 +492,20 @@ def test_decode_takes_spark_bytearrays_and_forgets_keys_past_its_limit(monkeypat
     assert decode(KAFKA_KEY, with_metadata) == OffsetCommit("g1", "t", 1, 7, 1000)
 
 
+def test_status_is_due_once_per_interval_and_after_the_clock_goes_back() -> None:
+    assert status_due(None, 5_000, 1_000)
+    assert not status_due(5_000, 5_999, 1_000)
+    assert status_due(5_000, 6_000, 1_000)
+    assert status_due(5_000, 4_000, 1_000)  # the clock went back: evaluate, do not wait
+    assert status_due(5_000, 5_000, 0)  # interval 0: every micro-batch
+
+
 def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
     """The job's step 2 without I/O, batch after batch of random commits, tombstones and head
-    samples: `record_commits`, then `evaluate` (cached results), `lagging_partitions` and
-    `status_rows`. Every batch's rows must equal those of a tracker built afresh from the
-    commit rows written so far and the same heads."""
+    samples: `record_commits`, then, when `status_due`, `evaluate` (cached results),
+    `lagging_partitions` and `status_rows`. Every evaluated batch's rows must equal those of
+    a tracker built afresh from the commit rows written so far and the same heads; batches
+    closer than the interval to the last evaluated one evaluate nothing."""
     from jobs.availability.job import lagging_partitions, record_commits
     from jobs.availability.lag.head_sampler import HeadHistory
 
@@ -499,7 +515,7 @@ def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
     written: list[dict] = []  # consumer_offset_commits
     rings: list[dict[tuple[str, int], int]] = []  # every refresh_heads, in order
     heads = {("t", p): 0 for p in range(3)}
-    now, started = 10_000, 12_000
+    now, started, evaluated, evaluations = 10_000, 12_000, None, 0
     for batch in range(400):
         events: list = []
         for _ in range(rng.randrange(0, 12)):
@@ -529,6 +545,10 @@ def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
             assert (row["group"], row["offset"]) == (event.group, event.offset)
             written.append(row)
         assert next(stored, None) is None
+        if not status_due(evaluated, now, settings.status_interval_ms):
+            assert evaluated is not None and 0 <= now - evaluated < settings.status_interval_ms
+            continue
+        evaluated, evaluations = now, evaluations + 1
         results = tracker.evaluate(now)
         lagging = lagging_partitions(results)
         at = datetime.fromtimestamp(now / 1000, tz=UTC)
@@ -551,3 +571,4 @@ def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
         assert status_rows("c1", at, results, time_lags) == status_rows(
             "c1", at, expected, time_lags
         )
+    assert 50 < evaluations < 400
