@@ -173,20 +173,29 @@ def metadata_snapshot(admin: AdminClient) -> tuple[list[PartitionState], list[in
 
 
 def next_record_times(
-    consumer: Consumer, positions: Mapping[tuple[str, int], int], timeout_s: float = 1.0
-) -> dict[tuple[str, int], int]:
-    """Timestamp (ms) of the record at each (topic, partition) position, as far as it answers."""
-    if not positions:
-        return {}
-    consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
-    found: dict[tuple[str, int], int] = {}
+    consumer: Consumer, positions: Iterable[tuple[str, int, int]], timeout_s: float = 1.0
+) -> dict[tuple[str, int, int], int]:
+    """Timestamp (ms) of the record at each (topic, partition, offset), as far as the broker
+    answers within `timeout_s` in all. Groups on one partition are usually at different
+    offsets, and a consumer reads a partition from one offset at a time, so the offsets of a
+    partition are read in rounds, one per round. A record that is gone (compacted, a
+    transaction marker) is dated by the next one the fetch returns."""
+    pending: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in sorted(set(positions)):
+        pending.setdefault((topic, partition), []).append(offset)
+    found: dict[tuple[str, int, int], int] = {}
     deadline = time.monotonic() + timeout_s
-    while len(found) < len(positions) and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=len(positions), timeout=0.5):
-            topic, partition = message.topic(), message.partition()
-            if message.error() is None and topic is not None and partition is not None:
-                found.setdefault((topic, partition), message.timestamp()[1])
-    consumer.unassign()
+    while pending and time.monotonic() < deadline:
+        reading = {tp: offsets.pop(0) for tp, offsets in pending.items()}
+        pending = {tp: offsets for tp, offsets in pending.items() if offsets}
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in reading.items()])
+        while reading and time.monotonic() < deadline:
+            wait = min(0.5, max(deadline - time.monotonic(), 0.0))
+            for message in consumer.consume(num_messages=len(reading), timeout=wait):
+                tp = (message.topic(), message.partition())
+                if message.error() is None and tp in reading:
+                    found[(*tp, reading.pop(tp))] = message.timestamp()[1]
+        consumer.unassign()
     return found
 
 
@@ -276,9 +285,9 @@ def status_rows(
                     "current_lag": current_lag,
                     "time_lag_ms": time_lag,
                     "complete": complete,
-                    "start_offset": start[0] if start else None,
-                    "end_offset": end[0] if end else None,
-                    "end_commit_time": _time(end[1]) if end else None,
+                    "start_offset": start.offset if start else None,
+                    "end_offset": end.offset if end else None,
+                    "end_commit_time": _time(end.timestamp_ms) if end else None,
                     "rule": rule,
                 }
             )
@@ -291,9 +300,9 @@ def status_rows(
                 "status": names[result.status],
                 "complete": result.complete,
                 "total_lag": result.total_lag,
-                "max_lag_topic": worst[0] if worst else None,
-                "max_lag_partition": worst[1] if worst else None,
-                "max_lag": worst[5] if worst else None,
+                "max_lag_topic": worst.topic if worst else None,
+                "max_lag_partition": worst.partition if worst else None,
+                "max_lag": worst.current_lag if worst else None,
                 "max_time_lag_ms": max_time_lag,
                 "total_partitions": result.total_partitions,
                 "partitions": partitions,
@@ -488,12 +497,13 @@ class AvailabilityBatchWriter:
         self._evaluated_ms = now_ms
         results = self.tracker.evaluate(now_ms)
         lagging = lagging_partitions(results)
-        positions = {(t, p): o for (_, t, p), o in lagging.items()}
-        record_ms = next_record_times(self._client_consumer(), positions)
+        record_ms = next_record_times(
+            self._client_consumer(), [(t, p, o) for (_, t, p), o in lagging.items()]
+        )
         time_lags = {
-            key: max(now_ms - record_ms[(key[1], key[2])], 0)
-            for key in lagging
-            if (key[1], key[2]) in record_ms
+            (g, t, p): max(now_ms - record_ms[(t, p, o)], 0)
+            for (g, t, p), o in lagging.items()
+            if (t, p, o) in record_ms
         }
         rows = status_rows(self.spec.cluster.name, now, results, time_lags)
         try:

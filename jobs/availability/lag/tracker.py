@@ -322,19 +322,19 @@ class LagTracker:
                     if verdict is None:
                         verdict = window.verdict = window_verdict(commits, allowed)
                     status, rule = verdict
-                result = window.result  # its current_lag, status and rule: 5, 2 and 7
+                result = window.result
                 if (
                     result is None
-                    or result[5] != lag
-                    or result[2] is not status
-                    or result[7] != rule
+                    or result.current_lag != lag
+                    or result.status is not status
+                    or result.rule != rule
                 ):
                     start: Commit | None
                     end: Commit | None
                     if result is None:  # a new window: its ends as `Commit`s
                         start, end = _new(Commit, commits[0]), _new(Commit, newest)
                     else:  # the same window, another lag or status
-                        start, end = result[3], result[4]
+                        start, end = result.start, result.end
                     result = window.result = _new(
                         PartitionResult,
                         (tp[0], tp[1], status, start, end, lag, len(commits) / slots, rule),

@@ -253,6 +253,31 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
 # --- probes -----------------------------------------------------------------------------------
 
 
+def test_each_groups_committed_offset_is_dated_on_a_shared_partition(kafka) -> None:
+    """Two groups lag on one partition at different offsets: each one's time lag comes from
+    the record at its own offset (it once came from whichever group the lookup kept)."""
+    topic = f"dating-{time.monotonic_ns()}"
+    kafka.create_topic(topic, 2, 1)
+    base_ms = int(time.time() * 1000) - 600_000
+    produce_records(
+        kafka.bootstrap_servers,
+        topic,
+        [Record(p, None, b"x", base_ms + 1000 * (10 * p + i)) for p in (0, 1) for i in range(10)],
+    )
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "dating"})
+    try:
+        wanted = [(topic, 0, 2), (topic, 0, 7), (topic, 0, 2), (topic, 1, 0), (topic, 1, 9)]
+        dated = availability.next_record_times(consumer, wanted, timeout_s=10)
+    finally:
+        consumer.close()
+    assert dated == {
+        (topic, 0, 2): base_ms + 2000,
+        (topic, 0, 7): base_ms + 7000,
+        (topic, 1, 0): base_ms + 10_000,
+        (topic, 1, 9): base_ms + 19_000,
+    }
+
+
 def probe_records_per_window(bootstrap: str, topic: str, window_ms: int) -> Counter:
     """(partition, window start) -> distinct probes on the topic, read independently."""
     consumer = Consumer(
