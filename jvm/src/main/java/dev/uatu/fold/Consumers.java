@@ -1,13 +1,13 @@
 package dev.uatu.fold;
 
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.Queue;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
@@ -15,6 +15,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * fold task per partition and micro-batch would otherwise pay a consumer's connection and
  * metadata set-up every time. Consumers are not thread-safe, so a task borrows one and gives
  * it back.
+ *
+ * <p>A consumer is given back still assigned to the partition it read, with the records it
+ * fetched past the range's end ({@link PooledConsumer}). The next batch's range of that
+ * partition starts there, so the task that reads it borrows that consumer ({@link #borrow}
+ * prefers it) and reads on without a seek, from the records already fetched: a seek to a
+ * partition's new position cost a fetch round trip before the first record (50-100 ms a task
+ * in the load generator's bench). So that each partition keeps a consumer, a new one is made
+ * while the JVM has fewer than {@link #MAX_PER_CONFIG}.
  *
  * <p>Pooled consumers wait at most {@link #FETCH_MAX_WAIT_MS} for a fetch, whatever the
  * configuration says. A consumer given back right after reading a range to the end of its
@@ -27,34 +35,84 @@ public final class Consumers {
   /** The pooled consumers' {@code fetch.max.wait.ms}. */
   public static final String FETCH_MAX_WAIT_MS = "10";
 
-  private static final Map<Map<String, String>, Queue<KafkaConsumer<byte[], byte[]>>> IDLE =
-      new ConcurrentHashMap<>();
+  /**
+   * Consumers one JVM keeps per configuration. Each idle one holds at most one partition's
+   * fetch ({@code max.partition.fetch.bytes}), so the pool stays within that many times it.
+   */
+  public static final int MAX_PER_CONFIG = 16;
+
+  // configuration -> idle consumers, most recently given back last; guarded by IDLE, as is
+  // MADE: configuration -> consumers made (idle or borrowed).
+  private static final Map<Map<String, String>, List<PooledConsumer>> IDLE =
+      new HashMap<>();
+  private static final Map<Map<String, String>, Integer> MADE = new HashMap<>();
 
   private Consumers() {}
 
-  public static KafkaConsumer<byte[], byte[]> borrow(Map<String, String> config) {
-    KafkaConsumer<byte[], byte[]> consumer = idle(config).poll();
-    if (consumer != null) {
-      return consumer;
+  /**
+   * A consumer of {@code config} for reading {@code tp} from {@code offset}: an idle one
+   * assigned to {@code tp} alone at {@code offset} if there is one; else a new one while this
+   * JVM has fewer than {@link #MAX_PER_CONFIG} of the configuration, so each partition it
+   * reads keeps a consumer of its own; else the idle one given back longest ago, which the
+   * caller seeks.
+   */
+  public static PooledConsumer borrow(
+      Map<String, String> config, TopicPartition tp, long offset) {
+    synchronized (IDLE) {
+      List<PooledConsumer> idle = idle(config);
+      for (int i = idle.size() - 1; i >= 0; i--) {
+        if (idle.get(i).isAt(tp, offset)) {
+          return idle.remove(i);
+        }
+      }
+      int made = MADE.getOrDefault(config, 0);
+      if (made >= MAX_PER_CONFIG && !idle.isEmpty()) {
+        return idle.remove(0);
+      }
+      MADE.put(new HashMap<>(config), made + 1);
     }
     Properties props = new Properties();
     props.putAll(config);
     props.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, FETCH_MAX_WAIT_MS);
-    return new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+    try {
+      return new PooledConsumer(
+          new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer()));
+    } catch (RuntimeException e) {
+      synchronized (IDLE) {
+        MADE.merge(config, -1, Integer::sum); // a bad configuration must not fill the pool
+      }
+      throw e;
+    }
   }
 
-  public static void giveBack(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
-    consumer.unsubscribe();
-    idle(config).add(consumer);
+  /** Gives back a consumer that read its range to the end: it stays assigned where it is. */
+  public static void giveBack(Map<String, String> config, PooledConsumer consumer) {
+    synchronized (IDLE) {
+      idle(config).add(consumer);
+    }
+  }
+
+  /** Gives back a consumer whose read failed: unassigned first, so its state is dropped. */
+  public static void giveBackFailed(Map<String, String> config, PooledConsumer consumer) {
+    consumer.reset();
+    giveBack(config, consumer);
+  }
+
+  private static List<PooledConsumer> idle(Map<String, String> config) {
+    List<PooledConsumer> idle = IDLE.get(config);
+    if (idle == null) {
+      idle = new ArrayList<>();
+      IDLE.put(new HashMap<>(config), idle); // a copy: the caller's map may change later
+    }
+    return idle;
   }
 
   /** Close every pooled consumer (a driver that ran folds in-process, like a test session). */
   public static void closeAll() {
-    IDLE.values().forEach(q -> q.forEach(KafkaConsumer::close));
-    IDLE.clear();
-  }
-
-  private static Queue<KafkaConsumer<byte[], byte[]>> idle(Map<String, String> config) {
-    return IDLE.computeIfAbsent(new HashMap<>(config), c -> new ConcurrentLinkedQueue<>());
+    synchronized (IDLE) {
+      IDLE.values().forEach(idle -> idle.forEach(pooled -> pooled.consumer.close()));
+      IDLE.clear();
+      MADE.clear();
+    }
   }
 }

@@ -5,7 +5,7 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.Row;
 import org.slf4j.Logger;
@@ -33,13 +33,16 @@ final class FoldTask implements FlatMapFunction<Iterator<FoldRange>, Row> {
       FoldRange range = ranges.next();
       long started = System.nanoTime();
       RecordFold fold = factory.create(range);
-      KafkaConsumer<byte[], byte[]> consumer = Consumers.borrow(consumerConfig);
+      TopicPartition tp = new TopicPartition(range.topic, range.partition);
+      PooledConsumer consumer = Consumers.borrow(consumerConfig, tp, range.fromOffset);
       RangeReader.Read read;
       try {
         read = RangeReader.read(consumer, range, fold, timeoutMs);
-      } finally {
-        Consumers.giveBack(consumerConfig, consumer);
+      } catch (RuntimeException | Error e) {
+        Consumers.giveBackFailed(consumerConfig, consumer);
+        throw e;
       }
+      Consumers.giveBack(consumerConfig, consumer);
       rows.addAll(fold.finish());
       long ms = (System.nanoTime() - started) / 1_000_000;
       LOG.info(

@@ -3,13 +3,14 @@ package dev.uatu.fold;
 import java.time.Duration;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 
 /**
  * Reads one offset range with a byte-array consumer and hands each record to a fold. The range
  * was planned by Spark from offsets the broker reported, so its records exist; positions past
- * transaction markers and aborted records (read_committed) count as read.
+ * transaction markers and aborted records (read_committed) count as read. A consumer already
+ * at the range's start (it read the range before, {@link Consumers}) reads on without a seek,
+ * first from the records it fetched then, and keeps what it fetches past the range's end.
  */
 public final class RangeReader {
   private static final Duration POLL = Duration.ofMillis(200);
@@ -23,22 +24,23 @@ public final class RangeReader {
    * end (a broker that stopped answering fails the task instead of stalling the batch).
    */
   public static Read read(
-      KafkaConsumer<byte[], byte[]> consumer, FoldRange range, RecordFold fold, long timeoutMs) {
+      PooledConsumer consumer, FoldRange range, RecordFold fold, long timeoutMs) {
     TopicPartition tp = new TopicPartition(range.topic, range.partition);
-    consumer.assign(List.of(tp));
-    consumer.seek(tp, range.fromOffset);
+    if (!consumer.isAt(tp, range.fromOffset)) {
+      consumer.seek(tp, range.fromOffset);
+    }
     long read = 0;
     long started = System.nanoTime();
     long firstRecordNanos = -1;
     long quietSince = started;
-    while (consumer.position(tp) < range.untilOffset) {
-      List<ConsumerRecord<byte[], byte[]>> records = consumer.poll(POLL).records(tp);
-      long fetched = MicroClock.nowMicros();
+    while (consumer.position() < range.untilOffset) {
+      List<ConsumerRecord<byte[], byte[]>> records = consumer.nextRecords(POLL);
+      long fetched = consumer.fetchedMicros();
       if (records.isEmpty()) {
         if (System.nanoTime() - quietSince > timeoutMs * 1_000_000L) {
           throw new FoldException(
               "no record of " + tp + " came in " + timeoutMs + " ms at offset "
-                  + consumer.position(tp) + " (the range ends at " + range.untilOffset + ")");
+                  + consumer.position() + " (the range ends at " + range.untilOffset + ")");
         }
         continue;
       }
@@ -46,9 +48,11 @@ public final class RangeReader {
       if (firstRecordNanos < 0) {
         firstRecordNanos = quietSince - started;
       }
-      for (ConsumerRecord<byte[], byte[]> record : records) {
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<byte[], byte[]> record = records.get(i);
         if (record.offset() >= range.untilOffset) {
-          break; // the next batch's
+          consumer.keep(records, i); // the next batch's
+          break;
         }
         fold.add(record, fetched);
         read++;
