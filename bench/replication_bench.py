@@ -28,7 +28,7 @@ What is measured, in this order:
    * MirrorMaker 2 (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions) copying
      it to a topic of the same name, with the job's settings: its target producers get the
      job's producer settings (max.in.flight 5), its source consumers the job's fetch settings
-     (jobs.replication.job.SOURCE_FETCH_CONFIG: max.poll.records, max.partition.fetch.bytes,
+     (jobs.runtime.kafka_source.RANGE_FETCH_CONFIG: max.poll.records, max.partition.fetch.bytes,
      fetch.max.bytes, as ``source.consumer.*``), and its JVM the job's heap (2g, as -Xms and
      -Xmx). Each MM2 run has its own Connect worker group and internal topics, as each Spark
      run has its own checkpoint: no run starts from an earlier run's state. Both JVMs run G1
@@ -142,7 +142,7 @@ from devservices.mirror_maker import (
     logged_consumer_configs,
     start_mirror_maker,
 )
-from jobs.replication.job import SOURCE_FETCH_CONFIG
+from jobs.runtime.kafka_source import RANGE_FETCH_CONFIG
 from testing.conf import write_conf_dir
 from testing.topic_data import iter_messages
 
@@ -177,7 +177,7 @@ def mm2_client_settings(producer: Mapping[str, str], consumer: Mapping[str, str]
     }
 
 
-MM2_EXTRA = mm2_client_settings(PRODUCER_SETTINGS, SOURCE_FETCH_CONFIG)
+MM2_EXTRA = mm2_client_settings(PRODUCER_SETTINGS, RANGE_FETCH_CONFIG)
 
 
 def mm2_own_state(run: str) -> dict[str, str]:
@@ -856,13 +856,13 @@ def fetch_settings_error(logged: Mapping[str, list[str]], wanted: Mapping[str, s
 
 def check_mm2_consumers(run: CopyRun) -> None:
     """Read the fetch settings of MM2's copying consumers from its saved log into `run`; an
-    error on the run if they are not the job's (SOURCE_FETCH_CONFIG)."""
+    error on the run if they are not the job's (RANGE_FETCH_CONFIG)."""
     configs = logged_consumer_configs(
         mm2_log(run.destination_topic).read_text(errors="replace"), MM2_COPYING_CONSUMER
     )
-    run.consumer_settings = logged_fetch_settings(configs, SOURCE_FETCH_CONFIG)
+    run.consumer_settings = logged_fetch_settings(configs, RANGE_FETCH_CONFIG)
     say(f"  MM2's {len(configs)} copying consumers ran with {run.consumer_settings}")
-    run.error = run.error or fetch_settings_error(run.consumer_settings, SOURCE_FETCH_CONFIG)
+    run.error = run.error or fetch_settings_error(run.consumer_settings, RANGE_FETCH_CONFIG)
 
 
 @dataclass
@@ -1369,7 +1369,7 @@ def bench(args: argparse.Namespace, workdir: Path) -> tuple[bool, dict[str, Any]
         "partitions": args.partitions,
         "rounds": args.rounds,
         "job_heap": JOB_HEAP,
-        "job_fetch_config": SOURCE_FETCH_CONFIG,
+        "job_fetch_config": RANGE_FETCH_CONFIG,
         "mm2_extra": MM2_EXTRA,
         "load_average": load,
         "ceiling": ceiling,

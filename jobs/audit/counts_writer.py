@@ -309,4 +309,3 @@ def _encode(name: str, kind: Any) -> Column:
 def _decode(name: str, kind: Any) -> Column:
     codec = _CODECS.get(type(kind))
     return F.col(name) if codec is None else codec[2](name).alias(name)
-

@@ -35,31 +35,20 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
+from jobs.runtime.kafka_source import range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
 # replication job's copy reads; the cluster's own properties win.
-FETCH_CONFIG = {
-    "max.poll.records": "10000",
-    "max.partition.fetch.bytes": str(8 << 20),
-    "fetch.max.bytes": str(32 << 20),
-}
 RANGE_TIMEOUT_MS = 120_000
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
 PROJECTED = ["bytes", "dedupe_key", "event_ms", "placed_ms", "latency_ms"]
 
 
 def consumer_config(spec: AuditSpec) -> dict[str, str]:
-    """The fold tasks' Java consumer: by assignment, nothing committed, no offset reset (a range
-    deleted by retention before it was read fails the task, as failOnDataLoss does)."""
-    return {
-        **FETCH_CONFIG,
-        **spec.source_cluster.java_client_config(),
-        "enable.auto.commit": "false",
-        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
-        "auto.offset.reset": "none",
-    }
+    """The fold tasks' Java consumer (`range_consumer_config`)."""
+    return range_consumer_config(spec.source_cluster, read_committed=spec.read_committed)
 
 
 def uses_kafka_timestamp_defaults(spec: AuditSpec) -> bool:

@@ -17,6 +17,7 @@ from core.errors import ConfigError
 from jobs.dispatch.faults import JVM_STEPS, Fault
 from jobs.dispatch.routing import HOL_MIN_ACKED, STATUS_CODES, TRAILER_CODES
 from jobs.dispatch.spec import DispatchSpec
+from jobs.runtime.kafka_source import range_consumer_config
 from jobs.runtime.py4j import java_map, jvm_package
 
 SOURCE_FORMAT = "dev.uatu.dispatch.DueRangeSource"
@@ -25,18 +26,7 @@ PACKAGE = "dev.uatu.dispatch"
 
 def consumer_config(spec: DispatchSpec) -> dict[str, str]:
     """The Java consumer that reads the ranges (and, on the driver, plans them)."""
-    return {
-        # Bigger fetches than the client defaults, as the replication job's copy uses.
-        "max.poll.records": "10000",
-        "max.partition.fetch.bytes": str(8 << 20),
-        "fetch.max.bytes": str(32 << 20),
-        **spec.cluster.java_client_config(),
-        "enable.auto.commit": "false",
-        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
-        # Records deleted by retention before they were dispatched fail the task (and the
-        # query) instead of being skipped.
-        "auto.offset.reset": "none",
-    }
+    return range_consumer_config(spec.cluster, read_committed=spec.read_committed)
 
 
 BATCH_BYTES = 256 << 10

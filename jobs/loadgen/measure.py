@@ -32,16 +32,12 @@ from jobs.loadgen.tables import LOADGEN_STATS, STATS_SCHEMA
 from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
+from jobs.runtime.kafka_source import range_consumer_config
 
 log = logging.getLogger("uatu.loadgen")
 
 # Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
 # replication job's copy reads; the cluster's own properties win.
-FETCH_CONFIG = {
-    "max.poll.records": "10000",
-    "max.partition.fetch.bytes": str(8 << 20),
-    "fetch.max.bytes": str(32 << 20),
-}
 RANGE_TIMEOUT_MS = 120_000
 FLUSH_SECONDS = 30.0
 MAX_BATCH = 2**63 - 1
@@ -49,15 +45,8 @@ COMMIT_ATTEMPTS = 10
 
 
 def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
-    """The fold tasks' Java consumer: by assignment, nothing committed, no offset reset (a
-    range deleted by retention before it was read fails the task, as failOnDataLoss does)."""
-    return {
-        **FETCH_CONFIG,
-        **spec.cluster.java_client_config(),
-        "enable.auto.commit": "false",
-        "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
-        "auto.offset.reset": "none",
-    }
+    """The fold tasks' Java consumer (`range_consumer_config`)."""
+    return range_consumer_config(spec.cluster, read_committed=spec.read_committed)
 
 
 def state_dir(spec: ConsumeSpec) -> str:

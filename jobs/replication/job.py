@@ -53,7 +53,7 @@ from jobs.replication.writer import (
 )
 from jobs.runtime import source_failure
 from jobs.runtime.delta import any_table_exists, ensure_tables
-from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.kafka_source import kafka_read_options, range_consumer_config
 from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.tables import data_loss_path
@@ -64,16 +64,6 @@ log = logging.getLogger("uatu.replication")
 SESSION_CONF = {
     # One task per Kafka partition and no second attempt racing the first keep order.
     "spark.speculation": "false",
-}
-
-
-# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition): with them,
-# Spark's source read a backlog of 1M 200-byte records in a quarter of the time, and the copy's
-# consumer uses the same. The cluster's own properties win.
-SOURCE_FETCH_CONFIG = {
-    "max.poll.records": "10000",
-    "max.partition.fetch.bytes": str(8 << 20),
-    "fetch.max.bytes": str(32 << 20),
 }
 
 
@@ -94,15 +84,9 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
             **spec.destination_cluster.java_client_config(),
             "enable.auto.commit": "false",
         },
-        source_consumer_config={
-            **SOURCE_FETCH_CONFIG,
-            **spec.source_cluster.java_client_config(),
-            "enable.auto.commit": "false",
-            "isolation.level": "read_committed" if spec.read_committed else "read_uncommitted",
-            # Offsets deleted by retention before they were copied fail the task (as Spark's
-            # failOnDataLoss does) instead of skipping to what is left.
-            "auto.offset.reset": "none",
-        },
+        source_consumer_config=range_consumer_config(
+            spec.source_cluster, read_committed=spec.read_committed
+        ),
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
         audit_interval_ms=spec.audit_interval_seconds * 1000,

@@ -228,7 +228,7 @@ def test_the_replication_bench_alternates_the_tools_order_from_round_to_round() 
 
 def test_the_replication_bench_gives_mm2_the_jobs_producer_and_fetch_settings() -> None:
     from bench.replication_bench import MM2_EXTRA, mm2_client_settings
-    from jobs.replication.job import SOURCE_FETCH_CONFIG
+    from jobs.runtime.kafka_source import RANGE_FETCH_CONFIG
 
     props = mm2_client_settings({"acks": "all"}, {"max.poll.records": "7"})
     # MM2's cluster aliases are "source" and "target" (devservices.mirror_maker).
@@ -237,8 +237,8 @@ def test_the_replication_bench_gives_mm2_the_jobs_producer_and_fetch_settings() 
         "target.producer.max.in.flight.requests.per.connection": "5",
         "source.consumer.max.poll.records": "7",
     }
-    assert SOURCE_FETCH_CONFIG  # the bench's MM2 gets every fetch setting the job uses
-    for key, value in SOURCE_FETCH_CONFIG.items():
+    assert RANGE_FETCH_CONFIG  # the bench's MM2 gets every fetch setting the job uses
+    for key, value in RANGE_FETCH_CONFIG.items():
         assert MM2_EXTRA[f"source.consumer.{key}"] == value
 
 

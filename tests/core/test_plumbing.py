@@ -9,7 +9,7 @@ from core.config import ClusterConfig, Settings
 from core.jobgroup import parse_jobgroup
 from dev.prune_jars import artifact_of, jars_to_remove
 from jobs.audit.spec import audit_spec
-from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.kafka_source import RANGE_FETCH_CONFIG, kafka_read_options, range_consumer_config
 
 SASL = ClusterConfig(
     "secure",
@@ -48,6 +48,29 @@ def test_kafka_read_options_defaults_are_lossless():
     assert options["failOnDataLoss"] == "true"
     assert "maxOffsetsPerTrigger" not in options
     assert "kafka.isolation.level" not in options
+
+
+def test_range_consumers_read_by_assignment_and_never_skip_lost_offsets():
+    config = range_consumer_config(SASL, read_committed=True)
+    assert config == {
+        **RANGE_FETCH_CONFIG,
+        "bootstrap.servers": "b1:9093,b2:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "enable.auto.commit": "false",
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "none",
+    }
+    assert "group.id" not in config
+    uncommitted = range_consumer_config(SASL, read_committed=False)
+    assert uncommitted["isolation.level"] == "read_uncommitted"
+
+
+def test_the_clusters_own_fetch_settings_win():
+    tuned = ClusterConfig("tuned", "b:9092", MappingProxyType({"max.poll.records": "500"}))
+    config = range_consumer_config(tuned, read_committed=False)
+    assert config["max.poll.records"] == "500"
+    assert config["fetch.max.bytes"] == RANGE_FETCH_CONFIG["fetch.max.bytes"]
 
 
 def spec_for(group_json: str):
