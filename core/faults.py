@@ -76,6 +76,16 @@ POINTS: Mapping[str, str] = {
         "jobs/replication/continuous.py, driver: the low-latency copy has logged a stats "
         "batch's offsets (its records are all acknowledged) and not yet written its stats"
     ),
+    "availability.probe_partitions_new": (
+        "jobs/availability/probes/probers.py, the probe receiver (native): it is about to "
+        "look up the end offsets of partitions it does not read yet (@1 = the prober's start, "
+        "then each retry); with pause=<ms>, probes to those partitions must wait for it"
+    ),
+    "availability.probe_end_offset": (
+        "jobs/availability/probes/probers.py, the probe receiver (native): one partition's "
+        "end offset is about to be looked up; fail-first-attempt makes that lookup fail, as a "
+        "partition the receiver's metadata does not know yet does, and it is retried later"
+    ),
     "dispatch.after_tier_produce": (
         "the dispatcher (JVM dispatch task, jobs/dispatch when it lands): a record written to "
         "a retry tier, the DLQ or the resq is acknowledged, and the source offsets are not yet "

@@ -43,6 +43,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from core.config import ClusterConfig
+from core.faults import FaultInjected, fault_point
 from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
 from jobs.availability.probes.proxy_client import (
     PixyClient,
@@ -73,6 +74,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def sendable_targets(
+    targets: Sequence[ProbeTarget], assigned: set[int], down_brokers: frozenset[int]
+) -> list[ProbeTarget]:
+    """The targets to probe this round: those whose partition the receiver reads, and those
+    whose broker is down (not in the cluster's metadata) even when it cannot read them.
+
+    The receiver reads a partition from its end as of when it first could look the end up: a
+    partition just added for a new broker, or one whose end it failed to get, rounds or seconds
+    later. A probe sent to it before then would never be read back and would count as lost
+    though nothing was lost, so a live broker's partition waits for the receiver. A down
+    broker's partition is probed anyway: its failed produces are what shows the broker down."""
+    return [t for t in targets if t.partition in assigned or t.broker in down_brokers]
+
+
 class Sender(Protocol):
     def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
         """Send one probe; call `done(None)` on acknowledgement, `done(error)` on failure."""
@@ -87,6 +102,8 @@ class Sender(Protocol):
 
 
 class Receiver(Protocol):
+    assigned: set[int]  # the partitions it reads (probes sent to them from now on are read)
+
     def assign(self, partitions: Sequence[int]) -> None:
         """Read these partitions too (from their end); a group consumer may ignore it."""
 
@@ -198,14 +215,16 @@ class NativeReceiver:
         new = sorted(set(partitions) - self.assigned)
         if not new:
             return
+        fault_point("availability.probe_partitions_new")  # core/faults.py: tests only
         self.consumer.list_topics(self.topic, timeout=10)  # learn new partitions' leaders
         start = []
         for p in new:
             try:
+                fault_point("availability.probe_end_offset")  # core/faults.py: tests only
                 _, high = self.consumer.get_watermark_offsets(
                     TopicPartition(self.topic, p), timeout=5
                 )
-            except KafkaException as e:
+            except (KafkaException, FaultInjected) as e:
                 # Its leader is down or unknown yet: tried again next round; meanwhile the
                 # partition's probes cannot be read back and count as lost.
                 log.info("probe partition %s[%d] not readable yet: %s", self.topic, p, e)
@@ -278,6 +297,8 @@ class ProbeLoop:
     # Replaced as a whole when coverage changes; both threads read it every round.
     targets: list[ProbeTarget]
     malformed: int = 0
+    # The targets' brokers missing from the cluster's metadata (see sendable_targets).
+    down_brokers: frozenset[int] = frozenset()
 
     def start(self) -> None:
         self._stopping = threading.Event()
@@ -311,7 +332,7 @@ class ProbeLoop:
     def _send_loop(self) -> None:
         next_round = time.monotonic()
         while not self._stopping.is_set():
-            for target in self.targets:
+            for target in sendable_targets(self.targets, self.receiver.assigned, self.down_brokers):
                 sent = now_ms()
                 seq = self.ledger.send(target, sent)
                 value = probe_value(self.ledger.instance_id, seq, sent)
@@ -392,8 +413,10 @@ class Prober:
         assignment = ensure_probe_topic(
             admin, self.cluster, self.topic, self.settings.replication_factor
         )
-        self._zones.update(broker_zones(admin))  # a dead broker keeps its last known zone
+        live = broker_zones(admin)
+        self._zones.update(live)  # a dead broker keeps its last known zone
         targets = probe_targets(assignment, self._zones)
+        self.loop.down_brokers = frozenset(t.broker for t in targets if t.broker not in live)
         if targets != self.loop.targets:
             self.sender.topic_changed(len(assignment))
             self.loop.targets = targets

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from core import faults
 from core.config import load_settings
 from jobs.availability import job as availability
 from jobs.availability.probes.proxy_client import key_for_partition
@@ -307,13 +308,25 @@ def probe_records_per_window(bootstrap: str, topic: str, window_ms: int) -> Coun
     return counts
 
 
-def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> None:
+def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, monkeypatch) -> None:
     """Three brokers in zones a, b, c; the probe topic starts with one partition, led by
     broker 0, so the job must add partitions for brokers 1 and 2. While all are up every
     window shows every probe produced and read back, matching the probe records on the topic.
     After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %;
-    started again, its probes succeed again in the same run, which then stops cleanly."""
+    started again, its probes succeed again in the same run, which then stops cleanly.
+
+    Through the fault hook, the receiver fails to look up one partition's end at start and
+    its retry waits 5 s (two and a half windows): a probe sent to that partition meanwhile
+    would never be read back and would count as lost (a fresh-clone run of 2026-11-28 saw
+    one, when the receiver's metadata did not know the added partitions yet)."""
     from devservices.kafka import start_cluster
+
+    monkeypatch.setenv(
+        faults.ENV,
+        "availability.probe_end_offset@2:fail-first-attempt,"
+        "availability.probe_partitions_new@2:pause=5000",
+    )
+    faults.reset()
 
     with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
         cluster.create_topic("probe", 1, replica_assignment=[[0]])
@@ -396,6 +409,14 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path) -> 
 
             back = wait_for(back_window, 90, "a window where broker 2 is healthy again")
             assert back[0]["lost"] == 0 and back[0]["zone"] == "c"
+
+            # No probe the live brokers acknowledged before the kill went unread, from the
+            # prober's first window on: the partition whose end the receiver got late
+            # included. By now every such window is final (past the round-trip SLA).
+            ended = datetime.fromtimestamp(killed_at - window_ms / 1000, UTC).isoformat()
+            before_kill = rows(f"broker IN (0, 1) AND window_start < '{ended}'")
+            assert len({r["window_start"] for r in before_kill}) >= 3, before_kill
+            assert [r for r in before_kill if r["lost"]] == []
 
 
 @pytest.mark.parametrize("probe_type", ["PROXY_PRODUCER", "PROXY_CONSUMER"])

@@ -8,7 +8,7 @@ from chispa import assert_df_equality
 from chispa.schema_comparer import assert_schema_equality
 
 from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
-from jobs.availability.probes.probers import parse_probe, probe_value
+from jobs.availability.probes.probers import parse_probe, probe_value, sendable_targets
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.probes.topic import probe_targets, replica_lists, uncovered_brokers
 from jobs.availability.tables import AVAILABILITY_PROBES
@@ -66,6 +66,19 @@ def test_probe_topic_coverage() -> None:
         ProbeTarget(0, 1, "a"),
         ProbeTarget(1, 2, None),
     ]
+
+
+def test_a_partition_added_later_is_probed_only_once_the_receiver_reads_it() -> None:
+    """A probe sent to a live broker's partition before the receiver reads it would count as
+    lost; a down broker's partition is probed unread, so its failed produces show."""
+    b3 = ProbeTarget(partition=2, broker=3, zone="c")
+    targets = [B1, B2, b3]
+    # The receiver reads partition 0 only; broker 2 is down, broker 3 is up.
+    assert sendable_targets(targets, {0}, frozenset({2})) == [B1, B2]
+    # The receiver has assigned partition 2 too: it is probed from now on.
+    assert sendable_targets(targets, {0, 2}, frozenset({2})) == [B1, B2, b3]
+    assert sendable_targets(targets, {0, 1, 2}, frozenset()) == targets
+    assert sendable_targets([b3], set(), frozenset()) == []
 
 
 def test_probe_values_round_trip_and_strangers_are_not_probes() -> None:
