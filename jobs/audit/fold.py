@@ -35,13 +35,10 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
-from jobs.runtime.kafka_source import range_consumer_config
+from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
 
 FOLD_PACKAGE = "dev.uatu.audit"
-# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
-# replication job's copy reads; the cluster's own properties win.
-RANGE_TIMEOUT_MS = 120_000
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
 PROJECTED = ["bytes", "dedupe_key", "event_ms", "placed_ms", "latency_ms"]
 

@@ -32,13 +32,10 @@ from jobs.loadgen.tables import LOADGEN_STATS, STATS_SCHEMA
 from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
-from jobs.runtime.kafka_source import range_consumer_config
+from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 
 log = logging.getLogger("uatu.loadgen")
 
-# Bigger fetches than the client defaults (500 records a poll, 1 MiB a partition), as the
-# replication job's copy reads; the cluster's own properties win.
-RANGE_TIMEOUT_MS = 120_000
 FLUSH_SECONDS = 30.0
 MAX_BATCH = 2**63 - 1
 COMMIT_ATTEMPTS = 10

@@ -14,6 +14,10 @@ RANGE_FETCH_CONFIG = {
     "max.partition.fetch.bytes": str(8 << 20),
     "fetch.max.bytes": str(32 << 20),
 }
+# How long a JVM range reader waits for the next record of a planned range before it fails
+# the task (dev.uatu.fold.RangeReader): the records exist, so a silence this long is a broker
+# that stopped answering, not a quiet topic.
+RANGE_TIMEOUT_MS = 120_000
 
 
 def kafka_read_options(

@@ -225,8 +225,8 @@ class NativeReceiver:
                     TopicPartition(self.topic, p), timeout=5
                 )
             except (KafkaException, FaultInjected) as e:
-                # Its leader is down or unknown yet: tried again next round; meanwhile the
-                # partition's probes cannot be read back and count as lost.
+                # Its leader is down or unknown yet: tried again next round; meanwhile only a
+                # down broker's partition is probed (sendable_targets), and those probes fail.
                 log.info("probe partition %s[%d] not readable yet: %s", self.topic, p, e)
                 continue
             start.append(TopicPartition(self.topic, p, high if high >= 0 else OFFSET_END))
