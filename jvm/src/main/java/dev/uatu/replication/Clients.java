@@ -1,12 +1,12 @@
 package dev.uatu.replication;
 
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.Queue;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
@@ -22,8 +22,11 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class Clients {
   private static final Map<Map<String, String>, KafkaProducer<byte[], byte[]>> PRODUCERS =
       new ConcurrentHashMap<>();
-  private static final Map<Map<String, String>, Queue<KafkaConsumer<byte[], byte[]>>> IDLE =
-      new ConcurrentHashMap<>();
+  // configuration -> idle consumers, each with where it was given back; guarded by IDLE
+  private static final Map<Map<String, String>, List<Idle>> IDLE = new HashMap<>();
+
+  /** An idle consumer and its positions when given back (empty: unassigned). */
+  private record Idle(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> positions) {}
 
   private Clients() {}
 
@@ -45,9 +48,11 @@ public final class Clients {
   }
 
   static KafkaConsumer<byte[], byte[]> borrowConsumer(Map<String, String> config) {
-    KafkaConsumer<byte[], byte[]> consumer = idle(config).poll();
-    if (consumer != null) {
-      return consumer;
+    synchronized (IDLE) {
+      List<Idle> idle = idle(config);
+      if (!idle.isEmpty()) {
+        return idle.remove(0).consumer;
+      }
     }
     return new KafkaConsumer<>(
         properties(config), new ByteArrayDeserializer(), new ByteArrayDeserializer());
@@ -55,7 +60,9 @@ public final class Clients {
 
   static void giveBack(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
     consumer.unsubscribe();
-    idle(config).add(consumer);
+    synchronized (IDLE) {
+      idle(config).add(new Idle(consumer, Map.of()));
+    }
   }
 
   /**
@@ -63,13 +70,19 @@ public final class Clients {
    * offset. Prefers an idle one that a task of the continuous copy gave back at exactly those
    * positions ({@link #giveBackAssigned}): it still holds what it fetched ahead, so the next
    * epoch reads on without a new fetch round trip. Any other is assigned and positioned anew.
+   *
+   * <p>The pool matches on the positions recorded at give-back and never calls an idle
+   * consumer: a consumer throws if two threads call it at once, and asking idle consumers
+   * where they were failed an epoch's task when three tasks started together.
    */
   static KafkaConsumer<byte[], byte[]> borrowAt(
       Map<String, String> config, Map<TopicPartition, Long> starts) {
-    Queue<KafkaConsumer<byte[], byte[]>> idle = idle(config);
-    for (KafkaConsumer<byte[], byte[]> consumer : idle) {
-      if (at(consumer, starts) && idle.remove(consumer)) {
-        return consumer;
+    synchronized (IDLE) {
+      List<Idle> idle = idle(config);
+      for (int i = 0; i < idle.size(); i++) {
+        if (idle.get(i).positions.equals(starts)) {
+          return idle.remove(i).consumer;
+        }
       }
     }
     KafkaConsumer<byte[], byte[]> consumer = borrowConsumer(config);
@@ -78,9 +91,17 @@ public final class Clients {
     return consumer;
   }
 
-  /** Gives a consumer back keeping its assignment and positions (see {@link #borrowAt}). */
-  static void giveBackAssigned(Map<String, String> config, KafkaConsumer<byte[], byte[]> consumer) {
-    idle(config).add(consumer);
+  /**
+   * Gives a consumer back keeping its assignment, at {@code positions} (each assigned
+   * partition's next offset, as the consumer reports it; see {@link #borrowAt}).
+   */
+  static void giveBackAssigned(
+      Map<String, String> config,
+      KafkaConsumer<byte[], byte[]> consumer,
+      Map<TopicPartition, Long> positions) {
+    synchronized (IDLE) {
+      idle(config).add(new Idle(consumer, Map.copyOf(positions)));
+    }
   }
 
   /** Closes a consumer that failed mid-use instead of pooling it. */
@@ -92,32 +113,18 @@ public final class Clients {
     }
   }
 
-  private static boolean at(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, Long> starts) {
-    try {
-      if (!consumer.assignment().equals(starts.keySet())) {
-        return false;
-      }
-      for (Map.Entry<TopicPartition, Long> start : starts.entrySet()) {
-        if (consumer.position(start.getKey(), Duration.ZERO) != start.getValue()) {
-          return false;
-        }
-      }
-      return true;
-    } catch (RuntimeException e) { // no valid position without asking the broker: not this one
-      return false;
-    }
-  }
-
   /** Close every cached client (a driver that ran the sink in-process, like a test session). */
   public static void closeAll() {
     PRODUCERS.values().forEach(KafkaProducer::close);
     PRODUCERS.clear();
-    IDLE.values().forEach(q -> q.forEach(KafkaConsumer::close));
-    IDLE.clear();
+    synchronized (IDLE) {
+      IDLE.values().forEach(idle -> idle.forEach(pooled -> pooled.consumer.close()));
+      IDLE.clear();
+    }
   }
 
-  private static Queue<KafkaConsumer<byte[], byte[]>> idle(Map<String, String> config) {
-    return IDLE.computeIfAbsent(new HashMap<>(config), c -> new ConcurrentLinkedQueue<>());
+  private static List<Idle> idle(Map<String, String> config) { // holding IDLE
+    return IDLE.computeIfAbsent(new HashMap<>(config), c -> new ArrayList<>());
   }
 
   private static Properties properties(Map<String, String> config) {

@@ -45,6 +45,8 @@ public final class ContinuousCopy {
   private final TreeMap<Integer, Long> positions; // source partition -> next offset to read
   // source partition -> highest source offset the destination holds (EpochResult#heldUpTo)
   private final Map<Integer, Long> held = new HashMap<>();
+  // source partition -> when the last epoch's task stopped polling it (wall clock ms)
+  private final Map<Integer, Long> lastPollEnded = new HashMap<>();
   private final BlockingQueue<CopiedEpoch> finished = new LinkedBlockingQueue<>();
   private final Thread thread;
   private volatile boolean stopping;
@@ -118,11 +120,29 @@ public final class ContinuousCopy {
         sc.setJobDescription("replication " + config.sourceTopic + " epoch " + epoch);
         List<EpochResult> results =
             sc.parallelize(tasks, tasks.size()).mapPartitions(new StreamCopier(config)).collect();
+        long read = 0;
+        long handOverMs = 0;
+        long firstPoll = Long.MAX_VALUE;
+        long lastPoll = 0;
         for (EpochResult result : results) {
           positions.put(result.partition(), result.nextOffset());
           held.put(result.partition(), result.heldUpTo());
+          read += result.read();
+          firstPoll = Math.min(firstPoll, result.pollStartedMs());
+          lastPoll = Math.max(lastPoll, result.pollEndedMs());
+          Long previous = lastPollEnded.put(result.partition(), result.pollEndedMs());
+          if (previous != null) {
+            handOverMs = Math.max(handOverMs, result.pollStartedMs() - previous);
+          }
         }
-        finished.add(new CopiedEpoch(epoch, started, System.currentTimeMillis(), results));
+        long ended = System.currentTimeMillis();
+        LOG.info(
+            "epoch {} of {}: {} records read in {} ms; hand-over from the epoch before {} ms"
+                + " (the longest a partition went unpolled); submitted to first poll {} ms,"
+                + " last poll to results {} ms",
+            epoch, config.sourceTopic, read, ended - started, first ? "n/a" : handOverMs,
+            firstPoll - started, ended - lastPoll);
+        finished.add(new CopiedEpoch(epoch, started, ended, results));
         first = false;
         epoch++;
       }

@@ -8,7 +8,9 @@ import org.apache.spark.sql.Row;
  * What an epoch of the continuous copy did with one source partition: it read source offsets
  * {@code [fromOffset, nextOffset)}, sent {@code sent} of those records (every other one the
  * destination held already: every offset up to {@code heldUpTo}), all acknowledged, and
- * {@code summaries} are their summary rows (Python's {@code writer.SUMMARY_SCHEMA}).
+ * {@code summaries} are their summary rows (Python's {@code writer.SUMMARY_SCHEMA}). Its task
+ * polled from {@code pollStartedMs} to {@code pollEndedMs} (wall clock): between one epoch's
+ * last poll and the next one's first, the partition's new records wait.
  */
 public final class EpochResult implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -20,6 +22,8 @@ public final class EpochResult implements Serializable {
   private final long read;
   private final long sent;
   private final List<Row> summaries;
+  private final long pollStartedMs;
+  private final long pollEndedMs;
 
   EpochResult(
       int partition,
@@ -28,7 +32,9 @@ public final class EpochResult implements Serializable {
       long heldUpTo,
       long read,
       long sent,
-      List<Row> summaries) {
+      List<Row> summaries,
+      long pollStartedMs,
+      long pollEndedMs) {
     this.partition = partition;
     this.fromOffset = fromOffset;
     this.nextOffset = nextOffset;
@@ -36,6 +42,8 @@ public final class EpochResult implements Serializable {
     this.read = read;
     this.sent = sent;
     this.summaries = summaries;
+    this.pollStartedMs = pollStartedMs;
+    this.pollEndedMs = pollEndedMs;
   }
 
   public int partition() {
@@ -65,5 +73,13 @@ public final class EpochResult implements Serializable {
 
   public List<Row> summaries() {
     return summaries;
+  }
+
+  public long pollStartedMs() {
+    return pollStartedMs;
+  }
+
+  public long pollEndedMs() {
+    return pollEndedMs;
   }
 }

@@ -95,6 +95,8 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     FlowLimiter limiter = config.joinFlow(task.tasks);
     Map<TopicPartition, Long> next = new LinkedHashMap<>();
     boolean healthy = false;
+    long pollStartedMs = System.currentTimeMillis();
+    long pollEndedMs = pollStartedMs;
     try {
       while (!acks.failed()) {
         long left = task.deadlineMs - System.currentTimeMillis();
@@ -111,6 +113,7 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
           }
         }
       }
+      pollEndedMs = System.currentTimeMillis();
       for (TopicPartition tp : starts.keySet()) {
         next.put(tp, source.position(tp));
       }
@@ -118,7 +121,7 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     } finally {
       config.leaveFlow(limiter, task.tasks);
       if (healthy) {
-        Clients.giveBackAssigned(config.sourceConsumerConfig, source);
+        Clients.giveBackAssigned(config.sourceConsumerConfig, source, next);
       } else {
         Clients.discardConsumer(source);
       }
@@ -137,7 +140,9 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
               partition.doneUpTo,
               partition.read(),
               partition.sent(),
-              partition.rows(acks)));
+              partition.rows(acks),
+              pollStartedMs,
+              pollEndedMs));
     }
     if (LOG.isDebugEnabled()) {
       LOG.debug("epoch {} of {}: {}", task.epoch, config.sourceTopic, describe(results));
