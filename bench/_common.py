@@ -117,6 +117,31 @@ def latency_quantiles(values: Sequence[float] | np.ndarray) -> dict[str, float] 
     return {"p50": p50, "p99": p99, "max": float(np.max(values))}
 
 
+def latency_timeline(
+    at_ms: np.ndarray, latency_ms: np.ndarray, slice_s: float
+) -> list[dict[str, float]]:
+    """Latency per `slice_s` slice of `at_ms` (e.g. the destination's append times), from the
+    earliest: ``{"from_s", "records", "p50", "p99", "max"}`` per slice that has records, in
+    time order. Shows whether a tail is spread out or comes in a few stalls. ValueError if
+    the arrays differ in length or `slice_s` is not positive."""
+    if len(at_ms) != len(latency_ms):
+        raise ValueError(f"{len(at_ms)} times for {len(latency_ms)} latencies")
+    if slice_s <= 0:
+        raise ValueError(f"slice_s must be positive, got {slice_s}")
+    if not len(at_ms):
+        return []
+    at = np.asarray(at_ms, dtype=np.int64)
+    lat = np.asarray(latency_ms, dtype=np.float64)
+    slices = (at - at.min()) // int(slice_s * 1000)
+    timeline = []
+    for index in np.unique(slices):
+        quantiles = latency_quantiles(lat[slices == index])
+        assert quantiles is not None  # the slice has records
+        records = int(np.count_nonzero(slices == index))
+        timeline.append({"from_s": float(index * slice_s), "records": records, **quantiles})
+    return timeline
+
+
 # --- work dirs and processes -----------------------------------------------------------------
 
 

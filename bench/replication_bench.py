@@ -98,7 +98,7 @@ import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
@@ -119,6 +119,7 @@ from bench._common import (
     BENCH_DIR,
     bench_parser,
     latency_quantiles,
+    latency_timeline,
     median_or_none,
     now_ms,
     parse_args,
@@ -201,6 +202,7 @@ HEADER_LEN = len(HEADER % (0, 0))
 SEQ, TS = slice(4, 13), slice(17, 30)
 
 POLL_S = 0.25
+TIMELINE_SLICE_S = 5.0  # the steady latency is also printed per slice of this many seconds
 WARMUP_RATE = 200  # records/s before a steady phase, until the tool is seen copying
 WARMUP_AFTER_S = 3.0  # and this long after that
 FLOW_RECORDS = 200_000
@@ -324,10 +326,14 @@ class TopicScan:
         """Latencies of the records with min_seq <= seq < end_seq."""
         return self.flat(self.latency_ms)[self.seq_range(min_seq, end_seq)]
 
+    def appended(self, min_seq: int = 0, end_seq: int | None = None) -> np.ndarray:
+        """Append times (ms) of the records with min_seq <= seq < end_seq."""
+        return self.flat(self.append_ms)[self.seq_range(min_seq, end_seq)]
+
     def append_rate(self, min_seq: int = 0, end_seq: int | None = None) -> float | None:
         """Records/s between the first and the last append of the records with
         min_seq <= seq < end_seq: the copy's own pace, with no polling in it."""
-        appended = self.flat(self.append_ms)[self.seq_range(min_seq, end_seq)]
+        appended = self.appended(min_seq, end_seq)
         if appended.size < 2 or appended.max() == appended.min():
             return None
         return float((appended.size - 1) / ((appended.max() - appended.min()) / 1000))
@@ -583,6 +589,8 @@ class CopyRun:
     launch_to_exit_s: float | None = None
     check: CopyCheck | None = None
     latency_ms: dict[str, float] | None = None
+    # steady runs: latency per TIMELINE_SLICE_S of destination append time (where a tail is)
+    latency_timeline: list[dict[str, float]] = field(default_factory=list)
     append_records_per_s: float | None = None  # first to last append in the destination
     error: str = ""
     round: int = 0  # of the cold backlog copies (1, 2, ...); 0 for the other phases
@@ -813,6 +821,15 @@ def finish_check(
         say(f"  latency p50 {lat['p50']:,.0f} ms, p99 {lat['p99']:,.0f} ms, max {lat['max']:,.0f}")
 
 
+def say_timeline(timeline: Sequence[Mapping[str, float]]) -> None:
+    """The steady latency slice by slice, one line each."""
+    for piece in timeline:
+        say(
+            f"    from {piece['from_s']:>5.0f} s: {piece['records']:>7,} records, p50 "
+            f"{piece['p50']:>6,.0f} ms, p99 {piece['p99']:>6,.0f} ms, max {piece['max']:>6,.0f} ms"
+        )
+
+
 def mirror_maker(bench: Bench, topic: str) -> MirrorMakerProcess:
     """MM2 copying `topic` (same name on the destination) with the job's producer and source
     fetch settings, the job's heap and collector, and its own worker group and internal
@@ -965,6 +982,12 @@ def steady_phase(
     source = scan_topic(bench.source.bootstrap_servers, topic, bench.partitions)
     copy = scan_topic(bench.destination.bootstrap_servers, topic, bench.partitions)
     finish_check(run, source.seqs, copy, min_seq=steady_from, end_seq=run.expected)
+    run.latency_timeline = latency_timeline(
+        copy.appended(steady_from, run.expected),
+        copy.latencies(steady_from, run.expected),
+        TIMELINE_SLICE_S,
+    )
+    say_timeline(run.latency_timeline)
     if warm is not None:
         warm.check = run.check  # one topic: the check covers the steady and the warm records
         warm.latency_ms = latency_quantiles(copy.latencies(run.expected))

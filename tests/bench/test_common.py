@@ -24,6 +24,7 @@ from bench._common import (
     current_commit,
     jobs_zip_is_stale,
     latency_quantiles,
+    latency_timeline,
     median,
     median_or_none,
     parse_args,
@@ -72,6 +73,24 @@ def test_latency_quantiles_of_one_to_a_hundred() -> None:
     assert got == pytest.approx({"p50": 50.5, "p99": 99.01, "max": 100.0})
     assert latency_quantiles(np.empty(0, dtype=np.int64)) is None
     assert latency_quantiles([]) is None
+
+
+def test_latency_timeline_puts_each_record_in_its_slice() -> None:
+    # Appends at 0..9 s (one a second, latency = the second) and a stall at 12.5 s.
+    at = np.array([*(1_000_000 + 1000 * i for i in range(10)), 1_012_500], dtype=np.int64)
+    latency = np.array([*range(10), 400], dtype=np.int64)
+    got = latency_timeline(at, latency, 5)
+    assert [(s["from_s"], s["records"], s["max"]) for s in got] == [
+        (0.0, 5, 4.0),
+        (5.0, 5, 9.0),
+        (10.0, 1, 400.0),
+    ]
+    assert got[0]["p50"] == 2.0
+    assert latency_timeline(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), 5) == []
+    with pytest.raises(ValueError, match="3 times for 2 latencies"):
+        latency_timeline(np.arange(3), np.arange(2), 5)
+    with pytest.raises(ValueError, match="slice_s must be positive"):
+        latency_timeline(at, latency, 0)
 
 
 def test_seconds_text() -> None:
