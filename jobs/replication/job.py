@@ -64,6 +64,11 @@ log = logging.getLogger("uatu.replication")
 SESSION_CONF = {
     # One task per Kafka partition and no second attempt racing the first keep order.
     "spark.speculation": "false",
+    # The stats are a few rows a batch. Their Delta jobs run beside the low-latency copy's
+    # epochs, and every task they queue can take a slot an epoch's task frees at its end,
+    # before the next epoch's job is submitted: one task per stage keeps that to one.
+    "spark.sql.shuffle.partitions": "1",
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 
