@@ -120,28 +120,12 @@ public final class ContinuousCopy {
         sc.setJobDescription("replication " + config.sourceTopic + " epoch " + epoch);
         List<EpochResult> results =
             sc.parallelize(tasks, tasks.size()).mapPartitions(new StreamCopier(config)).collect();
-        long read = 0;
-        long handOverMs = 0;
-        long firstPoll = Long.MAX_VALUE;
-        long lastPoll = 0;
+        long ended = System.currentTimeMillis();
         for (EpochResult result : results) {
           positions.put(result.partition(), result.nextOffset());
           held.put(result.partition(), result.heldUpTo());
-          read += result.read();
-          firstPoll = Math.min(firstPoll, result.pollStartedMs());
-          lastPoll = Math.max(lastPoll, result.pollEndedMs());
-          Long previous = lastPollEnded.put(result.partition(), result.pollEndedMs());
-          if (previous != null) {
-            handOverMs = Math.max(handOverMs, result.pollStartedMs() - previous);
-          }
         }
-        long ended = System.currentTimeMillis();
-        LOG.info(
-            "epoch {} of {}: {} records read in {} ms; hand-over from the epoch before {} ms"
-                + " (the longest a partition went unpolled); submitted to first poll {} ms,"
-                + " last poll to results {} ms",
-            epoch, config.sourceTopic, read, ended - started, first ? "n/a" : handOverMs,
-            firstPoll - started, ended - lastPoll);
+        logEpoch(epoch, started, ended, results);
         finished.add(new CopiedEpoch(epoch, started, ended, results));
         first = false;
         epoch++;
@@ -156,6 +140,33 @@ public final class ContinuousCopy {
     } finally {
       StreamCopier.forget(runId);
     }
+  }
+
+  /**
+   * One line per epoch: what it read, and its hand-over, the longest any partition went
+   * unpolled since the epoch before (the wait of a record that arrived then), split into the
+   * job's submission to its first poll and its last poll to its results in this thread.
+   */
+  private void logEpoch(long epoch, long started, long ended, List<EpochResult> results) {
+    long read = 0;
+    long handOverMs = -1; // -1: the run's first epoch, nothing before it
+    long firstPoll = Long.MAX_VALUE;
+    long lastPoll = 0;
+    for (EpochResult result : results) {
+      read += result.read();
+      firstPoll = Math.min(firstPoll, result.pollStartedMs());
+      lastPoll = Math.max(lastPoll, result.pollEndedMs());
+      Long previous = lastPollEnded.put(result.partition(), result.pollEndedMs());
+      if (previous != null) {
+        handOverMs = Math.max(handOverMs, result.pollStartedMs() - previous);
+      }
+    }
+    LOG.info(
+        "epoch {} of {}: {} records read in {} ms; hand-over from the epoch before {} ms"
+            + " (the longest a partition went unpolled); submitted to first poll {} ms,"
+            + " last poll to results {} ms",
+        epoch, config.sourceTopic, read, ended - started, handOverMs < 0 ? "n/a" : handOverMs,
+        firstPoll - started, ended - lastPoll);
   }
 
   /** The epoch's tasks: partitions dealt round-robin over at most maxTasks tasks. */
