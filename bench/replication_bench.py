@@ -52,10 +52,12 @@ What is measured, in this order:
    steady-rate phase per tool of --steady-tools (default: spark-ll, spark, mm2): the tool runs
    continuously on its own source topic while records are produced at --steady-rate for
    --steady-seconds (after a slow warm-up trickle that shows the tool is copying); p50/p99
-   over the steady records. spark-ll is the job's low-latency copy
-   (extension.replication.low_latency, epochs of 10 s), spark its micro-batch copy (trigger
-   interval 1 s). Our job is stopped with SIGTERM and must exit 0. This phase and the next run
-   once per tool, in that order (not alternated; MM2 with the same settings as in step 2).
+   over the steady records, and p50/p99/max per 5 s slice of their destination append time
+   (a tail spread out, or a few stalls: the low-latency copy's epoch hand-overs). spark-ll
+   is the job's low-latency copy (extension.replication.low_latency, epochs of 10 s), spark
+   its micro-batch copy (trigger interval 1 s). Our job is stopped with SIGTERM and must exit
+   0. This phase and the next run once per tool, in that order (not alternated; MM2 with the
+   same settings as in step 2).
 4b. Warm backlog (--warm-records, default 1,000,000; 0 skips it): before it is stopped, each
    continuously running tool is paused with SIGSTOP to its process group, that many records
    are produced to its source topic, and it is resumed with SIGCONT. Throughput "from the
