@@ -43,7 +43,7 @@ $(VENV)/.installed: pyproject.toml
 	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $(SITE)/uatu-local.pth
 	touch $@
 
-jars: var/jars/.installed ## Spark Kafka connector, Delta and the Kafka broker from Maven Central
+jars: var/jars/.installed ## Spark Kafka connector, Delta, the Kafka broker and Kafka 4.1 clients from Maven Central
 
 # var/ may be shared by several checkouts whose tests run at the same time: the jars are resolved
 # into a staging folder and a folder is replaced only if its contents changed, so a pom edit
@@ -54,10 +54,11 @@ var/jars/.installed: jvm/pom.xml | $(VENV)/.installed
 	$(MVN) -P spark-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	$(MVN) -P kafka dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	$(MVN) -P grpc-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
+	$(MVN) -P kafka4-clients dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	@# pyspark ships Spark, Hadoop, Jackson, Scala, Guava and Gson; keep only what it lacks.
 	$(PY) -m dev.prune_jars var/jars/.staging/spark $(SITE)/pyspark/jars
 	$(PY) -m dev.prune_jars var/jars/.staging/grpc $(SITE)/pyspark/jars
-	for d in spark kafka grpc; do \
+	for d in spark kafka grpc kafka4; do \
 	  if ! diff -rq var/jars/.staging/$$d var/jars/$$d >/dev/null 2>&1; then \
 	    rm -rf var/jars/$$d && mv var/jars/.staging/$$d var/jars/$$d; fi; done
 	rm -rf var/jars/.staging

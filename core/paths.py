@@ -18,6 +18,7 @@ BUILD_DIR = ROOT / "build"
 SPARK_SUBMIT_SCRIPT = ROOT / "spark-submit.sh"
 SPARK_JARS_DIR = VAR_DIR / "jars" / "spark"  # Kafka connector and Delta (`make jars`)
 KAFKA_JARS_DIR = VAR_DIR / "jars" / "kafka"  # the Kafka broker and its tools (`make jars`)
+KAFKA4_JARS_DIR = VAR_DIR / "jars" / "kafka4"  # Kafka 4.1 clients and perf tools (`make jars`)
 PROJECT_JAR = BUILD_DIR / "uatu-jvm.jar"  # the project's Java (`make build`)
 JOBS_ZIP = BUILD_DIR / "uatu-jobs.zip"  # what --py-files ships (`make build`)
 SPARK_CDS_ARCHIVE = BUILD_DIR / "spark-cds.jsa"  # class-data sharing for drivers (`make build`)
