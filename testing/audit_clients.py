@@ -1,15 +1,31 @@
 """Producing services that report to the cross-tier audit, for its tests and
 `make demo-audit-tiers`: one through the Python wrapper (`clients.AuditedProducer`), one a
-Java KafkaProducer with the audit interceptor, driven through a SparkSession's JVM (py4j)."""
+Java KafkaProducer with the audit interceptor, driven through a SparkSession's JVM (py4j); and
+the classpath a Java client outside Spark needs for the interceptor (tests, the bench)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from clients import AuditedProducer, AuditSettings
+from core.paths import PROJECT_JAR, ROOT
 
 INTERCEPTOR = "dev.uatu.audit.report.AuditProducerInterceptor"
+
+
+def interceptor_jars(kafka_jars: Path, into: Path) -> Path:
+    """A folder of links for a Java client with the audit interceptor: the Kafka jars in
+    ``kafka_jars`` (a client generation's), the project's jar and DataSketches (which the
+    interceptor needs and a Kafka client lacks)."""
+    into.mkdir()
+    pyspark_jars = ROOT / ".venv/lib/python3.11/site-packages/pyspark/jars"
+    jars = [*kafka_jars.resolve().glob("*.jar"), PROJECT_JAR.resolve()]
+    jars += sorted(pyspark_jars.resolve().glob("datasketches-*.jar"))
+    for jar in jars:
+        (into / jar.name).symlink_to(jar)
+    return into
 
 
 def produce_with_wrapper(

@@ -5,6 +5,7 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerInterceptor;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.serialization.Serializer;
 import org.apache.kafka.common.utils.Utils;
 
@@ -27,19 +28,31 @@ import org.apache.kafka.common.utils.Utils;
  *       (the producer's own key.serializer / value.serializer), the audit job's default.
  *   <li>A record counts when its acknowledgement arrives without error (message count, key +
  *       value bytes, HLL of dedupe keys, KLL of ack latency); a failed send counts in
- *       failed_count. Acknowledgements are matched to sends by (topic, timestamp, key size,
- *       value size); a send whose acknowledgement never matches (a LogAppendTime topic, a
- *       record failed before it got a partition) is counted, without its dedupe key, and
- *       dropped from the pending set after 10 minutes.
- *   <li>Threads: the sending thread hashes the record and logs it ({@link SendMatcher});
- *       the matching and counting run on the producer's I/O thread, where acknowledgements
- *       arrive.
+ *       failed_count.
+ *   <li>How an acknowledgement finds its record's dedupe key depends on the Kafka client:
+ *       <ul>
+ *         <li>4.1 and later: the record is sent with a {@link SentAudit} as its headers (the
+ *             application's headers, plus the key in a field that is never serialized), and
+ *             the producer hands those headers to the acknowledgement. List this interceptor
+ *             last in interceptor.classes: an interceptor after it that copies the record
+ *             drops the field, and its records are counted without their key.
+ *         <li>Older clients: acknowledgements are matched to sends by (topic, timestamp, key
+ *             size, value size) ({@link SendMatcher}); a send whose acknowledgement never
+ *             matches (a LogAppendTime topic, a record failed before it got a partition) is
+ *             counted without its dedupe key, and dropped from the pending set after 10
+ *             minutes.
+ *       </ul>
+ *   <li>Threads: the sending thread hashes the record; the counting (and, before 4.1, the
+ *       matching) runs on the producer's I/O thread, where acknowledgements arrive.
  *   <li>Reports go to uatu.audit.topic every report interval and at close; see
  *       {@link AuditReporter}.
  * </ul>
  */
 public final class AuditProducerInterceptor implements ProducerInterceptor<Object, Object> {
   private static final long PENDING_TTL_MS = 600_000L;
+  // Kafka clients 4.1 added onAcknowledgement(metadata, exception, headers), and their producer
+  // calls it, with the record's headers, instead of the two-argument form.
+  static final boolean ACK_GETS_HEADERS = ackGetsHeaders();
 
   private final SendMatcher sends = new SendMatcher();
   private Serializer<Object> keySerializer;
@@ -60,6 +73,16 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
     }
     tally = new AuditTally(settings.windowSeconds(), settings.lgK());
     reporter = new AuditReporter(tally, settings, "");
+  }
+
+  private static boolean ackGetsHeaders() {
+    try {
+      ProducerInterceptor.class.getMethod(
+          "onAcknowledgement", RecordMetadata.class, Exception.class, Headers.class);
+      return true;
+    } catch (NoSuchMethodException e) {
+      return false;
+    }
   }
 
   @SuppressWarnings("unchecked")
@@ -94,27 +117,63 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
   @Override
   public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
     long now = System.currentTimeMillis();
-    ProducerRecord<Object, Object> out = record;
-    if (record.timestamp() == null) {
-      out =
-          new ProducerRecord<>(
-              record.topic(), record.partition(), now, record.key(), record.value(),
-              record.headers());
-    }
+    long timestamp = record.timestamp() == null ? now : record.timestamp();
+    long hash = SendMatcher.NO_MATCH;
+    int keySize = -1;
+    int valueSize = -1;
     try {
-      byte[] key = bytes(keySerializer, out.topic(), out, out.key());
-      byte[] value = bytes(valueSerializer, out.topic(), out, out.value());
-      sends.sent(
-          out.topic(), out.timestamp(), key == null ? -1 : key.length,
-          value == null ? -1 : value.length, XxHash64.dedupeKey(key, value), now);
+      byte[] key = bytes(keySerializer, record.topic(), record, record.key());
+      byte[] value = bytes(valueSerializer, record.topic(), record, record.value());
+      keySize = key == null ? -1 : key.length;
+      valueSize = value == null ? -1 : value.length;
+      hash = XxHash64.dedupeKey(key, value);
     } catch (RuntimeException e) {
       // Never fail the application's send: the record is counted on ack without its key.
     }
-    return out;
+    if (ACK_GETS_HEADERS) {
+      SentAudit audit =
+          hash == SendMatcher.NO_MATCH
+              ? SentAudit.unkeyed(record.headers())
+              : SentAudit.keyed(record.headers(), hash);
+      return SentAudit.attach(record, timestamp, audit);
+    }
+    if (hash != SendMatcher.NO_MATCH) {
+      sends.sent(record.topic(), timestamp, keySize, valueSize, hash, now);
+    }
+    if (record.timestamp() != null) {
+      return record;
+    }
+    return new ProducerRecord<>(
+        record.topic(), record.partition(), now, record.key(), record.value(), record.headers());
   }
 
+  /** Kafka clients before 4.1: the dedupe key comes from the send this ack matches. */
   @Override
   public void onAcknowledgement(RecordMetadata metadata, Exception exception) {
+    if (metadata == null || exception != null) {
+      count(metadata, exception, SendMatcher.NO_MATCH);
+      return;
+    }
+    count(
+        metadata,
+        null,
+        sends.match(
+            metadata.topic(), metadata.timestamp(), metadata.serializedKeySize(),
+            metadata.serializedValueSize()));
+  }
+
+  /**
+   * Kafka clients 4.1 and later call this instead, with the record's own headers: the {@link
+   * SentAudit} that {@link #onSend} attached carries the dedupe key. (Compiled against older
+   * clients, where it overrides nothing and is never called.)
+   */
+  public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
+    long hash =
+        headers instanceof SentAudit sent && sent.keyed ? sent.dedupeKey : SendMatcher.NO_MATCH;
+    count(metadata, exception, hash);
+  }
+
+  private void count(RecordMetadata metadata, Exception exception, long hash) {
     if (metadata == null) {
       return;
     }
@@ -124,10 +183,6 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
       tally.addFailed(metadata.topic(), ts);
       return;
     }
-    long hash =
-        sends.match(
-            metadata.topic(), metadata.timestamp(), metadata.serializedKeySize(),
-            metadata.serializedValueSize());
     long bytes = Math.max(0, metadata.serializedKeySize())
         + Math.max(0, metadata.serializedValueSize());
     if (hash == SendMatcher.NO_MATCH) {

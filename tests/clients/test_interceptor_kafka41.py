@@ -1,0 +1,85 @@
+"""The Java audit interceptor on Kafka 4.1 clients (`var/jars/kafka4`), where the producer hands
+each acknowledgement the record's own headers and the interceptor reads the dedupe key from
+them (`SentAudit`) instead of matching acknowledgements to sends, against the 3.9 broker.
+
+Kafka's ProducerPerformance (4.1) with the interceptor sends 3,000 records whose values are
+drawn at random from 37 lines. Truth comes from reading the topic back: how many records, and
+how many distinct `xxhash64(key, value)` among them. The reports on the audit topic must count
+every record and carry an HLL sketch of exactly those keys (a record counted without its key
+adds nothing to the sketch), and the records must reach the broker with no header added.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from datasketches import hll_sketch, hll_union
+from uatu.v1 import audit_report_pb2
+
+from bench.kafka_perf import producer_perf, producer_perf_args
+from core.audit_reports import dedupe_key
+from core.paths import KAFKA4_JARS_DIR
+from testing.audit_clients import INTERCEPTOR, interceptor_jars
+from testing.topic_data import iter_messages
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 3_000
+LINES = 37
+
+
+def _create_topics(bootstrap: str, *topics: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in topics])
+    for future in futures.values():
+        future.result(timeout=30)
+
+
+def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
+    kafka, tmp_path: Path
+):
+    if not any(KAFKA4_JARS_DIR.glob("kafka-clients-4.*.jar")):
+        pytest.fail(f"no Kafka 4 clients in {KAFKA4_JARS_DIR}: run `make jars`")
+    bootstrap = kafka.bootstrap_servers
+    run = uuid.uuid4().hex[:8]
+    topic, audit_topic = f"k41-{run}", f"k41-audit-{run}"
+    _create_topics(bootstrap, (topic, 3), (audit_topic, 1))
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("".join(f"line {i} of the payload file\n" for i in range(LINES)))
+    props = {
+        "linger.ms": "5",
+        "interceptor.classes": INTERCEPTOR,
+        "uatu.audit.service": "perf-k41",
+        "uatu.audit.cluster": "local",
+        "uatu.audit.topic": audit_topic,
+    }
+    args = producer_perf_args(
+        bootstrap, topic, RECORDS, None, extra_props=props, payload_file=payloads
+    )
+    result = producer_perf(args, jars_dir=interceptor_jars(KAFKA4_JARS_DIR, tmp_path / "jars"))
+    assert result.records == RECORDS
+
+    sent = list(iter_messages(bootstrap, topic, 3))
+    truth_keys = {dedupe_key(m.key(), m.value()) for m in sent}
+    assert len(sent) == RECORDS
+    assert 1 < len(truth_keys) <= LINES
+    assert all(not m.headers() for m in sent), "the interceptor's key went over the wire"
+
+    reports = [
+        audit_report_pb2.AuditReport.FromString(m.value())
+        for m in iter_messages(bootstrap, audit_topic, 1)
+    ]
+    reports = [r for r in reports if r.topic == topic]
+    assert reports, f"no audit report for {topic} on {audit_topic}"
+    assert sum(r.message_count for r in reports) == RECORDS
+    assert sum(r.failed_count for r in reports) == 0
+    assert sum(r.byte_count for r in reports) == sum(len(m.value()) for m in sent)
+    union = hll_union(12)
+    for r in reports:
+        assert r.hll_sketch, "a report counted records without their dedupe keys"
+        union.update(hll_sketch.deserialize(bytes(r.hll_sketch)))
+    # Fewer than 40 distinct keys: the sketch is in its exact list mode.
+    assert round(union.get_estimate()) == len(truth_keys)
