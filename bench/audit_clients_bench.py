@@ -2,7 +2,10 @@
 producer without auditing, in the same run, on the same single-broker cluster:
 
 * Java: Kafka's ProducerPerformance (kafka-producer-perf-test) with and without
-  ``interceptor.classes=dev.uatu.audit.report.AuditProducerInterceptor``;
+  ``interceptor.classes=dev.uatu.audit.report.AuditProducerInterceptor``, once on Kafka 3.9's
+  clients and tools (the broker's; acknowledgements matched to sends) and once on Kafka 4.1's
+  (``var/jars/kafka4``; the acknowledgement gets the record's headers, which carry its dedupe
+  key), both against the same 3.9 broker;
 * Python: ``clients.AuditedProducer`` (confluent-kafka's Producer with the audit interceptor
   plugin, ``clients/audit_interceptor``) against a bare ``confluent_kafka.Producer`` producing
   the same keyed records as fast as librdkafka's queue allows.
@@ -14,7 +17,8 @@ runs of each round are printed too. Beside throughput, each run's CPU time per r
 perf tool's JVM; the Python process with librdkafka's threads) gives the clients' cost on a
 figure the machine's scheduling moves less.
 
-Targets (issue 17): <= 5 % for the interceptor, <= 15 % for the Python wrapper. Measure on an
+Targets (issue 17): <= 5 % for the interceptor (on either client), <= 15 % for the Python
+wrapper. Measure on an
 otherwise idle machine (the result file records the load average at the start and the end).
 """
 
@@ -25,6 +29,7 @@ import resource
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +44,28 @@ from bench._common import (
     write_result,
 )
 from bench.kafka_perf import producer_perf, producer_perf_args
-from core.paths import PROJECT_JAR, ROOT
+from core.paths import KAFKA4_JARS_DIR, KAFKA_JARS_DIR
+from testing.audit_clients import INTERCEPTOR, interceptor_jars
 
 NAME = "audit-clients"
 AUDIT_TOPIC = "uatu-audit"
 QUICK = {"records": 20_000, "rounds": 1, "warmup": 0}
-INTERCEPTOR = "dev.uatu.audit.report.AuditProducerInterceptor"
+
+
+@dataclass(frozen=True)
+class Client:
+    """One audited client the bench compares with its plain self."""
+
+    title: str
+    target: float  # the most overhead allowed
+    kafka_jars: Path | None = None  # a Java client's Kafka jars; None: the Python wrapper
+
+
+CLIENTS = {
+    "java": Client("interceptor, Kafka 3.9 clients", 0.05, KAFKA_JARS_DIR),
+    "java41": Client("interceptor, Kafka 4.1 clients", 0.05, KAFKA4_JARS_DIR),
+    "python": Client("Python wrapper", 0.15),
+}
 
 
 def overhead(plain: float, audited: float) -> float:
@@ -52,25 +73,13 @@ def overhead(plain: float, audited: float) -> float:
     return 1.0 - audited / plain if plain else 0.0
 
 
-def interceptor_jars(into: Path) -> Path:
-    """A folder of links: Kafka's jars, the project's jar and DataSketches (which the
-    interceptor needs and a Kafka client lacks)."""
-    from devservices.kafka import DEFAULT_JARS_DIR
-
-    into.mkdir()
-    pyspark_jars = ROOT / ".venv/lib/python3.11/site-packages/pyspark/jars"
-    jars = [*DEFAULT_JARS_DIR.resolve().glob("*.jar"), PROJECT_JAR.resolve()]
-    jars += sorted(pyspark_jars.resolve().glob("datasketches-*.jar"))
-    for jar in jars:
-        (into / jar.name).symlink_to(jar)
-    return into
-
-
 def java_run(
-    bootstrap: str, topic: str, records: int, size: int, jars: Path | None
+    bootstrap: str, topic: str, records: int, size: int, jars: Path, audited: bool
 ) -> dict[str, Any]:
+    """One ProducerPerformance run on the jars in ``jars``, with the interceptor if
+    ``audited`` (``jars`` must then hold the project's jar too)."""
     props = {"linger.ms": "5", "batch.size": "65536"}
-    if jars is not None:
+    if audited:
         props.update(
             {
                 "interceptor.classes": INTERCEPTOR,
@@ -81,7 +90,7 @@ def java_run(
         )
     args = producer_perf_args(bootstrap, topic, records, size, extra_props=props)
     cpu_before = _children_cpu_s()
-    result = producer_perf(args) if jars is None else producer_perf(args, jars_dir=jars)
+    result = producer_perf(args, jars_dir=jars)
     return {
         "records_per_s": result.records_per_s,
         "p99_ms": result.p99_ms,
@@ -95,7 +104,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-PYTHON_VARIANTS = ("plain", "audited")
+VARIANTS = ("plain", "audited")
 
 
 def _python_producer(variant: str, config: dict[str, Any]) -> Any:
@@ -113,7 +122,7 @@ def _python_producer(variant: str, config: dict[str, Any]) -> Any:
 def python_run(
     bootstrap: str, topic: str, records: int, size: int, variant: str
 ) -> dict[str, float]:
-    """Records/s of producing `records` keyed records and flushing, with a PYTHON_VARIANTS
+    """Records/s of producing `records` keyed records and flushing, with a VARIANTS
     producer, and the process's CPU time per record (all its threads: librdkafka's too)."""
     config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"}
     producer = _python_producer(variant, config)
@@ -143,73 +152,88 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=1, help="rounds run first and not counted (default 1)"
     )
+    parser.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"which clients to measure, comma-separated (default: all of {', '.join(CLIENTS)})",
+    )
     args = parse_args(parser, argv, QUICK)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = sorted(set(clients) - set(CLIENTS))
+    if unknown or not clients:
+        parser.error(f"--clients: unknown {unknown or args.clients!r}; known: {', '.join(CLIENTS)}")
     from devservices.kafka import start_cluster
 
     load_start = os.getloadavg()
     figures: dict[str, Any] = {"load_average_start": load_start}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        language: {"plain": [], "audited": []} for language in ("java", "python")
+        name: {"plain": [], "audited": []} for name in clients
     }
     with work_dir("audit-clients-") as tmp:
         cluster = start_cluster(tmp / "kafka")
         try:
             bootstrap = cluster.bootstrap_servers
             cluster.create_topic(AUDIT_TOPIC, partitions=1)
-            jars = interceptor_jars(tmp / "jars")
+            audit_jars = {
+                name: interceptor_jars(client.kafka_jars, tmp / f"jars-{name}")
+                for name, client in CLIENTS.items()
+                if name in clients and client.kafka_jars is not None
+            }
             for round_ in range(-args.warmup, args.rounds):
                 label = f"round {round_ + 1}" if round_ >= 0 else "warm-up"
                 # Alternate the order round to round, so no variant always runs first.
-                order = PYTHON_VARIANTS if round_ % 2 == 0 else PYTHON_VARIANTS[::-1]
-                for language in ("java", "python"):
+                order = VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]
+                for name in clients:
+                    client = CLIENTS[name]
                     for variant in order:
                         topic = f"perf-{uuid.uuid4().hex[:8]}"
                         cluster.create_topic(topic, partitions=3)
-                        if language == "java":
-                            audit_jars = jars if variant == "audited" else None
+                        audited = variant == "audited"
+                        if client.kafka_jars is not None:
+                            jars = audit_jars[name] if audited else client.kafka_jars
                             run = java_run(
-                                bootstrap, topic, args.records, args.record_size, audit_jars
+                                bootstrap, topic, args.records, args.record_size, jars, audited
                             )
                         else:
                             run = python_run(
                                 bootstrap, topic, args.records, args.record_size, variant
                             )
                         if round_ >= 0:
-                            runs[language][variant].append(run)
+                            runs[name][variant].append(run)
                         say(
-                            f"{label} {language} {variant}: {run['records_per_s']:,.0f} rec/s, "
+                            f"{label} {name} {variant}: {run['records_per_s']:,.0f} rec/s, "
                             f"{run['cpu_us_per_record']:.2f} CPU µs/record"
                         )
         finally:
             cluster.stop()
-    targets = {"java": 0.05, "python": 0.15}
-    for language, by_variant in runs.items():
+    for name, by_variant in runs.items():
         for variant, measured in by_variant.items():
             for figure in ("records_per_s", "cpu_us_per_record"):
-                figures[f"{language}_{variant}_{figure}"] = median(r[figure] for r in measured)
-        figures[f"{language}_overhead"] = overhead(
-            figures[f"{language}_plain_records_per_s"], figures[f"{language}_audited_records_per_s"]
+                figures[f"{name}_{variant}_{figure}"] = median(r[figure] for r in measured)
+        figures[f"{name}_overhead"] = overhead(
+            figures[f"{name}_plain_records_per_s"], figures[f"{name}_audited_records_per_s"]
         )
-        figures[f"{language}_cpu_overhead"] = (
-            figures[f"{language}_audited_cpu_us_per_record"]
-            / figures[f"{language}_plain_cpu_us_per_record"]
+        figures[f"{name}_cpu_overhead"] = (
+            figures[f"{name}_audited_cpu_us_per_record"]
+            / figures[f"{name}_plain_cpu_us_per_record"]
             - 1.0
         )
         # Round by round (the plain and audited runs of one round ran back to back).
-        figures[f"{language}_audited_to_plain_by_round"] = [
+        figures[f"{name}_audited_to_plain_by_round"] = [
             a["records_per_s"] / p["records_per_s"]
             for p, a in zip(by_variant["plain"], by_variant["audited"], strict=True)
         ]
     figures["runs"] = runs
     figures["load_average_end"] = os.getloadavg()
-    for language, name in (("java", "interceptor"), ("python", "Python wrapper")):
-        ratios = figures[f"{language}_audited_to_plain_by_round"]
+    for name in clients:
+        client = CLIENTS[name]
+        ratios = figures[f"{name}_audited_to_plain_by_round"]
         say(
-            f"{name}: throughput overhead {figures[f'{language}_overhead']:.1%} "
-            f"(target <= {targets[language]:.0%}), CPU per record "
-            f"{figures[f'{language}_plain_cpu_us_per_record']:.2f} -> "
-            f"{figures[f'{language}_audited_cpu_us_per_record']:.2f} µs "
-            f"({figures[f'{language}_cpu_overhead']:+.1%}); audited / plain by round: "
+            f"{client.title}: throughput overhead {figures[f'{name}_overhead']:.1%} "
+            f"(target <= {client.target:.0%}), CPU per record "
+            f"{figures[f'{name}_plain_cpu_us_per_record']:.2f} -> "
+            f"{figures[f'{name}_audited_cpu_us_per_record']:.2f} µs "
+            f"({figures[f'{name}_cpu_overhead']:+.1%}); audited / plain by round: "
             + ", ".join(f"{r:.2f}" for r in ratios)
         )
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
