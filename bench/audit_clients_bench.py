@@ -18,8 +18,8 @@ perf tool's JVM; the Python process with librdkafka's threads) gives the clients
 figure the machine's scheduling moves less.
 
 Targets (issue 17): <= 5 % for the interceptor (on either client), <= 15 % for the Python
-wrapper. Measure on an
-otherwise idle machine (the result file records the load average at the start and the end).
+wrapper. Measure on an otherwise idle machine (the result file records the load average at
+the start and the end).
 """
 
 from __future__ import annotations
