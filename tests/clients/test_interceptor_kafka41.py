@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from datasketches import hll_sketch, hll_union
 from uatu.v1 import audit_report_pb2
 
@@ -31,13 +30,6 @@ RECORDS = 3_000
 LINES = 37
 
 
-def _create_topics(bootstrap: str, *topics: tuple[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, num_partitions=n) for t, n in topics])
-    for future in futures.values():
-        future.result(timeout=30)
-
-
 def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     kafka, tmp_path: Path
 ):
@@ -46,7 +38,8 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     bootstrap = kafka.bootstrap_servers
     run = uuid.uuid4().hex[:8]
     topic, audit_topic = f"k41-{run}", f"k41-audit-{run}"
-    _create_topics(bootstrap, (topic, 3), (audit_topic, 1))
+    kafka.create_topic(topic, partitions=3)
+    kafka.create_topic(audit_topic, partitions=1)
     payloads = tmp_path / "payloads.txt"
     payloads.write_text("".join(f"line {i} of the payload file\n" for i in range(LINES)))
     props = {

@@ -131,11 +131,7 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
       // Never fail the application's send: the record is counted on ack without its key.
     }
     if (ACK_GETS_HEADERS) {
-      SentAudit audit =
-          hash == SendMatcher.NO_MATCH
-              ? SentAudit.unkeyed(record.headers())
-              : SentAudit.keyed(record.headers(), hash);
-      return SentAudit.attach(record, timestamp, audit);
+      return SentAudit.attach(record, timestamp, new SentAudit(record.headers(), hash));
     }
     if (hash != SendMatcher.NO_MATCH) {
       sends.sent(record.topic(), timestamp, keySize, valueSize, hash, now);
@@ -168,9 +164,9 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
    * clients, where it overrides nothing and is never called.)
    */
   public void onAcknowledgement(RecordMetadata metadata, Exception exception, Headers headers) {
-    long hash =
-        headers instanceof SentAudit sent && sent.keyed ? sent.dedupeKey : SendMatcher.NO_MATCH;
-    count(metadata, exception, hash);
+    count(
+        metadata, exception,
+        headers instanceof SentAudit sent ? sent.dedupeKey : SendMatcher.NO_MATCH);
   }
 
   private void count(RecordMetadata metadata, Exception exception, long hash) {

@@ -1,7 +1,6 @@
 package dev.uatu.audit.report;
 
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 
@@ -16,21 +15,11 @@ import org.apache.kafka.common.header.internals.RecordHeaders;
  * stays the application's own, so nothing extra goes over the wire.
  */
 final class SentAudit extends RecordHeaders {
-  final long dedupeKey;
-  final boolean keyed; // false: the key or value could not be hashed; count without a key
+  final long dedupeKey; // SendMatcher.NO_MATCH: the key or value could not be hashed
 
-  private SentAudit(Header[] headers, long dedupeKey, boolean keyed) {
-    super(headers);
+  SentAudit(Headers headers, long dedupeKey) {
+    super(headers.toArray());
     this.dedupeKey = dedupeKey;
-    this.keyed = keyed;
-  }
-
-  static SentAudit keyed(Headers headers, long dedupeKey) {
-    return new SentAudit(headers.toArray(), dedupeKey, true);
-  }
-
-  static SentAudit unkeyed(Headers headers) {
-    return new SentAudit(headers.toArray(), 0L, false);
   }
 
   /**
