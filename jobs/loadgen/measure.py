@@ -38,7 +38,6 @@ log = logging.getLogger("uatu.loadgen")
 
 FLUSH_SECONDS = 30.0
 MAX_BATCH = 2**63 - 1
-COMMIT_ATTEMPTS = 10
 
 
 def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
@@ -171,7 +170,6 @@ class MeasureBatchWriter:
                 self.spec.cluster.client_config(),
                 self.spec.consumer_group,
                 self.spec.topic,
-                attempts=COMMIT_ATTEMPTS,
             )
             self._committing = ThreadPoolExecutor(1, thread_name_prefix="loadgen-group-commit")
         self._commit_done()

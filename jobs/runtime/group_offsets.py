@@ -23,6 +23,11 @@ _COORDINATOR_ERRORS = frozenset(
 )
 
 
+# Ten tries half a second apart ride out a coordinator election after a broker restart; one
+# try made that transient error fail the job's query (found on 2026-11-29, replication).
+DEFAULT_ATTEMPTS = 10
+
+
 def is_transient(error: KafkaException) -> bool:
     """Whether a failed commit may go through if tried again (a retriable error, or the group
     coordinator moving or loading)."""
@@ -42,7 +47,7 @@ class GroupOffsetCommitter:
         group: str,
         topic: str,
         *,
-        attempts: int = 1,
+        attempts: int = DEFAULT_ATTEMPTS,
         retry_wait_s: float = 0.5,
     ) -> None:
         self.group = group

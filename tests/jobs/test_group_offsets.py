@@ -43,3 +43,27 @@ def test_commits_the_offsets_a_lag_monitor_then_reads(kafka) -> None:
 )
 def test_only_coordinator_moves_and_retriable_errors_are_transient(error, transient) -> None:
     assert is_transient(KafkaException(error)) is transient
+
+
+class _FailingThenCommitting:
+    """A Consumer stand-in whose first `failures` commits raise NOT_COORDINATOR, as a group
+    coordinator does while it moves after a broker restart."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.committed: list = []
+
+    def commit(self, offsets, asynchronous):
+        if self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+        self.committed.append([(tp.partition, tp.offset) for tp in offsets])
+
+
+def test_a_committer_made_with_the_defaults_rides_out_a_moving_coordinator() -> None:
+    # The replication job's stats make theirs with the defaults.
+    committer = GroupOffsetCommitter({}, "g", "t", retry_wait_s=0.0)
+    consumer = _FailingThenCommitting(failures=3)
+    committer._consumer = consumer  # type: ignore[assignment]
+    committer.commit({1: 4, 0: 2})
+    assert consumer.committed == [[(0, 2), (1, 4)]]
