@@ -23,8 +23,9 @@ What is measured, in this order:
    alternating; the tools never run at the same time.
    * The Spark job: a bounded copy (replicationTaskGroup.isContinuous=false) of the round's
      topic to ``copy-spark-r<round>``, run with ./spark-submit.sh (local[P] for P partitions,
-     one task slot per partition, on the same 2 cores; 2g driver = the whole job's JVM heap,
-     -Xmx; BENCH_SPARK_MASTER overrides).
+     one task slot per partition, on the same 2 cores; the low-latency copy local[2P+1], one
+     slot per partition for the running epoch and for the next, one for the stats; 2g driver =
+     the whole job's JVM heap, -Xmx; BENCH_SPARK_MASTER overrides).
    * MirrorMaker 2 (dedicated mode, IdentityReplicationPolicy, tasks.max = partitions) copying
      it to a topic of the same name, with the job's settings: its target producers get the
      job's producer settings (max.in.flight 5), its source consumers the job's fetch settings
@@ -539,10 +540,14 @@ def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Pop
     name = group["jobGroupId"]
     path = bench.workdir / f"{name}.json"
     path.write_text(json.dumps(group, indent=2))
+    # One task slot per partition, as MM2 gets one task per partition (tasks.max). The
+    # low-latency copy relays between epochs (jobs/replication/continuous.py epoch_layout): its
+    # next epoch's tasks hold slots while the running ones copy, and the stats need one more.
+    low_latency = group.get("extension", {}).get("replication", {}).get("lowLatency", False)
+    slots = 2 * bench.partitions + 1 if low_latency else bench.partitions
     env = spark_submit_env(
         bench.conf,
-        # One task slot per partition, as MM2 gets one task per partition (tasks.max).
-        master=os.environ.get("BENCH_SPARK_MASTER", f"local[{bench.partitions}]"),
+        master=os.environ.get("BENCH_SPARK_MASTER", f"local[{slots}]"),
         driver_memory=JOB_HEAP,
     )
     with spark_log(name).open("wb") as log:

@@ -72,6 +72,16 @@ POINTS: Mapping[str, str] = {
         "tails (first epoch or a retry) and not yet polled the source; with pause=<ms> longer "
         "than the epoch, the epoch ends before the task reads a record"
     ),
+    "replication.relay_take": (
+        "StreamCopier (JVM task of the low-latency copy, relay mode): the next epoch's task is "
+        "about to wait for the running one's hand-over; with pause=<ms> longer than the epoch, "
+        "the running task keeps copying past its deadline and hands over late"
+    ),
+    "replication.handed_over": (
+        "StreamCopier (JVM task of the low-latency copy, relay mode): the task has handed its "
+        "consumer to the next epoch's task, which copies on, and has not yet waited for its "
+        "own acks; fail-first-attempt fails it there, and with it the run"
+    ),
     "replication.epoch_logged": (
         "jobs/replication/continuous.py, driver: the low-latency copy has logged a stats "
         "batch's offsets (its records are all acknowledged) and not yet written its stats"

@@ -4,11 +4,13 @@ Source, sink, provenance stamp and Delta tables are those of `job.py`; what diff
 records move and where the progress is kept.
 
 * **Records.** `ContinuousCopy.java` runs epochs of long-running copy tasks
-  (`StreamCopier.java`), one Spark job per epoch of `epoch_seconds`, on at most all task slots
-  but one (the stats need a slot). A task sends each record as soon as its consumer's poll
-  returns it, paced by the JobGroup's flow control, so a record waits for no micro-batch: only
-  records that arrive while one epoch hands over to the next wait for that hand-over. Spark's
-  micro-batch engine and its checkpoint are not used.
+  (`StreamCopier.java`), one Spark job per epoch of `epoch_seconds` (`epoch_layout`: how many
+  tasks, leaving a slot for the stats). A task sends each record as soon as its consumer's
+  poll returns it, paced by the JobGroup's flow control, so a record waits for no micro-batch.
+  In local mode with three slots or more the epochs relay (`EpochRelay.java`): the next
+  epoch's task waits in the JVM and takes over the consumer at the deadline, so polling never
+  pauses; otherwise records that arrive while one epoch hands over to the next wait for that
+  hand-over. Spark's micro-batch engine and its checkpoint are not used.
 * **Progress.** `<checkpoint>/continuous/` (`progress_log.py`): the epochs finished since the
   driver last looked become stats batch N. `offsets/N` is written (every record of N is
   acknowledged by then), both Delta tables are appended (txnAppId = the log's id, txnVersion =
@@ -198,7 +200,9 @@ def run_low_latency(
     if reporting is not None:
         committed = progress_record(spec.query_name, spec.source_topic, positions, positions, 1)
         heartbeater = reporting.start_fed(spark, spec.query_name, committed)
-    max_tasks = max(1, spark.sparkContext.defaultParallelism - 1)
+    layout = epoch_layout(
+        spark.sparkContext.defaultParallelism, (spark.sparkContext.master or "").startswith("local")
+    )
     try:
         with StopRequests(stop_file, heartbeater) as stop:
             while True:
@@ -207,18 +211,22 @@ def run_low_latency(
                     destination_for(plan),
                     positions,
                     epoch_ms=spec.epoch_seconds * 1000,
-                    max_tasks=max_tasks,
+                    max_tasks=layout.max_tasks,
+                    relay=layout.relay,
                 )
                 copy.start()
                 log.info(
-                    "low-latency copy of %s/%s -> %s/%s from %s: epochs of %d s, %d task(s)",
+                    "low-latency copy of %s/%s -> %s/%s from %s: epochs of %d s, %d task(s), %s",
                     spec.source_cluster.name,
                     spec.source_topic,
                     spec.destination_cluster.name,
                     spec.destination_topic,
                     positions,
                     spec.epoch_seconds,
-                    min(max_tasks, len(positions)),
+                    min(layout.max_tasks, len(positions)),
+                    "relayed between epochs"
+                    if layout.relay
+                    else "a pause at each epoch's end (a relay needs local[3] or more)",
                 )
                 outcome = _copy_until_done(spec, plan, copy, batches, positions, stop, heartbeater)
                 if isinstance(outcome, int):
@@ -229,6 +237,25 @@ def run_low_latency(
     finally:
         if heartbeater is not None:
             heartbeater.stop()
+
+
+@dataclass(frozen=True)
+class EpochLayout:
+    """How many copy tasks an epoch runs, and whether epochs relay (`EpochRelay.java`)."""
+
+    max_tasks: int
+    relay: bool
+
+
+def epoch_layout(slots: int, local: bool) -> EpochLayout:
+    """The copy's tasks for `slots` task slots. One slot stays free for the stats. In local
+    mode, with at least three slots, each epoch's job is submitted while the one before runs and
+    its tasks take over in the JVM without a pause; both epochs' tasks then hold slots, so each
+    gets half of the rest. Elsewhere (a cluster's executors are other JVMs), or with fewer
+    slots, an epoch starts when the one before has ended."""
+    if local and slots >= 3:
+        return EpochLayout(max_tasks=(slots - 1) // 2, relay=True)
+    return EpochLayout(max_tasks=max(1, slots - 1), relay=False)
 
 
 def _copy_until_done(

@@ -118,6 +118,7 @@ class ContinuousCopy:
         *,
         epoch_ms: int,
         max_tasks: int,
+        relay: bool,
     ) -> None:
         self._spark = spark
         self._java = _jvm(spark).ContinuousCopy(
@@ -126,6 +127,7 @@ class ContinuousCopy:
             java_map(spark, dict(sorted(starts.items()))),
             epoch_ms,
             max_tasks,
+            relay,
         )
 
     def start(self) -> None:

@@ -76,19 +76,32 @@ def run_until_counted(
     return log
 
 
+# Task slots of the job runs: local[2] (the default) runs one epoch after the other; local[3]
+# relays, the next epoch's task taking over from the running one (continuous.epoch_layout).
+APART = {"SPARK_MASTER": "local[2]"}
+RELAY = {"SPARK_MASTER": "local[3]"}
+LAYOUTS = pytest.mark.parametrize("slots", [APART, RELAY], ids=["epochs-apart", "relay"])
+
+
+@LAYOUTS
 def test_low_latency_copy_streams_arriving_records_once_in_order(
-    spark, kafka, kafka_dest, tmp_path
+    spark, kafka, kafka_dest, tmp_path, slots
 ) -> None:
     """Two waves produced while the copy runs (epochs of 2 s); stopped with SIGTERM it exits
     0 and leaves an exact copy, stats that count each source offset once, and the copied
-    offsets committed to the JobGroup's consumer group."""
+    offsets committed to the JobGroup's consumer group.
+
+    In a relay, epoch 1's task comes 3 s late to its hand-over (fault point
+    `replication.relay_take`), so epoch 0's keeps copying past its deadline and hands over
+    then; the later epochs hand over on time."""
     topic = f"rep-ll-{time.monotonic_ns()}"
     kafka.create_topic(topic, PARTITIONS, 1)
     kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
     group = low_latency_group("ll", topic, f"{topic}-copy", epoch_seconds=2)
     first, second = dataset(400), dataset(400, topic_tag="b")
-    with running_job(group, tmp_path, conf) as proc:
+    env = {**slots, "UATU_FAULT": "replication.relay_take@1:pause=3000"}
+    with running_job(group, tmp_path, conf, env=env) as proc:
         produce_records(kafka.bootstrap_servers, topic, first)
         wait_for(
             lambda: (
@@ -111,6 +124,8 @@ def test_low_latency_copy_streams_arriving_records_once_in_order(
     log = log_path(tmp_path, group).read_text()
     assert status == 0, log
     assert "low-latency copy of src/" in log
+    assert ("relayed between epochs" in log) == (slots is RELAY)
+    assert ("pause 3000 ms at replication.relay_take (hit 1)" in log) == (slots is RELAY)
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
     n = len(first) + len(second)
@@ -122,8 +137,9 @@ def test_low_latency_copy_streams_arriving_records_once_in_order(
     )
 
 
+@LAYOUTS
 def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
-    spark, kafka, kafka_dest, tmp_path
+    spark, kafka, kafka_dest, tmp_path, slots
 ) -> None:
     """Killed after the 300th acknowledged record, inside the first epoch (30 s: no stats
     batch logged yet); the restart's first epoch reads the destination's tails, sends only
@@ -134,7 +150,8 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     In the restart, one of the two tasks pauses after reading its tails until its 2-second
     epoch is over (fault point `replication.tail_read`), so its partitions are read from the
     second epoch on, which must still skip what the tails held: a restart under load once
-    re-sent a whole partition that way."""
+    re-sent a whole partition that way. In a relay, what the tails held goes to the second
+    epoch's task with the baton."""
     n = 2000
     topic = f"rep-ll-kill-{time.monotonic_ns()}"
     kafka.create_topic(topic, PARTITIONS, 1)
@@ -146,7 +163,9 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
         "ll-kill", topic, f"{topic}-copy", epoch_seconds=30, flowControl={"messagesPerSec": 1000}
     )
 
-    status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": "replication.record_acked@300"})
+    status, log = run_job(
+        group, tmp_path, conf, env={**slots, "UATU_FAULT": "replication.record_acked@300"}
+    )
 
     assert status == -9, log
     assert "UATU_FAULT: crash at replication.record_acked (hit 300)" in log
@@ -156,7 +175,12 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
 
     group = low_latency_group("ll-kill", topic, f"{topic}-copy", epoch_seconds=2)
     log = run_until_counted(
-        spark, group, tmp_path, conf, n, env={"UATU_FAULT": "replication.tail_read@1:pause=4000"}
+        spark,
+        group,
+        tmp_path,
+        conf,
+        n,
+        env={**slots, "UATU_FAULT": "replication.tail_read@1:pause=4000"},
     )
     assert "UATU_FAULT: pause 4000 ms at replication.tail_read (hit 1)" in log
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
@@ -211,6 +235,47 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
     # Every record of a logged batch was acknowledged before it was logged: the recount
     # finds all of them present and sends none.
     assert batch0 is not None and batch0[0] > 0 and batch0[1] == 0 and batch0[2] == batch0[0]
+    assert_each_offset_counted_once(spark, tmp_path / "wh", n)
+
+
+def test_a_relay_task_failing_after_its_hand_over_fails_the_run_and_the_restart_copies_once(
+    spark, kafka, kafka_dest, tmp_path
+) -> None:
+    """Epoch 0's task hands over to epoch 1's, which copies on, then fails before its own acks
+    are confirmed (fault point `replication.handed_over`): the run exits 1 with neither epoch
+    logged, though the destination holds what both sent. The restart reads the tails and
+    copies the rest: every record once, every offset counted once."""
+    n = 2000
+    topic = f"rep-ll-relay-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    records = dataset(n)
+    produce_records(kafka.bootstrap_servers, topic, records)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    # Paced so that both epochs copy part of the records before the run fails.
+    group = low_latency_group(
+        "ll-relay", topic, f"{topic}-copy", epoch_seconds=2, flowControl={"messagesPerSec": 200}
+    )
+
+    status, log = run_job(
+        group,
+        tmp_path,
+        conf,
+        env={**RELAY, "UATU_FAULT": "replication.handed_over@1:fail-first-attempt"},
+    )
+
+    assert status == 1, log
+    assert "relayed between epochs" in log
+    assert "replication.handed_over" in log
+    present = count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert 0 < present < n
+    assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)  # no batch was logged
+
+    group = low_latency_group("ll-relay", topic, f"{topic}-copy", epoch_seconds=2)
+    run_until_counted(spark, group, tmp_path, conf, n, env=RELAY)
+    copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
+    assert_exact_copy(by_partition(records), copied, topic)
+    assert totals(spark, tmp_path / "wh") == (n, n - present, present)
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
 
 

@@ -14,7 +14,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
-from jobs.replication.continuous import progress_record, resolved_starts
+from jobs.replication.continuous import EpochLayout, epoch_layout, progress_record, resolved_starts
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
 from jobs.replication.progress_log import LoggedBatch, resume_offsets
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
@@ -696,3 +696,20 @@ def test_the_jvm_stamp_is_what_the_python_reader_parses_and_only_its_own_counts(
     assert offset_in(b"west/orders/3/17") == -1  # another cluster
     assert offset_in(b"eu/west/orders/3/") == -1
     assert offset_in() == -1
+
+
+@pytest.mark.parametrize(
+    ("slots", "local", "layout"),
+    [
+        (2, True, EpochLayout(max_tasks=1, relay=False)),  # the default local[2]: no relay
+        (3, True, EpochLayout(max_tasks=1, relay=True)),  # one task per epoch, two epochs
+        (4, True, EpochLayout(max_tasks=1, relay=True)),
+        (9, True, EpochLayout(max_tasks=4, relay=True)),  # local[2P+1] for 4 partitions
+        (1, True, EpochLayout(max_tasks=1, relay=False)),
+        (9, False, EpochLayout(max_tasks=8, relay=False)),  # a cluster: other JVMs
+    ],
+)
+def test_epochs_relay_in_local_mode_with_slots_for_two_epochs_and_the_stats(
+    slots: int, local: bool, layout: EpochLayout
+) -> None:
+    assert epoch_layout(slots, local) == layout

@@ -8,8 +8,10 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.UUID;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import org.apache.spark.api.java.JavaFutureAction;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -23,12 +25,18 @@ import org.slf4j.LoggerFactory;
  * one Spark job per epoch, each task copying its share of the source partitions from where the
  * epoch before stopped until the epoch's deadline.
  *
- * <p>Runs in a thread of the driver's JVM, so the copy never waits on Python: the next epoch's
- * job is submitted as soon as the last one returns (the only pause a record can meet is that
- * hand-over: acks of the last records, the job's end and the next job's start), and each
+ * <p>Runs in a thread of the driver's JVM, so the copy never waits on Python, and each
  * finished epoch is put on a queue that the Python driver drains at its own pace to write the
  * stats ({@link #poll}). A failed epoch (a task out of attempts) ends the loop; {@link
- * #failure} says why.
+ * #failure} says why. The next epoch's job is submitted:
+ *
+ * <ul>
+ *   <li>in a relay (local mode), as soon as the epoch before starts: its tasks take over from
+ *       that epoch's in this JVM at the deadline ({@link EpochRelay}), so no record waits for a
+ *       hand-over;
+ *   <li>otherwise as soon as the epoch before returns: a record that arrives meanwhile waits
+ *       for the acks of the last records, the job's end and the next job's start.
+ * </ul>
  *
  * <p>Partitions are spread over at most {@code maxTasks} tasks, as MirrorMaker 2 spreads them
  * over {@code tasks.max}: the caller leaves task slots free for the stats jobs, which would
@@ -41,6 +49,7 @@ public final class ContinuousCopy {
   private final CopyConfig config;
   private final long epochMs;
   private final int maxTasks;
+  private final boolean relay;
   private final String runId = UUID.randomUUID().toString();
   private final TreeMap<Integer, Long> positions; // source partition -> next offset to read
   // source partition -> highest source offset the destination holds (EpochResult#heldUpTo)
@@ -56,13 +65,22 @@ public final class ContinuousCopy {
    * @param starts each source partition to copy and the offset to start it at
    * @param epochMs how long each epoch's tasks copy before they report
    * @param maxTasks the most tasks an epoch runs (at least 1)
+   * @param relay whether each epoch's job is submitted while the one before runs, its tasks
+   *     taking over from the ones before in this JVM ({@link EpochRelay}): local mode only, with
+   *     task slots for two epochs' tasks
    */
   public ContinuousCopy(
-      SparkSession spark, CopyConfig config, Map<?, ?> starts, long epochMs, int maxTasks) {
+      SparkSession spark,
+      CopyConfig config,
+      Map<?, ?> starts,
+      long epochMs,
+      int maxTasks,
+      boolean relay) {
     this.sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
     this.config = config;
     this.epochMs = epochMs;
     this.maxTasks = Math.max(1, maxTasks);
+    this.relay = relay;
     this.positions = new TreeMap<>();
     starts.forEach((p, o) -> positions.put(((Number) p).intValue(), ((Number) o).longValue()));
     this.thread = new Thread(this::run, "uatu-continuous-copy");
@@ -112,23 +130,41 @@ public final class ContinuousCopy {
 
   private void run() {
     long epoch = 0;
-    boolean first = true;
+    long deadline = System.currentTimeMillis() + epochMs;
     try {
-      while (!stopping) {
-        long started = System.currentTimeMillis();
-        List<EpochTask> tasks = plan(epoch, first, started + epochMs);
-        sc.setJobDescription("replication " + config.sourceTopic + " epoch " + epoch);
-        List<EpochResult> results =
-            sc.parallelize(tasks, tasks.size()).mapPartitions(new StreamCopier(config)).collect();
+      JavaFutureAction<List<EpochResult>> current = submit(epoch, deadline, true, false);
+      while (current != null) {
+        // A relay's next epoch is submitted as soon as this one runs: its tasks wait in the
+        // JVM for this epoch's tasks to hand over (EpochRelay), so copying never pauses.
+        JavaFutureAction<List<EpochResult>> next =
+            relay && !stopping ? submit(epoch + 1, deadline + epochMs, false, true) : null;
+        List<EpochResult> results = await(current, next);
         long ended = System.currentTimeMillis();
+        // A relay's epoch starts when the one before is due to end; a stop can end it sooner.
+        long started = Math.min(deadline - epochMs, ended);
         for (EpochResult result : results) {
+          Long expected = positions.get(result.partition());
+          if (relay && expected != null && result.fromOffset() != expected) {
+            throw new IllegalStateException(
+                "epoch " + epoch + " of partition " + result.partition() + " started at "
+                    + result.fromOffset() + ", not where the epoch before stopped (" + expected
+                    + ")");
+          }
           positions.put(result.partition(), result.nextOffset());
           held.put(result.partition(), result.heldUpTo());
         }
         logEpoch(epoch, started, ended, results);
         finished.add(new CopiedEpoch(epoch, started, ended, results));
-        first = false;
         epoch++;
+        if (next != null) {
+          current = next;
+          deadline += epochMs;
+        } else if (!stopping) {
+          deadline = System.currentTimeMillis() + epochMs;
+          current = submit(epoch, deadline, false, false);
+        } else {
+          current = null;
+        }
       }
     } catch (RuntimeException e) {
       LOG.error("the continuous copy of {} failed in epoch {}", config.sourceTopic, epoch, e);
@@ -139,6 +175,32 @@ public final class ContinuousCopy {
       failure = "epoch " + epoch + " failed: " + root;
     } finally {
       StreamCopier.forget(runId);
+      EpochRelay.forget(runId);
+    }
+  }
+
+  /** Submits epoch {@code epoch}'s job, whose tasks copy until {@code deadlineMs}. */
+  private JavaFutureAction<List<EpochResult>> submit(
+      long epoch, long deadlineMs, boolean scanTail, boolean takesBaton) {
+    List<EpochTask> tasks = plan(epoch, scanTail, deadlineMs, takesBaton);
+    sc.setJobDescription("replication " + config.sourceTopic + " epoch " + epoch);
+    return sc.parallelize(tasks, tasks.size()).mapPartitions(new StreamCopier(config))
+        .collectAsync();
+  }
+
+  /** The results of {@code job}; if it failed, {@code next} (if any) is cancelled first. */
+  private static List<EpochResult> await(
+      JavaFutureAction<List<EpochResult>> job, JavaFutureAction<List<EpochResult>> next) {
+    try {
+      return job.get();
+    } catch (ExecutionException | InterruptedException e) {
+      if (next != null) {
+        next.cancel(true);
+      }
+      if (e instanceof InterruptedException) {
+        Thread.currentThread().interrupt();
+      }
+      throw new IllegalStateException("an epoch's job failed", e);
     }
   }
 
@@ -170,7 +232,7 @@ public final class ContinuousCopy {
   }
 
   /** The epoch's tasks: partitions dealt round-robin over at most maxTasks tasks. */
-  private List<EpochTask> plan(long epoch, boolean scanTail, long deadlineMs) {
+  private List<EpochTask> plan(long epoch, boolean scanTail, long deadlineMs, boolean takesBaton) {
     int count = Math.min(maxTasks, positions.size());
     List<List<Integer>> shares = new ArrayList<>();
     for (int i = 0; i < count; i++) {
@@ -183,10 +245,15 @@ public final class ContinuousCopy {
     List<EpochTask> tasks = new ArrayList<>();
     for (List<Integer> share : shares) {
       int[] partitions = share.stream().mapToInt(Integer::intValue).toArray();
-      long[] from = share.stream().mapToLong(positions::get).toArray();
-      long[] heldUpTo = share.stream().mapToLong(p -> held.getOrDefault(p, -1L)).toArray();
+      // A task that takes a baton starts where the epoch before's task hands over, which is
+      // not known yet when its job is submitted.
+      long[] from = share.stream().mapToLong(p -> takesBaton ? -1L : positions.get(p)).toArray();
+      long[] heldUpTo =
+          share.stream().mapToLong(p -> takesBaton ? -1L : held.getOrDefault(p, -1L)).toArray();
       tasks.add(
-          new EpochTask(runId, epoch, partitions, from, heldUpTo, scanTail, deadlineMs, count));
+          new EpochTask(
+              runId, epoch, partitions, from, heldUpTo, scanTail, deadlineMs, count, takesBaton,
+              relay, epochMs));
     }
     return tasks;
   }

@@ -7,6 +7,11 @@ import java.io.Serializable;
  * source partitions {@code partitions}, each from its offset in {@code fromOffsets}, until
  * {@code deadlineMs} (epoch milliseconds) or until its run is asked to stop. A record at or
  * below its partition's {@code heldUpTo} is already at the destination and is not sent again.
+ *
+ * <p>In a relay ({@link EpochRelay}), a task that {@code takesBaton} gets its consumer, offsets
+ * and held offsets from the epoch before's task instead ({@code fromOffsets} and {@code
+ * heldUpTo} are then unknown, -1); one that {@code leavesBaton} hands them on to the next
+ * epoch's task at its deadline, or up to {@code relayWaitMs} later if that task is late.
  */
 public final class EpochTask implements Serializable {
   private static final long serialVersionUID = 1L;
@@ -19,6 +24,9 @@ public final class EpochTask implements Serializable {
   final boolean scanTail; // read the destination's tail first (the run's first epoch)
   final long deadlineMs;
   final int tasks; // tasks of this epoch: each takes its share of the flow control
+  final boolean takesBaton;
+  final boolean leavesBaton;
+  final long relayWaitMs;
 
   EpochTask(
       String runId,
@@ -28,7 +36,10 @@ public final class EpochTask implements Serializable {
       long[] heldUpTo,
       boolean scanTail,
       long deadlineMs,
-      int tasks) {
+      int tasks,
+      boolean takesBaton,
+      boolean leavesBaton,
+      long relayWaitMs) {
     this.runId = runId;
     this.epoch = epoch;
     this.partitions = partitions;
@@ -37,5 +48,18 @@ public final class EpochTask implements Serializable {
     this.scanTail = scanTail;
     this.deadlineMs = deadlineMs;
     this.tasks = tasks;
+    this.takesBaton = takesBaton;
+    this.leavesBaton = leavesBaton;
+    this.relayWaitMs = relayWaitMs;
+  }
+
+  /** Where this task takes its baton from the epoch before's task. */
+  String placeIn() {
+    return EpochRelay.place(runId, epoch, partitions);
+  }
+
+  /** Where this task leaves its baton for the next epoch's task. */
+  String placeOut() {
+    return EpochRelay.place(runId, epoch + 1, partitions);
   }
 }

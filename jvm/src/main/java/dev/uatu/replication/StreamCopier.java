@@ -3,6 +3,7 @@ package dev.uatu.replication;
 import dev.uatu.faults.FaultPoints;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -39,11 +40,19 @@ import org.slf4j.LoggerFactory;
  *       rows. The consumer is kept assigned where it stopped, so the next epoch's task picks it
  *       up with what it fetched ahead.
  * </ol>
+ *
+ * <p>In a relay ({@link EpochRelay}) the next epoch's task is already waiting at the deadline:
+ * this task hands it the consumer, the offsets and its pending acks before step 3, and the next
+ * one polls on at once. It takes the place of step 1: no tail is read, and what this task knew
+ * the destination holds goes with the baton. A failed delivery of either task stops the next
+ * one copying and fails its epoch too.
  */
 final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochResult> {
   private static final long serialVersionUID = 1L;
   private static final Logger LOG = LoggerFactory.getLogger(StreamCopier.class);
   private static final long POLL_MS = 100;
+  // How long past the epoch before's relay wait a task waits for its baton before it fails.
+  private static final long BATON_GRACE_MS = 60_000;
   // Runs asked to stop: their tasks end at their next poll instead of at the epoch's deadline
   // (in the JVM that asked, which in local mode runs every task).
   private static final Set<String> STOPPING = ConcurrentHashMap.newKeySet();
@@ -74,15 +83,24 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
   private List<EpochResult> copy(EpochTask task) {
     TaskContext context = TaskContext.get();
     boolean retried = context != null && context.attemptNumber() > 0;
+    EpochRelay.Baton baton = null;
+    if (task.takesBaton) {
+      baton = takeBaton(task, retried);
+      if (baton == null) {
+        return List.of(); // the epoch before failed, and with it the run: nothing to copy
+      }
+    }
     Map<TopicPartition, Long> starts = new LinkedHashMap<>();
     Map<Integer, PartitionCopy> copies = new LinkedHashMap<>();
     for (int i = 0; i < task.partitions.length; i++) {
       int partition = task.partitions[i];
-      long from = task.fromOffsets[i];
-      long held = Math.max(task.heldUpTo[i], from - 1);
+      TopicPartition tp = new TopicPartition(config.sourceTopic, partition);
+      long from = baton != null ? baton.positions().get(tp) : task.fromOffsets[i];
+      long known = baton != null ? baton.heldUpTo().get(partition) : task.heldUpTo[i];
+      long held = Math.max(known, from - 1);
       long doneUpTo = task.scanTail || retried ? Math.max(held, tailOf(partition)) : held;
       copies.put(partition, new PartitionCopy(config, partition, doneUpTo));
-      starts.put(new TopicPartition(config.sourceTopic, partition), from);
+      starts.put(tp, from);
     }
     if (task.scanTail || retried) {
       // The fault hook's point "replication.tail_read" (core/faults.py): a pause here longer
@@ -91,20 +109,25 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     }
     KafkaProducer<byte[], byte[]> producer = Clients.producer(config.producerConfig);
     AckTimes acks = new AckTimes();
-    KafkaConsumer<byte[], byte[]> source = Clients.borrowAt(config.sourceConsumerConfig, starts);
+    AckTimes previousAcks = baton != null ? baton.previousAcks() : null;
+    KafkaConsumer<byte[], byte[]> source =
+        baton != null ? baton.consumer() : Clients.borrowAt(config.sourceConsumerConfig, starts);
     FlowLimiter limiter = config.joinFlow(task.tasks);
     Map<TopicPartition, Long> next = new LinkedHashMap<>();
     boolean healthy = false;
     long pollStartedMs = System.currentTimeMillis();
     long pollEndedMs = pollStartedMs;
     try {
-      while (!acks.failed()) {
-        long left = task.deadlineMs - System.currentTimeMillis();
-        if (left <= 0 || STOPPING.contains(task.runId) || killed(context)) {
+      // A failed delivery of the task before ends this one too: nothing is sent past a record
+      // that may be missing (the restart resumes below it).
+      while (!acks.failed() && (previousAcks == null || !previousAcks.failed())) {
+        long now = System.currentTimeMillis();
+        if (STOPPING.contains(task.runId) || killed(context) || handOverNow(task, now)) {
           break;
         }
+        long until = now < task.deadlineMs ? task.deadlineMs : task.deadlineMs + task.relayWaitMs;
         ConsumerRecords<byte[], byte[]> records =
-            source.poll(Duration.ofMillis(Math.min(POLL_MS, left)));
+            source.poll(Duration.ofMillis(Math.max(1, Math.min(POLL_MS, until - now))));
         long readMs = System.currentTimeMillis();
         for (TopicPartition tp : records.partitions()) {
           PartitionCopy partition = copies.get(tp.partition());
@@ -120,15 +143,20 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
       healthy = true;
     } finally {
       config.leaveFlow(limiter, task.tasks);
-      if (healthy) {
-        Clients.giveBackAssigned(config.sourceConsumerConfig, source, next);
-      } else {
-        Clients.discardConsumer(source);
-      }
+      handOn(task, healthy, source, next, copies, acks);
+    }
+    if (task.leavesBaton) {
+      // The fault hook's point "replication.handed_over" (core/faults.py): the next epoch's
+      // task copies on while this one's acks are not yet confirmed.
+      FaultPoints.hit("replication.handed_over");
     }
     producer.flush(); // the epoch's last records need not wait out linger.ms
     RangeCopier.awaitAcks(acks, config.sourceTopic + " " + starts.keySet());
     RangeCopier.failOnDeliveryErrors(config, producer, acks, "epoch " + task.epoch);
+    if (previousAcks != null) {
+      RangeCopier.awaitAcks(previousAcks, config.sourceTopic + " " + starts.keySet());
+      RangeCopier.failOnDeliveryErrors(config, producer, previousAcks, "epoch " + (task.epoch - 1));
+    }
     List<EpochResult> results = new ArrayList<>();
     for (Map.Entry<TopicPartition, Long> start : starts.entrySet()) {
       PartitionCopy partition = copies.get(start.getKey().partition());
@@ -148,6 +176,73 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
       LOG.debug("epoch {} of {}: {}", task.epoch, config.sourceTopic, describe(results));
     }
     return results;
+  }
+
+  /**
+   * Past its deadline, a task that hands on to the next epoch's stops once that task is
+   * waiting for it, or once it has waited {@code relayWaitMs} for it; any other stops at once.
+   */
+  private static boolean handOverNow(EpochTask task, long now) {
+    if (now < task.deadlineMs) {
+      return false;
+    }
+    return !task.leavesBaton
+        || now >= task.deadlineMs + task.relayWaitMs
+        || EpochRelay.successorWaiting(task.placeOut());
+  }
+
+  /**
+   * The consumer's next home: the next epoch's task (a relay's baton), or the pool, assigned
+   * where it stopped; a consumer that failed mid-use is closed. Where a delivery failed, the
+   * next epoch's task gets no baton and ends with nothing copied.
+   */
+  private void handOn(
+      EpochTask task,
+      boolean healthy,
+      KafkaConsumer<byte[], byte[]> source,
+      Map<TopicPartition, Long> next,
+      Map<Integer, PartitionCopy> copies,
+      AckTimes acks) {
+    if (!healthy) {
+      Clients.discardConsumer(source);
+      if (task.leavesBaton) {
+        EpochRelay.close(task.placeOut());
+      }
+    } else if (task.leavesBaton && acks.failed()) {
+      // This epoch fails (failOnDeliveryErrors): the next one must not copy past the record.
+      Clients.giveBackAssigned(config.sourceConsumerConfig, source, next);
+      EpochRelay.close(task.placeOut());
+    } else if (task.leavesBaton) {
+      Map<Integer, Long> held = new HashMap<>();
+      copies.forEach((p, copy) -> held.put(p, copy.doneUpTo));
+      EpochRelay.leave(
+          task.placeOut(), new EpochRelay.Baton(source, next, held, acks));
+    } else {
+      Clients.giveBackAssigned(config.sourceConsumerConfig, source, next);
+    }
+  }
+
+  /**
+   * The baton of the epoch before's task in this JVM; null if that task failed. A retried
+   * attempt cannot have one (the first attempt took it), nor can a task in another JVM.
+   */
+  private static EpochRelay.Baton takeBaton(EpochTask task, boolean retried) {
+    if (retried) {
+      throw new ReplicationWriteException(
+          "epoch " + task.epoch + " of a relay cannot be retried (its first attempt took the"
+              + " consumer of the epoch before); the run fails and its restart resumes");
+    }
+    long timeoutMs = task.deadlineMs + task.relayWaitMs + BATON_GRACE_MS - System.currentTimeMillis();
+    try {
+      // The fault hook's point "replication.relay_take" (core/faults.py): a pause here makes
+      // this task late, so the one before hands over only after its relay wait.
+      FaultPoints.hit("replication.relay_take");
+      return EpochRelay.take(task.placeIn(), Math.max(1, timeoutMs));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt(); // a killed task
+      throw new ReplicationWriteException("interrupted waiting for epoch " + task.epoch
+          + "'s baton", e);
+    }
   }
 
   private long tailOf(int partition) {
