@@ -153,12 +153,7 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
     re-sent a whole partition that way. In a relay, what the tails held goes to the second
     epoch's task with the baton."""
     n = 2000
-    topic = f"rep-ll-kill-{time.monotonic_ns()}"
-    kafka.create_topic(topic, PARTITIONS, 1)
-    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
-    records = dataset(n)
-    produce_records(kafka.bootstrap_servers, topic, records)
-    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    topic, records, conf = backlog(kafka, kafka_dest, tmp_path, "rep-ll-kill", n)
     group = low_latency_group(
         "ll-kill", topic, f"{topic}-copy", epoch_seconds=30, flowControl={"messagesPerSec": 1000}
     )
@@ -241,18 +236,15 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
 def test_a_relay_task_failing_after_its_hand_over_fails_the_run_and_the_restart_copies_once(
     spark, kafka, kafka_dest, tmp_path
 ) -> None:
-    """Epoch 0's task hands over to epoch 1's, which copies on, then fails before its own acks
-    are confirmed (fault point `replication.handed_over`): the run exits 1 with neither epoch
-    logged, though the destination holds what both sent. The restart reads the tails and
-    copies the rest: every record once, every offset counted once."""
+    """Epoch 2's task hands over to epoch 3's, which copies on, then fails before its own acks
+    are confirmed (fault point `replication.handed_over`, third hit): the run exits 1, and the
+    destination holds what both sent though neither epoch was logged. The restart reads the
+    tails and copies the rest: every record once, every offset counted once (what the failed
+    run sent after its last logged batch counted as already present)."""
     n = 2000
-    topic = f"rep-ll-relay-{time.monotonic_ns()}"
-    kafka.create_topic(topic, PARTITIONS, 1)
-    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
-    records = dataset(n)
-    produce_records(kafka.bootstrap_servers, topic, records)
-    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
-    # Paced so that both epochs copy part of the records before the run fails.
+    topic, records, conf = backlog(kafka, kafka_dest, tmp_path, "rep-ll-relay", n)
+    # Paced so that the run fails with part of the records copied: three 2-second epochs at
+    # 200 records/s (the cold start's first poll can come late; the later epochs copy).
     group = low_latency_group(
         "ll-relay", topic, f"{topic}-copy", epoch_seconds=2, flowControl={"messagesPerSec": 200}
     )
@@ -261,22 +253,35 @@ def test_a_relay_task_failing_after_its_hand_over_fails_the_run_and_the_restart_
         group,
         tmp_path,
         conf,
-        env={**RELAY, "UATU_FAULT": "replication.handed_over@1:fail-first-attempt"},
+        env={**RELAY, "UATU_FAULT": "replication.handed_over@3:fail-first-attempt"},
     )
 
     assert status == 1, log
     assert "relayed between epochs" in log
-    assert "replication.handed_over" in log
+    assert "fail-first-attempt at replication.handed_over (hit 3)" in log
     present = count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert 0 < present < n
-    assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)  # no batch was logged
 
     group = low_latency_group("ll-relay", topic, f"{topic}-copy", epoch_seconds=2)
     run_until_counted(spark, group, tmp_path, conf, n, env=RELAY)
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(records), copied, topic)
-    assert totals(spark, tmp_path / "wh") == (n, n - present, present)
+    read, replicated, already_present = totals(spark, tmp_path / "wh")
+    assert read == n and replicated + already_present == n
+    assert 0 < already_present <= present  # the failed run's unlogged records, found again
     assert_each_offset_counted_once(spark, tmp_path / "wh", n)
+
+
+def backlog(kafka, kafka_dest, tmp_path: Path, prefix: str, n: int) -> tuple[str, list, Path]:
+    """A new source topic holding `n` records, its empty `-copy` at the destination, and the
+    conf of both clusters: (topic, records, conf dir)."""
+    topic = f"{prefix}-{time.monotonic_ns()}"
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
+    records = dataset(n)
+    produce_records(kafka.bootstrap_servers, topic, records)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    return topic, records, conf
 
 
 def stats_totals_or_zero(spark: SparkSession, warehouse: Path) -> tuple[int, int, int]:

@@ -118,23 +118,14 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     long pollStartedMs = System.currentTimeMillis();
     long pollEndedMs = pollStartedMs;
     try {
-      // A failed delivery of the task before ends this one too: nothing is sent past a record
-      // that may be missing (the restart resumes below it).
-      while (!acks.failed() && (previousAcks == null || !previousAcks.failed())) {
+      boolean copying = true;
+      while (copying && !mustStop(task, context, acks, previousAcks)) {
         long now = System.currentTimeMillis();
-        if (STOPPING.contains(task.runId) || killed(context) || handOverNow(task, now)) {
-          break;
-        }
         long until = now < task.deadlineMs ? task.deadlineMs : task.deadlineMs + task.relayWaitMs;
         ConsumerRecords<byte[], byte[]> records =
             source.poll(Duration.ofMillis(Math.max(1, Math.min(POLL_MS, until - now))));
-        long readMs = System.currentTimeMillis();
-        for (TopicPartition tp : records.partitions()) {
-          PartitionCopy partition = copies.get(tp.partition());
-          for (ConsumerRecord<byte[], byte[]> record : records.records(tp)) {
-            partition.copy(record, readMs, producer, acks, limiter);
-          }
-        }
+        copying = copyPolled(records, copies, producer, acks, limiter, source, task, context,
+            previousAcks);
       }
       pollEndedMs = System.currentTimeMillis();
       for (TopicPartition tp : starts.keySet()) {
@@ -176,6 +167,68 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
       LOG.debug("epoch {} of {}: {}", task.epoch, config.sourceTopic, describe(results));
     }
     return results;
+  }
+
+  /**
+   * Copies what one poll returned; false if the task must stop before the end of it (see
+   * {@link #mustStop}, checked before every record: a poll can hold many seconds of records at
+   * the flow control's pace). The records not copied then are read again by whoever takes the
+   * consumer next: each partition is rewound to its first record not copied.
+   */
+  private static boolean copyPolled(
+      ConsumerRecords<byte[], byte[]> records,
+      Map<Integer, PartitionCopy> copies,
+      KafkaProducer<byte[], byte[]> producer,
+      AckTimes acks,
+      FlowLimiter limiter,
+      KafkaConsumer<byte[], byte[]> source,
+      EpochTask task,
+      TaskContext context,
+      AckTimes previousAcks) {
+    long readMs = System.currentTimeMillis();
+    for (TopicPartition tp : records.partitions()) {
+      PartitionCopy partition = copies.get(tp.partition());
+      for (ConsumerRecord<byte[], byte[]> record : records.records(tp)) {
+        if (mustStop(task, context, acks, previousAcks)) {
+          rewind(source, records, tp, record.offset());
+          return false;
+        }
+        partition.copy(record, readMs, producer, acks, limiter);
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Seeks {@code source} back to the records of {@code polled} not copied: {@code stoppedAt} in
+   * {@code stoppedIn}, and the first record of every partition the loop had not reached.
+   */
+  private static void rewind(
+      KafkaConsumer<byte[], byte[]> source,
+      ConsumerRecords<byte[], byte[]> polled,
+      TopicPartition stoppedIn,
+      long stoppedAt) {
+    boolean reached = false;
+    for (TopicPartition tp : polled.partitions()) {
+      if (tp.equals(stoppedIn)) {
+        source.seek(tp, stoppedAt);
+        reached = true;
+      } else if (reached) {
+        source.seek(tp, polled.records(tp).get(0).offset());
+      }
+    }
+  }
+
+  /** Whether the task stops copying now: a stop, a kill, a failed delivery, or its hand-over. */
+  private static boolean mustStop(
+      EpochTask task, TaskContext context, AckTimes acks, AckTimes previousAcks) {
+    // A failed delivery of the task before ends this one too: nothing is sent past a record
+    // that may be missing (the restart resumes below it).
+    return acks.failed()
+        || (previousAcks != null && previousAcks.failed())
+        || STOPPING.contains(task.runId)
+        || killed(context)
+        || handOverNow(task, System.currentTimeMillis());
   }
 
   /**
