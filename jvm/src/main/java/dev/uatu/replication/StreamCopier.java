@@ -118,14 +118,15 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     long pollStartedMs = System.currentTimeMillis();
     long pollEndedMs = pollStartedMs;
     try {
-      boolean copying = true;
-      while (copying && !mustStop(task, context, acks, previousAcks)) {
+      Copying copying = new Copying(task, context, copies, source, producer, acks, previousAcks,
+          limiter);
+      boolean more = true;
+      while (more && !copying.mustStop()) {
         long now = System.currentTimeMillis();
         long until = now < task.deadlineMs ? task.deadlineMs : task.deadlineMs + task.relayWaitMs;
         ConsumerRecords<byte[], byte[]> records =
             source.poll(Duration.ofMillis(Math.max(1, Math.min(POLL_MS, until - now))));
-        copying = copyPolled(records, copies, producer, acks, limiter, source, task, context,
-            previousAcks);
+        more = copying.copyPolled(records);
       }
       pollEndedMs = System.currentTimeMillis();
       for (TopicPartition tp : starts.keySet()) {
@@ -169,34 +170,67 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
     return results;
   }
 
-  /**
-   * Copies what one poll returned; false if the task must stop before the end of it (see
-   * {@link #mustStop}, checked before every record: a poll can hold many seconds of records at
-   * the flow control's pace). The records not copied then are read again by whoever takes the
-   * consumer next: each partition is rewound to its first record not copied.
-   */
-  private static boolean copyPolled(
-      ConsumerRecords<byte[], byte[]> records,
-      Map<Integer, PartitionCopy> copies,
-      KafkaProducer<byte[], byte[]> producer,
-      AckTimes acks,
-      FlowLimiter limiter,
-      KafkaConsumer<byte[], byte[]> source,
-      EpochTask task,
-      TaskContext context,
-      AckTimes previousAcks) {
-    long readMs = System.currentTimeMillis();
-    for (TopicPartition tp : records.partitions()) {
-      PartitionCopy partition = copies.get(tp.partition());
-      for (ConsumerRecord<byte[], byte[]> record : records.records(tp)) {
-        if (mustStop(task, context, acks, previousAcks)) {
-          rewind(source, records, tp, record.offset());
-          return false;
-        }
-        partition.copy(record, readMs, producer, acks, limiter);
-      }
+  /** What a task copies with, from its first poll to its hand-over or end. */
+  private static final class Copying {
+    private final EpochTask task;
+    private final TaskContext context;
+    private final Map<Integer, PartitionCopy> copies;
+    private final KafkaConsumer<byte[], byte[]> source;
+    private final KafkaProducer<byte[], byte[]> producer;
+    private final AckTimes acks;
+    private final AckTimes previousAcks; // the relay's epoch before; null outside a relay
+    private final FlowLimiter limiter;
+
+    Copying(
+        EpochTask task,
+        TaskContext context,
+        Map<Integer, PartitionCopy> copies,
+        KafkaConsumer<byte[], byte[]> source,
+        KafkaProducer<byte[], byte[]> producer,
+        AckTimes acks,
+        AckTimes previousAcks,
+        FlowLimiter limiter) {
+      this.task = task;
+      this.context = context;
+      this.copies = copies;
+      this.source = source;
+      this.producer = producer;
+      this.acks = acks;
+      this.previousAcks = previousAcks;
+      this.limiter = limiter;
     }
-    return true;
+
+    /**
+     * Copies what one poll returned; false if the task must stop before the end of it (see
+     * {@link #mustStop}, checked before every record: a poll can hold many seconds of records
+     * at the flow control's pace). The records not copied then are read again by whoever takes
+     * the consumer next: each partition is rewound to its first record not copied.
+     */
+    boolean copyPolled(ConsumerRecords<byte[], byte[]> records) {
+      long readMs = System.currentTimeMillis();
+      for (TopicPartition tp : records.partitions()) {
+        PartitionCopy partition = copies.get(tp.partition());
+        for (ConsumerRecord<byte[], byte[]> record : records.records(tp)) {
+          if (mustStop()) {
+            rewind(source, records, tp, record.offset());
+            return false;
+          }
+          partition.copy(record, readMs, producer, acks, limiter);
+        }
+      }
+      return true;
+    }
+
+    /** Whether the task stops copying now: a stop, a kill, a failed delivery, or its hand-over. */
+    boolean mustStop() {
+      // A failed delivery of the task before ends this one too: nothing is sent past a record
+      // that may be missing (the restart resumes below it).
+      return acks.failed()
+          || (previousAcks != null && previousAcks.failed())
+          || STOPPING.contains(task.runId)
+          || killed(context)
+          || handOverNow(task, System.currentTimeMillis());
+    }
   }
 
   /**
@@ -217,18 +251,6 @@ final class StreamCopier implements FlatMapFunction<Iterator<EpochTask>, EpochRe
         source.seek(tp, polled.records(tp).get(0).offset());
       }
     }
-  }
-
-  /** Whether the task stops copying now: a stop, a kill, a failed delivery, or its hand-over. */
-  private static boolean mustStop(
-      EpochTask task, TaskContext context, AckTimes acks, AckTimes previousAcks) {
-    // A failed delivery of the task before ends this one too: nothing is sent past a record
-    // that may be missing (the restart resumes below it).
-    return acks.failed()
-        || (previousAcks != null && previousAcks.failed())
-        || STOPPING.contains(task.runId)
-        || killed(context)
-        || handOverNow(task, System.currentTimeMillis());
   }
 
   /**
