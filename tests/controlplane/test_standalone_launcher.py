@@ -4,6 +4,7 @@ real thing (a Spark standalone master and worker on 127.0.0.1 running an audit J
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -371,7 +372,9 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     measured["cancel_to_no_processes_s"] = time.monotonic() - started
 
     # Relaunch on the same checkpoint, and cancel with no grace: the master kills the driver.
-    commits = len(list(counts_log.glob("*.json")))
+    # The relaunch resumes the first run's query (same id, so same checkpoint) before the kill.
+    query_id = re.search(r"started query audit-sa \(id ([0-9a-f-]+)\)", job_log)
+    assert query_id, job_log
     hard = StandaloneLauncher(
         standalone.rest_url,
         standalone.master_url,
@@ -380,10 +383,15 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
         worker_dir=standalone.worker_dir,
         grace_seconds=0,
     )
-    produce(kafka.bootstrap_servers, topic, audit_dataset(50, 2, int(time.time() * 1000), seed=9))
     second = hard.launch(audit_group("sa", topic), "def-2", {})
     assert second.handle != record.handle
-    wait_for(lambda: len(list(counts_log.glob("*.json"))) > commits, 240, "a commit after restart")
+    resumed = f"started query audit-sa (id {query_id[1]})"
+    second_log = Path(second.log)
+    wait_for(
+        lambda: second_log.exists() and resumed in second_log.read_text(),
+        240,
+        "the relaunch resuming the query",
+    )
     started = time.monotonic()
     hard.cancel(second)
     measured["kill_cancel_s"] = time.monotonic() - started
