@@ -12,6 +12,14 @@ launch:
 * the job's own ``start-up:`` log line (jobs/runtime/template.py): launch to the Python
   driver's run(), broker checks, Spark session, then client checks, tables and plan.
 
+With ``--job availability``, ``--job loadgen`` or ``--job dispatch`` each run launches a
+JobGroup of that type of its own (native producer probes of the source cluster; a
+LOAD_GEN_PRODUCE at 1,000 records/s into a topic of its own; a dispatcher of the source
+topic to a gRPC service in this process that answers OK, `testing.dispatch_service`), each
+with a 1 s trigger, and measures ``first_commit_s``: from the launch to the first micro-batch
+Spark committed (the oldest ``commits/0`` under the run's checkpoint: the batch's output is
+written).
+
 With ``--job audit`` each run launches a continuous KAFKA_AUDIT JobGroup of its own (one
 APPROX_UNIQ config, a new checkpoint and table of its own, from the earliest offset) on the
 same source topic and measures, from the launch, ``first_batch_s``: the job's ``batch 0
@@ -29,7 +37,7 @@ in the order on, off, off, on (repeated), so a trend in the machine's load falls
 the medians and the ratio off / on are printed per phase.
 
     PYTHONPATH=$PWD:$PWD/build/gen .venv/bin/python -m bench.startup_bench [--runs 4] [--cds both]
-        [--job audit]
+        [--job replication|audit|availability|loadgen|dispatch]
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import sys
 import time
 from contextlib import ExitStack
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
@@ -70,9 +79,18 @@ from core.paths import SPARK_CDS_ARCHIVE
 from core.processes import signal_group
 from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
+from testing.dispatch_service import ScriptedService
 from testing.jobgroups import audit_group
+from testing.topic_data import Record, produce_records
 
 SOURCE_TOPIC = "startup-source"
+JOB_TYPES = {
+    "replication": "KAFKA_REPLICATION",
+    "audit": "KAFKA_AUDIT",
+    "availability": "KAFKA_AVAILABILITY",
+    "loadgen": "LOAD_GEN_PRODUCE",
+    "dispatch": "KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+}
 PHASES = re.compile(
     r"start-up: (?:launch to run\(\) (?P<to_run>[\d.]+) s, )?broker checks (?P<checks>[\d.]+) s, "
     r"Spark session (?P<session>[\d.]+) s, client checks, tables and plan (?P<tables>[\d.]+) s"
@@ -98,7 +116,7 @@ def cds_for_run(mode: str, index: int) -> bool:
     return mode == "on"
 
 
-FIRSTS = ("first_record_s", "first_batch_s", "first_counts_s")
+FIRSTS = ("first_record_s", "first_batch_s", "first_counts_s", "first_commit_s")
 LOG_LINE_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", re.M)
 
 
@@ -187,6 +205,88 @@ def one_audit_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
     return run
 
 
+DISPATCH_TOPIC = "startup-dispatch"
+# Micro-batch job types timed to their first committed batch (one_committed_run).
+COMMITTED_JOBS = ("availability", "loadgen", "dispatch")
+
+
+def committed_group(job: str, name: str, service_address: str) -> dict[str, Any]:
+    """A JobGroup of type `job` (one of COMMITTED_JOBS) with a 1 s trigger."""
+    options: dict[str, Any] = {
+        "@type": "type.googleapis.com/uatu.v1.JobOptions",
+        "trigger": {"intervalSeconds": 1},
+    }
+    if job == "availability":
+        return {
+            "jobGroupId": name,
+            "type": "JOB_TYPE_KAFKA_AVAILABILITY",
+            "kafkaConsumerTaskGroup": {"cluster": "local", "topic": f"{name}-probe"},
+            "availabilityTaskGroup": {
+                "availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"
+            },
+            "extension": options,
+        }
+    if job == "loadgen":
+        return {
+            "jobGroupId": name,
+            "type": "JOB_TYPE_LOAD_GEN_PRODUCE",
+            "flowControl": {"messagesPerSec": 1000},
+            "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": f"{name}-load"},
+            "extension": {**options, "loadgen": {"seed": 7}},
+        }
+    return {
+        "jobGroupId": name,
+        "type": "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": DISPATCH_TOPIC,
+            "consumerGroup": f"{name}-svc",
+            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
+        },
+        "rpcDispatcherTaskGroup": {
+            "uri": f"dns:///{service_address}",
+            "procedure": f"kafka.consumerproxy.{name}-svc/{DISPATCH_TOPIC}",
+            "rpcTimeoutMs": 1000,
+            "dlqTopic": f"{name}-dlq",
+        },
+        "extension": options,
+    }
+
+
+def first_commit_at(checkpoints: Path) -> float | None:
+    """Epoch seconds of the oldest batch-0 commit under `checkpoints` (any of a job's
+    queries); None before there is one."""
+    times = [p.stat().st_mtime for p in checkpoints.glob("**/commits/0")]
+    return min(times) if times else None
+
+
+def one_committed_run(
+    b: Bench, index: int, timeout_s: float, job: str, service_address: str
+) -> dict[str, Any]:
+    name = f"startup-{job}-{index}"
+    # The topic each job type needs of its own: probes, load, the dispatcher's DLQ.
+    suffix = {"availability": "probe", "loadgen": "load", "dispatch": "dlq"}[job]
+    b.source.create_topic(f"{name}-{suffix}", b.partitions, 1)
+    group = committed_group(job, name, service_address)
+    # Each job type writes its checkpoints under <checkpoints>/<jobGroupId>.
+    checkpoints = b.workdir / "ck" / name
+    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
+    launched, launched_at = time.monotonic(), time.time()
+    with spark_job(b, group) as proc:
+        while time.monotonic() - launched < timeout_s and proc.poll() is None:
+            if (at := first_commit_at(checkpoints)) is not None:
+                run["first_commit_s"] = round(at - launched_at, 2)
+                break
+            time.sleep(POLL_S)
+        stop(proc)
+    run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
+    if job == "dispatch":
+        # The dispatcher runs its queries inside its `before_query`, so its start-up line is
+        # logged once they end and its last phase is the whole run, not a start-up phase.
+        run.pop("tables", None)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("bench.startup_bench", __doc__)
     parser.add_argument("--runs", type=int, default=3)
@@ -194,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
     parser.add_argument(
         "--job",
-        choices=("replication", "audit"),
+        choices=("replication", "audit", *COMMITTED_JOBS),
         default="replication",
         help="the job type to start (default replication)",
     )
@@ -235,21 +335,36 @@ def main(argv: list[str] | None = None) -> int:
         produce_backlog(
             src.bootstrap_servers, SOURCE_TOPIC, 10 * args.partitions, 100, args.partitions
         )
+        service_address = ""
+        if args.job == "dispatch":
+            service = stack.enter_context(ScriptedService())
+            service_address = service.address
+            src.create_topic(DISPATCH_TOPIC, args.partitions, 1)
+            produce_records(
+                src.bootstrap_servers,
+                DISPATCH_TOPIC,
+                (Record(i % args.partitions, None, f"r{i}|ok".encode(), 0) for i in range(100)),
+            )
         for i in range(args.runs):
             cds = cds_for_run(args.cds, i)
             os.environ["UATU_CDS"] = "1" if cds else "0"  # spark-submit.sh reads it
             if args.job == "audit":
                 run = {"cds": cds, **one_audit_run(b, i, args.timeout)}
+            elif args.job in COMMITTED_JOBS:
+                run = {
+                    "cds": cds,
+                    **one_committed_run(b, i, args.timeout, args.job, service_address),
+                }
             else:
                 run = {"cds": cds, **one_run(b, i, args.timeout, args.low_latency)}
             say(f"run {i}: {run}")
             runs.append(run)
     figures: dict[str, Any] = {
-        "job_type": "KAFKA_AUDIT" if args.job == "audit" else "KAFKA_REPLICATION",
+        "job_type": JOB_TYPES[args.job],
         **(
-            {}
-            if args.job == "audit"
-            else {"copy": "low-latency" if args.low_latency else "micro-batch"}
+            {"copy": "low-latency" if args.low_latency else "micro-batch"}
+            if args.job == "replication"
+            else {}
         ),
         **startup_medians(runs),
     }
@@ -263,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{key}: CDS on {value}, off {off[key]}, off / on {ratio and round(ratio, 2)}")
     write_latest(BENCH_DIR / "startup-result.json", figures)
     path = write_result("startup", figures, args)
-    first = "first_batch_s" if args.job == "audit" else "first_record_s"
+    first = {"audit": "first_batch_s", "replication": "first_record_s"}.get(
+        args.job, "first_commit_s"
+    )
     say(
         f"launch to {first[:-2].replace('_', ' ')}, "
         f"median {figures.get(f'launch_to_{first}_median')} s; {path}"

@@ -4,6 +4,7 @@ bench's JobGroup and summary, the availability bench's reading of Burrow."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from uber.data.kafka.datatransfer.job_pb2 import JobType
 
 from bench.audit_bench import TOPIC, AuditRun, read_job_log, summarize, write_job
 from bench.availability_bench import (
@@ -23,11 +25,21 @@ from bench.availability_bench import (
     replay,
 )
 from bench.kafka_perf import parse_consumer_output
-from bench.startup_bench import cds_for_run, seconds_after, start_up_phases, startup_medians
+from bench.startup_bench import (
+    COMMITTED_JOBS,
+    JOB_TYPES,
+    cds_for_run,
+    committed_group,
+    first_commit_at,
+    seconds_after,
+    start_up_phases,
+    startup_medians,
+)
 from core.paths import ROOT
 from jobs.availability.lag.head_sampler import HeadHistory
 from jobs.availability.lag.offsets_topic import OffsetCommit, decode
 from jobs.runtime import template
+from testing.jobgroups import parse
 
 
 @pytest.mark.parametrize(
@@ -505,3 +517,24 @@ def test_the_lag_evaluators_ratios_use_burrows_figures_of_the_same_run() -> None
     assert [(r["x_burrow"], r["x_burrow_warm"]) for r in rows] == [(None, None), (None, None)]
     against_burrow(rows, {"commits_per_s": 20_000.0, "commits_per_s_warm": None})
     assert [r["x_burrow_warm"] for r in rows] == [None, None]
+
+
+@pytest.mark.parametrize("job", COMMITTED_JOBS)
+def test_the_startup_bench_builds_a_jobgroup_of_each_committed_type(job: str) -> None:
+    group = parse(committed_group(job, f"startup-{job}-0", "127.0.0.1:5000"))
+    assert JobType.Name(group.type) == f"JOB_TYPE_{JOB_TYPES[job]}"
+    assert group.job_group_id == f"startup-{job}-0"
+
+
+def test_the_startup_bench_times_a_run_to_the_oldest_first_commit_of_its_queries(
+    tmp_path: Path,
+) -> None:
+    assert first_commit_at(tmp_path) is None
+    for query, mtime in (("topics/a", 200.0), ("topics/b", 150.0)):
+        commits = tmp_path / query / "commits"
+        commits.mkdir(parents=True)
+        (commits / "1").touch()  # a later batch never counts
+        os.utime(commits / "1", (100.0, 100.0))
+        (commits / "0").touch()
+        os.utime(commits / "0", (mtime, mtime))
+    assert first_commit_at(tmp_path) == 150.0
