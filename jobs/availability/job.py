@@ -75,7 +75,7 @@ from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.runtime import metrics
-from jobs.runtime.delta import append_once, ensure_tables
+from jobs.runtime.delta import append_once, ensure_tables, never_written
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.runner import streaming_query_id
 from jobs.runtime.template import StreamingJob
@@ -560,6 +560,8 @@ class AvailabilityBatchWriter:
 
 def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracker) -> int:
     """Replay the newest stored commits of every partition into `tracker`; returns how many."""
+    if never_written(spark, spec.commits_path):
+        return 0  # a new table: nothing to replay, and no Delta read in a cold JVM to learn it
     keep = spec.lag.intervals
     newest_first = Window.partitionBy("group", "topic", "partition").orderBy(F.desc("commit_time"))
     rows = (

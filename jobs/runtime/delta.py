@@ -126,6 +126,11 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     builder.execute()
+    # A table whose only commit is its creation with the declared schema takes the declared
+    # rows, whoever created it: seen in the log file, without the Delta read below, which costs
+    # seconds in a cold JVM (most of a new table's start-up).
+    if _schema_at_creation(spark, path) == table.schema:
+        return
     # On an existing table the create does nothing, whatever schema it was given: only this
     # check catches one that differs (or that someone else created meanwhile).
     actual = DeltaTable.forPath(spark, path).toDF().schema
@@ -179,14 +184,30 @@ def never_written(spark: SparkSession, path: str) -> bool:
     job has just created, a Delta read to find that it is empty costs seconds in a cold JVM.
     False when in doubt (no log, a checkpoint, a second commit), so a caller that MERGEs
     unless this is True is always right."""
+    actions = _only_commit_zero(spark, path)
+    return actions is not None and not any("add" in action for action in actions)
+
+
+def _schema_at_creation(spark: SparkSession, path: str) -> StructType | None:
+    """The schema commit 0 of the table at `path` recorded, if its log holds commit 0 only
+    (read as a file, as `never_written`); None otherwise."""
+    for action in _only_commit_zero(spark, path) or ():
+        if "metaData" in action:
+            return StructType.fromJson(json.loads(action["metaData"]["schemaString"]))
+    return None
+
+
+def _only_commit_zero(spark: SparkSession, path: str) -> list[dict] | None:
+    """The actions of commit 0 of the Delta log at `path` when it is the log's only commit
+    or checkpoint file; None when there is no log or more than that commit."""
     fs, log_dir = _log_dir(spark, path)
     if not fs.exists(log_dir):
-        return False
+        return None
     names = {status.getPath().getName() for status in fs.listStatus(log_dir)}
     logged = {name for name in names if name.endswith((".json", ".parquet"))}
     first = f"{0:020d}.json"
     if logged != {first}:
-        return False
+        return None
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, first))
@@ -194,7 +215,7 @@ def never_written(spark: SparkSession, path: str) -> bool:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
-    return not any("add" in json.loads(line) for line in text.splitlines() if line.strip())
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _delete_log(spark: SparkSession, path: str) -> None:

@@ -23,6 +23,7 @@ from jobs.runtime.delta import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     DeltaTableSpec,
+    _schema_at_creation,
     any_table_exists,
     append_once,
     ensure,
@@ -99,6 +100,22 @@ def test_never_written_holds_for_a_table_as_ensure_created_it_only(spark, tmp_pa
     # Rows in the table's first commit (a table someone created with data) count too.
     rows(spark, ("a", 1, 5, None)).write.format("delta").save(filled)
     assert not never_written(spark, filled)
+
+
+def test_a_table_as_ensure_created_it_shows_the_declared_schema_in_its_first_commit(
+    spark, tmp_path
+):
+    """What lets `ensure` skip the Delta read on a table its creation just committed: commit
+    0, read as a file, holds exactly the declared schema (nullability included); once the
+    log has more than that commit, the file is not enough."""
+    path = str(tmp_path / "totals")
+    assert _schema_at_creation(spark, path) is None
+    ensure(spark, TOTALS, path)
+    assert _schema_at_creation(spark, path) == TOTALS.schema
+    append_once(rows(spark, ("a", 1, 5, None)), TOTALS, path, "app", 0)
+    assert _schema_at_creation(spark, path) is None
+    ensure(spark, TOTALS, path)  # the Delta read: the table still takes the declared rows
+    assert version(spark, path) == 1
 
 
 def test_ensure_creates_a_table_over_a_log_that_a_killed_creation_left_without_commits(
