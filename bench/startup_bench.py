@@ -280,10 +280,6 @@ def one_committed_run(
             time.sleep(POLL_S)
         stop(proc)
     run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
-    if job == "dispatch":
-        # The dispatcher runs its queries inside its `before_query`, so its start-up line is
-        # logged once they end and its last phase is the whole run, not a start-up phase.
-        run.pop("tables", None)
     return run
 
 

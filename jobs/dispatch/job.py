@@ -179,28 +179,19 @@ class DispatchBatchWriter:
 
 class DispatchJob(StreamingJob[DispatchSpec]):
     """The dispatcher in the shared template. The template's query is the source topic's; the
-    tiers and the resq run beside it in the same application, so `before_query` starts them
-    all (`runner.run_queries`) and returns the run's exit status."""
+    tiers and the resq run beside it in the same application, so `run_stream` starts them all
+    (`runner.run_queries`) and returns the run's exit status."""
 
     session_conf = SESSION_CONF
 
     def __init__(self, spec: DispatchSpec) -> None:
         super().__init__(spec)
         self.fault = fault_from_env(os.environ)
-        self._once = False
-        self._stop_file: str | None = None
-        self._reporting: Reporting | None = None
         self._bounds: Bounds | None = None
         self._config = ""
         self._max_message_bytes: int | None = None
         self._writers: dict[str, DispatchBatchWriter] = {}
         self._spark: SparkSession | None = None
-
-    def run(
-        self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
-    ) -> int:
-        self._once, self._stop_file, self._reporting = once, stop_file, reporting
-        return super().run(once=once, stop_file=stop_file, reporting=reporting)
 
     def check(self) -> None:
         """The topics the job writes must exist (their smallest `max.message.bytes` sizes the
@@ -258,11 +249,13 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self._writers[query.topic] = writer
         return writer
 
-    def before_query(self, spark: SparkSession) -> int | None:
+    def run_stream(
+        self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
+    ) -> int:
         spec = self.spec
         marks = Watermarks(spec.cluster)
         try:
-            once_ends = dispatcher.end_offsets(spark, spec, spec.topic) if self._once else None
+            once_ends = dispatcher.end_offsets(spark, spec, spec.topic) if once else None
             self._bounds = main_bounds(spec, marks, once_ends)
             plans = [
                 QueryPlan(
@@ -292,8 +285,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             return run_queries(
                 spark,
                 plans,
-                stop_file=self._stop_file,
-                reporting=self._reporting,
+                stop_file=stop_file,
+                reporting=reporting,
                 record_bytes=lambda: source_writer.last_record_bytes,
                 finished=finished,
             )
