@@ -127,8 +127,8 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
         builder = builder.partitionedBy(*table.partition_by)
     builder.execute()
     # A table whose only commit is its creation with the declared schema takes the declared
-    # rows, whoever created it: seen in the log file, without the Delta read below, which costs
-    # seconds in a cold JVM (most of a new table's start-up).
+    # rows, whoever created it: seen in the log file, without the Delta read below (a snapshot
+    # of the new table, a second or more in a cold JVM).
     if _schema_at_creation(spark, path) == table.schema:
         return
     # On an existing table the create does nothing, whatever schema it was given: only this
