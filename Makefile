@@ -211,7 +211,7 @@ bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJob
 	$(PY) -m bench.controlplane_bench $(BENCH_ARGS)
 
 .PHONY: bench-startup
-bench-startup: setup ## benchmark: replication job, launch to its first copied record, and where the start-up goes
+bench-startup: setup ## benchmark: a job type's launch to its first output (BENCH_ARGS="--job audit|availability|loadgen|dispatch", default replication), and where the start-up goes
 	$(PY) -m bench.startup_bench $(BENCH_ARGS)
 
 .PHONY: grpc-sink demo-dispatch bench-dispatch
