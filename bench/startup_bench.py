@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
@@ -145,26 +146,44 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         signal_group(proc.pid, signal.SIGKILL)
 
 
+def timed_run(
+    b: Bench,
+    group: dict[str, Any],
+    timeout_s: float,
+    poll: Callable[[dict[str, Any], float], bool],
+) -> dict[str, Any]:
+    """Launch `group`, then every POLL_S call `poll(run, launched_at)` (epoch seconds), which
+    records the first outputs it finds in `run` and returns True once it has them all; stop
+    the job then, or when it exits or `timeout_s` passes. `run` also gets the 1-minute load
+    at the launch and the phases of the job's start-up line."""
+    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
+    launched, launched_at = time.monotonic(), time.time()
+    with spark_job(b, group) as proc:
+        while time.monotonic() - launched < timeout_s and proc.poll() is None:
+            if poll(run, launched_at):
+                break
+            time.sleep(POLL_S)
+        stop(proc)
+    run.update(start_up_phases(spark_log(group["jobGroupId"]).read_text(errors="replace")))
+    return run
+
+
 def one_run(b: Bench, index: int, timeout_s: float, low_latency: bool) -> dict[str, Any]:
     name = f"startup-{index}"
     destination = f"startup-copy-{index}"
     b.destination.create_topic(destination, b.partitions, 1)
     group = job_group(name, SOURCE_TOPIC, destination, b, continuous=True, low_latency=low_latency)
     counter = RecordCounter(b.destination.bootstrap_servers, destination, b.partitions)
-    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
-    launched = time.monotonic()
+
+    def first_record(run: dict[str, Any], launched_at: float) -> bool:
+        if counter.count():
+            run["first_record_s"] = round(time.time() - launched_at, 2)
+        return "first_record_s" in run
+
     try:
-        with spark_job(b, group) as proc:
-            while time.monotonic() - launched < timeout_s and proc.poll() is None:
-                if counter.count():
-                    run["first_record_s"] = round(time.monotonic() - launched, 2)
-                    break
-                time.sleep(POLL_S)
-            stop(proc)
+        return timed_run(b, group, timeout_s, first_record)
     finally:
         counter.close()
-    run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
-    return run
 
 
 def seconds_after(log_text: str, marker: str, launched_at: float) -> float | None:
@@ -188,21 +207,16 @@ def one_audit_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
         "@type": "type.googleapis.com/uatu.v1.JobOptions",
         "output": {"auditCountsPath": str(b.workdir / "wh" / name / "audit_counts")},
     }
-    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
-    launched, launched_at = time.monotonic(), time.time()
     markers = {"first_batch_s": "uatu.audit: batch 0 folded", "first_counts_s": "batch 0 merged"}
-    with spark_job(b, group) as proc:
-        while time.monotonic() - launched < timeout_s and proc.poll() is None:
-            text = spark_log(name).read_text(errors="replace")
-            for key, marker in markers.items():
-                if key not in run and (at := seconds_after(text, marker, launched_at)) is not None:
-                    run[key] = at
-            if all(key in run for key in markers):
-                break
-            time.sleep(POLL_S)
-        stop(proc)
-    run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
-    return run
+
+    def first_lines(run: dict[str, Any], launched_at: float) -> bool:
+        text = spark_log(name).read_text(errors="replace")
+        for key, marker in markers.items():
+            if key not in run and (at := seconds_after(text, marker, launched_at)) is not None:
+                run[key] = at
+        return all(key in run for key in markers)
+
+    return timed_run(b, group, timeout_s, first_lines)
 
 
 DISPATCH_TOPIC = "startup-dispatch"
@@ -270,17 +284,13 @@ def one_committed_run(
     group = committed_group(job, name, service_address)
     # Each job type writes its checkpoints under <checkpoints>/<jobGroupId>.
     checkpoints = b.workdir / "ck" / name
-    run: dict[str, Any] = {"load_1min": os.getloadavg()[0]}
-    launched, launched_at = time.monotonic(), time.time()
-    with spark_job(b, group) as proc:
-        while time.monotonic() - launched < timeout_s and proc.poll() is None:
-            if (at := first_commit_at(checkpoints)) is not None:
-                run["first_commit_s"] = round(at - launched_at, 2)
-                break
-            time.sleep(POLL_S)
-        stop(proc)
-    run.update(start_up_phases(spark_log(name).read_text(errors="replace")))
-    return run
+
+    def first_commit(run: dict[str, Any], launched_at: float) -> bool:
+        if (at := first_commit_at(checkpoints)) is not None:
+            run["first_commit_s"] = round(at - launched_at, 2)
+        return "first_commit_s" in run
+
+    return timed_run(b, group, timeout_s, first_commit)
 
 
 def main(argv: list[str] | None = None) -> int:
