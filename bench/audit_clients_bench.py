@@ -17,6 +17,11 @@ runs of each round are printed too. Beside throughput, each run's CPU time per r
 perf tool's JVM; the Python process with librdkafka's threads) gives the clients' cost on a
 figure the machine's scheduling moves less.
 
+Both Java producers run on the same collector (``--gc``): G1 by default, which the JVM picks
+on this machine and Kafka's scripts set for their tools. Under the serial collector, which the
+bench used before 2026-11-29, young collections stop the producer for 0.3-0.8 s of an 8 s run,
+so every extra object a record allocates costs more there.
+
 Targets (issue 17): <= 5 % for the interceptor (on either client), <= 15 % for the Python
 wrapper. Measure on an otherwise idle machine (the result file records the load average at
 the start and the end).
@@ -45,6 +50,7 @@ from bench._common import (
 )
 from bench.kafka_perf import producer_perf, producer_perf_args
 from core.paths import KAFKA4_JARS_DIR, KAFKA_JARS_DIR
+from devservices.kafka import G1_GC, SERIAL_GC
 from testing.audit_clients import INTERCEPTOR, interceptor_jars
 
 NAME = "audit-clients"
@@ -74,10 +80,10 @@ def overhead(plain: float, audited: float) -> float:
 
 
 def java_run(
-    bootstrap: str, topic: str, records: int, size: int, jars: Path, audited: bool
+    bootstrap: str, topic: str, records: int, size: int, jars: Path, audited: bool, gc: str
 ) -> dict[str, Any]:
     """One ProducerPerformance run on the jars in ``jars``, with the interceptor if
-    ``audited`` (``jars`` must then hold the project's jar too)."""
+    ``audited`` (``jars`` must then hold the project's jar too), its JVM on collector ``gc``."""
     props = {"linger.ms": "5", "batch.size": "65536"}
     if audited:
         props.update(
@@ -90,7 +96,7 @@ def java_run(
         )
     args = producer_perf_args(bootstrap, topic, records, size, extra_props=props)
     cpu_before = _children_cpu_s()
-    result = producer_perf(args, jars_dir=jars)
+    result = producer_perf(args, jars_dir=jars, gc=gc)
     return {
         "records_per_s": result.records_per_s,
         "p99_ms": result.p99_ms,
@@ -105,6 +111,7 @@ def _children_cpu_s() -> float:
 
 
 VARIANTS = ("plain", "audited")
+COLLECTORS = {"g1": G1_GC, "serial": SERIAL_GC}
 
 
 def _python_producer(variant: str, config: dict[str, Any]) -> Any:
@@ -157,6 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(CLIENTS),
         help=f"which clients to measure, comma-separated (default: all of {', '.join(CLIENTS)})",
     )
+    parser.add_argument(
+        "--gc",
+        choices=sorted(COLLECTORS),
+        default="g1",
+        help="the Java producers' collector, plain and audited alike (default g1: the JVM's "
+        "own choice here and what Kafka's scripts run; serial: the figures before 2026-11-29)",
+    )
     args = parse_args(parser, argv, QUICK)
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     unknown = sorted(set(clients) - set(CLIENTS))
@@ -165,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from devservices.kafka import start_cluster
 
     load_start = os.getloadavg()
-    figures: dict[str, Any] = {"load_average_start": load_start}
+    figures: dict[str, Any] = {"load_average_start": load_start, "java_gc": args.gc}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {"plain": [], "audited": []} for name in clients
     }
@@ -192,7 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if client.kafka_jars is not None:
                             jars = audit_jars[name] if audited else client.kafka_jars
                             run = java_run(
-                                bootstrap, topic, args.records, args.record_size, jars, audited
+                                bootstrap,
+                                topic,
+                                args.records,
+                                args.record_size,
+                                jars,
+                                audited,
+                                COLLECTORS[args.gc],
                             )
                         else:
                             run = python_run(

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from devservices.kafka import DEFAULT_JARS_DIR, jvm_command
+from devservices.kafka import DEFAULT_JARS_DIR, SERIAL_GC, jvm_command
 
 PRODUCER_MAIN = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_MAIN = "org.apache.kafka.tools.ConsumerPerformance"
@@ -240,15 +240,16 @@ def producer_perf(
     *,
     jars_dir: Path = DEFAULT_JARS_DIR,
     heap: str = DEFAULT_HEAP,
+    gc: str = SERIAL_GC,
     timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
 ) -> ProducerPerfResult:
     """Run ProducerPerformance with ``args`` (from :func:`producer_perf_args`, which says what
-    is produced) against an existing topic.
+    is produced) against an existing topic; ``gc`` is the JVM's collector flag.
 
     Raises :class:`KafkaPerfError` if the tool fails or takes longer than ``timeout_s`` seconds.
     """
     with tempfile.TemporaryDirectory(prefix="kafka-perf-") as tmp:
-        out = _run(PRODUCER_MAIN, args, Path(tmp), jars_dir, heap, timeout_s)
+        out = _run(PRODUCER_MAIN, args, Path(tmp), jars_dir, heap, timeout_s, gc)
     return parse_producer_output(out)
 
 
@@ -283,11 +284,17 @@ def consumer_perf(
 
 
 def _run(
-    main: str, args: Sequence[str], tmp: Path, jars_dir: Path, heap: str, timeout_s: float
+    main: str,
+    args: Sequence[str],
+    tmp: Path,
+    jars_dir: Path,
+    heap: str,
+    timeout_s: float,
+    gc: str = SERIAL_GC,
 ) -> str:
     log4j = tmp / "log4j.properties"
     log4j.write_text(_QUIET_LOG4J)
-    cmd = jvm_command(jars_dir.resolve(), log4j, main, *args, heap=heap)
+    cmd = jvm_command(jars_dir.resolve(), log4j, main, *args, heap=heap, gc=gc)
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=tmp
