@@ -2,16 +2,19 @@
 each acknowledgement the record's own headers and the interceptor reads the dedupe key from
 them (`SentAudit`) instead of matching acknowledgements to sends, against the 3.9 broker.
 
-Kafka's ProducerPerformance (4.1) with the interceptor sends 3,000 records whose values are
-drawn at random from 37 lines. Truth comes from reading the topic back: how many records, and
-how many distinct `xxhash64(key, value)` among them. The reports on the audit topic must count
-every record and carry an HLL sketch of exactly those keys (a record counted without its key
-adds nothing to the sketch), and the records must reach the broker with no header added.
+Kafka's ProducerPerformance (4.1) with the interceptor sends 3,000 records without timestamps,
+whose values are drawn at random from 37 lines, at 1,000 records/s into 1-second report
+windows. Truth comes from reading the topic back: how many records in each window of the
+timestamps the broker stored, and how many distinct `xxhash64(key, value)` among them. The
+reports on the audit topic must count every record in its window and carry an HLL sketch of
+exactly those keys (a record counted without its key adds nothing to the sketch), and the
+records must reach the broker with no header added.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.integration
 
 RECORDS = 3_000
 LINES = 37
+RATE = 1_000  # records/s: the run spans three or four 1-second windows
 
 
 def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
@@ -48,9 +52,10 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
         "uatu.audit.service": "perf-k41",
         "uatu.audit.cluster": "local",
         "uatu.audit.topic": audit_topic,
+        "uatu.audit.window.seconds": "1",
     }
     args = producer_perf_args(
-        bootstrap, topic, RECORDS, None, extra_props=props, payload_file=payloads
+        bootstrap, topic, RECORDS, None, throughput=RATE, extra_props=props, payload_file=payloads
     )
     result = producer_perf(args, jars_dir=interceptor_jars(KAFKA4_JARS_DIR, tmp_path / "jars"))
     assert result.records == RECORDS
@@ -68,6 +73,14 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     reports = [r for r in reports if r.topic == topic]
     assert reports, f"no audit report for {topic} on {audit_topic}"
     assert sum(r.message_count for r in reports) == RECORDS
+    # Each record in the window of the timestamp the broker stored (the producer gave it one).
+    by_window = Counter(m.timestamp()[1] // 1000 * 1000 for m in sent)
+    assert len(by_window) >= 3
+    reported = Counter[int]()
+    for r in reports:
+        assert r.window_seconds == 1
+        reported[r.window_start_ms] += r.message_count
+    assert reported == by_window
     assert sum(r.failed_count for r in reports) == 0
     assert sum(r.byte_count for r in reports) == sum(len(m.value()) for m in sent)
     union = hll_union(12)

@@ -22,8 +22,9 @@ import org.apache.kafka.common.utils.Utils;
  * (see {@link AuditSettings} for the rest). Contract:
  *
  * <ul>
- *   <li>A record produced without a timestamp gets "now" here (what the producer would give
- *       it), so the client and the broker place it in the same window.
+ *   <li>A record counts in the window of the timestamp the broker stores: the acknowledgement's
+ *       (on clients before 4.1, a record produced without a timestamp gets "now" here, what the
+ *       producer would give it, so that its acknowledgement can be matched).
  *   <li>The dedupe key is Spark's {@code xxhash64(key, value)} of the serialized key and value
  *       (the producer's own key.serializer / value.serializer), the audit job's default.
  *   <li>A record counts when its acknowledgement arrives without error (message count, key +
@@ -116,8 +117,6 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
 
   @Override
   public ProducerRecord<Object, Object> onSend(ProducerRecord<Object, Object> record) {
-    long now = System.currentTimeMillis();
-    long timestamp = record.timestamp() == null ? now : record.timestamp();
     long hash = SendMatcher.NO_MATCH;
     int keySize = -1;
     int valueSize = -1;
@@ -131,8 +130,10 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
       // Never fail the application's send: the record is counted on ack without its key.
     }
     if (ACK_GETS_HEADERS) {
-      return SentAudit.attach(record, timestamp, new SentAudit(record.headers(), hash));
+      return SentAudit.attach(record, new SentAudit(record.headers(), hash));
     }
+    long now = System.currentTimeMillis();
+    long timestamp = record.timestamp() == null ? now : record.timestamp();
     if (hash != SendMatcher.NO_MATCH) {
       sends.sent(record.topic(), timestamp, keySize, valueSize, hash, now);
     }
