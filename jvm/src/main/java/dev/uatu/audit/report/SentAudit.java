@@ -14,8 +14,8 @@ import org.apache.kafka.common.header.Headers;
  *
  * <p>A view, not a copy: every {@link Headers} method reads and writes the application's own
  * headers object, so the header list that is serialized stays the application's, and the key,
- * a field, never goes over the wire. A copy cost three objects a record more (a profile of 4M
- * sends: a quarter of the producer's allocation was the interceptor's). The producer marks a
+ * a field, never goes over the wire. (A copy was most of the interceptor's 188 bytes a record
+ * in an allocation profile of 4M sends; with the view it allocates 106.) The producer marks a
  * record's {@code RecordHeaders} read-only once the record is appended, which it cannot do
  * through this view: the application's headers object stays writable after the send.
  */
