@@ -8,11 +8,14 @@ windows. Truth comes from reading the topic back: how many records in each windo
 timestamps the broker stored, and how many distinct `xxhash64(key, value)` among them. The
 reports on the audit topic must count every record in its window and carry an HLL sketch of
 exactly those keys (a record counted without its key adds nothing to the sketch), and the
-records must reach the broker with no header added.
+records must reach the broker with no header added. A second producer
+(`testing/java/HeaderedProducer.java`) sets headers of its own on every record: they must
+reach the broker exactly as set, through the interceptor's view of them.
 """
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -23,7 +26,8 @@ from uatu.v1 import audit_report_pb2
 
 from bench.kafka_perf import producer_perf, producer_perf_args
 from core.audit_reports import dedupe_key
-from core.paths import KAFKA4_JARS_DIR
+from core.paths import KAFKA4_JARS_DIR, ROOT
+from devservices.kafka import jvm_command
 from testing.audit_clients import INTERCEPTOR, interceptor_jars
 from testing.topic_data import iter_messages
 
@@ -87,5 +91,55 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     for r in reports:
         assert r.hll_sketch, "a report counted records without their dedupe keys"
         union.update(hll_sketch.deserialize(bytes(r.hll_sketch)))
+    # Fewer than 40 distinct keys: the sketch is in its exact list mode.
+    assert round(union.get_estimate()) == len(truth_keys)
+
+
+HEADERED = 500  # records sent by testing/java/HeaderedProducer.java
+HEADERED_PRODUCER = ROOT / "testing" / "java" / "HeaderedProducer.java"
+
+
+def test_interceptor_on_kafka41_clients_sends_the_application_headers_as_they_were(
+    kafka, tmp_path: Path
+):
+    """Records with headers of their own (testing/java/HeaderedProducer.java: "trace" on every
+    record, "tenant" on every other) reach the broker with exactly those headers, through the
+    interceptor's view of them, and are counted with their keys."""
+    bootstrap = kafka.bootstrap_servers
+    run = uuid.uuid4().hex[:8]
+    topic, audit_topic = f"k41h-{run}", f"k41h-audit-{run}"
+    kafka.create_topic(topic, partitions=3)
+    kafka.create_topic(audit_topic, partitions=1)
+    log4j = tmp_path / "log4j.properties"
+    log4j.write_text("log4j.rootLogger=ERROR\n")
+    jars = interceptor_jars(KAFKA4_JARS_DIR, tmp_path / "jars")
+    command = jvm_command(
+        jars, log4j, str(HEADERED_PRODUCER), bootstrap, topic, audit_topic, str(HEADERED)
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    sent = list(iter_messages(bootstrap, topic, 3))
+    assert len(sent) == HEADERED
+    seen = set()
+    for m in sent:
+        i = int(dict(m.headers())["trace"].decode()[1:])
+        expected = [("trace", f"t{i}".encode())] + ([("tenant", b"a")] if i % 2 == 0 else [])
+        assert m.headers() == expected, f"record {i}"
+        assert (m.key(), m.value()) == (f"k{i % 3}".encode(), f"v{i % 10}".encode())
+        seen.add(i)
+    assert seen == set(range(HEADERED))
+
+    reports = [
+        audit_report_pb2.AuditReport.FromString(m.value())
+        for m in iter_messages(bootstrap, audit_topic, 1)
+    ]
+    reports = [r for r in reports if r.topic == topic]
+    assert sum(r.message_count for r in reports) == HEADERED
+    union = hll_union(12)
+    for r in reports:
+        union.update(hll_sketch.deserialize(bytes(r.hll_sketch)))
+    truth_keys = {dedupe_key(m.key(), m.value()) for m in sent}
+    assert len(truth_keys) == 30
     # Fewer than 40 distinct keys: the sketch is in its exact list mode.
     assert round(union.get_estimate()) == len(truth_keys)
