@@ -1,14 +1,16 @@
-"""The Java audit interceptor on Kafka 4.1 clients (`var/jars/kafka4`), where the producer hands
-each acknowledgement the record's own headers and the interceptor reads the dedupe key from
-them (`SentAudit`) instead of matching acknowledgements to sends, against the 3.9 broker.
+"""The Java audit interceptor in a plain Java producer outside Spark, against the 3.9 broker, on
+both generations of Kafka clients: 4.1 (`var/jars/kafka4`), where the producer hands each
+acknowledgement the record's own headers and the interceptor reads the dedupe key from them
+(`SentAudit`), and 3.9 (`var/jars/kafka`), where acknowledgements are matched to sends
+(`SendMatcher`).
 
-Kafka's ProducerPerformance (4.1) with the interceptor sends 3,000 records without timestamps,
+Kafka's ProducerPerformance with the interceptor sends 3,000 records without timestamps,
 whose values are drawn at random from 37 lines, at 1,000 records/s into 1-second report
 windows. Truth comes from reading the topic back: how many records in each window of the
 timestamps the broker stored, and how many distinct `xxhash64(key, value)` among them. The
 reports on the audit topic must count every record in its window and carry an HLL sketch of
 exactly those keys (a record counted without its key adds nothing to the sketch), and the
-records must reach the broker with no header added. A second producer
+records must reach the broker with no header added. A 4.1 producer
 (`testing/java/HeaderedProducer.java`) sets headers of its own on every record: they must
 reach the broker exactly as set, through the interceptor's view of them.
 """
@@ -21,12 +23,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from datasketches import hll_sketch, hll_union
+from datasketches import hll_sketch, hll_union, kll_doubles_sketch
 from uatu.v1 import audit_report_pb2
 
 from bench.kafka_perf import producer_perf, producer_perf_args
 from core.audit_reports import dedupe_key
-from core.paths import KAFKA4_JARS_DIR, ROOT
+from core.paths import KAFKA4_JARS_DIR, KAFKA_JARS_DIR, ROOT
 from devservices.kafka import jvm_command
 from testing.audit_clients import INTERCEPTOR, interceptor_jars
 from testing.topic_data import iter_messages
@@ -38,14 +40,29 @@ LINES = 37
 RATE = 1_000  # records/s: the run spans three or four 1-second windows
 
 
-def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
-    kafka, tmp_path: Path
+CLIENTS = {"3.9": KAFKA_JARS_DIR, "4.1": KAFKA4_JARS_DIR}
+
+
+def keyed_count(reports: list[audit_report_pb2.AuditReport]) -> int:
+    """How many records the reports counted with their dedupe key: the items of their latency
+    sketches (the interceptor measures latency only for those)."""
+    return sum(
+        kll_doubles_sketch.deserialize(bytes(r.latency_kll_sketch)).n
+        for r in reports
+        if r.latency_kll_sketch
+    )
+
+
+@pytest.mark.parametrize("clients", sorted(CLIENTS))
+def test_interceptor_counts_every_ack_with_its_key_in_the_broker_window(
+    kafka, tmp_path: Path, clients: str
 ):
-    if not any(KAFKA4_JARS_DIR.glob("kafka-clients-4.*.jar")):
-        pytest.fail(f"no Kafka 4 clients in {KAFKA4_JARS_DIR}: run `make jars`")
+    jars_dir = CLIENTS[clients]
+    if not any(jars_dir.glob(f"kafka-clients-{clients}.*.jar")):
+        pytest.fail(f"no Kafka {clients} clients in {jars_dir}: run `make jars`")
     bootstrap = kafka.bootstrap_servers
     run = uuid.uuid4().hex[:8]
-    topic, audit_topic = f"k41-{run}", f"k41-audit-{run}"
+    topic, audit_topic = f"perf-{run}", f"perf-audit-{run}"
     kafka.create_topic(topic, partitions=3)
     kafka.create_topic(audit_topic, partitions=1)
     payloads = tmp_path / "payloads.txt"
@@ -61,7 +78,7 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     args = producer_perf_args(
         bootstrap, topic, RECORDS, None, throughput=RATE, extra_props=props, payload_file=payloads
     )
-    result = producer_perf(args, jars_dir=interceptor_jars(KAFKA4_JARS_DIR, tmp_path / "jars"))
+    result = producer_perf(args, jars_dir=interceptor_jars(jars_dir, tmp_path / "jars"))
     assert result.records == RECORDS
 
     sent = list(iter_messages(bootstrap, topic, 3))
@@ -77,6 +94,8 @@ def test_interceptor_on_kafka41_clients_keys_every_ack_from_the_record_headers(
     reports = [r for r in reports if r.topic == topic]
     assert reports, f"no audit report for {topic} on {audit_topic}"
     assert sum(r.message_count for r in reports) == RECORDS
+    # Only a record counted with its dedupe key has its latency measured: every ack found it.
+    assert keyed_count(reports) == RECORDS
     # Each record in the window of the timestamp the broker stored (the producer gave it one).
     by_window = Counter(m.timestamp()[1] // 1000 * 1000 for m in sent)
     assert len(by_window) >= 3
@@ -136,6 +155,7 @@ def test_interceptor_on_kafka41_clients_sends_the_application_headers_as_they_we
     ]
     reports = [r for r in reports if r.topic == topic]
     assert sum(r.message_count for r in reports) == HEADERED
+    assert keyed_count(reports) == HEADERED
     union = hll_union(12)
     for r in reports:
         union.update(hll_sketch.deserialize(bytes(r.hll_sketch)))
