@@ -56,7 +56,6 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
   static final boolean ACK_GETS_HEADERS = ackGetsHeaders();
 
   private final SendMatcher sends = new SendMatcher();
-  private Long lastNow; // see boxed()
   private Serializer<Object> keySerializer;
   private Serializer<Object> valueSerializer;
   private AuditTally tally;
@@ -141,28 +140,8 @@ public final class AuditProducerInterceptor implements ProducerInterceptor<Objec
     if (record.timestamp() != null) {
       return record;
     }
-    Headers headers = record.headers();
     return new ProducerRecord<>(
-        record.topic(),
-        record.partition(),
-        boxed(now),
-        record.key(),
-        record.value(),
-        headers.toArray().length == 0 ? null : headers); // none to copy: the copy is empty too
-  }
-
-  /**
-   * {@code ms} boxed, the same object for every send of one millisecond: a fast producer sends
-   * hundreds a millisecond. (A {@code Long} is immutable, so sharing it across threads is
-   * safe.)
-   */
-  private Long boxed(long ms) {
-    Long last = lastNow;
-    if (last == null || last != ms) {
-      last = ms;
-      lastNow = last;
-    }
-    return last;
+        record.topic(), record.partition(), now, record.key(), record.value(), record.headers());
   }
 
   /** Kafka clients before 4.1: the dedupe key comes from the send this ack matches. */

@@ -26,12 +26,6 @@ public final class SendMatcher {
   private final Map<Signature, Run> runs = new HashMap<>(); // guarded by this
   private final Signature probe = new Signature(null, 0, 0, 0);
   private Run lastRun;
-  // Emptied runs, kept for the next new signature: a signature holds the send's millisecond,
-  // so a fast producer starts a run every millisecond, and a new one grew its ring from 16
-  // slots each time (a quarter of this class's allocation per record, in a profile).
-  private final Run[] spare = new Run[SPARE_RUNS];
-  private int spareCount;
-  private static final int SPARE_RUNS = 16;
 
   /** Records a send (key and value sizes -1 for null). */
   public void sent(String topic, long timestampMs, int keySize, int valueSize, long hash, long nowMs) {
@@ -59,9 +53,6 @@ public final class SendMatcher {
       runs.remove(run.signature);
       if (run == lastRun) {
         lastRun = null;
-      }
-      if (spareCount < SPARE_RUNS) {
-        spare[spareCount++] = run;
       }
     }
     return hash;
@@ -109,8 +100,9 @@ public final class SendMatcher {
         probe.set(topic, ts, ks, vs);
         run = runs.get(probe);
         if (run == null) {
-          run = newRun(topic, ts, ks, vs);
-          runs.put(run.signature, run);
+          Signature signature = new Signature(topic, ts, ks, vs);
+          run = new Run(signature);
+          runs.put(signature, run);
         }
       }
       run.add(log.hashes[i], log.sentAt[i]);
@@ -119,21 +111,7 @@ public final class SendMatcher {
     taking = log;
   }
 
-  /** An empty run for this signature: a spare one if there is one, else a new one. */
-  private Run newRun(String topic, long timestampMs, int keySize, int valueSize) {
-    if (spareCount == 0) {
-      return new Run(new Signature(topic, timestampMs, keySize, valueSize));
-    }
-    Run run = spare[--spareCount];
-    spare[spareCount] = null;
-    run.signature.set(topic, timestampMs, keySize, valueSize); // out of the map since emptied
-    return run;
-  }
-
-  /**
-   * A signature; mutable only as the lookup probe or as a spare run's, never while it is a map
-   * key.
-   */
+  /** A signature; mutable only as the lookup probe, never once it is a map key. */
   private static final class Signature {
     private String topic;
     private long timestampMs;
