@@ -43,6 +43,24 @@ RATE = 1_000  # records/s: the run spans three or four 1-second windows
 CLIENTS = {"3.9": KAFKA_JARS_DIR, "4.1": KAFKA4_JARS_DIR}
 
 
+def new_topics(kafka, prefix: str) -> tuple[str, str]:
+    """A new topic of 3 partitions to produce to, and a new audit topic for its reports."""
+    run = uuid.uuid4().hex[:8]
+    topic, audit_topic = f"{prefix}-{run}", f"{prefix}-audit-{run}"
+    kafka.create_topic(topic, partitions=3)
+    kafka.create_topic(audit_topic, partitions=1)
+    return topic, audit_topic
+
+
+def reports_of(bootstrap: str, audit_topic: str, topic: str) -> list[audit_report_pb2.AuditReport]:
+    """The reports on ``audit_topic`` about ``topic``."""
+    reports = [
+        audit_report_pb2.AuditReport.FromString(m.value())
+        for m in iter_messages(bootstrap, audit_topic, 1)
+    ]
+    return [r for r in reports if r.topic == topic]
+
+
 def keyed_count(reports: list[audit_report_pb2.AuditReport]) -> int:
     """How many records the reports counted with their dedupe key: the items of their latency
     sketches (the interceptor measures latency only for those)."""
@@ -61,10 +79,7 @@ def test_interceptor_counts_every_ack_with_its_key_in_the_broker_window(
     if not any(jars_dir.glob(f"kafka-clients-{clients}.*.jar")):
         pytest.fail(f"no Kafka {clients} clients in {jars_dir}: run `make jars`")
     bootstrap = kafka.bootstrap_servers
-    run = uuid.uuid4().hex[:8]
-    topic, audit_topic = f"perf-{run}", f"perf-audit-{run}"
-    kafka.create_topic(topic, partitions=3)
-    kafka.create_topic(audit_topic, partitions=1)
+    topic, audit_topic = new_topics(kafka, "perf")
     payloads = tmp_path / "payloads.txt"
     payloads.write_text("".join(f"line {i} of the payload file\n" for i in range(LINES)))
     props = {
@@ -87,11 +102,7 @@ def test_interceptor_counts_every_ack_with_its_key_in_the_broker_window(
     assert 1 < len(truth_keys) <= LINES
     assert all(not m.headers() for m in sent), "the interceptor's key went over the wire"
 
-    reports = [
-        audit_report_pb2.AuditReport.FromString(m.value())
-        for m in iter_messages(bootstrap, audit_topic, 1)
-    ]
-    reports = [r for r in reports if r.topic == topic]
+    reports = reports_of(bootstrap, audit_topic, topic)
     assert reports, f"no audit report for {topic} on {audit_topic}"
     assert sum(r.message_count for r in reports) == RECORDS
     # Only a record counted with its dedupe key has its latency measured: every ack found it.
@@ -125,10 +136,7 @@ def test_interceptor_on_kafka41_clients_sends_the_application_headers_as_they_we
     record, "tenant" on every other) reach the broker with exactly those headers, through the
     interceptor's view of them, and are counted with their keys."""
     bootstrap = kafka.bootstrap_servers
-    run = uuid.uuid4().hex[:8]
-    topic, audit_topic = f"k41h-{run}", f"k41h-audit-{run}"
-    kafka.create_topic(topic, partitions=3)
-    kafka.create_topic(audit_topic, partitions=1)
+    topic, audit_topic = new_topics(kafka, "k41h")
     log4j = tmp_path / "log4j.properties"
     log4j.write_text("log4j.rootLogger=ERROR\n")
     jars = interceptor_jars(KAFKA4_JARS_DIR, tmp_path / "jars")
@@ -149,11 +157,7 @@ def test_interceptor_on_kafka41_clients_sends_the_application_headers_as_they_we
         seen.add(i)
     assert seen == set(range(HEADERED))
 
-    reports = [
-        audit_report_pb2.AuditReport.FromString(m.value())
-        for m in iter_messages(bootstrap, audit_topic, 1)
-    ]
-    reports = [r for r in reports if r.topic == topic]
+    reports = reports_of(bootstrap, audit_topic, topic)
     assert sum(r.message_count for r in reports) == HEADERED
     assert keyed_count(reports) == HEADERED
     union = hll_union(12)
