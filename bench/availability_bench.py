@@ -480,7 +480,7 @@ def detection(trials: int, workdir: Path, late: contextlib.ExitStack) -> dict[st
             name="availability-job",
         )
         thread.start()
-        table = ProbeTable(spark, spec.probes_path)
+        table = ProbeTable(spark, spec.output.table("availability_probes"))
 
         def all_healthy() -> bool:
             return all(sum(map(_healthy, table.of(b))) >= 2 for b in range(3))

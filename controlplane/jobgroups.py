@@ -313,7 +313,7 @@ class JobGroups:
     def _validate(self, group: JobGroup) -> int:
         """Full job validation, then the source topic's partition count (0 is refused)."""
         _, spec = registry.validate(group, self._settings)
-        source = spec.source()
+        source = spec.required_topic()
         cluster = self._settings.clusters[source.cluster]
         partitions = self._partition_count(cluster, source.topic, source.field)
         if partitions <= 0:

@@ -24,7 +24,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +49,8 @@ MAX_STRING_CHARS = 4096
 MAX_LIST_ITEMS = 10_000  # partition_offset_ranges: one per partition
 MAX_AUDIT_CONFIGS = 64
 MAX_RATE = 1e12  # messages or bytes per second: far above any cluster, far below overflow
-
-
-@dataclass(frozen=True)
-class SourceTopic:
-    """The topic a job reads, checked for existence before it starts."""
-
-    field: str  # the JobGroup field that names it, for error messages
-    topic: str
-    cluster: str
+# The JVM dispatcher reads flow_control.max_inflight_messages as a Java int.
+MAX_INFLIGHT = 2**31 - 1
 
 
 def parse_jobgroup(text: str, source: str = "<jobgroup>") -> JobGroup:
@@ -72,12 +64,46 @@ def parse_jobgroup(text: str, source: str = "<jobgroup>") -> JobGroup:
         raise InvalidJobGroup("jobgroup", source, _not_valid(e)) from None
     except RecursionError:
         raise InvalidJobGroup("jobgroup", source, "JSON nested too deep") from None
+    if isinstance(data, dict):
+        _check_enum_values(data, JobGroup.DESCRIPTOR, "")
     group = JobGroup()
     try:
         json_format.ParseDict(data, group, ignore_unknown_fields=False)
     except (json_format.ParseError, TypeError, AttributeError) as e:
         raise InvalidJobGroup("jobgroup", source, _not_valid(e)) from None
     return group
+
+
+def _check_enum_values(data: dict, descriptor: Any, prefix: str) -> None:
+    """Every enum field of `data` (JSON of message `descriptor`) names a value of its enum or
+    gives its number as a JSON integer. protobuf's parser also takes `true` (as 1) and any
+    float (2.5 as 2); here they are refused, naming the field. Unknown keys are left to the
+    parser, which names them."""
+    by_name = {**descriptor.fields_by_name, **{f.json_name: f for f in descriptor.fields}}
+    for key, value in data.items():
+        field = by_name.get(key)
+        if field is None:
+            continue  # "@type" of an Any, or a key the parser refuses by name
+        name = f"{prefix}{field.name}"
+        items = value if field.is_repeated and isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            where = f"{name}[{i}]" if field.is_repeated and isinstance(value, list) else name
+            if field.type == FieldDescriptor.TYPE_ENUM:
+                _check_enum_value(field.enum_type, item, where)
+            elif field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(item, dict):
+                inner = field.message_type
+                if inner.full_name == "google.protobuf.Any":
+                    if item.get("@type") != JOB_OPTIONS_TYPE_URL:
+                        continue  # job_options() refuses any other type, naming it
+                    inner = JobOptions.DESCRIPTOR
+                _check_enum_values(item, inner, f"{where}.")
+
+
+def _check_enum_value(enum: Any, value: Any, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidJobGroup(field, value, f"not a value of {enum.name}: give its name")
+    if isinstance(value, str) and value not in enum.values_by_name:
+        raise InvalidJobGroup(field, value, f"not a value of {enum.name}")
 
 
 class _DuplicateKey(ValueError):
@@ -172,13 +198,7 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
         )
     if group.type == job_pb2.JOB_TYPE_INVALID:
         raise InvalidJobGroup("type", job_type_name(group), "a job type is required")
-    flow = group.flow_control
-    for name in ("messages_per_sec", "bytes_per_sec", "max_inflight_messages"):
-        value = getattr(flow, name)
-        if not math.isfinite(value) or not 0 <= value <= MAX_RATE:
-            raise InvalidJobGroup(
-                f"flow_control.{name}", value, f"must be 0 (unlimited) to {MAX_RATE:g}"
-            )
+    check_flow_control("flow_control", group.flow_control)
     # A LOAD_GEN_PRODUCE group reads nothing: its topic is kafka_dispatcher_task_group's,
     # which its own spec checks.
     if group.type != job_pb2.JOB_TYPE_LOAD_GEN_PRODUCE:
@@ -191,6 +211,17 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
         check_topic("kafka_consumer_task_group.topic", source.topic)
     check_secure(group, clusters)
     job_options(group)  # a wrong extension type is reported here, before any job-specific check
+
+
+def check_flow_control(field: str, flow: job_pb2.FlowControl) -> None:
+    """Rates finite, 0 (unlimited) to MAX_RATE; in-flight messages 0 (adaptive) to
+    MAX_INFLIGHT."""
+    limits = {"messages_per_sec": MAX_RATE, "bytes_per_sec": MAX_RATE}
+    limits["max_inflight_messages"] = MAX_INFLIGHT
+    for name, limit in limits.items():
+        value = getattr(flow, name)
+        if not math.isfinite(value) or not 0 <= value <= limit:
+            raise InvalidJobGroup(f"{field}.{name}", value, f"must be 0 to {limit:g}")
 
 
 def check_topic(field: str, topic: str) -> None:
@@ -241,50 +272,3 @@ def _not_valid(error: Exception) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
-
-
-# --- bounds of a bounded source read (replication, dispatch) --------------------------------
-
-_SOURCE_RANGES = "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Offsets [start, end) of one source partition that a bounded run reads."""
-
-    partition: int
-    start: int
-    end: int
-
-
-def source_timestamp_ms(group: JobGroup, name: str) -> int | None:
-    """kafka_consumer_task_group.<name> (a Timestamp) in epoch ms, None when unset."""
-    source = group.kafka_consumer_task_group
-    if not source.HasField(name):
-        return None
-    ms = int(getattr(source, name).ToMilliseconds())
-    if ms < 0:
-        raise InvalidJobGroup(f"kafka_consumer_task_group.{name}", ms, "must not be before 1970")
-    return ms
-
-
-def source_offset_ranges(group: JobGroup) -> tuple[OffsetRange, ...]:
-    """kafka_consumer_task_group.partition_offset_ranges, checked: each range ends at or after
-    its start, no partition twice, not set-but-empty. () when unset."""
-    source = group.kafka_consumer_task_group
-    if not source.HasField("partition_offset_ranges"):
-        return ()
-    ranges: list[OffsetRange] = []
-    for i, r in enumerate(source.partition_offset_ranges.partition_offset_range):
-        if r.end_offset < r.start_offset:
-            raise InvalidJobGroup(
-                f"{_SOURCE_RANGES}[{i}].end_offset",
-                r.end_offset,
-                f"ends before its start_offset {r.start_offset}",
-            )
-        if any(prev.partition == r.partition for prev in ranges):
-            raise InvalidJobGroup(f"{_SOURCE_RANGES}[{i}].partition", r.partition, "listed twice")
-        ranges.append(OffsetRange(r.partition, r.start_offset, r.end_offset))
-    if not ranges:
-        raise InvalidJobGroup(_SOURCE_RANGES, [], "set but empty")
-    return tuple(ranges)

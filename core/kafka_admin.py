@@ -49,6 +49,17 @@ def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: f
     return len(info.partitions)
 
 
+def cluster_id(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
+    """The id the cluster's brokers report (the same for every name and address that reaches
+    them); ClusterUnreachable when they do not answer."""
+    admin = AdminClient(cluster.check_client_config())
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+    return str(metadata.cluster_id)
+
+
 def smallest_max_message_bytes(
     cluster: ClusterConfig, topics: Collection[str], timeout_s: float = ADMIN_TIMEOUT_S
 ) -> int | None:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         reporter_config = ReporterConfig.from_env(os.environ)
         faults.from_env(os.environ)  # a malformed UATU_FAULT is bad input, not a silent no-op
         job = job_type.load_runtime()(spec)
-        source = spec.source()
+        source = spec.required_topic()
         job.ensure_source()
         partitions = kafka_admin.partition_count(
             settings.clusters[source.cluster], source.topic, source.field

@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import SourceTopic, check_common, job_type_name
+from core.jobgroup import check_common, job_type_name
+from core.spec import JobSpec
 from jobs.audit.spec import audit_spec
 from jobs.audit.tiers.spec import audit_kind, tier_audit_spec
 from jobs.availability.spec import availability_spec
@@ -35,20 +36,6 @@ from jobs.replication.spec import replication_spec_now
 
 if TYPE_CHECKING:
     from jobs.runtime.template import StreamingJob
-
-
-class JobSpec(Protocol):
-    """What every job's spec provides (each is a frozen dataclass in jobs/<type>/spec.py)."""
-
-    @property
-    def job_group_id(self) -> str: ...
-    @property
-    def query_name(self) -> str: ...
-    @property
-    def checkpoint_path(self) -> str: ...
-    @property
-    def trigger_interval_seconds(self) -> int: ...
-    def source(self) -> SourceTopic: ...
 
 
 @dataclass(frozen=True)

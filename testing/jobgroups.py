@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from google.protobuf import json_format
 from uatu.v1 import job_options_pb2  # noqa: F401  (registers JobOptions for `extension`)
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -52,3 +54,74 @@ def audit_group(
 def parse(data: dict) -> JobGroup:
     """A JobGroup from its protobuf-JSON mapping as a dict (`extension` types registered)."""
     return json_format.ParseDict(data, JobGroup())
+
+
+# One small valid JobGroup (protobuf-JSON dict) of every kind of job this product runs, all on
+# cluster `local`: what a test that must hold for every JobType iterates over. The tables each
+# kind writes are its `extension.output` fields (`<table>_path`).
+MINIMAL_GROUPS: dict[str, dict] = {
+    "audit": {
+        "type": "JOB_TYPE_KAFKA_AUDIT",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": "t",
+            "auditMetadata": {
+                "auditConfigs": [
+                    {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": 60}
+                ]
+            },
+        },
+    },
+    "tier-audit": {
+        "type": "JOB_TYPE_KAFKA_AUDIT",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": "t",
+            "auditMetadata": {
+                "auditConfigs": [
+                    {
+                        "auditType": "AUDIT_TYPE_SERVICE_AUDIT_AGGREGATION",
+                        "auditIntervalInSeconds": 60,
+                    }
+                ]
+            },
+        },
+    },
+    "replication": {
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "t"},
+        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": "u"},
+    },
+    "availability": {
+        "type": "JOB_TYPE_KAFKA_AVAILABILITY",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "probe"},
+        "availabilityTaskGroup": {"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER"},
+    },
+    "loadgen-produce": {
+        "type": "JOB_TYPE_LOAD_GEN_PRODUCE",
+        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": "load"},
+    },
+    "loadgen-consume": {
+        "type": "JOB_TYPE_LOAD_GEN_CONSUME",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "load"},
+    },
+    "dispatch": {
+        "type": "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
+        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "t", "consumerGroup": "g"},
+        "rpcDispatcherTaskGroup": {"uri": "dns:///127.0.0.1:1", "rpcTimeoutMs": 100},
+    },
+}
+
+
+def minimal_group(
+    kind: str, job_group_id: str, output: dict | None = None, **sections: dict
+) -> dict:
+    """`MINIMAL_GROUPS[kind]` with its id, and `output` as its `extension.output` when given.
+    Each keyword names a top-level section whose fields it sets (added to what is there)."""
+    data = copy.deepcopy(MINIMAL_GROUPS[kind])
+    data["jobGroupId"] = job_group_id
+    for name, fields in sections.items():
+        data.setdefault(name, {}).update(fields)
+    if output is not None:
+        data["extension"] = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "output": output}
+    return data

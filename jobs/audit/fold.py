@@ -45,7 +45,7 @@ PROJECTED = ["bytes", "dedupe_key", "event_ms", "placed_ms", "latency_ms"]
 
 def consumer_config(spec: AuditSpec) -> dict[str, str]:
     """The fold tasks' Java consumer (`range_consumer_config`)."""
-    return range_consumer_config(spec.source_cluster, read_committed=spec.read_committed)
+    return range_consumer_config(spec.source.cluster, read_committed=spec.source.read_committed)
 
 
 def uses_kafka_timestamp_defaults(spec: AuditSpec) -> bool:
@@ -77,7 +77,7 @@ def record_projection(spark: SparkSession, spec: AuditSpec, batch: Any) -> DataF
 
 def keys_dir(spec: AuditSpec) -> str:
     """Where exact audits keep their keys: under the checkpoint, so they go with it."""
-    return f"{spec.checkpoint_path}/audit-keys"
+    return f"{spec.output.checkpoint}/audit-keys"
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,11 @@ class AuditFolder:
     def fold(self, batch: DataFrame, batch_id: int) -> FoldedBatch | None:
         """Read and fold the batch's planned offset ranges now; None when it has none."""
         spark = batch.sparkSession
-        ranges = self._batch.planned(batch._jdf, self.spec.source_topic)
+        ranges = self._batch.planned(batch._jdf, self.spec.source.topic)
         if ranges.isEmpty():
             return None
         audit_ms = self._batch.batchTimestampMs(
-            spark._jsparkSession, self.spec.checkpoint_path, batch_id
+            spark._jsparkSession, self.spec.output.checkpoint, batch_id
         )
         return self.fold_ranges(spark, ranges, batch_id, audit_ms)
 

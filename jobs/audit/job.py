@@ -52,7 +52,7 @@ from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import any_table_exists, ensure_tables
-from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.tables import data_loss_path
@@ -65,13 +65,8 @@ def build_stream(
     spark: SparkSession, spec: AuditSpec, mean_record_bytes: float | None = None
 ) -> DataFrame:
     """Spark's Kafka source over the topic: it plans the batches, the fold reads them."""
-    options = kafka_read_options(
-        spec.source_cluster,
-        spec.source_topic,
-        starting_offsets=spec.starting_offsets,
-        read_committed=spec.read_committed,
-        max_offsets_per_trigger=spec.max_offsets_per_trigger(mean_record_bytes),
-        group_id_prefix=spec.consumer_group,
+    options = source_read_options(
+        spec.source, max_offsets_per_trigger=spec.max_offsets_per_trigger(mean_record_bytes)
     )
     return spark.readStream.format("kafka").options(**options).load()
 
@@ -178,11 +173,13 @@ class AuditJob(StreamingJob[AuditSpec]):
         self._mean_record_bytes: float | None = None
         self._folder: AuditFolder | None = None
         self._writer: AuditBatchWriter | None = None
-        self._counts = CountsWriter(spec.audit_counts_path, spec.checkpoint_path, self.app_id)
+        self._counts = CountsWriter(
+            spec.output.table("audit_counts"), spec.output.checkpoint, self.app_id
+        )
 
     def app_id(self, spark: SparkSession) -> str:
         """The counts MERGE's idempotent-write marker: the query's id, stable across restarts."""
-        return f"uatu-audit-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+        return f"uatu-audit-{streaming_query_id(spark, self.spec.output.checkpoint)}"
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work)."""
@@ -190,10 +187,13 @@ class AuditJob(StreamingJob[AuditSpec]):
         if spec.max_bytes_per_sec <= 0:
             return
         partitions = kafka_admin.partition_count(
-            spec.source_cluster, spec.source_topic, "kafka_consumer_task_group.topic"
+            spec.source.cluster, spec.source.topic, spec.source.field
         )
         self._mean_record_bytes = sample_mean_record_bytes(
-            spec.source_cluster, spec.source_topic, partitions, read_committed=spec.read_committed
+            spec.source.cluster,
+            spec.source.topic,
+            partitions,
+            read_committed=spec.source.read_committed,
         )
         log.info(
             "flow control: %.0f bytes/s at a mean record size of %s: at most %s records a batch",
@@ -215,10 +215,10 @@ class AuditJob(StreamingJob[AuditSpec]):
         spec = self.spec
         log.info(
             "auditing %s/%s (%s) into %s: %s",
-            spec.source_cluster.name,
-            spec.source_topic,
-            spec.source_cluster.bootstrap_servers,
-            spec.audit_counts_path,
+            spec.source.cluster.name,
+            spec.source.topic,
+            spec.source.cluster.bootstrap_servers,
+            spec.output.table("audit_counts"),
             ", ".join(f"{w.audit_type}/{w.interval_seconds}s" for w in spec.windows),
         )
 
@@ -278,8 +278,8 @@ class AuditJob(StreamingJob[AuditSpec]):
         return source_failure.explain(
             spark,
             job_group_id=spec.job_group_id,
-            checkpoint=spec.checkpoint_path,
-            cluster=spec.source_cluster,
-            topic=spec.source_topic,
-            loss_table=data_loss_path(spec.audit_counts_path),
+            checkpoint=spec.output.checkpoint,
+            cluster=spec.source.cluster,
+            topic=spec.source.topic,
+            loss_table=data_loss_path(spec.output.table("audit_counts")),
         )

@@ -26,17 +26,20 @@ from dataclasses import dataclass
 from uatu.v1 import job_options_pb2
 from uber.data.kafka.datatransfer import job_pb2
 
-from core.config import ClusterConfig, Settings
+from core.config import Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import (
-    MAX_AUDIT_CONFIGS,
-    JobGroup,
+from core.jobgroup import MAX_AUDIT_CONFIGS, JobGroup, check_topic, job_options, require_cluster
+from core.spec import (
+    OutputSpec,
+    SourceSpec,
     SourceTopic,
-    check_topic,
-    job_options,
-    require_cluster,
+    output_spec,
+    source_spec,
+    trigger_seconds,
 )
-from core.storage import checkpoint_location, table_location
+
+TABLES = ("audit_counts",)  # jobs/audit/tables.py declares their schemas
+DEFAULT_TRIGGER_SECONDS = 10
 
 EXACT = "AUDIT_TYPE_EXACT_UNIQ"
 APPROX = "AUDIT_TYPE_APPROX_UNIQ"
@@ -72,9 +75,7 @@ class AuditWindow:
 @dataclass(frozen=True)
 class AuditSpec:
     job_group_id: str
-    source_cluster: ClusterConfig
-    source_topic: str
-    consumer_group: str
+    source: SourceSpec
     # Labels written to the table; the audit_task_group's when given, else the source's.
     audited_cluster: str
     audited_topic: str
@@ -84,23 +85,17 @@ class AuditSpec:
     allowed_lateness_seconds: int | None  # None: the window's own interval
     max_future_skew_seconds: int
     hll_lg_config_k: int
-    starting_offsets: str
-    read_committed: bool
     max_messages_per_sec: float  # 0 = unlimited
     trigger_interval_seconds: int
-    audit_counts_path: str
-    audit_keys_path: str  # no longer written: exact keys live under the checkpoint
-    checkpoint_path: str
+    output: OutputSpec  # audit_counts; exact keys live under the checkpoint
     max_bytes_per_sec: float = 0.0  # key + value bytes; 0 = unlimited
 
     @property
     def query_name(self) -> str:
         return f"audit-{self.job_group_id}"
 
-    def source(self) -> SourceTopic:
-        return SourceTopic(
-            "kafka_consumer_task_group.topic", self.source_topic, self.source_cluster.name
-        )
+    def required_topic(self) -> SourceTopic:
+        return self.source.topic_ref()
 
     @property
     def needs_headers(self) -> bool:
@@ -181,17 +176,8 @@ def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
 
 def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     """Validate the audit-specific parts of `group` (common checks already passed)."""
-    source = group.kafka_consumer_task_group
-    cluster = require_cluster(
-        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
-    )
-    if source.HasField("partition_offset_ranges") or source.HasField("end_timestamp"):
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.partition_offset_ranges/end_timestamp",
-            "set",
-            "bounded ranges are not supported by the audit job; use --once for a bounded run",
-        )
-    audited_cluster, audited_topic = source.cluster, source.topic
+    source = source_spec(group, settings, bounded_reads=False)
+    audited_cluster, audited_topic = source.cluster.name, source.topic
     if group.HasField("audit_task_group"):
         if group.audit_task_group.cluster:
             require_cluster(
@@ -216,16 +202,9 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     lg_k = audit.hll_lg_config_k or 12
     if not 4 <= lg_k <= 21:
         raise InvalidJobGroup("extension.audit.hll_lg_config_k", lg_k, "must be in 4..21")
-    trigger_seconds = options.trigger.interval_seconds or 10
-    if trigger_seconds < 0:
-        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger_seconds, "must be > 0")
-
-    output = options.output
     return AuditSpec(
         job_group_id=group.job_group_id,
-        source_cluster=cluster,
-        source_topic=source.topic,
-        consumer_group=source.consumer_group,
+        source=source,
         audited_cluster=audited_cluster,
         audited_topic=audited_topic,
         windows=_audit_windows(group),
@@ -238,31 +217,8 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         allowed_lateness_seconds=audit.allowed_lateness_seconds or None,
         max_future_skew_seconds=audit.max_future_skew_seconds or 86400,
         hll_lg_config_k=lg_k,
-        starting_offsets=(
-            "latest"
-            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
-            else "earliest"
-        ),
-        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
         max_messages_per_sec=group.flow_control.messages_per_sec,
         max_bytes_per_sec=group.flow_control.bytes_per_sec,
-        trigger_interval_seconds=trigger_seconds,
-        audit_counts_path=table_location(
-            "extension.output.audit_counts_path",
-            output.audit_counts_path,
-            settings.warehouse,
-            "audit_counts",
-        ),
-        audit_keys_path=table_location(
-            "extension.output.audit_keys_path",
-            output.audit_keys_path,
-            settings.warehouse,
-            "audit_keys",
-        ),
-        checkpoint_path=checkpoint_location(
-            "extension.output.checkpoint_path",
-            output.checkpoint_path,
-            settings.checkpoints,
-            group.job_group_id,
-        ),
+        trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
+        output=output_spec(group, settings, TABLES),
     )

@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
-from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, merge_once
+from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, located, merge_once
 
 AUDIT_COUNTS = DeltaTableSpec(
     name="audit_counts",
@@ -83,8 +83,8 @@ AUDIT_COUNTS = DeltaTableSpec(
 
 
 def locations(spec: AuditSpec) -> list[tuple[DeltaTableSpec, str]]:
-    """The audit job's tables and where the JobGroup puts them."""
-    return [(AUDIT_COUNTS, spec.audit_counts_path)]
+    """The audit job's table and where the JobGroup puts it."""
+    return located([AUDIT_COUNTS], spec.output)
 
 
 _EXACT = "'AUDIT_TYPE_EXACT_UNIQ'"

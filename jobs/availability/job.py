@@ -391,7 +391,7 @@ class AvailabilityBatchWriter:
         spark = batch.sparkSession
         if not self.app_id:
             self.app_id = (
-                f"uatu-availability-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+                f"uatu-availability-{streaming_query_id(spark, self.spec.output.checkpoint)}"
             )
         now = datetime.now(tz=UTC)
         admin = self.admin_client()
@@ -404,7 +404,7 @@ class AvailabilityBatchWriter:
                 for row in partition_availability(states, brokers)
             ]
             frame = spark.createDataFrame(rows, tables.TOPIC_AVAILABILITY.schema)
-            path = self.spec.topic_availability_path
+            path = self.spec.output.table("topic_availability")
             append_once(frame, tables.TOPIC_AVAILABILITY, path, self.app_id, batch_id)
             offline = sum(r["offline"] for r in rows)
             under = sum(r["under_replicated"] for r in rows)
@@ -437,7 +437,13 @@ class AvailabilityBatchWriter:
             self.spec.probe_type,
             self.spec.zone_isolated,
         )
-        append_once(frame, tables.AVAILABILITY_PROBES, self.spec.probes_path, self.app_id, batch_id)
+        append_once(
+            frame,
+            tables.AVAILABILITY_PROBES,
+            self.spec.output.table("availability_probes"),
+            self.app_id,
+            batch_id,
+        )
         failed = sum(not r["produced"] for r in rows)
         lost = sum(r["produced"] and r["copies"] == 0 for r in rows)
         log.info(
@@ -482,7 +488,7 @@ class AvailabilityBatchWriter:
         )
         if stored:
             frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
-            path = self.spec.commits_path
+            path = self.spec.output.table("consumer_offset_commits")
             append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
         if not status_due(self._evaluated_ms, now_ms, self.spec.lag.status_interval_ms):
             assert self._evaluated_ms is not None
@@ -516,7 +522,7 @@ class AvailabilityBatchWriter:
         rows += no_commit_rows(self.spec.cluster.name, now, listed, {r.group for r in results})
         if rows:
             frame = spark.createDataFrame(rows, tables.CONSUMER_GROUP_STATUS.schema)
-            path = self.spec.status_path
+            path = self.spec.output.table("consumer_group_status")
             append_once(frame, tables.CONSUMER_GROUP_STATUS, path, self.app_id, batch_id)
             metrics.consumer_groups(self.spec.cluster.name, rows)
         log.info(
@@ -560,13 +566,13 @@ class AvailabilityBatchWriter:
 
 def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracker) -> int:
     """Replay the newest stored commits of every partition into `tracker`; returns how many."""
-    if never_written(spark, spec.commits_path):
+    if never_written(spark, spec.output.table("consumer_offset_commits")):
         return 0  # a new table: nothing to replay, and no Delta read in a cold JVM to learn it
     keep = spec.lag.intervals
     newest_first = Window.partitionBy("group", "topic", "partition").orderBy(F.desc("commit_time"))
     rows = (
         spark.read.format("delta")
-        .load(spec.commits_path)
+        .load(spec.output.table("consumer_offset_commits"))
         .where(F.col("cluster") == spec.cluster.name)
         .withColumn("rank", F.row_number().over(newest_first))
         .where(F.col("rank") <= keep)
@@ -633,7 +639,11 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
         tracker = LagTracker(spec.lag)
         if spec.consumer_lag:
             loaded = load_windows(spark, spec, tracker)
-            log.info("lag windows: %d stored commits replayed from %s", loaded, spec.commits_path)
+            log.info(
+                "lag windows: %d stored commits replayed from %s",
+                loaded,
+                spec.output.table("consumer_offset_commits"),
+            )
         self._prober = build_prober(spec) if spec.probes else None
         writer = self._writer = AvailabilityBatchWriter(
             spec, tracker, int(time.time() * 1000), self._prober

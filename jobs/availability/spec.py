@@ -38,13 +38,20 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, job_options, require_cluster
-from core.storage import checkpoint_location, table_location
+from core.jobgroup import JobGroup, job_options, require_cluster
+from core.spec import OutputSpec, SourceTopic, output_spec, trigger_seconds
 from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC
 from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
 from jobs.availability.lag.tracker import STATUS_INTERVAL_MS, LagSettings
 
 DEFAULT_TRIGGER_SECONDS = 5
+# jobs/availability/tables.py declares their schemas; all four exist whichever samplers run.
+TABLES = (
+    "availability_probes",
+    "topic_availability",
+    "consumer_offset_commits",
+    "consumer_group_status",
+)
 PROXY_TYPES = ("AVAILABILITY_JOB_TYPE_PROXY_PRODUCER", "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER")
 
 
@@ -73,17 +80,13 @@ class AvailabilitySpec:
     consumer_lag: bool
     lag: LagSettings
     trigger_interval_seconds: int
-    probes_path: str
-    topic_availability_path: str
-    commits_path: str
-    status_path: str
-    checkpoint_path: str
+    output: OutputSpec
 
     @property
     def query_name(self) -> str:
         return f"availability-{self.job_group_id}"
 
-    def source(self) -> SourceTopic:
+    def required_topic(self) -> SourceTopic:
         """The cluster's `__consumer_offsets` (every group's commits, as Burrow reads them)."""
         return SourceTopic("kafka_consumer_task_group.cluster", OFFSETS_TOPIC, self.cluster.name)
 
@@ -125,8 +128,7 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
                 probe_type,
                 f"cluster {cluster.name!r} has no proxy.grpc_address in clusters.yaml",
             )
-    trigger_seconds = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
-    _at_least("extension.trigger.interval_seconds", trigger_seconds, 1)
+    trigger = trigger_seconds(options, DEFAULT_TRIGGER_SECONDS)
     window = available.lag_window_commits or DEFAULT_INTERVALS
     _at_least("extension.availability.lag_window_commits", window, 1)
     if window > MAX_WINDOW_COMMITS:
@@ -138,7 +140,6 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
     _at_least("extension.availability.lag_allowed_messages", available.lag_allowed_messages, 0)
     expire_s = available.lag_expire_group_seconds or EXPIRE_GROUP_MS // 1000
     _at_least("extension.availability.lag_expire_group_seconds", expire_s, 1)
-    output = options.output
     return AvailabilitySpec(
         job_group_id=group.job_group_id,
         cluster=cluster,
@@ -157,28 +158,11 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
             burrow_strict=available.lag_burrow_strict,
             # Never above half the trigger, so that no micro-batch the trigger paces is left
             # unevaluated by a start a little early.
-            status_interval_ms=min(STATUS_INTERVAL_MS, trigger_seconds * 1000 // 2),
+            status_interval_ms=min(STATUS_INTERVAL_MS, trigger * 1000 // 2),
         ),
-        trigger_interval_seconds=trigger_seconds,
-        probes_path=_table(output.availability_probes_path, "availability_probes", settings),
-        topic_availability_path=_table(
-            output.topic_availability_path, "topic_availability", settings
-        ),
-        commits_path=_table(
-            output.consumer_offset_commits_path, "consumer_offset_commits", settings
-        ),
-        status_path=_table(output.consumer_group_status_path, "consumer_group_status", settings),
-        checkpoint_path=checkpoint_location(
-            "extension.output.checkpoint_path",
-            output.checkpoint_path,
-            settings.checkpoints,
-            group.job_group_id,
-        ),
+        trigger_interval_seconds=trigger,
+        output=output_spec(group, settings, TABLES),
     )
-
-
-def _table(requested: str, name: str, settings: Settings) -> str:
-    return table_location(f"extension.output.{name}_path", requested, settings.warehouse, name)
 
 
 def _probe_settings(available: job_options_pb2.AvailabilityOptions) -> ProbeSettings:

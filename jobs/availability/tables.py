@@ -68,7 +68,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.availability.spec import AvailabilitySpec
-from jobs.runtime.delta import DeltaTableSpec
+from jobs.runtime.delta import DeltaTableSpec, located
 
 TOPIC_AVAILABILITY = DeltaTableSpec(
     name="topic_availability",
@@ -187,9 +187,7 @@ AVAILABILITY_PROBES = DeltaTableSpec(
 def locations(spec: AvailabilitySpec) -> list[tuple[DeltaTableSpec, str]]:
     """The availability job's tables and where the JobGroup puts them (all four, whichever
     samplers run, so a table is there to query from the start)."""
-    return [
-        (AVAILABILITY_PROBES, spec.probes_path),
-        (TOPIC_AVAILABILITY, spec.topic_availability_path),
-        (CONSUMER_OFFSET_COMMITS, spec.commits_path),
-        (CONSUMER_GROUP_STATUS, spec.status_path),
-    ]
+    return located(
+        [AVAILABILITY_PROBES, TOPIC_AVAILABILITY, CONSUMER_OFFSET_COMMITS, CONSUMER_GROUP_STATUS],
+        spec.output,
+    )

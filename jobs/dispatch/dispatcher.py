@@ -26,7 +26,7 @@ PACKAGE = "dev.uatu.dispatch"
 
 def consumer_config(spec: DispatchSpec) -> dict[str, str]:
     """The Java consumer that reads the ranges (and, on the driver, plans them)."""
-    return range_consumer_config(spec.cluster, read_committed=spec.read_committed)
+    return range_consumer_config(spec.source.cluster, read_committed=spec.source.read_committed)
 
 
 BATCH_BYTES = 256 << 10
@@ -46,7 +46,7 @@ def producer_config(spec: DispatchSpec, max_message_bytes: int | None = None) ->
         "linger.ms": "5",
         "batch.size": str(batch),
         "delivery.timeout.ms": "120000",
-        **spec.cluster.java_client_config(),
+        **spec.source.cluster.java_client_config(),
         "acks": "all",
         "enable.idempotence": "true",
     }
@@ -66,9 +66,9 @@ def config_json(
     return json.dumps(
         {
             "job_group_id": spec.job_group_id,
-            "cluster": spec.cluster.name,
-            "consumer_group": spec.consumer_group,
-            "main_topic": spec.topic,
+            "cluster": spec.source.cluster.name,
+            "consumer_group": spec.source.consumer_group,
+            "main_topic": spec.source.topic,
             "procedure": spec.procedure,
             "target": spec.target,
             "rpc_timeout_ms": spec.rpc_timeout_ms,

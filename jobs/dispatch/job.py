@@ -125,7 +125,7 @@ class DispatchBatchWriter:
         append_once(
             stats.coalesce(1),
             tables.DISPATCH_STATS,
-            self.spec.stats_path,
+            self.spec.output.table("dispatch_stats"),
             _stats_app_id(self._app_id, redelivered, spark.sparkContext.applicationId),
             batch_id,
         )
@@ -138,14 +138,14 @@ class DispatchBatchWriter:
     def _labels(self) -> Mapping[str, str]:
         return {
             "job_group_id": self.spec.job_group_id,
-            "cluster": self.spec.cluster.name,
-            "source_topic": self.spec.topic,
+            "cluster": self.spec.source.cluster.name,
+            "source_topic": self.spec.source.topic,
         }
 
     def _metric_labels(self) -> Mapping[str, str]:
         return {
-            "kafka_cluster": self.spec.cluster.name,
-            "kafka_group": self.spec.consumer_group,
+            "kafka_cluster": self.spec.source.cluster.name,
+            "kafka_group": self.spec.source.consumer_group,
             "uri": self.spec.uri,
         }
 
@@ -198,12 +198,12 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         tier producer's batches); a bounded source's partitions too."""
         produced = self.spec.produced_topics()
         for field_name, topic in produced:
-            kafka_admin.partition_count(self.spec.cluster, topic, field_name)
+            kafka_admin.partition_count(self.spec.source.cluster, topic, field_name)
         self._max_message_bytes = kafka_admin.smallest_max_message_bytes(
-            self.spec.cluster, [topic for _, topic in produced]
+            self.spec.source.cluster, [topic for _, topic in produced]
         )
         if self.spec.bounded:
-            marks = Watermarks(self.spec.cluster)
+            marks = Watermarks(self.spec.source.cluster)
             try:
                 main_bounds(self.spec, marks, None)
             finally:
@@ -214,7 +214,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self._config = dispatcher.config_json(
             self.spec, _executor_share(spark), self.fault, self._max_message_bytes
         )
-        if not dispatcher.check_clients(spark, self._config, self.spec.cluster.name):
+        if not dispatcher.check_clients(spark, self._config, self.spec.source.cluster.name):
             log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
 
     def ensure_tables(self, spark: SparkSession) -> None:
@@ -253,9 +253,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
     ) -> int:
         spec = self.spec
-        marks = Watermarks(spec.cluster)
+        marks = Watermarks(spec.source.cluster)
         try:
-            once_ends = dispatcher.end_offsets(spark, spec, spec.topic) if once else None
+            once_ends = dispatcher.end_offsets(spark, spec, spec.source.topic) if once else None
             self._bounds = main_bounds(spec, marks, once_ends)
             plans = [
                 QueryPlan(
@@ -269,8 +269,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             ]
             log.info(
                 "dispatching %s/%s to %s %s; queries: %s",
-                spec.cluster.name,
-                spec.topic,
+                spec.source.cluster.name,
+                spec.source.topic,
                 spec.uri,
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
@@ -281,7 +281,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             finished = None
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check
-            source_writer = self._writers[spec.topic]
+            source_writer = self._writers[spec.source.topic]
             return run_queries(
                 spark,
                 plans,

@@ -77,26 +77,26 @@ def main_bounds(
 ) -> Bounds:
     """The source query's bounds; `once_ends` are the end offsets `--once` captured (None
     without --once). Raises InvalidJobGroup for a range on a partition the topic lacks."""
-    partitions = marks.partitions(spec.topic)
-    if spec.offset_ranges:
-        for i, r in enumerate(spec.offset_ranges):
+    partitions = marks.partitions(spec.source.topic)
+    if spec.source.offset_ranges:
+        for i, r in enumerate(spec.source.offset_ranges):
             if r.partition not in partitions:
                 raise InvalidJobGroup(
                     "kafka_consumer_task_group.partition_offset_ranges.partition_offset_range"
                     f"[{i}].partition",
                     r.partition,
-                    f"topic {spec.topic} has partitions 0..{len(partitions) - 1}",
+                    f"topic {spec.source.topic} has partitions 0..{len(partitions) - 1}",
                 )
         return Bounds(
-            {r.partition: r.start for r in spec.offset_ranges},
-            {r.partition: r.end for r in spec.offset_ranges},
+            {r.partition: r.start for r in spec.source.offset_ranges},
+            {r.partition: r.end for r in spec.source.offset_ranges},
         )
-    start: str | dict[int, int] = spec.auto_offset_reset
-    if spec.start_timestamp_ms is not None:
-        start = marks.for_time(spec.topic, partitions, spec.start_timestamp_ms)
+    start: str | dict[int, int] = spec.source.starting_offsets
+    if spec.source.start_timestamp_ms is not None:
+        start = marks.for_time(spec.source.topic, partitions, spec.source.start_timestamp_ms)
     end: dict[int, int] | None = None
-    if spec.end_timestamp_ms is not None:
-        end = marks.for_time(spec.topic, partitions, spec.end_timestamp_ms)
+    if spec.source.end_timestamp_ms is not None:
+        end = marks.for_time(spec.source.topic, partitions, spec.source.end_timestamp_ms)
     if once_ends is not None:
         end = dict(once_ends) if end is None else {p: min(o, once_ends[p]) for p, o in end.items()}
     return Bounds(start, end)

@@ -54,17 +54,18 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import (
-    JobGroup,
-    OffsetRange,
+from core.jobgroup import JobGroup, check_flow_control, check_topic, job_options, require_cluster
+from core.spec import (
+    OutputSpec,
+    SourceSpec,
     SourceTopic,
-    job_options,
-    require_cluster,
-    source_offset_ranges,
-    source_timestamp_ms,
+    output_spec,
+    source_spec,
+    trigger_seconds,
 )
 from jobs.dispatch.routing import Kind, Routes, Tier, sort_tiers
 
+TABLES = ("dispatch_stats",)  # jobs/dispatch/tables.py declares its schema
 MAX_DELAY_MS = 86_400_000  # RetryQueue.processing_delay_ms's documented range: 0 to 1 day
 DEFAULT_TIMEOUT_LIMIT_MS = 30 * 60 * 1000  # uForwarder's maximum RPC timeout
 DEFAULT_TRIGGER_SECONDS = 1
@@ -101,16 +102,9 @@ class Flow:
 @dataclass(frozen=True)
 class DispatchSpec:
     job_group_id: str
-    cluster: ClusterConfig
-    topic: str  # the source topic
-    consumer_group: str
+    source: SourceSpec  # its consumer group names the method and the kafka-consumergroup header
     source_kind: Kind  # MAIN, or DLQ for a redrive
     processing_delay_ms: int
-    auto_offset_reset: str  # earliest | latest
-    read_committed: bool
-    start_timestamp_ms: int | None
-    end_timestamp_ms: int | None
-    offset_ranges: tuple[OffsetRange, ...]
     uri: str
     target: str  # the gRPC target the JVM client dials
     procedure: str  # service/method
@@ -127,8 +121,7 @@ class DispatchSpec:
     max_records_per_batch: int  # 0 = unlimited
     trigger_interval_seconds: int
     tier_trigger_seconds: int  # the retry tiers' and the resq's queries
-    stats_path: str
-    checkpoint_path: str
+    output: OutputSpec
 
     @property
     def query_name(self) -> str:
@@ -136,17 +129,18 @@ class DispatchSpec:
 
     @property
     def bounded(self) -> bool:
-        return bool(self.offset_ranges) or self.end_timestamp_ms is not None
+        return self.source.bounded
 
-    def source(self) -> SourceTopic:
-        return SourceTopic(f"{_SOURCE}.topic", self.topic, self.cluster.name)
+    def required_topic(self) -> SourceTopic:
+        return self.source.topic_ref()
 
     def queries(self) -> tuple[TopicQuery, ...]:
         """The application's queries: the source, then (unless this is a DLQ redrive) every
         retry tier and the resq."""
+        topic = self.source.topic
         if self.source_kind is Kind.DLQ:
-            return (TopicQuery(self.topic, Kind.DLQ, self.processing_delay_ms, "dlq"),)
-        first = TopicQuery(self.topic, Kind.MAIN, self.processing_delay_ms, "main")
+            return (TopicQuery(topic, Kind.DLQ, self.processing_delay_ms, "dlq"),)
+        first = TopicQuery(topic, Kind.MAIN, self.processing_delay_ms, "main")
         tiers = tuple(
             TopicQuery(t.topic, Kind.TIER, t.delay_ms, f"retry-{i}")
             for i, t in enumerate(self.routes.tiers, start=1)
@@ -159,14 +153,14 @@ class DispatchSpec:
         return (first, *tiers, *resq)
 
     def query_name_of(self, query: TopicQuery) -> str:
-        if query.topic == self.topic:
+        if query.topic == self.source.topic:
             return self.query_name
         return f"{self.query_name}-{query.topic}"
 
     def checkpoint_of(self, query: TopicQuery) -> str:
         """Each query's own checkpoint folder, named by its topic (stable when tiers are
         reordered or added)."""
-        return f"{self.checkpoint_path}/topics/{query.topic}"
+        return f"{self.output.checkpoint}/topics/{query.topic}"
 
     def produced_topics(self) -> tuple[tuple[str, str], ...]:
         """(field, topic) of every topic the job writes to, for the broker checks."""
@@ -220,17 +214,9 @@ def _host_and_port(host_port: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _finite_rate(field: str, value: float) -> float:
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise InvalidJobGroup(field, value, "must be a number >= 0 (0 = unlimited)")
-    return value
-
-
 def _flow(field: str, flow: job_pb2.FlowControl) -> Flow:
-    messages = _finite_rate(f"{field}.messages_per_sec", flow.messages_per_sec)
-    nbytes = _finite_rate(f"{field}.bytes_per_sec", flow.bytes_per_sec)
-    inflight = _finite_rate(f"{field}.max_inflight_messages", flow.max_inflight_messages)
-    return Flow(messages, nbytes, math.ceil(inflight))
+    check_flow_control(field, flow)
+    return Flow(flow.messages_per_sec, flow.bytes_per_sec, math.ceil(flow.max_inflight_messages))
 
 
 def _delay(field: str, value: int) -> int:
@@ -258,6 +244,7 @@ def _tiers(group: JobGroup, source_topic: str, dlq: str) -> tuple[Tier, ...]:
         topic = q.retry_queue_topic.strip()
         if not topic:
             raise InvalidJobGroup(f"{field}.retry_queue_topic", q.retry_queue_topic, "required")
+        check_topic(f"{field}.retry_queue_topic", topic)
         if topic == source_topic:
             raise InvalidJobGroup(
                 f"{field}.retry_queue_topic", topic, "is the source topic; a tier needs its own"
@@ -275,13 +262,13 @@ def _tiers(group: JobGroup, source_topic: str, dlq: str) -> tuple[Tier, ...]:
 
 def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
     """Validate the dispatcher-specific parts of `group` (common checks already passed)."""
-    source = group.kafka_consumer_task_group
-    cluster = require_cluster(f"{_SOURCE}.cluster", source.cluster, settings.clusters)
-    topic = source.topic.strip()
-    consumer_group = source.consumer_group.strip()
+    source = source_spec(group, settings, bounded_reads=True)
+    cluster, topic, consumer_group = source.cluster, source.topic, source.consumer_group
     if not consumer_group:
         raise InvalidJobGroup(
-            f"{_SOURCE}.consumer_group", source.consumer_group, "required by the dispatcher"
+            f"{_SOURCE}.consumer_group",
+            group.kafka_consumer_task_group.consumer_group,
+            "required by the dispatcher",
         )
     rpc = group.rpc_dispatcher_task_group
     try:
@@ -309,6 +296,7 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
             "deprecated in uForwarder's API; give retry_config.retry_queues",
         )
     dlq = rpc.dlq_topic.strip()
+    check_topic(f"{_RPC}.dlq_topic", dlq)
     _same_cluster(f"{_RPC}.dlq_cluster", rpc.dlq_cluster, cluster, settings)
     for i, q in enumerate(group.retry_config.retry_queues):
         _same_cluster(
@@ -323,6 +311,7 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         resq = resq_config.resq_topic.strip()
         if not resq:
             raise InvalidJobGroup("resq_config.resq_topic", resq_config.resq_topic, "required")
+        check_topic("resq_config.resq_topic", resq)
         if resq in (topic, dlq) or any(t.topic == resq for t in tiers):
             raise InvalidJobGroup(
                 "resq_config.resq_topic", resq, "must differ from the source, DLQ and tiers"
@@ -331,19 +320,10 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         if resq_config.HasField("flow_control"):
             resq_flow = _flow("resq_config.flow_control", resq_config.flow_control)
 
-    start_ms = source_timestamp_ms(group, "start_timestamp")
-    end_ms = source_timestamp_ms(group, "end_timestamp")
-    if start_ms is not None and end_ms is not None and end_ms < start_ms:
-        raise InvalidJobGroup(f"{_SOURCE}.end_timestamp", end_ms, f"is before {start_ms}")
-    ranges = source_offset_ranges(group)
-    if ranges and (start_ms is not None or end_ms is not None):
-        raise InvalidJobGroup(
-            f"{_SOURCE}.partition_offset_ranges", "set", "give either ranges or timestamps"
-        )
     source_kind = Kind.MAIN
     if dlq and topic == dlq:
         source_kind = Kind.DLQ
-        if not ranges and end_ms is None:
+        if not source.bounded:
             raise InvalidJobGroup(
                 f"{_SOURCE}.topic",
                 topic,
@@ -367,30 +347,18 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
     for name in ("channels", "callback_threads"):
         if getattr(dispatch, name) > 64:
             raise InvalidJobGroup(f"extension.dispatch.{name}", getattr(dispatch, name), "<= 64")
-    trigger = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
-    if trigger < 0:
-        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger, "must be > 0")
+    trigger = trigger_seconds(options, DEFAULT_TRIGGER_SECONDS)
     flow = _flow("flow_control", group.flow_control)
     max_records = dispatch.max_records_per_batch or (
         int(flow.messages_per_sec * 10) if flow.messages_per_sec else 0
     )
-    output = options.output
     return DispatchSpec(
         job_group_id=group.job_group_id,
-        cluster=cluster,
-        topic=topic,
-        consumer_group=consumer_group,
+        source=source,
         source_kind=source_kind,
-        processing_delay_ms=_delay(f"{_SOURCE}.processing_delay_ms", source.processing_delay_ms),
-        auto_offset_reset=(
-            "latest"
-            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
-            else "earliest"
+        processing_delay_ms=_delay(
+            f"{_SOURCE}.processing_delay_ms", group.kafka_consumer_task_group.processing_delay_ms
         ),
-        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
-        start_timestamp_ms=start_ms,
-        end_timestamp_ms=end_ms,
-        offset_ranges=ranges,
         uri=rpc.uri.strip(),
         target=target,
         procedure=procedure,
@@ -409,6 +377,5 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         tier_trigger_seconds=max(
             trigger, dispatch.tier_trigger_seconds or DEFAULT_TIER_TRIGGER_SECONDS
         ),
-        stats_path=output.dispatch_stats_path or f"{settings.warehouse}/dispatch_stats",
-        checkpoint_path=output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}",
+        output=output_spec(group, settings, TABLES),
     )

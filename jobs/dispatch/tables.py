@@ -65,7 +65,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.dispatch.spec import DispatchSpec
-from jobs.runtime.delta import DeltaTableSpec
+from jobs.runtime.delta import DeltaTableSpec, located
 
 __all__ = ["DISPATCH_STATS", "STATS_SCHEMA", "locations"]
 
@@ -126,5 +126,5 @@ DISPATCH_STATS = DeltaTableSpec(
 
 
 def locations(spec: DispatchSpec) -> list[tuple[DeltaTableSpec, str]]:
-    """The dispatcher's tables and where the JobGroup puts them."""
-    return [(DISPATCH_STATS, spec.stats_path)]
+    """The dispatcher's table and where the JobGroup puts it."""
+    return located([DISPATCH_STATS], spec.output)

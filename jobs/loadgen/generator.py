@@ -48,7 +48,7 @@ def _now_us() -> int:
 
 
 def state_dir(spec: ProduceSpec) -> str:
-    return f"{spec.checkpoint_path}/loadgen-produce"
+    return f"{spec.output.checkpoint}/loadgen-produce"
 
 
 def produce_config(spark: SparkSession, spec: ProduceSpec, partitions: int, prefix: str) -> object:

@@ -34,7 +34,7 @@ from jobs.loadgen.measure import MeasureBatchWriter
 from jobs.loadgen.plan import default_producer_tasks
 from jobs.loadgen.spec import ConsumeSpec, ProduceSpec
 from jobs.runtime.delta import ensure_tables
-from jobs.runtime.kafka_source import kafka_read_options
+from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
 from jobs.runtime.template import StreamingJob
@@ -68,7 +68,8 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
 
     def check(self) -> None:
         spec = self.spec
-        self.partitions = kafka_admin.partition_count(spec.cluster, spec.topic, spec.source().field)
+        topic = spec.required_topic()
+        self.partitions = kafka_admin.partition_count(spec.cluster, topic.topic, topic.field)
 
     def run(
         self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
@@ -139,13 +140,8 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
 
     def stream(self, spark: SparkSession) -> DataFrame:
         spec = self.spec
-        options = kafka_read_options(
-            spec.cluster,
-            spec.topic,
-            starting_offsets=spec.starting_offsets,
-            read_committed=spec.read_committed,
-            max_offsets_per_trigger=spec.max_offsets_per_trigger(),
-            group_id_prefix=spec.consumer_group,
+        options = source_read_options(
+            spec.source, max_offsets_per_trigger=spec.max_offsets_per_trigger()
         )
         return spark.readStream.format("kafka").options(**options).load()
 
@@ -153,7 +149,7 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
         self._spark = spark
         self._writer = MeasureBatchWriter(self.spec)
         self._writer.recover(spark)
-        tables.warm_up_writes(spark, f"{self.spec.checkpoint_path}/loadgen-warm-up")
+        tables.warm_up_writes(spark, f"{self.spec.output.checkpoint}/loadgen-warm-up")
         return None
 
     def batch_writer(self, spark: SparkSession) -> MeasureBatchWriter:

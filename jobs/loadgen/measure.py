@@ -42,15 +42,15 @@ MAX_BATCH = 2**63 - 1
 
 def consumer_config(spec: ConsumeSpec) -> dict[str, str]:
     """The fold tasks' Java consumer (`range_consumer_config`)."""
-    return range_consumer_config(spec.cluster, read_committed=spec.read_committed)
+    return range_consumer_config(spec.source.cluster, read_committed=spec.source.read_committed)
 
 
 def state_dir(spec: ConsumeSpec) -> str:
-    return f"{spec.checkpoint_path}/loadgen-sequences"
+    return f"{spec.output.checkpoint}/loadgen-sequences"
 
 
 def pending_dir(spec: ConsumeSpec) -> str:
-    return f"{spec.checkpoint_path}/loadgen-pending"
+    return f"{spec.output.checkpoint}/loadgen-pending"
 
 
 @dataclass
@@ -83,16 +83,16 @@ class MeasureBatchWriter:
         if not self.pending.batches:
             return
         if not self.app_id:
-            self.app_id = f"uatu-loadgen-{jvm.query_id(spark, spec.checkpoint_path)}"
+            self.app_id = f"uatu-loadgen-{jvm.query_id(spark, spec.output.checkpoint)}"
         rows = self.pending.table_rows(
-            (spec.job_group_id, spec.cluster.name, spec.topic), spec.window_seconds
+            (spec.job_group_id, spec.source.cluster.name, spec.source.topic), spec.window_seconds
         )
         last = self.pending.last_batch
         if rows:
             append_once(
                 spark.createDataFrame(rows, STATS_SCHEMA),
                 LOADGEN_STATS,
-                spec.stats_path,
+                spec.output.table("loadgen_stats"),
                 self.app_id,
                 last,
             )
@@ -108,7 +108,7 @@ class MeasureBatchWriter:
         spark = batch.sparkSession
         spec = self.spec
         fold = jvm.fold(spark)
-        ranges = fold.RangeFolds.planned(batch._jdf, spec.topic)
+        ranges = fold.RangeFolds.planned(batch._jdf, spec.source.topic)
         if ranges.isEmpty():
             return
         batch_time_ms = time.time_ns() // 1_000_000
@@ -163,13 +163,13 @@ class MeasureBatchWriter:
         still fails after a few tries (a coordinator still loading) is logged, and the next
         batch's commit covers its offsets. Any other failure fails the next batch (or the
         run's end), one batch late."""
-        if not self.spec.consumer_group:
+        if not self.spec.source.consumer_group:
             return
         if self._group_offsets is None:
             self._group_offsets = GroupOffsetCommitter(
-                self.spec.cluster.client_config(),
-                self.spec.consumer_group,
-                self.spec.topic,
+                self.spec.source.cluster.client_config(),
+                self.spec.source.consumer_group,
+                self.spec.source.topic,
             )
             self._committing = ThreadPoolExecutor(1, thread_name_prefix="loadgen-group-commit")
         self._commit_done()
@@ -186,7 +186,7 @@ class MeasureBatchWriter:
         except KafkaException as e:
             if not is_transient(e):
                 raise
-            log.warning("offsets not committed to %s: %s", self.spec.consumer_group, e)
+            log.warning("offsets not committed to %s: %s", self.spec.source.consumer_group, e)
 
     def close(self, spark: SparkSession) -> None:
         """Write what is kept (the query ended or stopped), then let go of the consumer."""

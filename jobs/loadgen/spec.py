@@ -48,11 +48,18 @@ import math
 from dataclasses import dataclass
 
 from uatu.v1 import job_options_pb2
-from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, SourceTopic, check_topic, job_options, require_cluster
+from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
+from core.spec import (
+    OutputSpec,
+    SourceSpec,
+    SourceTopic,
+    output_spec,
+    source_spec,
+    trigger_seconds,
+)
 
 DEFAULT_RECORD_BYTES = 100
 MAX_RECORD_BYTES = 64 << 20  # far above Kafka's default max.message.bytes (1 MiB)
@@ -60,6 +67,7 @@ DEFAULT_LATENESS_SECONDS = 3600
 DEFAULT_EVENT_TIME_FIELD = "ts"
 DEFAULT_TRIGGER_SECONDS = 10
 DEFAULT_WINDOW_SECONDS = 10
+CONSUME_TABLES = ("loadgen_stats",)  # jobs/loadgen/tables.py declares its schema
 
 _OPTIONS = "extension.loadgen"
 
@@ -123,7 +131,7 @@ class ProduceSpec:
     duration_seconds: int  # 0 = no bound
     producer_tasks: int  # 0 = one per executor, at most one per partition
     trigger_interval_seconds: int  # each micro-batch produces this long
-    checkpoint_path: str
+    output: OutputSpec  # the checkpoint only: the records go to the topic
 
     @property
     def query_name(self) -> str:
@@ -133,8 +141,8 @@ class ProduceSpec:
     def bounded(self) -> bool:
         return self.total_records > 0 or self.duration_seconds > 0
 
-    def source(self) -> SourceTopic:
-        # What main.py checks before starting: the topic written to must exist.
+    def required_topic(self) -> SourceTopic:
+        """The topic written to: it must exist before the generator starts."""
         return SourceTopic("kafka_dispatcher_task_group.topic", self.topic, self.cluster.name)
 
     def producer_config(self) -> dict[str, str]:
@@ -158,23 +166,18 @@ class ProduceSpec:
 @dataclass(frozen=True)
 class ConsumeSpec:
     job_group_id: str
-    cluster: ClusterConfig
-    topic: str
-    consumer_group: str
-    starting_offsets: str  # earliest | latest
-    read_committed: bool
+    source: SourceSpec
     max_messages_per_sec: float  # 0 = unlimited
     trigger_interval_seconds: int
     window_seconds: int
-    stats_path: str
-    checkpoint_path: str
+    output: OutputSpec
 
     @property
     def query_name(self) -> str:
         return f"loadgen-consume-{self.job_group_id}"
 
-    def source(self) -> SourceTopic:
-        return SourceTopic("kafka_consumer_task_group.topic", self.topic, self.cluster.name)
+    def required_topic(self) -> SourceTopic:
+        return self.source.topic_ref()
 
     def max_offsets_per_trigger(self) -> int | None:
         if self.max_messages_per_sec <= 0:
@@ -279,17 +282,6 @@ def record_shape(options: job_options_pb2.LoadGenOptions) -> RecordShape:
     )
 
 
-def _trigger_seconds(options: job_options_pb2.JobOptions) -> int:
-    seconds = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
-    if seconds < 0:
-        raise InvalidJobGroup("extension.trigger.interval_seconds", seconds, "must be > 0")
-    return seconds
-
-
-def _checkpoint(group: JobGroup, options: job_options_pb2.JobOptions, settings: Settings) -> str:
-    return options.output.checkpoint_path or f"{settings.checkpoints}/{group.job_group_id}"
-
-
 def produce_spec(group: JobGroup, settings: Settings) -> ProduceSpec:
     """Validate a LOAD_GEN_PRODUCE JobGroup (common checks already passed)."""
     dispatcher = group.kafka_dispatcher_task_group
@@ -318,41 +310,23 @@ def produce_spec(group: JobGroup, settings: Settings) -> ProduceSpec:
         total_records=loadgen.total_records,
         duration_seconds=loadgen.duration_seconds,
         producer_tasks=loadgen.producer_tasks,
-        trigger_interval_seconds=_trigger_seconds(options),
-        checkpoint_path=_checkpoint(group, options, settings),
+        trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
+        output=output_spec(group, settings),
     )
 
 
 def consume_spec(group: JobGroup, settings: Settings) -> ConsumeSpec:
     """Validate a LOAD_GEN_CONSUME JobGroup (common checks already passed)."""
-    source = group.kafka_consumer_task_group
-    cluster = require_cluster(
-        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
-    )
-    if source.HasField("partition_offset_ranges") or source.HasField("end_timestamp"):
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.partition_offset_ranges/end_timestamp",
-            "set",
-            "not supported by LOAD_GEN_CONSUME; use --once for a bounded run",
-        )
+    source = source_spec(group, settings, bounded_reads=False)
     options = job_options(group)
     window = options.loadgen.stats_window_seconds or DEFAULT_WINDOW_SECONDS
     if window < 0:
         raise InvalidJobGroup(f"{_OPTIONS}.stats_window_seconds", window, "must be > 0")
     return ConsumeSpec(
         job_group_id=group.job_group_id,
-        cluster=cluster,
-        topic=source.topic,
-        consumer_group=source.consumer_group,
-        starting_offsets=(
-            "latest"
-            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
-            else "earliest"
-        ),
-        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
+        source=source,
         max_messages_per_sec=group.flow_control.messages_per_sec,
-        trigger_interval_seconds=_trigger_seconds(options),
+        trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
         window_seconds=window,
-        stats_path=options.output.loadgen_stats_path or f"{settings.warehouse}/loadgen_stats",
-        checkpoint_path=_checkpoint(group, options, settings),
+        output=output_spec(group, settings, CONSUME_TABLES),
     )

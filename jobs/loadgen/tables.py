@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.loadgen.spec import ConsumeSpec
-from jobs.runtime.delta import DeltaTableSpec
+from jobs.runtime.delta import DeltaTableSpec, located
 
 MISSING_RANGE = StructType(
     [StructField("from_seq", LongType(), True), StructField("until_seq", LongType(), True)]
@@ -114,7 +114,7 @@ STATS_SCHEMA = LOADGEN_STATS.schema
 
 def locations(spec: ConsumeSpec) -> list[tuple[DeltaTableSpec, str]]:
     """LOAD_GEN_CONSUME's table and where the JobGroup puts it."""
-    return [(LOADGEN_STATS, spec.stats_path)]
+    return located([LOADGEN_STATS], spec.output)
 
 
 def warm_up_writes(spark: SparkSession, scratch_path: str) -> None:

@@ -162,12 +162,12 @@ def start_positions(
     watermarks = source_watermarks(spec, plan.source_partitions)
     planned = resolved_starts(plan.starting_offsets, watermarks)
     logged_start = plog.start()
-    earlier = committed_offsets(spark, spec.checkpoint_path)
+    earlier = committed_offsets(spark, spec.output.checkpoint)
     positions = progress_log.resume_offsets(
         plan.source_partitions,
         last,
         logged_start,
-        end_offsets(earlier, spec.source_topic) if earlier else None,
+        end_offsets(earlier, spec.source.topic) if earlier else None,
         planned,
         {p: low for p, (low, _) in watermarks.items()},
     )
@@ -188,7 +188,7 @@ def run_low_latency(
 ) -> int:
     """Copy until stopped (stop file, SIGTERM, CANCEL) -> EXIT_OK, or until an epoch fails ->
     EXIT_FAILED. `stats` records each stats batch; its app id becomes the log's."""
-    plog = ProgressLog(spark, spec.checkpoint_path)
+    plog = ProgressLog(spark, spec.output.checkpoint)
     stats.app_id = f"uatu-replication-continuous-{plog.app_id()}"
     last = plog.last()
     if last is not None and not last.committed:
@@ -198,7 +198,7 @@ def run_low_latency(
     batches = StatsBatches(plog, stats, 0 if last is None else last.batch_id + 1)
     heartbeater = None
     if reporting is not None:
-        committed = progress_record(spec.query_name, spec.source_topic, positions, positions, 1)
+        committed = progress_record(spec.query_name, spec.source.topic, positions, positions, 1)
         heartbeater = reporting.start_fed(spark, spec.query_name, committed)
     layout = epoch_layout(
         spark.sparkContext.defaultParallelism, (spark.sparkContext.master or "").startswith("local")
@@ -217,8 +217,8 @@ def run_low_latency(
                 copy.start()
                 log.info(
                     "low-latency copy of %s/%s -> %s/%s from %s: epochs of %d s, %d task(s), %s",
-                    spec.source_cluster.name,
-                    spec.source_topic,
+                    spec.source.cluster.name,
+                    spec.source.topic,
                     spec.destination_cluster.name,
                     spec.destination_topic,
                     positions,
@@ -279,7 +279,7 @@ def _copy_until_done(
         if heartbeater is not None and ranges:
             seconds = (epochs[-1].endedMs() - epochs[0].startedMs()) / 1000
             heartbeater.listener.record(
-                progress_record(spec.query_name, spec.source_topic, before, positions, seconds)
+                progress_record(spec.query_name, spec.source.topic, before, positions, seconds)
             )
         copied = sum(r.until_offset - r.from_offset for r in ranges.values())
         if copied:
@@ -305,7 +305,7 @@ def _copy_until_done(
             take(epochs)
         if not copy.running:
             take(copy.drain())
-            log.error("the low-latency copy of %s failed: %s", spec.source_topic, copy.failure)
+            log.error("the low-latency copy of %s failed: %s", spec.source.topic, copy.failure)
             return EXIT_FAILED
         reason = stop.reason()
         if reason is not None:
@@ -314,10 +314,10 @@ def _copy_until_done(
         if time.monotonic() - checked > spec.epoch_seconds:
             checked = time.monotonic()
             field_name = "kafka_consumer_task_group.topic"
-            count = partition_count(spec.source_cluster, spec.source_topic, field_name)
+            count = partition_count(spec.source.cluster, spec.source.topic, field_name)
             new = set(range(count)) - set(plan.source_partitions)
             if new:
-                log.info("source %s has new partitions %s", spec.source_topic, sorted(new))
+                log.info("source %s has new partitions %s", spec.source.topic, sorted(new))
                 if not finish("new source partitions"):
                     return EXIT_FAILED
                 return cover_new_partitions(spec, plan, new)

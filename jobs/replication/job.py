@@ -53,7 +53,7 @@ from jobs.replication.writer import (
 )
 from jobs.runtime import source_failure
 from jobs.runtime.delta import any_table_exists, ensure_tables
-from jobs.runtime.kafka_source import kafka_read_options, range_consumer_config
+from jobs.runtime.kafka_source import range_consumer_config, source_read_options
 from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
 from jobs.runtime.runner import QuerySettings, streaming_query_id
 from jobs.runtime.tables import data_loss_path
@@ -78,8 +78,8 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
         name, version = spec.encoded_format
         extra = ((ENCODED_FORMAT, name), (ENCODED_SCHEMA_VERSION, str(version)))
     return DestinationConfig(
-        source_cluster=spec.source_cluster.name,
-        source_topic=spec.source_topic,
+        source_cluster=spec.source.cluster.name,
+        source_topic=spec.source.topic,
         destination_cluster=spec.destination_cluster.name,
         topic=spec.destination_topic,
         producer_config=spec.producer_config(),
@@ -90,7 +90,7 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
             "enable.auto.commit": "false",
         },
         source_consumer_config=range_consumer_config(
-            spec.source_cluster, read_committed=spec.read_committed
+            spec.source.cluster, read_committed=spec.source.read_committed
         ),
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
@@ -102,18 +102,15 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
 
 
 def build_stream(spark: SparkSession, spec: ReplicationSpec, plan: ReplicationPlan) -> DataFrame:
-    options = kafka_read_options(
-        spec.source_cluster,
-        spec.source_topic,
-        starting_offsets=plan.spark_starting_offsets(spec.source_topic),
-        read_committed=spec.read_committed,
+    options = source_read_options(
+        spec.source,
+        starting_offsets=plan.spark_starting_offsets(spec.source.topic),
         max_offsets_per_trigger=plan.max_offsets_per_trigger,
-        group_id_prefix=spec.consumer_group,
         include_headers=True,
     )
-    if spec.offset_ranges:
+    if spec.source.offset_ranges:
         del options["subscribe"]
-        options["assign"] = plan.spark_assign(spec.source_topic)
+        options["assign"] = plan.spark_assign(spec.source.topic)
     return spark.readStream.format("kafka").options(**options).load()
 
 
@@ -132,9 +129,9 @@ class ReplicationBatchWriter:
         spec = self.stats.spec
         if not self.stats.app_id:
             self.stats.app_id = (
-                f"uatu-replication-{streaming_query_id(spark, spec.checkpoint_path)}"
+                f"uatu-replication-{streaming_query_id(spark, spec.output.checkpoint)}"
             )
-        planned = planned_ranges(batch, spec.source_topic)
+        planned = planned_ranges(batch, spec.source.topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
         self._cover_new_partitions(ranges)
         if not ranges:  # an idle topic, or a bounded copy past its ends
@@ -243,22 +240,22 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         creating.shutdown(wait=False)
 
     def copy_complete(self, progress: Mapping) -> bool:
-        return self.plan.is_done(end_offsets(progress, self.spec.source_topic))
+        return self.plan.is_done(end_offsets(progress, self.spec.source.topic))
 
     def before_query(self, spark: SparkSession) -> int | None:
         spec = self.spec
-        already = committed_offsets(spark, spec.checkpoint_path)
+        already = committed_offsets(spark, spec.output.checkpoint)
         if already is not None and self.copy_complete(already):
             log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
             return 0
         log.info(
             "replicating %s/%s -> %s/%s (acks=%s), stats in %s",
-            spec.source_cluster.name,
-            spec.source_topic,
+            spec.source.cluster.name,
+            spec.source.topic,
             spec.destination_cluster.name,
             spec.destination_topic,
             "all" if spec.acks_all else "1",
-            spec.stats_path,
+            spec.output.table("replication_stats"),
         )
         return None
 
@@ -306,14 +303,14 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return source_failure.explain(
             spark,
             job_group_id=spec.job_group_id,
-            checkpoint=spec.checkpoint_path,
-            cluster=spec.source_cluster,
-            topic=spec.source_topic,
-            loss_table=data_loss_path(spec.stats_path),
+            checkpoint=spec.output.checkpoint,
+            cluster=spec.source.cluster,
+            topic=spec.source.topic,
+            loss_table=data_loss_path(spec.output.table("replication_stats")),
             # The low-latency copy keeps its progress in its own log, not in Spark's
             # checkpoint; a lost range is counted from the last logged batch's end.
             resumes_at=(
-                logged_positions(spark, spec.checkpoint_path) if self._low_latency_run else None
+                logged_positions(spark, spec.output.checkpoint) if self._low_latency_run else None
             ),
         )
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
-from core.kafka_admin import create_partitions, create_topic, partition_count
+from core.kafka_admin import cluster_id, create_partitions, create_topic, partition_count
 from jobs.replication.spec import ReplicationSpec
 
 log = logging.getLogger("uatu.replication")
@@ -108,14 +108,14 @@ def build_plan(
             "PARTITION_MAPPING_MODULO (partition N goes to N % "
             f"{destination_count})",
         )
-    ranges = {r.partition: r for r in spec.offset_ranges}
-    for i, r in enumerate(spec.offset_ranges):
+    ranges = {r.partition: r for r in spec.source.offset_ranges}
+    for i, r in enumerate(spec.source.offset_ranges):
         if r.partition >= source_count:
             raise InvalidJobGroup(
                 "kafka_consumer_task_group.partition_offset_ranges."
                 f"partition_offset_range[{i}].partition",
                 r.partition,
-                f"topic {spec.source_topic!r} has {source_count} partitions",
+                f"topic {spec.source.topic!r} has {source_count} partitions",
             )
     partitions = tuple(sorted(ranges)) if ranges else tuple(range(source_count))
 
@@ -125,7 +125,7 @@ def build_plan(
         # No record at or after the start time yet: start at the end, copy what comes.
         starts = {p: (o if o >= 0 else LATEST) for p, o in starts_by_time.items()}
     else:
-        default = LATEST if spec.auto_offset_reset == "latest" else EARLIEST
+        default = LATEST if spec.source.starting_offsets == "latest" else EARLIEST
         starts = dict.fromkeys(partitions, default)
 
     ends: dict[int, int] | None = None
@@ -151,24 +151,37 @@ def build_plan(
     )
 
 
+def refuse_copy_onto_itself(spec: ReplicationSpec) -> None:
+    """Two cluster names (or addresses) may reach the same brokers: the spec's check compares
+    names and addresses, this one asks the brokers for their cluster id."""
+    if spec.destination_topic != spec.source.topic:
+        return
+    if cluster_id(spec.source.cluster) == cluster_id(spec.destination_cluster):
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.cluster",
+            spec.destination_cluster.name,
+            f"reaches the same Kafka cluster as {spec.source.cluster.name!r} and the topic is "
+            "the source topic: a topic cannot be replicated onto itself",
+        )
+
+
 def preflight(spec: ReplicationSpec) -> ReplicationPlan:
     """Check both clusters and resolve the plan; creates the destination topic if allowed."""
-    source_count = partition_count(
-        spec.source_cluster, spec.source_topic, "kafka_consumer_task_group.topic"
-    )
+    source_count = partition_count(spec.source.cluster, spec.source.topic, spec.source.field)
+    refuse_copy_onto_itself(spec)
     destination_count = _destination_partitions(spec, source_count)
     partitions = list(range(source_count))
-    consumer = _consumer(spec.source_cluster, spec.read_committed)
+    consumer = _consumer(spec.source.cluster, spec.source.read_committed)
     try:
         starts = ends = None
-        if spec.start_timestamp_ms is not None:
-            starts = _offsets_for_time(consumer, spec, partitions, spec.start_timestamp_ms)
-        if spec.end_timestamp_ms is not None:
-            ends = _offsets_for_time(consumer, spec, partitions, spec.end_timestamp_ms)
+        if spec.source.start_timestamp_ms is not None:
+            starts = _offsets_for_time(consumer, spec, partitions, spec.source.start_timestamp_ms)
+        if spec.source.end_timestamp_ms is not None:
+            ends = _offsets_for_time(consumer, spec, partitions, spec.source.end_timestamp_ms)
         watermarks = _high_watermarks(consumer, spec, partitions)
         mean_bytes = None
         if spec.max_bytes_per_sec > 0:
-            mean_bytes = _mean_record_bytes(consumer, spec.source_topic, watermarks)
+            mean_bytes = _mean_record_bytes(consumer, spec.source.topic, watermarks)
     finally:
         consumer.close()
     plan = build_plan(
@@ -218,7 +231,7 @@ def cover_new_partitions(
     if not plan.modulo and count < needed:
         log.info(
             "source %s grew to %d partitions: growing %s/%s from %d",
-            spec.source_topic,
+            spec.source.topic,
             needed,
             spec.destination_cluster.name,
             spec.destination_topic,
@@ -236,7 +249,7 @@ def cover_new_partitions(
     log.info(
         "new source partitions %s of %s: copied to %s",
         sorted(partitions),
-        spec.source_topic,
+        spec.source.topic,
         {p: grown.destination_partition(p) for p in sorted(partitions)},
     )
     return grown
@@ -273,12 +286,12 @@ def source_watermarks(
 ) -> dict[int, tuple[int, int]]:
     """(low, high) watermark of each source partition; ClusterUnreachable if the source does
     not answer."""
-    consumer = _consumer(spec.source_cluster, spec.read_committed)
+    consumer = _consumer(spec.source.cluster, spec.source.read_committed)
     try:
-        tps = [TopicPartition(spec.source_topic, p) for p in partitions]
+        tps = [TopicPartition(spec.source.topic, p) for p in partitions]
         return {tp.partition: consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S) for tp in tps}
     except KafkaException as e:
-        cluster = spec.source_cluster
+        cluster = spec.source.cluster
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
     finally:
         consumer.close()
@@ -299,11 +312,11 @@ def _consumer(cluster: ClusterConfig, read_committed: bool) -> Consumer:
 def _offsets_for_time(
     consumer: Consumer, spec: ReplicationSpec, partitions: Sequence[int], ts_ms: int
 ) -> dict[int, int]:
-    query = [TopicPartition(spec.source_topic, p, ts_ms) for p in partitions]
+    query = [TopicPartition(spec.source.topic, p, ts_ms) for p in partitions]
     try:
         found = consumer.offsets_for_times(query, timeout=_TIMEOUT_S)
     except KafkaException as e:
-        cluster = spec.source_cluster
+        cluster = spec.source.cluster
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
     return {tp.partition: tp.offset for tp in found}
 
@@ -315,10 +328,10 @@ def _high_watermarks(
     for p in partitions:
         try:
             _low, high = consumer.get_watermark_offsets(
-                TopicPartition(spec.source_topic, p), timeout=_TIMEOUT_S
+                TopicPartition(spec.source.topic, p), timeout=_TIMEOUT_S
             )
         except KafkaException as e:
-            cluster = spec.source_cluster
+            cluster = spec.source.cluster
             raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
         marks[p] = high
     return marks

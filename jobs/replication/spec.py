@@ -41,18 +41,17 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import (
-    JobGroup,
-    OffsetRange,
+from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
+from core.spec import (
+    OutputSpec,
+    SourceSpec,
     SourceTopic,
-    check_topic,
-    job_options,
-    require_cluster,
-    source_offset_ranges,
-    source_timestamp_ms,
+    output_spec,
+    source_spec,
+    trigger_seconds,
 )
-from core.storage import checkpoint_location, table_location
 
+TABLES = ("replication_stats", "replication_audit")  # jobs/replication/tables.py: schemas
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
 DEFAULT_EPOCH_SECONDS = 10
@@ -61,14 +60,9 @@ DEFAULT_EPOCH_SECONDS = 10
 @dataclass(frozen=True)
 class ReplicationSpec:
     job_group_id: str
-    source_cluster: ClusterConfig
-    source_topic: str
-    consumer_group: str
-    auto_offset_reset: str  # earliest | latest: where a partition without a range starts
-    read_committed: bool
-    start_timestamp_ms: int | None
-    end_timestamp_ms: int | None
-    offset_ranges: tuple[OffsetRange, ...]  # empty: every partition
+    # Where a partition without a range starts: source.starting_offsets. A bounded copy
+    # reads source.offset_ranges, or source.start/end_timestamp_ms resolved by the preflight.
+    source: SourceSpec
     continuous: bool
     # The low-latency copy (jobs/replication/continuous.py) instead of micro-batches, with
     # epochs of epoch_seconds; a continuous copy only.
@@ -84,18 +78,14 @@ class ReplicationSpec:
     max_bytes_per_sec: float  # 0 = unlimited
     trigger_interval_seconds: int
     audit_interval_seconds: int
-    stats_path: str
-    audit_path: str
-    checkpoint_path: str
+    output: OutputSpec
 
     @property
     def query_name(self) -> str:
         return f"replication-{self.job_group_id}"
 
-    def source(self) -> SourceTopic:
-        return SourceTopic(
-            "kafka_consumer_task_group.topic", self.source_topic, self.source_cluster.name
-        )
+    def required_topic(self) -> SourceTopic:
+        return self.source.topic_ref()
 
     def producer_config(self) -> dict[str, str]:
         """Java Kafka client settings of the destination producer (the JVM sink's).
@@ -170,10 +160,7 @@ def replication_spec_now(group: JobGroup, settings: Settings) -> ReplicationSpec
 
 def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> ReplicationSpec:
     """Validate the replication-specific parts of `group` (common checks already passed)."""
-    source = group.kafka_consumer_task_group
-    source_cluster = require_cluster(
-        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
-    )
+    source = source_spec(group, settings, bounded_reads=True)
     dispatcher = group.kafka_dispatcher_task_group
     destination_cluster = require_cluster(
         "kafka_dispatcher_task_group.cluster", dispatcher.cluster, settings.clusters
@@ -183,8 +170,8 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
     destination_topic = dispatcher.topic.strip() or source.topic
     check_topic("kafka_dispatcher_task_group.topic", destination_topic)
     same_cluster = (
-        source_cluster.name == destination_cluster.name
-        or source_cluster.bootstrap_servers == destination_cluster.bootstrap_servers
+        source.cluster.name == destination_cluster.name
+        or source.cluster.bootstrap_servers == destination_cluster.bootstrap_servers
     )
     if same_cluster and destination_topic == source.topic:
         raise InvalidJobGroup(
@@ -193,35 +180,17 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
             f"is the source topic on the same cluster ({destination_cluster.name}); "
             "a topic cannot be replicated onto itself",
         )
-
-    start_ms = source_timestamp_ms(group, "start_timestamp")
-    end_ms = source_timestamp_ms(group, "end_timestamp")
-    if start_ms is not None and end_ms is not None and end_ms < start_ms:
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.end_timestamp",
-            end_ms,
-            f"is before start_timestamp {start_ms}",
-        )
+    end_ms = source.end_timestamp_ms
     if end_ms is not None and end_ms > now_ms:
         raise InvalidJobGroup(
             "kafka_consumer_task_group.end_timestamp",
             end_ms,
             f"is in the future (now {now_ms}); a bounded copy needs an end that has passed",
         )
-    ranges = source_offset_ranges(group)
-    if ranges and (start_ms is not None or end_ms is not None):
-        raise InvalidJobGroup(
-            "kafka_consumer_task_group.partition_offset_ranges",
-            "set",
-            "give either offset ranges or start/end timestamps, not both",
-        )
-    continuous = _is_continuous(group, has_end=bool(ranges) or end_ms is not None)
+    continuous = _is_continuous(group, has_end=source.bounded)
 
     options = job_options(group)
     replication = options.replication
-    trigger_seconds = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
-    if trigger_seconds < 0:
-        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger_seconds, "must be > 0")
     audit_seconds = replication.audit_interval_seconds or DEFAULT_AUDIT_INTERVAL_SECONDS
     if audit_seconds < 0:
         raise InvalidJobGroup(
@@ -233,21 +202,9 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         info = dispatcher.encoded_format_info
         encoded = (job_pb2.EncodedFormatType.Name(info.encoded_format_type), info.schema_version)
 
-    output = options.output
     return ReplicationSpec(
         job_group_id=group.job_group_id,
-        source_cluster=source_cluster,
-        source_topic=source.topic,
-        consumer_group=source.consumer_group,
-        auto_offset_reset=(
-            "latest"
-            if source.auto_offset_reset_policy == job_pb2.AUTO_OFFSET_RESET_POLICY_LATEST
-            else "earliest"
-        ),
-        read_committed=source.isolation_level == job_pb2.ISOLATION_LEVEL_READ_COMMITTED,
-        start_timestamp_ms=start_ms,
-        end_timestamp_ms=end_ms,
-        offset_ranges=ranges,
+        source=source,
         continuous=continuous,
         low_latency=low_latency,
         epoch_seconds=epoch_seconds,
@@ -259,24 +216,7 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         modulo_partitions=replication.partition_mapping == job_options_pb2.PARTITION_MAPPING_MODULO,
         max_messages_per_sec=group.flow_control.messages_per_sec,
         max_bytes_per_sec=group.flow_control.bytes_per_sec,
-        trigger_interval_seconds=trigger_seconds,
+        trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
         audit_interval_seconds=audit_seconds,
-        stats_path=table_location(
-            "extension.output.replication_stats_path",
-            output.replication_stats_path,
-            settings.warehouse,
-            "replication_stats",
-        ),
-        audit_path=table_location(
-            "extension.output.replication_audit_path",
-            output.replication_audit_path,
-            settings.warehouse,
-            "replication_audit",
-        ),
-        checkpoint_path=checkpoint_location(
-            "extension.output.checkpoint_path",
-            output.checkpoint_path,
-            settings.checkpoints,
-            group.job_group_id,
-        ),
+        output=output_spec(group, settings, TABLES),
     )

@@ -45,8 +45,8 @@ class StatsWriter:
         spec = self.spec
         return {
             "job_group_id": spec.job_group_id,
-            "source_cluster": spec.source_cluster.name,
-            "source_topic": spec.source_topic,
+            "source_cluster": spec.source.cluster.name,
+            "source_topic": spec.source.topic,
             "destination_cluster": spec.destination_cluster.name,
             "destination_topic": spec.destination_topic,
         }
@@ -64,14 +64,20 @@ class StatsWriter:
             append_once,
             audit,
             tables.REPLICATION_AUDIT,
-            self.spec.audit_path,
+            self.spec.output.table("replication_audit"),
             self.app_id,
             batch_id,
         )
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         ).localCheckpoint()
-        append_once(stats, tables.REPLICATION_STATS, self.spec.stats_path, self.app_id, batch_id)
+        append_once(
+            stats,
+            tables.REPLICATION_STATS,
+            self.spec.output.table("replication_stats"),
+            self.app_id,
+            batch_id,
+        )
         audit_appended.result()  # the batch is done only when both are written
         if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
             metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
@@ -93,12 +99,12 @@ class StatsWriter:
 
     def _commit_group_offsets(self, next_offsets: Mapping[int, int]) -> None:
         """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
-        if not self.spec.consumer_group:
+        if not self.spec.source.consumer_group:
             return
         if self._group_offsets is None:
             self._group_offsets = GroupOffsetCommitter(
-                self.spec.source_cluster.client_config(),
-                self.spec.consumer_group,
-                self.spec.source_topic,
+                self.spec.source.cluster.client_config(),
+                self.spec.source.consumer_group,
+                self.spec.source.topic,
             )
         self._group_offsets.commit(next_offsets)

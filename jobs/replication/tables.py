@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.replication.spec import ReplicationSpec
-from jobs.runtime.delta import DeltaTableSpec
+from jobs.runtime.delta import DeltaTableSpec, located
 
 LABELS = (
     "job_group_id",
@@ -109,4 +109,4 @@ REPLICATION_AUDIT = DeltaTableSpec(
 
 def locations(spec: ReplicationSpec) -> list[tuple[DeltaTableSpec, str]]:
     """The replication job's tables and where the JobGroup puts them."""
-    return [(REPLICATION_STATS, spec.stats_path), (REPLICATION_AUDIT, spec.audit_path)]
+    return located([REPLICATION_STATS, REPLICATION_AUDIT], spec.output)

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from core.errors import TableSchemaMismatch
+from core.spec import OutputSpec
 
 log = logging.getLogger("uatu.delta")
 
@@ -222,6 +223,14 @@ def _delete_log(spark: SparkSession, path: str) -> None:
     fs, log_dir = _log_dir(spark, path)
     log.warning("removing %s: a Delta log without a commit (its creation was cut short)", log_dir)
     fs.delete(log_dir, True)
+
+
+def located(
+    tables: Iterable[DeltaTableSpec], output: OutputSpec
+) -> list[tuple[DeltaTableSpec, str]]:
+    """Each of `tables` that the job's OutputSpec places, with its location (by table name):
+    the one way from a declared schema to where it lives."""
+    return [(table, output.tables[table.name]) for table in tables if table.name in output.tables]
 
 
 def ensure_tables(spark: SparkSession, located: Iterable[tuple[DeltaTableSpec, str]]) -> None:

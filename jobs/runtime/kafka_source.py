@@ -4,6 +4,7 @@ ranges themselves, built from plain values (pure, unit-tested)."""
 from __future__ import annotations
 
 from core.config import ClusterConfig
+from core.spec import SourceSpec
 
 # Bigger fetches than the Java client's defaults (500 records a poll, 1 MiB a partition): with
 # them Spark's source read a backlog of 1M 200-byte records in a quarter of the time. The
@@ -51,6 +52,27 @@ def kafka_read_options(
     if group_id_prefix:
         options["groupIdPrefix"] = group_id_prefix
     return options
+
+
+def source_read_options(
+    source: SourceSpec,
+    *,
+    starting_offsets: str | None = None,
+    max_offsets_per_trigger: int | None = None,
+    include_headers: bool = False,
+) -> dict[str, str]:
+    """`kafka_read_options` of a job's SourceSpec: its cluster, topic, isolation level and
+    consumer group, starting where the spec says unless `starting_offsets` (Spark's JSON of
+    per-partition offsets, for a job that plans its own start) is given."""
+    return kafka_read_options(
+        source.cluster,
+        source.topic,
+        starting_offsets=starting_offsets or source.starting_offsets,
+        read_committed=source.read_committed,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        group_id_prefix=source.consumer_group,
+        include_headers=include_headers,
+    )
 
 
 def range_consumer_config(cluster: ClusterConfig, *, read_committed: bool) -> dict[str, str]:

@@ -23,26 +23,24 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
 from core.errors import EXIT_FAILED, UatuError
+from core.spec import JobSpec
 from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import BatchWriter, QuerySettings, run_query
 from jobs.runtime.session import build_session
 
-if TYPE_CHECKING:
-    from jobs.registry import JobSpec
-
 log = logging.getLogger("uatu.template")
 
 # Set by spark-submit.sh (epoch seconds) so the start-up line can count from the launch.
 LAUNCHED_AT = "UATU_LAUNCHED_AT"
 
-S = TypeVar("S", bound="JobSpec")
+S = TypeVar("S", bound=JobSpec)
 
 
 class StreamingJob(ABC, Generic[S]):
@@ -90,7 +88,7 @@ class StreamingJob(ABC, Generic[S]):
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         return QuerySettings(
             name=self.spec.query_name,
-            checkpoint=self.spec.checkpoint_path,
+            checkpoint=self.spec.output.checkpoint,
             once=once,
             trigger_interval_seconds=self.spec.trigger_interval_seconds,
             stop_file=stop_file,

@@ -176,7 +176,7 @@ groups = [
 ]
 for data in groups:
     job_type, spec = registry.validate(json_format.ParseDict(data, JobGroup()), settings)
-    print(job_type.name, spec.source().topic)
+    print(job_type.name, spec.required_topic().topic)
 assert not any(m == "pyspark" or m.startswith("pyspark.") for m in sys.modules if sys.modules[m])
 """
 

@@ -96,13 +96,13 @@ def test_audit_spec_defaults_and_flow_control():
     assert spec.event_time.source == "kafka_timestamp"
     assert spec.dedupe_key.source == "key_and_value"
     assert spec.hll_lg_config_k == 12
-    assert spec.starting_offsets == "latest"
+    assert spec.source.starting_offsets == "latest"
     assert spec.audited_cluster == "secure"
     assert spec.audited_topic == "orders-logical"
     assert spec.trigger_interval_seconds == 10
     assert spec.max_offsets_per_trigger() == 2505  # 250.5 records/s x 10 s
-    assert spec.audit_counts_path == "/wh/audit_counts"
-    assert spec.checkpoint_path == "/ck/g1"
+    assert spec.output.table("audit_counts") == "/wh/audit_counts"
+    assert spec.output.checkpoint == "/ck/g1"
     assert not spec.has_exact_audit
 
 

@@ -12,6 +12,7 @@ from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup
 from jobs import main as job_main
 from testing.conf import write_conf_dir
+from testing.jobgroups import minimal_group
 
 VALID = {
     "jobGroupId": "orders-audit",
@@ -247,6 +248,84 @@ HOSTILE = [
         id="topic-length",
     ),
     pytest.param("[" * 100_000 + "]" * 100_000, "nested too deep", id="deep-json"),
+    # protobuf's JSON parser takes true as 1 and any float as its integer part.
+    pytest.param(with_change(["type"], True), "type=True: not a value of JobType", id="enum-true"),
+    pytest.param(with_change(["type"], 2.0), "type=2.0: not a value of JobType", id="enum-float"),
+    pytest.param(with_change(["type"], "2"), "type='2': not a value of JobType", id="enum-text"),
+    pytest.param(
+        with_change(
+            ["kafkaConsumerTaskGroup", "auditMetadata", "auditConfigs"],
+            [{"auditType": 1.0, "auditIntervalInSeconds": 60}],
+        ),
+        "audit_configs[0].audit_type=1.0: not a value of AuditType",
+        id="nested-enum-float",
+    ),
+    pytest.param(
+        with_change(
+            ["extension"],
+            {
+                "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                "audit": {"eventTime": {"source": False}},
+            },
+        ),
+        "extension.audit.event_time.source=False",
+        id="enum-in-extension",
+    ),
+    # The JVM reads max_inflight_messages as an int: 4294967328 would become 32.
+    pytest.param(
+        with_change(["flowControl"], {"maxInflightMessages": 4294967328}),
+        "flow_control.max_inflight_messages=4294967328.0: must be 0 to 2.14748e+09",
+        id="inflight-over-int",
+    ),
+    pytest.param(
+        minimal_group(
+            "dispatch",
+            "d",
+            None,
+            retryConfig={
+                "retryEnabled": True,
+                "retryQueues": [{"retryQueueTopic": "retry one", "processingDelayMs": 10}],
+            },
+        ),
+        "retry_config.retry_queues[0].retry_queue_topic='retry one': not a Kafka topic name",
+        id="retry-topic-name",
+    ),
+    pytest.param(
+        minimal_group("dispatch", "d", None, rpcDispatcherTaskGroup={"dlqTopic": ".."}),
+        "rpc_dispatcher_task_group.dlq_topic='..': not a Kafka topic name",
+        id="dlq-topic-dotdot",
+    ),
+    pytest.param(
+        minimal_group(
+            "dispatch", "d", None, resqConfig={"resqEnabled": True, "resqTopic": "re/sq"}
+        ),
+        "resq_config.resq_topic='re/sq': not a Kafka topic name",
+        id="resq-topic-name",
+    ),
+    pytest.param(
+        minimal_group(
+            "dispatch",
+            "d",
+            None,
+            resqConfig={
+                "resqEnabled": True,
+                "resqTopic": "resq",
+                "flowControl": {"maxInflightMessages": 1e12},
+            },
+        ),
+        "resq_config.flow_control.max_inflight_messages=1000000000000.0",
+        id="resq-inflight",
+    ),
+    pytest.param(
+        minimal_group("replication", "r", None, kafkaDispatcherTaskGroup={"topic": "."}),
+        "kafka_dispatcher_task_group.topic='.': not a Kafka topic name",
+        id="destination-topic-dot",
+    ),
+    pytest.param(
+        minimal_group("loadgen-produce", "p", None, kafkaDispatcherTaskGroup={"topic": ".."}),
+        "kafka_dispatcher_task_group.topic='..': not a Kafka topic name",
+        id="produce-topic-dotdot",
+    ),
 ]
 
 
@@ -277,7 +356,7 @@ def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(tmp_pat
 
 PATHS_REFUSED = [
     pytest.param({"auditCountsPath": "/etc"}, "audit_counts_path='/etc': must be under", id="etc"),
-    pytest.param({"auditKeysPath": "../../x"}, "audit_keys_path='../../x'", id="dotdot"),
+    pytest.param({"auditCountsPath": "../../x"}, "audit_counts_path='../../x'", id="dotdot"),
     pytest.param({"auditCountsPath": "file:///etc/x"}, "must be under", id="file-uri"),
     pytest.param({"auditCountsPath": "hdfs://any-host/wh"}, "must be under", id="other-host"),
     pytest.param({"auditCountsPath": "ftp://h/x"}, "scheme 'ftp' is not one of", id="scheme"),
@@ -302,13 +381,11 @@ def test_output_paths_under_the_roots_are_kept_normalised(tmp_path, conf_dir):
     settings = load_settings(conf_dir)
     group = options(
         auditCountsPath="team-a/./audit_counts",
-        auditKeysPath=f"{settings.warehouse}/team-a/keys",
         checkpointPath=f"{settings.checkpoints}/orders-audit/v2",
     )
     _, spec = registry.validate(parse(group), settings)
-    assert spec.audit_counts_path == f"{settings.warehouse}/team-a/audit_counts"
-    assert spec.audit_keys_path == f"{settings.warehouse}/team-a/keys"
-    assert spec.checkpoint_path == f"{settings.checkpoints}/orders-audit/v2"
+    assert spec.output.table("audit_counts") == f"{settings.warehouse}/team-a/audit_counts"
+    assert spec.output.checkpoint == f"{settings.checkpoints}/orders-audit/v2"
 
 
 def test_a_symlink_under_the_warehouse_does_not_lead_out_of_it(tmp_path, conf_dir):
@@ -327,3 +404,22 @@ def test_is_secure_refuses_a_plaintext_cluster(tmp_path, conf_dir, capsys):
     status, err = run_main(tmp_path, conf_dir, group, capsys)
     assert status == 2
     assert "security_config.is_secure=True: cluster 'local' is not reached over TLS" in err
+
+
+def test_ten_thousand_offset_ranges_are_checked_for_a_partition_listed_twice(conf_dir):
+    """One range per partition of a large topic; the last repeats the first partition."""
+    from jobs import registry
+    from testing.jobgroups import parse
+
+    ranges = [{"partition": p, "startOffset": 0, "endOffset": 5} for p in range(10_000)]
+    ranges[-1]["partition"] = 0
+    group = parse(
+        minimal_group(
+            "dispatch",
+            "d",
+            None,
+            kafkaConsumerTaskGroup={"partitionOffsetRanges": {"partitionOffsetRange": ranges}},
+        )
+    )
+    with pytest.raises(InvalidJobGroup, match=r"partition_offset_range\[9999\].partition=0"):
+        registry.validate(group, load_settings(conf_dir))

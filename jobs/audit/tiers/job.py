@@ -101,22 +101,22 @@ def build_stream(spark: SparkSession, spec: TierAuditSpec) -> DataFrame:
     ]
     reads = spec.replication_topics()
     if spec.reads_reports:
-        topics = reads.setdefault(spec.source_cluster.name, [])
-        if spec.source_topic not in topics:
-            topics.append(spec.source_topic)
+        topics = reads.setdefault(spec.source.cluster.name, [])
+        if spec.source.topic not in topics:
+            topics.append(spec.source.topic)
     for cluster_name, topics in sorted(reads.items()):
         options = kafka_read_options(
             spec.clusters[cluster_name],
             ",".join(topics),
             starting_offsets="earliest",
             max_offsets_per_trigger=spec.max_offsets_per_trigger,
-            group_id_prefix=spec.consumer_group or f"uatu-tiers-{spec.job_group_id}",
+            group_id_prefix=spec.source.consumer_group or f"uatu-tiers-{spec.job_group_id}",
             include_headers=True,
         )
         options["failOnDataLoss"] = "false"
-        reports_here = spec.reads_reports and cluster_name == spec.source_cluster.name
+        reports_here = spec.reads_reports and cluster_name == spec.source.cluster.name
         value = (
-            F.when(F.col("topic") == spec.source_topic, F.col("value"))
+            F.when(F.col("topic") == spec.source.topic, F.col("value"))
             if reports_here
             else F.lit(None).cast("binary")
         )
@@ -173,7 +173,7 @@ class TierBatchWriter:
         self.sampler: TopicSampler | None = None
         if spec.of_type(RETENTION, AVAILABILITY):
             self.sampler = TopicSampler(
-                spec.clusters[audited.cluster], audited.topic, spec.consumer_group
+                spec.clusters[audited.cluster], audited.topic, spec.source.consumer_group
             )
         self.retention = RetentionState()
         self._restored = False
@@ -181,7 +181,7 @@ class TierBatchWriter:
 
     def app_id(self, spark: SparkSession) -> str:
         if self._app_id is None:
-            self._app_id = f"uatu-tiers-{streaming_query_id(spark, self.spec.checkpoint_path)}"
+            self._app_id = f"uatu-tiers-{streaming_query_id(spark, self.spec.output.checkpoint)}"
         return self._app_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -238,7 +238,7 @@ class TierBatchWriter:
         known = {
             (r.instance_id, r.sequence)
             for r in spark.read.format("delta")
-            .load(spec.tier_report_ids_path)
+            .load(spec.output.table("tier_report_ids"))
             .where(F.col("first_batch_id") < batch_id)
             .where(F.col("instance_id").isin(instances))
             .select("instance_id", "sequence")
@@ -260,7 +260,7 @@ class TierBatchWriter:
             append_once(
                 _frame(spark, tables.TIER_REPORT_IDS, ids),
                 tables.TIER_REPORT_IDS,
-                spec.tier_report_ids_path,
+                spec.output.table("tier_report_ids"),
                 app_id,
                 batch_id,
             )
@@ -322,7 +322,7 @@ class TierBatchWriter:
         merge_once(
             partial,
             tables.TIER_COUNTS,
-            spec.tier_counts_path,
+            spec.output.table("tier_counts"),
             app_id,
             batch_id,
             update={
@@ -371,7 +371,7 @@ class TierBatchWriter:
         append_once(
             rows.withColumn("batch_id", F.lit(batch_id).cast("long")),
             tables.REPLICATION_LEDGER,
-            self.spec.replication_ledger_path,
+            self.spec.output.table("replication_ledger"),
             app_id,
             batch_id,
         )
@@ -403,7 +403,7 @@ class TierBatchWriter:
         a = self.spec.audited
         for r in (
             spark.read.format("delta")
-            .load(self.spec.retention_audit_path)
+            .load(self.spec.output.table("retention_audit"))
             .where((F.col("cluster") == a.cluster) & (F.col("topic") == a.topic))
             .groupBy("partition")
             .agg(F.max("lost_last_offset").alias("lost"), F.max("log_start_offset").alias("start"))
@@ -462,7 +462,7 @@ class TierBatchWriter:
         merge_once(
             _frame(spark, tables.RETENTION_AUDIT, rows),
             tables.RETENTION_AUDIT,
-            self.spec.retention_audit_path,
+            self.spec.output.table("retention_audit"),
             app_id,
             batch_id,
             update={
@@ -509,7 +509,7 @@ class TierBatchWriter:
         merge_once(
             _frame(spark, tables.AVAILABILITY_AUDIT, rows),
             tables.AVAILABILITY_AUDIT,
-            self.spec.availability_audit_path,
+            self.spec.output.table("availability_audit"),
             app_id,
             batch_id,
             update={**{c: f"t.{c} + s.{c}" for c in added}, "updated_at": "s.updated_at"},
@@ -529,7 +529,7 @@ class TierBatchWriter:
         refs = list(dict.fromkeys(refs))
         if not refs:
             return {}, {}
-        counts = spark.read.format("delta").load(self.spec.audit_counts_path)
+        counts = spark.read.format("delta").load(self.spec.output.table("audit_counts"))
         mine = counts.where(_any_of(refs))
         until = {
             TopicRef(r.cluster, r.topic): r.until
@@ -605,7 +605,7 @@ class TierBatchWriter:
         tiers = [check.tier] + (["CONSUMER"] if check.tier == "SERVICE" else [])
         reported = (
             spark.read.format("delta")
-            .load(self.spec.tier_counts_path)
+            .load(self.spec.output.table("tier_counts"))
             .where(F.col("tier").isin(tiers))
             .where(F.col("window_start") >= F.timestamp_millis(F.lit(self._horizon(now))))
             .where(F.lit(interval) % F.col("window_seconds") == 0)
@@ -722,7 +722,7 @@ class TierBatchWriter:
         interval = check.interval_seconds
         ledger = (
             spark.read.format("delta")
-            .load(self.spec.replication_ledger_path)
+            .load(self.spec.output.table("replication_ledger"))
             .where(F.col("check_name") == check.name)
         )
         source = (
@@ -822,7 +822,7 @@ class TierBatchWriter:
         a = self.spec.audited
         rows = (
             spark.read.format("delta")
-            .load(self.spec.retention_audit_path)
+            .load(self.spec.output.table("retention_audit"))
             .where((F.col("cluster") == a.cluster) & (F.col("topic") == a.topic))
             .where(F.col("window_start") >= F.timestamp_millis(F.lit(self._horizon(now))))
             .select(
@@ -851,7 +851,8 @@ class TierBatchWriter:
                 a.topic,
                 Side(f"deleted by retention from {a.label}", deleted),
                 Side(
-                    f"consumed by {self.spec.consumer_group or '(no group)'} first", deleted - lost
+                    f"consumed by {self.spec.source.consumer_group or '(no group)'} first",
+                    deleted - lost,
                 ),
                 now,
             )
@@ -862,7 +863,9 @@ class TierBatchWriter:
                 elif count != check.partition_count:
                     row["verdict"] = INCOMPLETE
                     row["detail"] = f"{count} partitions, expected {check.partition_count}"
-                elif not self.spec.consumer_group or any(r.committed_offset is None for r in mine):
+                elif not self.spec.source.consumer_group or any(
+                    r.committed_offset is None for r in mine
+                ):
                     row["verdict"] = INCOMPLETE
                     row["detail"] = "the group has no committed offset on every partition"
                 else:
@@ -885,7 +888,7 @@ class TierBatchWriter:
             return
         latest = (
             spark.read.format("delta")
-            .load(self.spec.audit_verdicts_path)
+            .load(self.spec.output.table("audit_verdicts"))
             .where(F.col("job_group_id") == self.spec.job_group_id)
             .where(F.col("window_start") >= F.timestamp_millis(F.lit(self._horizon(now))))
             .withColumn(
@@ -916,7 +919,7 @@ class TierBatchWriter:
         append_once(
             _frame(spark, tables.AUDIT_VERDICTS, rows),
             tables.AUDIT_VERDICTS,
-            self.spec.audit_verdicts_path,
+            self.spec.output.table("audit_verdicts"),
             app_id,
             batch_id,
         )
@@ -930,7 +933,7 @@ class TierBatchWriter:
             append_once(
                 _frame(spark, tables.REPLICATION_GAPS, found),
                 tables.REPLICATION_GAPS,
-                self.spec.replication_gaps_path,
+                self.spec.output.table("replication_gaps"),
                 app_id,
                 batch_id,
             )
@@ -1036,7 +1039,7 @@ class TierAuditJob(StreamingJob[TierAuditSpec]):
         from jobs.audit.tables import AUDIT_COUNTS
 
         if self.spec.of_type(SERVICE, KRP, XDC):
-            ensure_tables(spark, [(AUDIT_COUNTS, self.spec.audit_counts_path)])
+            ensure_tables(spark, [(AUDIT_COUNTS, self.spec.output.table("audit_counts"))])
         log.info(
             "cross-tier audit %s: %s",
             self.spec.job_group_id,

@@ -35,6 +35,7 @@ the window's length; windows are re-evaluated for late data for
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +43,15 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import (
-    MAX_AUDIT_CONFIGS,
-    JobGroup,
+from core.jobgroup import MAX_AUDIT_CONFIGS, JobGroup, check_topic, job_options, require_cluster
+from core.spec import (
+    OutputSpec,
+    SourceSpec,
     SourceTopic,
-    check_topic,
-    job_options,
-    require_cluster,
+    output_spec,
+    source_spec,
+    trigger_seconds,
 )
-from core.storage import checkpoint_location, table_location
 
 COUNTING_TYPES = frozenset({"AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ"})
 SERVICE = "AUDIT_TYPE_SERVICE_AUDIT_AGGREGATION"
@@ -102,9 +103,7 @@ class Check:
 @dataclass(frozen=True)
 class TierAuditSpec:
     job_group_id: str
-    source_cluster: ClusterConfig
-    source_topic: str  # the reports topic (SERVICE/KRP), else only the started-check topic
-    consumer_group: str
+    source: SourceSpec  # the reports topic (SERVICE/KRP), else only the started-check topic
     audited: TopicRef  # audit_task_group, else the source
     audited_topic_filter: str  # SERVICE/KRP: only this topic ("" = every reported topic)
     checks: tuple[Check, ...]
@@ -112,24 +111,14 @@ class TierAuditSpec:
     trigger_interval_seconds: int
     horizon_seconds: int
     max_offsets_per_trigger: int | None
-    audit_counts_path: str
-    tier_counts_path: str
-    tier_report_ids_path: str
-    audit_verdicts_path: str
-    replication_gaps_path: str
-    replication_ledger_path: str
-    retention_audit_path: str
-    availability_audit_path: str
-    checkpoint_path: str
+    output: OutputSpec  # the tables of `tables_of(checks)`, audit_counts (read) among them
 
     @property
     def query_name(self) -> str:
         return f"tier-audit-{self.job_group_id}"
 
-    def source(self) -> SourceTopic:
-        return SourceTopic(
-            "kafka_consumer_task_group.topic", self.source_topic, self.source_cluster.name
-        )
+    def required_topic(self) -> SourceTopic:
+        return self.source.topic_ref()
 
     def of_type(self, *audit_types: str) -> list[Check]:
         return [c for c in self.checks if c.audit_type in audit_types]
@@ -147,6 +136,23 @@ class TierAuditSpec:
                 if ref.topic not in topics:
                     topics.append(ref.topic)
         return found
+
+
+def tables_of(checks: Sequence[Check]) -> tuple[str, ...]:
+    """The tables a tiers audit with `checks` uses: audit_verdicts always, audit_counts (the
+    counting audits' table, read), and each check type's own (jobs/audit/tiers/tables.py
+    declares their schemas)."""
+    types = {c.audit_type for c in checks}
+    names = ["audit_verdicts", "audit_counts"]
+    if types & {SERVICE, KRP}:
+        names += ["tier_counts", "tier_report_ids"]
+    if REPLICATION in types:
+        names += ["replication_ledger", "replication_gaps"]
+    if RETENTION in types:
+        names.append("retention_audit")
+    if AVAILABILITY in types:
+        names.append("availability_audit")
+    return tuple(names)
 
 
 def audit_kind(group: JobGroup) -> str:
@@ -319,12 +325,10 @@ def _checks(
 
 def tier_audit_spec(group: JobGroup, settings: Settings) -> TierAuditSpec:
     """Validate a cross-tier KAFKA_AUDIT group (common checks already passed)."""
-    source = group.kafka_consumer_task_group
-    cluster = require_cluster(
-        "kafka_consumer_task_group.cluster", source.cluster, settings.clusters
-    )
+    source = source_spec(group, settings, bounded_reads=False)
+    cluster = source.cluster
     clusters = {cluster.name: cluster}
-    audited = TopicRef(source.cluster, source.topic)
+    audited = TopicRef(cluster.name, source.topic)
     topic_filter = ""
     if group.HasField("audit_task_group"):
         task = group.audit_task_group
@@ -333,7 +337,7 @@ def tier_audit_spec(group: JobGroup, settings: Settings) -> TierAuditSpec:
                 "audit_task_group.cluster", task.cluster, settings.clusters
             )
         check_topic("audit_task_group.topic", task.topic)
-        audited = TopicRef(task.cluster or source.cluster, task.topic or source.topic)
+        audited = TopicRef(task.cluster or cluster.name, task.topic or source.topic)
         topic_filter = task.topic
     options = job_options(group)
     audit = options.audit
@@ -344,24 +348,14 @@ def tier_audit_spec(group: JobGroup, settings: Settings) -> TierAuditSpec:
     horizon = audit.verdict_horizon_seconds or DEFAULT_HORIZON_SECONDS
     if horizon < 0:
         raise InvalidJobGroup("extension.audit.verdict_horizon_seconds", horizon, "must be > 0")
-    trigger = options.trigger.interval_seconds or DEFAULT_TRIGGER_SECONDS
-    if trigger < 0:
-        raise InvalidJobGroup("extension.trigger.interval_seconds", trigger, "must be > 0")
+    trigger = trigger_seconds(options, DEFAULT_TRIGGER_SECONDS)
     checks = _checks(group, settings, clusters, audited, audit.allowed_lateness_seconds)
     if any(c.audit_type in (RETENTION, AVAILABILITY) for c in checks):
         clusters.setdefault(audited.cluster, settings.clusters[audited.cluster])
-    output = options.output
-    warehouse = settings.warehouse
-
-    def table(field: str, name: str) -> str:
-        return table_location(f"extension.output.{field}", getattr(output, field), warehouse, name)
-
     rate = group.flow_control.messages_per_sec
     return TierAuditSpec(
         job_group_id=group.job_group_id,
-        source_cluster=cluster,
-        source_topic=source.topic,
-        consumer_group=source.consumer_group,
+        source=source,
         audited=audited,
         audited_topic_filter=topic_filter,
         checks=checks,
@@ -369,18 +363,5 @@ def tier_audit_spec(group: JobGroup, settings: Settings) -> TierAuditSpec:
         trigger_interval_seconds=trigger,
         horizon_seconds=horizon,
         max_offsets_per_trigger=max(1, int(rate * trigger)) if rate > 0 else None,
-        audit_counts_path=table("audit_counts_path", "audit_counts"),
-        tier_counts_path=table("tier_counts_path", "tier_counts"),
-        tier_report_ids_path=table("tier_report_ids_path", "tier_report_ids"),
-        audit_verdicts_path=table("audit_verdicts_path", "audit_verdicts"),
-        replication_gaps_path=table("replication_gaps_path", "replication_gaps"),
-        replication_ledger_path=table("replication_ledger_path", "replication_ledger"),
-        retention_audit_path=table("retention_audit_path", "retention_audit"),
-        availability_audit_path=table("availability_audit_path", "availability_audit"),
-        checkpoint_path=checkpoint_location(
-            "extension.output.checkpoint_path",
-            output.checkpoint_path,
-            settings.checkpoints,
-            group.job_group_id,
-        ),
+        output=output_spec(group, settings, tables_of(checks)),
     )

@@ -89,7 +89,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.audit.tiers.spec import TierAuditSpec
-from jobs.runtime.delta import DeltaTableSpec
+from jobs.runtime.delta import DeltaTableSpec, located
 
 
 def _fields(spec: str) -> list[StructField]:
@@ -207,21 +207,19 @@ AVAILABILITY_AUDIT = DeltaTableSpec(
 )
 
 
+# Every table this job writes, in the order it ensures them; its spec places those its checks
+# use (`spec.tables_of`). audit_counts, which it reads, is the counting audit's.
+WRITTEN = (
+    AUDIT_VERDICTS,
+    TIER_COUNTS,
+    TIER_REPORT_IDS,
+    REPLICATION_LEDGER,
+    REPLICATION_GAPS,
+    RETENTION_AUDIT,
+    AVAILABILITY_AUDIT,
+)
+
+
 def locations(spec: TierAuditSpec) -> list[tuple[DeltaTableSpec, str]]:
     """The tables the spec's checks write, and where."""
-    found = [(AUDIT_VERDICTS, spec.audit_verdicts_path)]
-    if spec.reads_reports:
-        found += [
-            (TIER_COUNTS, spec.tier_counts_path),
-            (TIER_REPORT_IDS, spec.tier_report_ids_path),
-        ]
-    if spec.of_type("AUDIT_TYPE_REPLICATION"):
-        found += [
-            (REPLICATION_LEDGER, spec.replication_ledger_path),
-            (REPLICATION_GAPS, spec.replication_gaps_path),
-        ]
-    if spec.of_type("AUDIT_TYPE_RETENTION"):
-        found.append((RETENTION_AUDIT, spec.retention_audit_path))
-    if spec.of_type("AUDIT_TYPE_AVAILABILITY"):
-        found.append((AVAILABILITY_AUDIT, spec.availability_audit_path))
-    return found
+    return located(WRITTEN, spec.output)

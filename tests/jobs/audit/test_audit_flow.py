@@ -10,14 +10,13 @@ import random
 import pytest
 
 from core.config import ClusterConfig
+from core.spec import OutputSpec, SourceSpec
 from jobs.audit.flow import BytePacer
 from jobs.audit.spec import AuditSpec, AuditWindow, FieldRef
 
 SPEC = AuditSpec(
     job_group_id="flow",
-    source_cluster=ClusterConfig("local", "127.0.0.1:9"),
-    source_topic="t",
-    consumer_group="cg",
+    source=SourceSpec(ClusterConfig("local", "127.0.0.1:9"), "t", "cg"),
     audited_cluster="local",
     audited_topic="t",
     windows=(AuditWindow("AUDIT_TYPE_APPROX_UNIQ", 60),),
@@ -26,13 +25,9 @@ SPEC = AuditSpec(
     allowed_lateness_seconds=None,
     max_future_skew_seconds=86400,
     hll_lg_config_k=12,
-    starting_offsets="earliest",
-    read_committed=False,
     max_messages_per_sec=0,
     trigger_interval_seconds=2,
-    audit_counts_path="/w/c",
-    audit_keys_path="/w/k",
-    checkpoint_path="/c",
+    output=OutputSpec("/c", {"audit_counts": "/w/c"}),
 )
 
 

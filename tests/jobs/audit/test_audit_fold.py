@@ -19,6 +19,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from core.config import ClusterConfig
+from core.spec import OutputSpec, SourceSpec
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec, AuditWindow, FieldRef
 from jobs.audit.transforms import assign_windows, audit_records, window_partials
@@ -45,9 +46,7 @@ def spec_for(
 ) -> AuditSpec:
     return AuditSpec(
         job_group_id="fold-test",
-        source_cluster=ClusterConfig("local", bootstrap),
-        source_topic=topic,
-        consumer_group="fold-test-cg",
+        source=SourceSpec(ClusterConfig("local", bootstrap), topic, "fold-test-cg"),
         audited_cluster="local",
         audited_topic=topic,
         windows=WINDOWS,
@@ -56,19 +55,15 @@ def spec_for(
         allowed_lateness_seconds=LATENESS_S,
         max_future_skew_seconds=max_future_skew_seconds,
         hll_lg_config_k=12,
-        starting_offsets="earliest",
-        read_committed=False,
         max_messages_per_sec=0,
         trigger_interval_seconds=1,
-        audit_counts_path=str(checkpoint.parent / "counts"),
-        audit_keys_path=str(checkpoint.parent / "keys"),
-        checkpoint_path=str(checkpoint),
+        output=OutputSpec(str(checkpoint), {"audit_counts": str(checkpoint.parent / "counts")}),
     )
 
 
 def sql_partials(spark, spec: AuditSpec, ranges: dict[int, tuple[int, int]], audit_ms: int):
     """The batch as the SQL definitions audit it (Spark's Kafka source reads the rows)."""
-    bootstrap, topic = spec.source_cluster.bootstrap_servers, spec.source_topic
+    bootstrap, topic = spec.source.cluster.bootstrap_servers, spec.source.topic
     start = json.dumps({topic: {str(p): a for p, (a, _) in ranges.items()}})
     end = json.dumps({topic: {str(p): b for p, (_, b) in ranges.items()}})
     rows = (

@@ -19,6 +19,7 @@ from chispa import assert_df_equality
 from confluent_kafka import Producer
 
 from core.config import ClusterConfig
+from core.spec import OutputSpec, SourceSpec
 from jobs.audit import tables
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec, AuditWindow, FieldRef
@@ -38,9 +39,7 @@ def spec_for(
 ) -> AuditSpec:
     return AuditSpec(
         job_group_id="merge-truth",
-        source_cluster=ClusterConfig("local", bootstrap),
-        source_topic=topic,
-        consumer_group="merge-truth-cg",
+        source=SourceSpec(ClusterConfig("local", bootstrap), topic, "merge-truth-cg"),
         audited_cluster="local",
         audited_topic=topic,
         windows=windows,
@@ -49,13 +48,11 @@ def spec_for(
         allowed_lateness_seconds=lateness,
         max_future_skew_seconds=86400,
         hll_lg_config_k=12,
-        starting_offsets="earliest",
-        read_committed=False,
         max_messages_per_sec=0,
         trigger_interval_seconds=1,
-        audit_counts_path=str(tmp_path / "wh" / "audit_counts"),
-        audit_keys_path=str(tmp_path / "wh" / "audit_keys"),
-        checkpoint_path=str(tmp_path / "ck"),
+        output=OutputSpec(
+            str(tmp_path / "ck"), {"audit_counts": str(tmp_path / "wh" / "audit_counts")}
+        ),
     )
 
 
@@ -104,10 +101,12 @@ def fold_and_merge(spark, spec: AuditSpec, batches: list[dict[int, tuple[int, in
         for batch_id, ranges in enumerate(batches):
             jranges = jvm.java.util.ArrayList()
             for p, (a, b) in sorted(ranges.items()):
-                jranges.add(jvm.dev.uatu.fold.FoldRange(spec.source_topic, p, a, b))
+                jranges.add(jvm.dev.uatu.fold.FoldRange(spec.source.topic, p, a, b))
             folded = folder.fold_ranges(spark, jranges, batch_id, audit_ms[batch_id])
             assert folded.records == sum(b - a for a, b in ranges.values())
-            tables.merge_counts(folded.partials, spec.audit_counts_path, "merge-truth", batch_id)
+            tables.merge_counts(
+                folded.partials, spec.output.table("audit_counts"), "merge-truth", batch_id
+            )
     finally:
         folder.close()
 
@@ -152,7 +151,7 @@ def test_hll_after_the_jobs_merge_stays_within_2_percent_rms(spark, kafka, tmp_p
     )
     fold_and_merge(spark, spec, batches, [t0_ms + 10 * WINDOW_MS] * BATCHES)
 
-    counts = spark.read.format("delta").load(spec.audit_counts_path).collect()
+    counts = spark.read.format("delta").load(spec.output.table("audit_counts")).collect()
     assert len(counts) == len(SEEDS) * WINDOWS_PER_PARTITION
     assert {r["message_count"] for r in counts} == {DISTINCT + DISTINCT // RESENT_EVERY}
     errors = [(r["unique_count"] - DISTINCT) / DISTINCT for r in counts]
@@ -192,5 +191,7 @@ def test_late_records_update_a_window_written_two_batches_earlier(spark, kafka, 
         "audit_type string, window_start timestamp, message_count long, unique_count long, "
         "duplicate_count long, late_count long, updated_at timestamp",
     )
-    actual = spark.read.format("delta").load(spec.audit_counts_path).select(*expected.columns)
+    actual = (
+        spark.read.format("delta").load(spec.output.table("audit_counts")).select(*expected.columns)
+    )
     assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)

@@ -84,7 +84,7 @@ def test_topic_availability_shows_under_replicated_then_offline(spark, tmp_path)
             skipConsumerLag=True,
             skipProbes=True,
         )
-        table = spec.topic_availability_path
+        table = spec.output.table("topic_availability")
 
         def samples_after(t: float):
             if not DeltaTable.isDeltaTable(spark, table):
@@ -177,11 +177,11 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
                 committers["rewound"].commit(6)
 
     def statuses() -> dict[str, set[str]]:
-        if not DeltaTable.isDeltaTable(spark, spec.status_path):
+        if not DeltaTable.isDeltaTable(spark, spec.output.table("consumer_group_status")):
             return {}
         rows = (
             spark.read.format("delta")
-            .load(spec.status_path)
+            .load(spec.output.table("consumer_group_status"))
             # get(): a NO_COMMITS row has no partitions (an index would fail under ANSI mode).
             .select("group", "status", F.get("partitions", 0)["status"].alias("partition_status"))
         )
@@ -222,7 +222,7 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
 
     last = (
         spark.read.format("delta")
-        .load(spec.status_path)
+        .load(spec.output.table("consumer_group_status"))
         .where(F.col("group") == "g-stopped")
         .orderBy(F.desc("evaluated_at"))
         .first()
@@ -238,7 +238,7 @@ def test_group_statuses_follow_burrow_and_survive_a_restart(spark, kafka, tmp_pa
         first = wait_for(
             lambda: (
                 spark.read.format("delta")
-                .load(spec.status_path)
+                .load(spec.output.table("consumer_group_status"))
                 .where(F.col("evaluated_at") > F.lit(restarted).cast("timestamp"))
                 .where(F.col("group") == "g-stopped")
                 .first()
@@ -347,9 +347,14 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, mon
         window_ms = 2000
 
         def rows(where: str):
-            if not DeltaTable.isDeltaTable(spark, spec.probes_path):
+            if not DeltaTable.isDeltaTable(spark, spec.output.table("availability_probes")):
                 return []
-            return spark.read.format("delta").load(spec.probes_path).where(where).collect()
+            return (
+                spark.read.format("delta")
+                .load(spec.output.table("availability_probes"))
+                .where(where)
+                .collect()
+            )
 
         def healthy_windows():
             found = rows("broker IS NOT NULL AND produce_success_ratio = 1")
@@ -441,11 +446,11 @@ def test_proxy_probes_go_through_kafka_pixy(spark, kafka, kafka_pixy, tmp_path, 
     )
 
     def complete_windows():
-        if not DeltaTable.isDeltaTable(spark, spec.probes_path):
+        if not DeltaTable.isDeltaTable(spark, spec.output.table("availability_probes")):
             return None
         found = (
             spark.read.format("delta")
-            .load(spec.probes_path)
+            .load(spec.output.table("availability_probes"))
             .where("broker IS NULL AND consume_success_ratio = 1 AND produce_success_ratio = 1")
             .collect()
         )

@@ -351,9 +351,12 @@ def test_defaults(settings) -> None:
     spec = availability_spec(group(), settings)
     assert spec.lag == LagSettings() and spec.lag.status_interval_ms == 1_000
     assert spec.topic_availability and spec.consumer_lag and spec.trigger_interval_seconds == 5
-    assert spec.status_path.endswith("/consumer_group_status")
+    assert spec.output.table("consumer_group_status").endswith("/consumer_group_status")
     assert spec.probes and spec.probe == ProbeSettings(1000, 10_000, 5000, 20_000, 1)
-    assert spec.probes_path.endswith("/availability_probes") and spec.probe_topic == "probe"
+    assert (
+        spec.output.table("availability_probes").endswith("/availability_probes")
+        and spec.probe_topic == "probe"
+    )
 
 
 def test_statuses_are_evaluated_at_most_once_a_second_and_at_every_trigger(settings) -> None:

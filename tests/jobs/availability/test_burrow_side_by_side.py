@@ -360,8 +360,11 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
         with running(spec, tmp_path / "stop"), polling_burrow(burrow, groups) as burrow_history:
             wait_for(
                 lambda: (
-                    DeltaTable.isDeltaTable(spark, spec.status_path)
-                    and spark.read.format("delta").load(spec.status_path).limit(1).count()
+                    DeltaTable.isDeltaTable(spark, spec.output.table("consumer_group_status"))
+                    and spark.read.format("delta")
+                    .load(spec.output.table("consumer_group_status"))
+                    .limit(1)
+                    .count()
                 ),
                 120,
                 "the job's first evaluation",
@@ -388,7 +391,7 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
 
             # Nothing is produced or committed any more: both must now report the final lag.
             def both_final() -> dict[str, tuple[Seen, Seen]] | None:
-                ours = our_seen(spark, spec.status_path, groups)
+                ours = our_seen(spark, spec.output.table("consumer_group_status"), groups)
                 snapshot = {}
                 for s in SCENARIOS:
                     # Burrow: after its next head refresh and its 1 s cache.
@@ -405,7 +408,7 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
             burrow_all = {name: list(h) for name, h in burrow_history.items()}
             print(f"both final {time.monotonic() - started:.0f} s into the test")
         print(f"job stopped {time.monotonic() - started:.0f} s into the test")
-        ours_all = our_seen(spark, spec.status_path, groups)
+        ours_all = our_seen(spark, spec.output.table("consumer_group_status"), groups)
     finally:
         for c in committers.values():
             c.close()
@@ -420,7 +423,7 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
         }
         for name, history in burrow_all.items()
     }
-    ours_stored = our_stored_lags(spark, spec.commits_path, groups)
+    ours_stored = our_stored_lags(spark, spec.output.table("consumer_offset_commits"), groups)
     for s in SCENARIOS:
         bad = stored_lag_errors(s, burrow_stored[s.name], commit_at)
         assert not bad, f"Burrow stored wrong lags for {s.name} (tick, offset, lag, truth): {bad}"

@@ -122,7 +122,7 @@ CASES = [
     (changed(CONSUME, ["flowControl", "messagesPerSec"], -1), "flow_control.messages_per_sec=-1.0"),
     (
         changed(CONSUME, ["kafkaConsumerTaskGroup", "endTimestamp"], "2026-01-01T00:00:00Z"),
-        "kafka_consumer_task_group.partition_offset_ranges/end_timestamp='set'",
+        "kafka_consumer_task_group.end_timestamp='set': not supported by JOB_TYPE_LOAD_GEN_CONSUME",
     ),
 ]
 
@@ -157,8 +157,8 @@ def test_produce_defaults(conf_dir):
     assert spec.producer_config()["enable.idempotence"] == "true"
     assert (spec.max_messages_per_sec, spec.max_bytes_per_sec) == (0, 0)
     assert not spec.bounded and spec.trigger_interval_seconds == 10
-    assert spec.checkpoint_path.endswith("/ck/load")
-    assert spec.source().field == "kafka_dispatcher_task_group.topic"
+    assert spec.output.checkpoint.endswith("/ck/load")
+    assert spec.required_topic().field == "kafka_dispatcher_task_group.topic"
 
 
 def test_produce_options_are_read(conf_dir):
@@ -187,8 +187,8 @@ def test_produce_options_are_read(conf_dir):
 def test_consume_defaults(conf_dir):
     spec = consume_spec(parse(CONSUME), load_settings(conf_dir))
     assert spec.window_seconds == 10 and spec.trigger_interval_seconds == 10
-    assert spec.stats_path.endswith("/wh/loadgen_stats")
-    assert spec.starting_offsets == "earliest" and spec.max_offsets_per_trigger() is None
+    assert spec.output.table("loadgen_stats").endswith("/wh/loadgen_stats")
+    assert spec.source.starting_offsets == "earliest" and spec.max_offsets_per_trigger() is None
 
 
 def test_once_without_a_bound_is_refused_before_spark(conf_dir):

@@ -23,6 +23,7 @@ from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
 from core.paths import ROOT
 from core.processes import signal_group
+from jobs import main as job_main
 from jobs.replication import job as replication
 from jobs.replication.preflight import preflight
 from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
@@ -386,6 +387,32 @@ def test_destination_checks_before_any_record_moves(kafka, kafka_dest, conf_dir)
     )
     plan = preflight(spec_of(modulo, conf_dir))
     assert [plan.destination_partition(p) for p in range(4)] == [0, 1, 0, 1]
+
+
+def test_a_second_name_for_the_source_cluster_is_no_way_to_copy_a_topic_onto_itself(
+    kafka, tmp_path, capsys
+) -> None:
+    """`alias` reaches the source's broker under another name and address: the brokers'
+    cluster id, not the name, tells that the copy would land on its own source."""
+    kafka.create_topic("rep-self", 1, 1)
+    port = kafka.bootstrap_servers.rpartition(":")[2]
+    conf = write_conf_dir(
+        tmp_path / "conf",
+        kafka.bootstrap_servers,
+        tmp_path / "wh",
+        tmp_path / "ck",
+        more_clusters={"alias": {"bootstrap_servers": f"localhost:{port}"}},
+    )
+    data = group_json("self-copy", "rep-self", "")
+    data["kafkaConsumerTaskGroup"]["cluster"] = "local"
+    data["kafkaDispatcherTaskGroup"]["cluster"] = "alias"
+    path = tmp_path / "self-copy.json"
+    path.write_text(json.dumps(data))
+    status = job_main.main([str(path), "--check", "--conf-dir", str(conf)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2, err
+    assert err.splitlines() == [err]
+    assert "kafka_dispatcher_task_group.cluster='alias': reaches the same Kafka cluster" in err
 
 
 def submit(data: dict, workdir: Path, conf_dir: Path) -> subprocess.Popen:

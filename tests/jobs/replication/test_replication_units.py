@@ -82,7 +82,7 @@ def ts(ms: int) -> str:
 
 def test_defaults(settings) -> None:
     s = spec(settings)
-    assert (s.continuous, s.acks_all, s.modulo_partitions, s.auto_offset_reset) == (
+    assert (s.continuous, s.acks_all, s.modulo_partitions, s.source.starting_offsets) == (
         True,
         True,
         False,
@@ -90,7 +90,7 @@ def test_defaults(settings) -> None:
     )
     assert s.producer_config()["acks"] == "all"
     assert s.producer_config()["enable.idempotence"] == "true"
-    assert s.stats_path.endswith("/replication_stats")
+    assert s.output.table("replication_stats").endswith("/replication_stats")
     assert s.trigger_interval_seconds == 2
 
 
