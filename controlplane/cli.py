@@ -35,8 +35,8 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
-from controlplane.channel import ClientSecurity, open_channel
 from controlplane.service import EXPECTED_VERSION_HEADER, VERSION_HEADER
+from core.channel import ClientSecurity, open_channel
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup

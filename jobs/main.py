@@ -19,7 +19,8 @@ from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
 from jobs import registry
-from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
+from jobs.runtime.progress import JobIdentity
+from jobs.runtime.reporting import ReporterConfig, Reporting
 
 log = logging.getLogger("uatu.main")
 
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         reporting = None
         if reporter_config is not None:
             consumer_group = group.kafka_consumer_task_group.consumer_group
-            template = JobTemplate(group.type, source.cluster, source.topic, consumer_group)
-            reporting = Reporting(reporter_config, template)
+            identity = JobIdentity(group.type, source.cluster, source.topic, consumer_group)
+            reporting = Reporting(reporter_config, identity)
             log.info("reporting to the control plane at %s", ",".join(reporter_config.addresses))
         stop_file = os.environ.get("UATU_STOP_FILE")
         return job.run(once=args.once, stop_file=stop_file, reporting=reporting)

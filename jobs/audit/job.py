@@ -54,7 +54,7 @@ from jobs.runtime import metrics, source_failure
 from jobs.runtime.delta import any_table_exists, ensure_tables
 from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.reporting import Reporting
-from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.runner import QuerySettings
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob
 
@@ -168,18 +168,16 @@ class PhaseTimes:
 class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its table, its stream, its batch writer."""
 
+    write_id_prefix = "uatu-audit"
+
     def __init__(self, spec: AuditSpec) -> None:
         super().__init__(spec)
         self._mean_record_bytes: float | None = None
         self._folder: AuditFolder | None = None
         self._writer: AuditBatchWriter | None = None
         self._counts = CountsWriter(
-            spec.output.table("audit_counts"), spec.output.checkpoint, self.app_id
+            spec.output.table("audit_counts"), spec.output.checkpoint, self.write_id().of
         )
-
-    def app_id(self, spark: SparkSession) -> str:
-        """The counts MERGE's idempotent-write marker: the query's id, stable across restarts."""
-        return f"uatu-audit-{streaming_query_id(spark, self.spec.output.checkpoint)}"
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work)."""

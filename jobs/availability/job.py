@@ -77,8 +77,7 @@ from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_
 from jobs.runtime import metrics
 from jobs.runtime.delta import append_once, ensure_tables, never_written
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.runner import streaming_query_id
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.availability")
 
@@ -381,6 +380,7 @@ class AvailabilityBatchWriter:
     started_ms: int
     prober: Prober | None = None
     heads: HeadSampler | None = None
+    write_id: WriteId | None = None  # set by the job: its idempotent-write id
     app_id: str = ""
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
@@ -389,10 +389,8 @@ class AvailabilityBatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        if not self.app_id:
-            self.app_id = (
-                f"uatu-availability-{streaming_query_id(spark, self.spec.output.checkpoint)}"
-            )
+        assert self.write_id is not None
+        self.app_id = self.write_id.of(spark)
         now = datetime.now(tz=UTC)
         admin = self.admin_client()
         if self.prober is not None:
@@ -605,6 +603,8 @@ def build_prober(spec: AvailabilitySpec) -> Prober:
 class AvailabilityJob(StreamingJob[AvailabilitySpec]):
     """The availability job in the shared template: probes and samplers around the query."""
 
+    write_id_prefix = "uatu-availability"
+
     session_conf = SESSION_CONF
 
     def __init__(self, spec: AvailabilitySpec) -> None:
@@ -646,7 +646,7 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
             )
         self._prober = build_prober(spec) if spec.probes else None
         writer = self._writer = AvailabilityBatchWriter(
-            spec, tracker, int(time.time() * 1000), self._prober
+            spec, tracker, int(time.time() * 1000), self._prober, write_id=self.write_id()
         )
         if spec.consumer_lag:
             self._heads = writer.heads = HeadSampler(writer.admin_client())

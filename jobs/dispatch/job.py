@@ -45,25 +45,24 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
 from jobs.dispatch import dispatcher, tables
-from jobs.dispatch.checkpoint import read_state
 from jobs.dispatch.faults import Fault, fault_from_env
 from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
 from jobs.dispatch.routing import Kind
-from jobs.dispatch.runner import QueryPlan, run_queries
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
 from jobs.runtime import metrics
+from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
-from jobs.runtime.runner import streaming_query_id
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.runner import QueryPlan, run_queries
+from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.dispatch")
 
@@ -85,9 +84,9 @@ class DispatchBatchWriter:
     query: TopicQuery
     config: str
     replay_batch: int | None
+    write_id: WriteId
     fault: Fault | None = None
     last_record_bytes: float = 0.0
-    _app_id: str = field(default="", repr=False)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -97,9 +96,6 @@ class DispatchBatchWriter:
         ]
         if not ranges:
             return
-        if not self._app_id:
-            checkpoint = self.spec.checkpoint_of(self.query)
-            self._app_id = f"uatu-dispatch-{streaming_query_id(spark, checkpoint)}"
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
         if redelivered:
             log.warning(
@@ -126,7 +122,7 @@ class DispatchBatchWriter:
             stats.coalesce(1),
             tables.DISPATCH_STATS,
             self.spec.output.table("dispatch_stats"),
-            _stats_app_id(self._app_id, redelivered, spark.sparkContext.applicationId),
+            _stats_app_id(self.write_id.of(spark), redelivered, spark.sparkContext.applicationId),
             batch_id,
         )
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
@@ -181,6 +177,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     """The dispatcher in the shared template. The template's query is the source topic's; the
     tiers and the resq run beside it in the same application, so `run_stream` starts them all
     (`runner.run_queries`) and returns the run's exit status."""
+
+    write_id_prefix = "uatu-dispatch"
 
     session_conf = SESSION_CONF
 
@@ -244,8 +242,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         return self._writer(spark, self._source_query())
 
     def _writer(self, spark: SparkSession, query: TopicQuery) -> DispatchBatchWriter:
-        state = read_state(spark, self.spec.checkpoint_of(query), query.topic)
-        writer = DispatchBatchWriter(self.spec, query, self._config, state.replay_batch, self.fault)
+        replay = read_offset_log(spark, self.spec.checkpoint_of(query)).replay_batch
+        write_id = self.write_id(self.spec.checkpoint_of(query))
+        writer = DispatchBatchWriter(self.spec, query, self._config, replay, write_id, self.fault)
         self._writers[query.topic] = writer
         return writer
 
@@ -326,20 +325,20 @@ class _Drain:
     def check(self) -> bool:
         spec = self.spec
         queries = spec.queries()
-        states = {q.topic: read_state(self.spark, spec.checkpoint_of(q), q.topic) for q in queries}
-        if any(s.replay_batch is not None for s in states.values()):
+        logs = {q.topic: read_offset_log(self.spark, spec.checkpoint_of(q)) for q in queries}
+        if any(o.replay_batch is not None for o in logs.values()):
             self._streak = 0  # a batch is planned and not committed: it is running
             return False
         assert self.bounds.end is not None
         source = queries[0]
-        position = states[source.topic].committed
+        position = logs[source.topic].committed_offsets(source.topic)
         if position is None:
             position = resolved_start(self.bounds, self.marks, source.topic, self.bounds.end)
         others = {}
         for q in queries[1:]:
             partitions = self.marks.partitions(q.topic)
             others[q.topic] = (
-                states[q.topic].committed or {},
+                logs[q.topic].committed_offsets(q.topic) or {},
                 {p: self.marks.range_of(q.topic, p) for p in partitions},
             )
         if is_drained(position, self.bounds.end, others):

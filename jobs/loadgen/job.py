@@ -128,6 +128,8 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
 class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
     """LOAD_GEN_CONSUME in the shared template."""
 
+    write_id_prefix = "uatu-loadgen"
+
     session_conf = SESSION_CONF
 
     def __init__(self, spec: ConsumeSpec) -> None:
@@ -147,7 +149,7 @@ class LoadGenConsumeJob(StreamingJob[ConsumeSpec]):
 
     def before_query(self, spark: SparkSession) -> int | None:
         self._spark = spark
-        self._writer = MeasureBatchWriter(self.spec)
+        self._writer = MeasureBatchWriter(self.spec, self.write_id())
         self._writer.recover(spark)
         tables.warm_up_writes(spark, f"{self.spec.output.checkpoint}/loadgen-warm-up")
         return None

@@ -4,7 +4,6 @@ range folds, per-batch state next to the checkpoint)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -63,20 +62,6 @@ def write_state(
     spark: SparkSession, directory: str, batch_id: int, data: bytes, keep: int = 5
 ) -> None:
     fold(spark).BatchState.write(spark._jsparkSession, directory, batch_id, bytearray(data), keep)
-
-
-def query_id(spark: SparkSession, checkpoint: str) -> str:
-    """The id Spark stored in the checkpoint when the query first ran, read as a file (not with
-    spark.read.json, whose schema inference is a Spark job of its own)."""
-    hadoop = package(spark, "org.apache.hadoop.fs")
-    path = hadoop.Path(f"{checkpoint}/metadata")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
-    stream = fs.open(path)
-    try:
-        text = package(spark, "org.apache.commons.io").IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return str(json.loads(text.splitlines()[0])["id"])
 
 
 def refused_config(error: Py4JJavaError, cluster: str, client: str) -> ConfigError:

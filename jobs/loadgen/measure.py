@@ -33,6 +33,7 @@ from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
+from jobs.runtime.template import WriteId
 
 log = logging.getLogger("uatu.loadgen")
 
@@ -59,7 +60,7 @@ class MeasureBatchWriter:
     commit offsets."""
 
     spec: ConsumeSpec
-    app_id: str = ""
+    write_id: WriteId
     pending: PendingStats = field(default_factory=PendingStats)
     _last_line_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     _last_flush: float | None = None  # the first batch starts the interval
@@ -82,8 +83,6 @@ class MeasureBatchWriter:
         spec = self.spec
         if not self.pending.batches:
             return
-        if not self.app_id:
-            self.app_id = f"uatu-loadgen-{jvm.query_id(spark, spec.output.checkpoint)}"
         rows = self.pending.table_rows(
             (spec.job_group_id, spec.source.cluster.name, spec.source.topic), spec.window_seconds
         )
@@ -93,7 +92,7 @@ class MeasureBatchWriter:
                 spark.createDataFrame(rows, STATS_SCHEMA),
                 LOADGEN_STATS,
                 spec.output.table("loadgen_stats"),
-                self.app_id,
+                self.write_id.of(spark),
                 last,
             )
         self.pending.flushed()

@@ -63,6 +63,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.loadgen.spec import ConsumeSpec
+from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta import DeltaTableSpec, located
 
 MISSING_RANGE = StructType(
@@ -128,7 +129,4 @@ def warm_up_writes(spark: SparkSession, scratch_path: str) -> None:
     spark.createDataFrame([row], STATS_SCHEMA).write.format("delta").mode("overwrite").save(
         scratch_path
     )
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(scratch_path)
-    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)  # type: ignore[union-attr]
+    HadoopFiles(spark).delete(scratch_path, recursive=True)

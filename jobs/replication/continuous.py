@@ -55,7 +55,8 @@ from jobs.replication.ranges import SourceRange
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import StatsWriter
 from jobs.replication.writer import ContinuousCopy, DestinationConfig, copy_ranges, epoch_ranges
-from jobs.runtime.reporting import Heartbeater, Reporting, committed_offsets, end_offsets
+from jobs.runtime.checkpoint_files import read_offset_log
+from jobs.runtime.reporting import Heartbeater, Reporting
 from jobs.runtime.runner import StopRequests
 
 log = logging.getLogger("uatu.replication")
@@ -162,12 +163,12 @@ def start_positions(
     watermarks = source_watermarks(spec, plan.source_partitions)
     planned = resolved_starts(plan.starting_offsets, watermarks)
     logged_start = plog.start()
-    earlier = committed_offsets(spark, spec.output.checkpoint)
+    earlier = read_offset_log(spark, spec.output.checkpoint).committed_offsets(spec.source.topic)
     positions = progress_log.resume_offsets(
         plan.source_partitions,
         last,
         logged_start,
-        end_offsets(earlier, spec.source.topic) if earlier else None,
+        earlier,
         planned,
         {p: low for p, (low, _) in watermarks.items()},
     )
@@ -183,13 +184,16 @@ def run_low_latency(
     destination_for: Callable[[ReplicationPlan], DestinationConfig],
     stats: StatsWriter,
     *,
+    write_id_prefix: str,
     stop_file: str | None,
     reporting: Reporting | None,
 ) -> int:
     """Copy until stopped (stop file, SIGTERM, CANCEL) -> EXIT_OK, or until an epoch fails ->
     EXIT_FAILED. `stats` records each stats batch; its app id becomes the log's."""
     plog = ProgressLog(spark, spec.output.checkpoint)
-    stats.app_id = f"uatu-replication-continuous-{plog.app_id()}"
+    # The copy runs without Spark's engine: the id its progress log keeps stands for the
+    # query id of the job's other idempotent writes.
+    stats.app_id = f"{write_id_prefix}-continuous-{plog.app_id()}"
     last = plog.last()
     if last is not None and not last.committed:
         recount(spark, last, destination_for(plan), stats, plog)

@@ -52,12 +52,14 @@ from jobs.replication.writer import (
     planned_ranges,
 )
 from jobs.runtime import source_failure
+from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import any_table_exists, ensure_tables
 from jobs.runtime.kafka_source import range_consumer_config, source_read_options
-from jobs.runtime.reporting import Reporting, committed_offsets, end_offsets
-from jobs.runtime.runner import QuerySettings, streaming_query_id
+from jobs.runtime.progress import end_offsets
+from jobs.runtime.reporting import Reporting
+from jobs.runtime.runner import QuerySettings
 from jobs.runtime.tables import data_loss_path
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.replication")
 
@@ -122,15 +124,14 @@ class ReplicationBatchWriter:
     plan: ReplicationPlan
     destination: DestinationConfig
     stats: StatsWriter
+    write_id: WriteId
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark = batch.sparkSession
         spec = self.stats.spec
         if not self.stats.app_id:
-            self.stats.app_id = (
-                f"uatu-replication-{streaming_query_id(spark, spec.output.checkpoint)}"
-            )
+            self.stats.app_id = self.write_id.of(spark)
         planned = planned_ranges(batch, spec.source.topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
         self._cover_new_partitions(ranges)
@@ -200,6 +201,8 @@ def _warn_if_copies_queue(spark: SparkSession, partitions: int, low_latency: boo
 class ReplicationJob(StreamingJob[ReplicationSpec]):
     """The replication job in the shared template."""
 
+    write_id_prefix = "uatu-replication"
+
     session_conf = SESSION_CONF
 
     def __init__(self, spec: ReplicationSpec) -> None:
@@ -244,8 +247,10 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def before_query(self, spark: SparkSession) -> int | None:
         spec = self.spec
-        already = committed_offsets(spark, spec.output.checkpoint)
-        if already is not None and self.copy_complete(already):
+        already = read_offset_log(spark, spec.output.checkpoint).committed_offsets(
+            spec.source.topic
+        )
+        if already is not None and self.plan.is_done(already):
             log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
             return 0
         log.info(
@@ -265,7 +270,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
         self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
         self._writer = ReplicationBatchWriter(
-            self.plan, destination_config(self.spec, self.plan), self._stats
+            self.plan, destination_config(self.spec, self.plan), self._stats, self.write_id()
         )
         return self._writer
 
@@ -285,6 +290,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             self.plan,
             lambda plan: destination_config(self.spec, plan),
             self._stats,
+            write_id_prefix=self.write_id_prefix,
             stop_file=stop_file,
             reporting=reporting,
         )

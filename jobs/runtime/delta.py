@@ -28,6 +28,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 
 from core.errors import TableSchemaMismatch
 from core.spec import OutputSpec
+from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.delta")
 
@@ -162,20 +163,16 @@ def any_table_exists(spark: SparkSession, paths: Iterable[str]) -> bool:
     return any(_log_commits(spark, path) for path in paths)
 
 
-def _log_dir(spark: SparkSession, path: str):  # (Hadoop FileSystem, Path of the log)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    log_dir = jvm.org.apache.hadoop.fs.Path(path.rstrip("/") + "/_delta_log")
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    return log_dir.getFileSystem(conf), log_dir
+def _log_dir(path: str) -> str:
+    return path.rstrip("/") + "/_delta_log"
 
 
 def _log_commits(spark: SparkSession, path: str) -> int | None:
     """None: no Delta log at `path`; else how many commit and checkpoint files it has."""
-    fs, log_dir = _log_dir(spark, path)
-    if not fs.exists(log_dir):
+    files = HadoopFiles(spark)
+    if not files.exists(_log_dir(path)):
         return None
-    names = [status.getPath().getName() for status in fs.listStatus(log_dir)]
+    names = files.names(_log_dir(path))
     return sum(1 for name in names if name.endswith((".json", ".parquet")))
 
 
@@ -201,28 +198,23 @@ def _schema_at_creation(spark: SparkSession, path: str) -> StructType | None:
 def _only_commit_zero(spark: SparkSession, path: str) -> list[dict] | None:
     """The actions of commit 0 of the Delta log at `path` when it is the log's only commit
     or checkpoint file; None when there is no log or more than that commit."""
-    fs, log_dir = _log_dir(spark, path)
-    if not fs.exists(log_dir):
-        return None
-    names = {status.getPath().getName() for status in fs.listStatus(log_dir)}
+    files = HadoopFiles(spark)
+    log_dir = _log_dir(path)
+    names = set(files.names(log_dir))
     logged = {name for name in names if name.endswith((".json", ".parquet"))}
     first = f"{0:020d}.json"
     if logged != {first}:
         return None
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, first))
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+    text = files.read_text(f"{log_dir}/{first}")
+    if text is None:
+        return None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _delete_log(spark: SparkSession, path: str) -> None:
-    fs, log_dir = _log_dir(spark, path)
+    log_dir = _log_dir(path)
     log.warning("removing %s: a Delta log without a commit (its creation was cut short)", log_dir)
-    fs.delete(log_dir, True)
+    HadoopFiles(spark).delete(log_dir, recursive=True)
 
 
 def located(

@@ -3,7 +3,11 @@
 `run_query` starts a `foreachBatch` query, logs each micro-batch's progress, and turns the
 outcome into an exit status (0 finished or stopped, 1 failed). With `once=True` the trigger
 is AvailableNow: everything available when the query starts is processed, then the query ends
-by itself.
+by itself. `run_queries` runs several queries of one application together (the dispatcher's
+source, retry tiers and resq), each in its own FAIR scheduler pool, with the same contract:
+when any fails the others are stopped and the run exits 1.
+
+`StopRequests` is the one place that decides a run should stop, for one query or many.
 
 Graceful stop: the query is stopped between two micro-batches (after `poll_seconds`, and
 waiting up to `stop_grace_seconds` for a running batch to finish) when the stop file appears
@@ -20,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.errors import StreamingQueryException
@@ -28,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from core.errors import EXIT_FAILED, EXIT_OK
+from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.reporting import Heartbeater, Reporting
 
 log = logging.getLogger("uatu.runner")
@@ -56,14 +61,6 @@ class QuerySettings:
     # The records of a batch (by id) for a query that reads them itself, not through Spark's
     # rows (the audit fold): they replace Spark's numInputRows, which is 0, in the batch line.
     batch_records: Callable[[int], int | None] | None = None
-
-
-def streaming_query_id(spark: SparkSession, checkpoint: str) -> str:
-    """The id Spark stored in the checkpoint when the query first ran (stable across restarts)."""
-    metadata = spark.read.json(f"{checkpoint}/metadata").first()
-    if metadata is None or not metadata["id"]:
-        raise RuntimeError(f"no query id in {checkpoint}/metadata")
-    return str(metadata["id"])
 
 
 class StopRequests:
@@ -168,6 +165,110 @@ def run_query(
             heartbeater.stop()
     log.info("query %s finished", settings.name)
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One query of an application that runs several: its name (also its FAIR scheduler
+    pool), checkpoint, stream, batch writer and trigger."""
+
+    name: str
+    checkpoint: str
+    stream: DataFrame
+    writer: BatchWriter
+    trigger_seconds: float
+
+
+def run_queries(
+    spark: SparkSession,
+    plans: Sequence[QueryPlan],
+    *,
+    stop_file: str | None = None,
+    reporting: Reporting | None = None,
+    record_bytes: Callable[[], float] | None = None,
+    finished: Callable[[], bool] | None = None,
+    poll_seconds: float = 1.0,
+    stop_grace_seconds: float = 120.0,
+) -> int:
+    """Start every plan's query; return the exit status when they are done or stopped.
+
+    The first plan is the one reported to the control plane; the run's last heartbeat, after
+    its queries stopped, carries that query's committed offsets from its checkpoint.
+    `finished`, polled every `poll_seconds`, ends a bounded run when it returns True."""
+    heartbeater = None
+    if reporting is not None:
+        heartbeater = reporting.start(spark, plans[0].name, plans[0].checkpoint, record_bytes)
+    queries: list[StreamingQuery] = []
+    try:
+        with StopRequests(stop_file, heartbeater) as stop:
+            queries = _start_in_pools(spark, plans)
+            while True:
+                time.sleep(poll_seconds)
+                for query in queries:
+                    if not query.isActive:
+                        error = query.exception()
+                        if error is not None:
+                            log.error("query %s failed: %s", query.name, error)
+                            return EXIT_FAILED
+                        stop.request(f"query {query.name} ended")
+                if stop.reason() is None and finished is not None and finished():
+                    stop.request("the end of the bounded run: every record is resolved")
+                reason = stop.reason()
+                if reason is not None:
+                    log.info("%s: stopping %d queries", reason, len(queries))
+                    return EXIT_OK
+    except StreamingQueryException as e:
+        log.error("a query failed: %s", e)
+        return EXIT_FAILED
+    finally:
+        _stop_all(queries, stop_grace_seconds)
+        if heartbeater is not None:
+            heartbeater.stop()
+            # The last word: the offsets of the first query's last committed batch, so a
+            # bounded run reports where it ended even if progress events are still coming.
+            committed = read_offset_log(spark, plans[0].checkpoint).committed_progress()
+            if committed is not None:
+                heartbeater.listener.settle(committed)
+            heartbeater.beat_once()
+
+
+def _start_in_pools(spark: SparkSession, plans: Sequence[QueryPlan]) -> list[StreamingQuery]:
+    """Start each plan's query in a FAIR scheduler pool of its own name, so a long batch of
+    one never starves the others of task slots."""
+    sc = spark.sparkContext
+    queries = []
+    try:
+        for plan in plans:
+            sc.setLocalProperty("spark.scheduler.pool", plan.name)
+            query = (
+                plan.stream.writeStream.queryName(plan.name)
+                .option("checkpointLocation", plan.checkpoint)
+                .foreachBatch(plan.writer)
+                .trigger(processingTime=f"{plan.trigger_seconds} seconds")
+                .start()
+            )
+            queries.append(query)
+            log.info(
+                "started query %s (id %s), checkpoint %s", plan.name, query.id, plan.checkpoint
+            )
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    return queries
+
+
+def _stop_all(queries: Sequence[StreamingQuery], grace_seconds: float) -> None:
+    """Stop every query between two micro-batches (a batch cut short would run again on the
+    next start: correct, but avoidable)."""
+    deadline = time.monotonic() + grace_seconds
+    for query in queries:
+        while query.isActive and time.monotonic() < deadline:
+            if not query.status.get("isTriggerActive", False):
+                break
+            time.sleep(0.1)
+        try:
+            query.stop()
+        except Exception as e:  # a failed query may refuse a clean stop; it is over either way
+            log.warning("stopping %s: %s", query.name, e)
 
 
 def _wait_between_batches(query: StreamingQuery, grace_seconds: float) -> None:

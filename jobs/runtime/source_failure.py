@@ -18,7 +18,6 @@ micro-batch's own writes are exactly-once and are redone, or not, by the next ru
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,8 +35,8 @@ from core.errors import (
     TopicNotFound,
     UatuError,
 )
+from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import ensure
-from jobs.runtime.reporting import committed_offsets, end_offsets
 from jobs.runtime.tables import SOURCE_DATA_LOSS
 
 log = logging.getLogger("uatu.source")
@@ -78,7 +77,7 @@ def explain(
     source is not the cause (or the cluster does not answer: nothing can be said).
 
     `resumes_at` is where a job that keeps its own progress (the low-latency replication
-    copy) resumes; by default it is read from Spark's checkpoint (`resume_offsets`)."""
+    copy) resumes; by default it is read from Spark's checkpoint (`OffsetLog.resume_offsets`)."""
     try:
         partitions = kafka_admin.partition_count(cluster, topic, "source")
     except TopicNotFound:
@@ -90,8 +89,9 @@ def explain(
     except KafkaException as e:
         log.warning("could not read the earliest offsets of %s: %s", topic, e)
         return None
-    resume = resume_offsets(spark, checkpoint, topic) if resumes_at is None else resumes_at
-    lost = lost_ranges(resume, earliest)
+    if resumes_at is None:
+        resumes_at = read_offset_log(spark, checkpoint).resume_offsets(topic)
+    lost = lost_ranges(resumes_at, earliest)
     if not lost:
         return None
     now = datetime.now(UTC)
@@ -105,22 +105,6 @@ def explain(
     )
     ranges = ", ".join(f"{r.partition} [{r.from_offset}, {r.until_offset})" for r in lost)
     return SourceDataLost(topic, cluster.name, ranges, loss_table)
-
-
-def resume_offsets(spark: SparkSession, checkpoint: str, topic: str) -> dict[int, int]:
-    """Where the query resumes in `topic`: the end offsets of its last committed batch, else
-    the offsets it started from (Spark's `sources/0/0`); {} for a checkpoint without either."""
-    committed = committed_offsets(spark, checkpoint)
-    if committed is not None:
-        return end_offsets(committed, topic)
-    text = _read(spark, f"{checkpoint}/sources/0/0")
-    if text is None:
-        return {}
-    for line in text.splitlines():
-        if line.startswith("{"):
-            offsets = json.loads(line).get(topic, {})
-            return {int(p): int(o) for p, o in offsets.items()}
-    return {}
 
 
 def _earliest_offsets(cluster: ClusterConfig, topic: str, partitions: int) -> dict[int, int]:
@@ -138,18 +122,3 @@ def _earliest_offsets(cluster: ClusterConfig, topic: str, partitions: int) -> di
         }
     finally:
         consumer.close()
-
-
-def _read(spark: SparkSession, path: str) -> str | None:
-    """A checkpoint file's text through Hadoop (local or distributed), None if absent."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
-    if not fs.exists(hadoop_path):
-        return None
-    stream = fs.open(hadoop_path)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()

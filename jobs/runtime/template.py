@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from core.errors import EXIT_FAILED, UatuError
 from core.spec import JobSpec
+from jobs.runtime.checkpoint_files import query_id
 from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.reporting import Reporting
@@ -43,14 +44,38 @@ LAUNCHED_AT = "UATU_LAUNCHED_AT"
 S = TypeVar("S", bound=JobSpec)
 
 
+class WriteId:
+    """The idempotent-write id (Delta's txnAppId) of one query's writes,
+    "<prefix>-<query id>": the query id its checkpoint keeps across restarts, so a batch
+    replayed after a crash carries the id it was first written with and is skipped. Read on
+    first use (the checkpoint's metadata exists once the query has started), then kept."""
+
+    def __init__(self, prefix: str, checkpoint: str) -> None:
+        self.prefix = prefix
+        self.checkpoint = checkpoint
+        self._value: str | None = None
+
+    def of(self, spark: SparkSession) -> str:
+        if self._value is None:
+            self._value = f"{self.prefix}-{query_id(spark, self.checkpoint)}"
+        return self._value
+
+
 class StreamingJob(ABC, Generic[S]):
     """One run of one JobGroup's streaming query."""
 
     # Spark settings this job needs on top of jobs.runtime.session.BASE_CONF.
     session_conf: ClassVar[Mapping[str, str]] = {}
+    # The first part of this job type's idempotent-write ids (`write_id`). Never change it:
+    # a batch replayed after the change would carry a new id and be written twice.
+    write_id_prefix: ClassVar[str] = "uatu"
 
     def __init__(self, spec: S) -> None:
         self.spec = spec
+
+    def write_id(self, checkpoint: str | None = None) -> WriteId:
+        """The idempotent-write id of the query at `checkpoint` (the job's own by default)."""
+        return WriteId(self.write_id_prefix, checkpoint or self.spec.output.checkpoint)
 
     # --- before any Spark work ----------------------------------------------------------
 

@@ -27,10 +27,10 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
-from controlplane.channel import ClientSecurity, open_channel
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
+from core.channel import ClientSecurity, open_channel
 from core.paths import ROOT
 from core.processes import free_ports, pid_alive, signal_group, terminate
 from testing.apps import spark_submit_groups

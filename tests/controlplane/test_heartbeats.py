@@ -27,10 +27,11 @@ from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers, new_worker_id, new_worker_secret
 from core.config import load_settings
 from core.errors import ConfigError
-from jobs.runtime.reporting import JobTemplate, ReporterConfig, end_offsets, partition_statuses
+from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
+from jobs.runtime.reporting import ReporterConfig
 from testing.conf import write_conf_dir
 
-TEMPLATE = JobTemplate(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
+TEMPLATE = JobIdentity(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
 
 
 def progress(ts: str, start: dict, end: dict, duration_ms=2000, records=0, size=0) -> dict:
@@ -282,10 +283,11 @@ def test_followers_refuse_admin_calls_naming_the_leader_but_answer_scale(tmp_pat
 
 def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
     """Spark's offset-log layout, as a real audit checkpoint has it; batch 1 is uncommitted."""
-    from jobs.runtime.reporting import ProgressListener, committed_offsets
+    from jobs.runtime.checkpoint_files import read_offset_log
+    from jobs.runtime.progress import ProgressListener
 
     checkpoint = tmp_path / "ck"
-    assert committed_offsets(spark, str(checkpoint)) is None
+    assert read_offset_log(spark, str(checkpoint)).committed_progress() is None
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
     for batch, offsets in ((0, '{"orders":{"0":180,"1":150}}'), (1, '{"orders":{"0":190}}')):
@@ -294,7 +296,12 @@ def test_committed_offsets_come_from_the_last_committed_batch(spark, tmp_path):
         )
     (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
-    committed = committed_offsets(spark, str(checkpoint))
+    offset_log = read_offset_log(spark, str(checkpoint))
+    assert offset_log.replay_batch == 1 and offset_log.committed_offsets("orders") == {
+        0: 180,
+        1: 150,
+    }
+    committed = offset_log.committed_progress()
     assert committed is not None and end_offsets(committed, "orders") == {0: 180, 1: 150}
     seeded = ProgressListener("audit-x", TEMPLATE, committed).statuses()
     assert [
@@ -359,7 +366,7 @@ def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, t
 def test_settle_replaces_the_statuses_with_a_checkpoints_offsets():
     """A stopped run's last word (the dispatcher's runner): the committed offsets, rates 0,
     even when no progress event was delivered; another topic's offsets change nothing."""
-    from jobs.runtime.reporting import ProgressListener
+    from jobs.runtime.progress import ProgressListener
 
     listener = ProgressListener("q", TEMPLATE)
     assert listener.statuses() == []

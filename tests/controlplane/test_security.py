@@ -30,7 +30,6 @@ from uber.data.kafka.datatransfer.worker_pb2 import Node
 from controlplane import cli
 from controlplane.assembly import ServeOptions, application_env, is_loopback
 from controlplane.auth import AuthPolicy, Principal, Role, parse_auth_file, required_role
-from controlplane.channel import ClientSecurity, open_channel
 from controlplane.errors import LookupsBusy, WorkerRefused
 from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import LaunchRecord
@@ -39,6 +38,7 @@ from controlplane.server import ServerSecurity, create_server
 from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers, new_worker_secret
+from core.channel import ClientSecurity, open_channel
 from core.config import ClusterConfig, load_settings
 from core.errors import ClusterUnreachable, ConfigError
 from testing.conf import write_conf_dir
@@ -395,14 +395,15 @@ def test_external_workers_only_when_allowed_and_then_bound_to_their_secret(
 def test_the_reporter_proves_itself_follows_only_listed_redirects_and_own_cancels(
     plane: Plane,
 ) -> None:
-    from jobs.runtime.reporting import Heartbeater, JobTemplate, ReporterConfig
+    from jobs.runtime.progress import JobIdentity
+    from jobs.runtime.reporting import Heartbeater, ReporterConfig
 
     worker_id, secret = launched(plane)
-    template = JobTemplate(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "orders")
+    template = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "orders")
 
     class Listener:
         def __init__(self) -> None:
-            self.template = template
+            self.identity = template
 
         def statuses(self):
             return [
@@ -429,11 +430,11 @@ def test_the_reporter_proves_itself_follows_only_listed_redirects_and_own_cancel
     assert reporter._target == plane.target
     # CANCEL for somebody else's job is ignored; for its own, it stops.
     plane.groups.set_state("orders-audit", job_pb2.JOB_STATE_CANCELED)
-    template_other = JobTemplate(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "other")
-    reporter.listener.template = template_other  # type: ignore[misc]
+    template_other = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "other")
+    reporter.listener.identity = template_other  # type: ignore[misc]
     reporter._beat()
     assert not reporter.stop_requested.is_set()
-    reporter.listener.template = template  # type: ignore[misc]
+    reporter.listener.identity = template  # type: ignore[misc]
     reporter._beat()
     assert reporter.stop_requested.is_set()
 

@@ -3,7 +3,8 @@
 Connection (type `uatu_control_plane`): host and port of the control plane. Extras, all
 optional, for a control plane that requires them (the authentication issue adds them there):
 
-* `ca_cert`, `client_cert`, `client_key`: PEM file paths; any of them switches to TLS;
+* `ca_cert`, `client_cert`, `client_key`: PEM file paths; any of them switches to TLS (the
+  control plane's one channel rule, core/channel.py);
 * `token`: sent as `authorization: Bearer <token>` metadata on every call;
 * `timeout`: seconds per call (default 10).
 
@@ -25,6 +26,8 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
 
+from core.channel import ClientSecurity, open_aio_channel, open_channel
+
 
 @dataclass(frozen=True)
 class ControlPlaneSettings:
@@ -35,19 +38,15 @@ class ControlPlaneSettings:
     token: str | None = None
     timeout: float = 10.0
 
-    @property
-    def tls(self) -> bool:
-        return bool(self.ca_cert or self.client_cert or self.client_key)
+    def security(self) -> ClientSecurity:
+        def path(value: str | None) -> Path | None:
+            return Path(value) if value else None
 
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        def read(path: str | None) -> bytes | None:
-            return Path(path).read_bytes() if path else None
-
-        return grpc.ssl_channel_credentials(
-            read(self.ca_cert), read(self.client_key), read(self.client_cert)
+        return ClientSecurity(
+            ca=path(self.ca_cert),
+            token=self.token,
+            cert=path(self.client_cert),
+            key=path(self.client_key),
         )
 
 
@@ -88,18 +87,17 @@ class UatuControlPlaneHook(BaseHook):
         )
 
     def channel(self, *, aio: bool = False) -> Any:
-        """A gRPC channel (grpc.aio's for triggers), TLS when the connection has certificates."""
+        """A gRPC channel (grpc.aio's for triggers), TLS when the connection has certificates,
+        the token on every call."""
         s = self.settings()
-        module = grpc.aio if aio else grpc
-        if s.tls:
-            return module.secure_channel(s.target, s.credentials())
-        return module.insecure_channel(s.target)
+        opened = open_aio_channel if aio else open_channel
+        return opened(s.target, s.security())
 
     def _call(self, method: str, request: Any) -> Any:
         s = self.settings()
         with self.channel() as channel:
             stub = admin_grpc.MasterAdminServiceStub(channel)
-            return getattr(stub, method)(request, timeout=s.timeout, metadata=s.metadata())
+            return getattr(stub, method)(request, timeout=s.timeout)
 
     def get_group(self, job_group_id: str) -> StoredJobGroup | None:
         try:

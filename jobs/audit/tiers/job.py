@@ -69,8 +69,7 @@ from jobs.audit.tiers.verdicts import (
 from jobs.replication.provenance import STAMP
 from jobs.runtime.delta import DeltaTableSpec, append_once, ensure_tables, kll_quantiles, merge_once
 from jobs.runtime.kafka_source import kafka_read_options
-from jobs.runtime.runner import streaming_query_id
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.tiers")
 
@@ -166,9 +165,9 @@ def _window(ms: int, interval_s: int) -> int:
 class TierBatchWriter:
     """foreachBatch function of the cross-tier audit."""
 
-    def __init__(self, spec: TierAuditSpec) -> None:
+    def __init__(self, spec: TierAuditSpec, write_id: WriteId) -> None:
         self.spec = spec
-        self._app_id: str | None = None
+        self.write_id = write_id
         audited = spec.audited
         self.sampler: TopicSampler | None = None
         if spec.of_type(RETENTION, AVAILABILITY):
@@ -179,14 +178,9 @@ class TierBatchWriter:
         self._restored = False
         self._last_sample_ms: int | None = None
 
-    def app_id(self, spark: SparkSession) -> str:
-        if self._app_id is None:
-            self._app_id = f"uatu-tiers-{streaming_query_id(spark, self.spec.output.checkpoint)}"
-        return self._app_id
-
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        app_id = self.app_id(spark)
+        app_id = self.write_id.of(spark)
         now = _now_ms()
         batch = batch.where(F.col("topic").isNotNull()).persist()
         try:
@@ -1032,6 +1026,8 @@ def _ledger_frames(batch: DataFrame, check: Check) -> list[DataFrame]:
 class TierAuditJob(StreamingJob[TierAuditSpec]):
     """The cross-tier audit in the shared template."""
 
+    write_id_prefix = "uatu-tiers"
+
     def ensure_tables(self, spark: SparkSession) -> None:
         ensure_tables(spark, tables.locations(self.spec))
         # Comparisons read audit_counts, which the counting audits write; an empty table until
@@ -1052,4 +1048,4 @@ class TierAuditJob(StreamingJob[TierAuditSpec]):
         return build_stream(spark, self.spec)
 
     def batch_writer(self, spark: SparkSession) -> TierBatchWriter:
-        return TierBatchWriter(self.spec)
+        return TierBatchWriter(self.spec, self.write_id())

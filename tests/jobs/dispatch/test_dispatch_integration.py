@@ -38,7 +38,8 @@ from core.paths import ROOT
 from jobs import registry
 from jobs.dispatch.job import DispatchJob
 from jobs.runtime import metrics
-from jobs.runtime.reporting import JobTemplate, ReporterConfig, Reporting
+from jobs.runtime.progress import JobIdentity
+from jobs.runtime.reporting import ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
 from testing.jobrun import log_path, running_job
@@ -705,7 +706,7 @@ def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> 
         )
         reporting = Reporting(
             ReporterConfig((f"127.0.0.1:{port}",), interval_seconds=0.3),
-            JobTemplate(
+            JobIdentity(
                 job_pb2.JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER, "local", topics.main, "svc"
             ),
         )

@@ -28,7 +28,7 @@ from jobs.replication.writer import (
     check_clients,
     copy_ranges,
 )
-from jobs.runtime.reporting import JobTemplate, end_offsets, partition_statuses
+from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
 from testing.conf import write_conf_dir
 
 NOW_MS = 1_800_000_000_000
@@ -257,8 +257,8 @@ def test_low_latency_resumes_after_the_last_logged_batch_else_where_it_began() -
 def test_low_latency_progress_record_gives_the_heartbeat_its_offsets_and_rates() -> None:
     record = progress_record("replication-copy", "orders", {0: 10, 1: 0}, {0: 30, 1: 5}, 2.0)
     assert end_offsets(record, "orders") == {0: 30, 1: 5}
-    template = JobTemplate(type=0, cluster="src", topic="orders")
-    statuses = partition_statuses(record, None, template, None, bytes_per_record=100.0)
+    identity = JobIdentity(type=0, cluster="src", topic="orders")
+    statuses = partition_statuses(record, None, identity, None, bytes_per_record=100.0)
     rates = [s.kafka_consumer_task_status.messages_per_sec for s in statuses]
     assert rates == [10.0, 2.5]
 
