@@ -11,7 +11,7 @@ straight to a Kafka producer in JVM tasks. Spark's progress therefore reports 0 
 
 Sink: the kafka_dispatcher_task_group topic (one Spark task per source partition; partition
 N -> N, or N % count with the modulo mapping). Key, value, headers and the source timestamp
-are kept; every record gets a provenance stamp (`provenance.STAMP`).
+are kept; every record gets a provenance stamp (`core.provenance.STAMP`).
 
 Guarantee: no loss (a failed delivery fails the batch, which is replayed), order kept per
 partition, and no duplicate from restarts or task retries: each task skips what its

@@ -3,7 +3,7 @@
 What MirrorMaker 2's checkpoints give its users: a consumer group G that committed offset X on
 a source partition should, after failing over to the replica, resume at the destination offset
 of the first record copied from source offset X or later. The replication job keeps partition
-and order and stamps every copied record with `uatu.src` (see `provenance.py`), so, within a
+and order and stamps every copied record with `uatu.src` (see `core/provenance.py`), so, within a
 destination partition, the stamped source offsets of one source increase with the destination
 offset. The translation is a binary search over the destination partition that reads one
 record per probe (O(log n) fetches), skipping records other writers put there.
@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 
 from core.config import ClusterConfig, Settings, load_settings
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UatuError
-from jobs.replication.provenance import SourceOffset, latest_stamp
+from core.provenance import SourceOffset, latest_stamp
 
 log = logging.getLogger("uatu.replication.offsets")
 

@@ -9,7 +9,7 @@ For the range its task holds (`ranges.SourceRange`), the copy
 2. reads the range with a byte-array consumer and produces every newer record to the
    destination partition with the Java Kafka producer, keeping key, value, headers and the
    source timestamp, and appending the encoded-format headers, if any, and the provenance
-   stamp (`provenance.STAMP`, one header naming source cluster, topic, partition and offset);
+   stamp (`core.provenance.STAMP`, one header naming source cluster, topic, partition and offset);
 3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
    and the query, fail rather than lose a record), and returns one summary row per window of
    source timestamps (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min,

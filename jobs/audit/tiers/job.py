@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from uatu.v1 import audit_report_pb2
 
+from core.provenance import STAMP
 from jobs.audit.tiers import tables
 from jobs.audit.tiers.sampling import NO_LEADER, RetentionState, TopicSample, TopicSampler
 from jobs.audit.tiers.spec import (
@@ -66,7 +67,6 @@ from jobs.audit.tiers.verdicts import (
     side_from_sketches,
     with_relative,
 )
-from jobs.replication.provenance import STAMP
 from jobs.runtime.delta import DeltaTableSpec, append_once, ensure_tables, kll_quantiles, merge_once
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.template import StreamingJob, WriteId

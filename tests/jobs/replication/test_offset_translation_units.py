@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from core.provenance import SourceOffset
 from jobs.replication.offsets import translate
-from jobs.replication.provenance import SourceOffset
 
 OURS = ("src", "orders")
 

@@ -23,10 +23,10 @@ from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
 from core.paths import ROOT
 from core.processes import signal_group
+from core.provenance import STAMP, SourceOffset, latest_stamp
 from jobs import main as job_main
 from jobs.replication import job as replication
 from jobs.replication.preflight import preflight
-from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp
 from jobs.replication.spec import replication_spec_now
 from testing.conf import write_conf_dir
 from testing.polling import wait_for

@@ -14,10 +14,10 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
+from core.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.continuous import EpochLayout, epoch_layout, progress_record, resolved_starts
 from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
 from jobs.replication.progress_log import LoggedBatch, resume_offsets
-from jobs.replication.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
 from jobs.replication.tables import LABELS, REPLICATION_STATS

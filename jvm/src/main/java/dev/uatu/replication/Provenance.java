@@ -14,7 +14,7 @@ import org.apache.kafka.common.header.internals.RecordHeader;
  * record, so fewer headers make every copied record cheaper. A topic name has no {@code /}, so the
  * value parses from the right even when a cluster name has one. A record copied twice
  * (A to B to C) carries a stamp per hop, the later one last. Public for the tests, which
- * check it against the Python reader ({@code jobs/replication/provenance.py}).
+ * check it against the Python reader ({@code core/provenance.py}).
  */
 public final class Provenance {
   public static final String KEY = "uatu.src";
