@@ -43,6 +43,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 from controlplane.errors import (
     JobGroupExists,
     JobGroupNotFound,
+    LimitReached,
     NotLeader,
     StaleWrite,
     StoreUnavailable,
@@ -188,11 +189,15 @@ class SqliteStore:
         with self._lock:
             return int(self._read("SELECT count(*) FROM job_groups")[0][0])
 
-    def create(self, group: StoredJobGroup) -> int:
+    def create(self, group: StoredJobGroup, limit: int | None = None) -> int:
         job_group_id = group.job_group.job_group_id
         with self._lock:
             try:
-                with self._transaction():
+                with self._transaction():  # the count and the insert under one write lock
+                    if limit is not None:
+                        stored = self._db.execute("SELECT count(*) FROM job_groups").fetchone()
+                        if stored[0] >= limit:
+                            raise LimitReached("stored JobGroups", limit)
                     self._db.execute(
                         "INSERT INTO job_groups (id, version, data) VALUES (?, 1, ?)",
                         (job_group_id, group.SerializeToString()),
