@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-address",
         default=None,
-        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by default)",
+        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by "
+        "default); :PORT is 127.0.0.1:PORT, 0.0.0.0:PORT every interface",
     )
     security = serve.add_argument_group("security (see docs/security.md)")
     security.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve TLS")
@@ -335,12 +336,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     from controlplane.assembly import ServeOptions, assemble
+    from controlplane.metrics import metrics_bind
     from controlplane.server import serve
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        if args.metrics_address:
+            metrics_bind(args.metrics_address)  # a bad value: one line, before anything starts
         options = ServeOptions(
             address=args.address,
             advertise=args.advertise or args.address,
