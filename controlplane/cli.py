@@ -35,7 +35,7 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
-from controlplane.channel import ClientSecurity, open_channel
+from controlplane.channel import ClientSecurity, default_token_file, open_channel
 from controlplane.service import EXPECTED_VERSION_HEADER, VERSION_HEADER
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a non-loopback --address without TLS and authentication",
     )
     security.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="file holding one admin bearer token (what the CLI's --token-file reads), "
+        "created with a random token, mode 0600, if missing; with or without --auth-token-file",
+    )
+    security.add_argument(
         "--reflection", action="store_true", help="enable gRPC server reflection (off)"
     )
     security.add_argument(
@@ -232,8 +238,9 @@ def conditional(version: int | None) -> tuple[tuple[str, str], ...]:
 
 
 def run_client(args: argparse.Namespace) -> list[Message]:
+    token_file = args.token_file or default_token_file(args.target)
     security = ClientSecurity.from_files(
-        ca=args.ca, token_file=args.token_file, cert=args.cert, key=args.key
+        ca=args.ca, token_file=token_file, cert=args.cert, key=args.key
     )
     with open_channel(args.target, security) as channel:
         stub = admin_grpc.MasterAdminServiceStub(channel)
@@ -367,6 +374,7 @@ def serve_command(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
             auth_token_file=args.auth_token_file,
+            admin_token_file=args.admin_token_file,
             insecure=args.insecure,
             reflection=args.reflection,
             app_ca=args.app_ca,
