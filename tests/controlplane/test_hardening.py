@@ -115,9 +115,8 @@ def test_make_controlplane_serves_with_a_token_it_creates(tmp_path: Path, monkey
         assert len(token) >= MIN_TOKEN_CHARS
 
         request = admin_pb2.GetAllJobGroupsRequest()
-        with open_channel(address) as anonymous:
-            with pytest.raises(grpc.RpcError) as refused:
-                list(admin_grpc.MasterAdminServiceStub(anonymous).GetAllJobGroups(request))
+        with open_channel(address) as anonymous, pytest.raises(grpc.RpcError) as refused:
+            list(admin_grpc.MasterAdminServiceStub(anonymous).GetAllJobGroups(request))
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         with open_channel(address, ClientSecurity(token=token)) as known:
             assert list(admin_grpc.MasterAdminServiceStub(known).GetAllJobGroups(request)) == []
@@ -138,7 +137,7 @@ def test_the_token_file_is_made_once_and_must_hold_a_token(tmp_path: Path) -> No
     assert ensure_token_file(path) == (token, False)  # a restart keeps the token
     short = tmp_path / "short.token"
     short.write_text("abc\n")
-    with pytest.raises(ConfigError, match="--admin-token-file.*short.token"):
+    with pytest.raises(ConfigError, match=r"--admin-token-file.*short\.token"):
         ensure_token_file(short)
 
 

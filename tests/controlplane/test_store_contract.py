@@ -210,8 +210,7 @@ def test_concurrent_creates_never_overshoot_the_limit(store: Store) -> None:
             outcomes.append(outcome)
 
     threads = [
-        threading.Thread(target=lambda n=n: [create(n * 4 + i) for i in range(4)])
-        for n in range(8)
+        threading.Thread(target=lambda n=n: [create(n * 4 + i) for i in range(4)]) for n in range(8)
     ]
     for t in threads:
         t.start()
