@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--token-file",
             type=Path,
             default=env("UATU_CONTROL_PLANE_TOKEN_FILE"),
-            help="file holding a bearer token",
+            help="file holding a bearer token (default $UATU_CONTROL_PLANE_TOKEN_FILE, else "
+            "var/controlplane/admin.token if it exists and the target is on this host)",
         )
         sub.add_argument("--cert", type=Path, default=env("UATU_CONTROL_PLANE_CERT"))
         sub.add_argument("--key", type=Path, default=env("UATU_CONTROL_PLANE_KEY"))
