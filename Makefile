@@ -170,8 +170,8 @@ run: setup ## demo: own broker, demo stream from the load generator, audit job o
 demo-audit-tiers: setup ## demo: a Python and a Java service reporting to the cross-tier audit, a replicated copy broken on purpose, the verdicts per window
 	$(PY) -m examples.audit_tiers_demo
 
-controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/
-	$(PY) -m controlplane serve --address 127.0.0.1:8087
+controlplane: setup ## run the control plane (gRPC admin API) on 127.0.0.1:8087, store in var/, admin token in var/controlplane/admin.token
+	$(PY) -m controlplane serve --address 127.0.0.1:8087 --admin-token-file var/controlplane/admin.token
 
 report: venv ## completeness report from the Delta tables: WAREHOUSE=var/demo/warehouse OUT=report.html
 	$(PY) -m integrations.report --warehouse $(or $(WAREHOUSE),var/demo/warehouse) --out $(or $(OUT),report.html)

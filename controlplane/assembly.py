@@ -11,14 +11,13 @@ standalone or kubernetes), the JobGroups and Workers domains, and the reconciler
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from controlplane.auth import load_auth_file
+from controlplane.auth import ensure_token_file, load_auth_file
 from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
@@ -31,6 +30,7 @@ from controlplane.state.leadership import Leadership, SoleLeader
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core import kafka_admin
+from core.channel import DEFAULT_TOKEN_FILE, is_loopback
 from core.config import Settings
 from core.errors import ConfigError
 from core.secret_files import read_secret_file
@@ -38,17 +38,6 @@ from core.secret_files import read_secret_file
 LAUNCHERS = ("local", "standalone", "kubernetes")
 
 log = logging.getLogger("uatu.controlplane")
-
-
-def is_loopback(address: str) -> bool:
-    """True when host:port binds only the loopback interface (127.0.0.0/8, ::1, localhost)."""
-    host = address.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name, or no host at all (every interface)
 
 
 @dataclass(frozen=True)
@@ -75,6 +64,7 @@ class ServeOptions:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     auth_token_file: Path | None = None
+    admin_token_file: Path | None = None  # created with a random token if missing
     insecure: bool = False
     reflection: bool = False
     app_ca: Path | None = None
@@ -125,7 +115,9 @@ class ServeOptions:
                 "every caller must then present a certificate, applications too: "
                 "give --app-tls-cert and --app-tls-key",
             )
-        authenticated = self.auth_token_file is not None or self.tls_client_ca is not None
+        authenticated = any(
+            f is not None for f in (self.auth_token_file, self.admin_token_file, self.tls_client_ca)
+        )
         exposed = not is_loopback(self.address) and not (self.tls and authenticated)
         if exposed and not self.insecure:
             raise ConfigError(
@@ -165,14 +157,20 @@ def _read(path: Path, option: str) -> bytes:
 
 
 def server_security(options: ServeOptions) -> ServerSecurity:
-    """The files the security options name, read and checked once, before anything starts."""
+    """The files the security options name, read and checked once, before anything starts
+    (the --admin-token-file is created then if missing, and one line says where it is)."""
+    authenticated = options.auth_token_file or options.admin_token_file
     if options.insecure and not is_loopback(options.address):
         log.warning(
             "--insecure: %s is served %s; anyone who reaches it can %s",
             options.address,
             "over TLS" if options.tls else "in plaintext",
-            "call the admin API" if not options.auth_token_file else "read the traffic",
+            "call the admin API" if not authenticated else "read the traffic",
         )
+    admin_token = None
+    if options.admin_token_file is not None:
+        admin_token, created = ensure_token_file(options.admin_token_file)
+        log.info(token_file_line(options.admin_token_file, created))
     return ServerSecurity(
         tls_cert_chain=_read(options.tls_cert, "--tls-cert") if options.tls_cert else None,
         tls_key=_read(options.tls_key, "--tls-key") if options.tls_key else None,
@@ -181,7 +179,19 @@ def server_security(options: ServeOptions) -> ServerSecurity:
         else None,
         policy=load_auth_file(options.auth_token_file) if options.auth_token_file else None,
         reflection=options.reflection,
+        admin_token=admin_token,
     )
+
+
+def token_file_line(path: Path, created: bool) -> str:
+    """Where the admin token is, and how the CLI finds it (pure)."""
+    how = (
+        "the CLI on this host reads it by default"
+        if path.resolve() == DEFAULT_TOKEN_FILE.resolve()
+        else f"give the CLI --token-file {path} (or $UATU_CONTROL_PLANE_TOKEN_FILE)"
+    )
+    where = f"created in {path} (mode 0600)" if created else f"read from {path}"
+    return f"admin token {where}; {how}"
 
 
 def etcd_access(options: ServeOptions) -> EtcdAccess:

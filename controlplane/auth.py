@@ -8,6 +8,11 @@ Principals come from the auth file (`serve --auth-token-file FILE`), one per lin
     read     dashboards  token-sha256:<hex SHA-256 of the token, so the file holds no token>
     admin    deployer    cert:<CN or SAN of a client certificate signed by --tls-client-ca>
 
+`serve --admin-token-file FILE` admits one more principal, `admin admin-token-file`, whose
+token is FILE's whole content (the file a client's `--token-file` reads). A missing FILE is
+created with a random token, mode 0600 (`ensure_token_file`): what `make controlplane` uses,
+so the documented default is never unauthenticated.
+
 A caller sends its token as ``authorization: Bearer <token>`` metadata, or presents a client
 certificate (mTLS, `--tls-client-ca`). With `--tls-client-ca` and no auth file, every client
 certificate the CA signed is an admin: the CA is the access list.
@@ -31,6 +36,8 @@ import enum
 import hashlib
 import hmac
 import logging
+import os
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +76,9 @@ class Role(enum.Enum):
 class Principal:
     name: str
     role: Role
+
+
+ADMIN_TOKEN_PRINCIPAL = Principal("admin-token-file", Role.ADMIN)
 
 
 def required_role(method: str) -> Role | None:
@@ -157,6 +167,35 @@ def parse_auth_file(text: str, source: str) -> AuthPolicy:
 
 def load_auth_file(path: Path) -> AuthPolicy:
     return parse_auth_file(read_secret_file(path, "--auth-token-file"), str(path))
+
+
+def ensure_token_file(path: Path, option: str = "--admin-token-file") -> tuple[str, bool]:
+    """The token in `path`, and whether it was created now: a missing file is created with a
+    random token (URL-safe, 43 characters), mode 0600, in a folder made 0700 if missing.
+    ConfigError naming `option` when the file cannot be made or holds too short a token."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = None
+    except OSError as e:
+        raise ConfigError(option, f"{path}: {e.strerror or e}") from None
+    if fd is None:
+        token = read_secret_file(path, option).strip()
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(option, f"{path}: holds no token of {MIN_TOKEN_CHARS}+ characters")
+        return token, False
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    return token, True
+
+
+def admit_token(policy: AuthPolicy | None, token: str, principal: Principal) -> AuthPolicy:
+    """`policy` (None: nobody) that also admits `token` as `principal` (pure)."""
+    base = policy or AuthPolicy()
+    tokens = {**base.tokens, token_digest(token): principal}
+    return AuthPolicy(MappingProxyType(tokens), base.certificates, base.any_certificate)
 
 
 def bearer_token(metadata: Iterable[Any] | None) -> str | None:

@@ -6,11 +6,14 @@
     python -m controlplane scale
 
 Client commands take `--target host:port` (default: the first address of
-$UATU_CONTROL_PLANE, the variable the jobs read too, else 127.0.0.1:8087) and `--json`;
-against a secured control plane `--ca FILE` (TLS), `--token-file FILE` (a bearer token) and
-`--cert`/`--key` (mTLS), defaulting to $UATU_CONTROL_PLANE_CA, $UATU_CONTROL_PLANE_TOKEN_FILE,
-$UATU_CONTROL_PLANE_CERT and $UATU_CONTROL_PLANE_KEY. On error they print the server's message
-and exit 1 (2 for a bad request).
+$UATU_CONTROL_PLANE, the variable the jobs read too, else 127.0.0.1:8087), `--json` and
+`--timeout SECONDS` (default 10: the deadline of each call); against a secured control plane
+`--ca FILE` (TLS), `--token-file FILE` (a bearer token) and `--cert`/`--key` (mTLS),
+defaulting to $UATU_CONTROL_PLANE_CA, $UATU_CONTROL_PLANE_TOKEN_FILE,
+$UATU_CONTROL_PLANE_CERT and $UATU_CONTROL_PLANE_KEY. Without a token file, a target on this
+host gets the token `make controlplane` created (var/controlplane/admin.token) if it exists.
+On error they print the server's message in one line and exit 1 (2 for a bad request); a
+call unanswered within --timeout is an error too.
 
 `get` shows the group's version; `update --expected-version N` (and `set-state`, `delete`)
 then applies only if nobody changed the group since version N, and says so otherwise.
@@ -36,13 +39,14 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
 from controlplane.service import EXPECTED_VERSION_HEADER, VERSION_HEADER
-from core.channel import ClientSecurity, open_channel
+from core.channel import ClientSecurity, default_token_file, open_channel
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
 from core.paths import VAR_DIR
 
 DEFAULT_ADDRESS = "127.0.0.1:8087"
+DEFAULT_TIMEOUT_SECONDS = 10.0
 UNVERSIONED_RETRIES = 3
 
 
@@ -123,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-address",
         default=None,
-        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by default)",
+        help="host:port to serve Prometheus /metrics on (gRPC and state metrics; off by "
+        "default); :PORT is 127.0.0.1:PORT, 0.0.0.0:PORT every interface",
     )
     security = serve.add_argument_group("security (see docs/security.md)")
     security.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve TLS")
@@ -138,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="principals allowed to call the admin API: lines 'ROLE NAME CREDENTIAL' with "
         "ROLE admin|read and CREDENTIAL token:T, token-sha256:HEX or cert:NAME",
+    )
+    security.add_argument(
+        "--admin-token-file",
+        type=Path,
+        help="file holding one admin bearer token (what the CLI's --token-file reads), "
+        "created with a random token, mode 0600, if missing; with or without --auth-token-file",
     )
     security.add_argument(
         "--insecure",
@@ -184,13 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--target", default=default_target(os.environ))
         sub.add_argument("--json", action="store_true", help="print protobuf JSON")
         sub.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT_SECONDS,
+            help="seconds each call may take, the whole stream for `list` (default %(default)s)",
+        )
+        sub.add_argument(
             "--ca", type=Path, default=env("UATU_CONTROL_PLANE_CA"), help="TLS: the server's CA"
         )
         sub.add_argument(
             "--token-file",
             type=Path,
             default=env("UATU_CONTROL_PLANE_TOKEN_FILE"),
-            help="file holding a bearer token",
+            help="file holding a bearer token (default $UATU_CONTROL_PLANE_TOKEN_FILE, else "
+            "var/controlplane/admin.token if it exists and the target is on this host)",
         )
         sub.add_argument("--cert", type=Path, default=env("UATU_CONTROL_PLANE_CERT"))
         sub.add_argument("--key", type=Path, default=env("UATU_CONTROL_PLANE_KEY"))
@@ -231,9 +249,12 @@ def conditional(version: int | None) -> tuple[tuple[str, str], ...]:
 
 
 def run_client(args: argparse.Namespace) -> list[Message]:
+    """The command's call(s), each with `--timeout` as its gRPC deadline."""
+    token_file = args.token_file or default_token_file(args.target)
     security = ClientSecurity.from_files(
-        ca=args.ca, token_file=args.token_file, cert=args.cert, key=args.key
+        ca=args.ca, token_file=token_file, cert=args.cert, key=args.key
     )
+    deadline = args.timeout
     with open_channel(args.target, security) as channel:
         stub = admin_grpc.MasterAdminServiceStub(channel)
         expected = getattr(args, "expected_version", None)
@@ -242,41 +263,49 @@ def run_client(args: argparse.Namespace) -> list[Message]:
                 job_group=load_jobgroup(args.jobgroup),
                 job_group_state=job_pb2.JobState.Value(args.state),
             )
-            return [stub.AddJobGroup(request).group]
+            return [stub.AddJobGroup(request, timeout=deadline).group]
         if args.command == "update":
             request = admin_pb2.UpdateJobGroupRequest(job_group=load_jobgroup(args.jobgroup))
             if expected is not None:  # the operator's read: a lost race is theirs to judge
-                return [stub.UpdateJobGroup(request, metadata=conditional(expected)).group]
+                metadata = conditional(expected)
+                return [stub.UpdateJobGroup(request, metadata=metadata, timeout=deadline).group]
             for attempt in range(1, UNVERSIONED_RETRIES + 1):
                 _, call = stub.GetJobGroup.with_call(
-                    admin_pb2.GetJobGroupRequest(id=request.job_group.job_group_id)
+                    admin_pb2.GetJobGroupRequest(id=request.job_group.job_group_id),
+                    timeout=deadline,
                 )
                 try:
-                    return [
-                        stub.UpdateJobGroup(request, metadata=conditional(version_of(call))).group
-                    ]
+                    metadata = conditional(version_of(call))
+                    return [stub.UpdateJobGroup(request, metadata=metadata, timeout=deadline).group]
                 except grpc.RpcError as e:
                     if e.code() != grpc.StatusCode.ABORTED or attempt == UNVERSIONED_RETRIES:
                         raise
                     print(f"retrying: {e.details()}", file=sys.stderr)
             raise AssertionError("unreachable")
         if args.command == "get":
-            response, call = stub.GetJobGroup.with_call(admin_pb2.GetJobGroupRequest(id=args.id))
+            response, call = stub.GetJobGroup.with_call(
+                admin_pb2.GetJobGroupRequest(id=args.id), timeout=deadline
+            )
             args.shown_version = version_of(call)
             return [response.group]
         if args.command == "delete":
             stub.DeleteJobGroup(
-                admin_pb2.DeleteJobGroupRequest(id=args.id), metadata=conditional(expected)
+                admin_pb2.DeleteJobGroupRequest(id=args.id),
+                metadata=conditional(expected),
+                timeout=deadline,
             )
             return []
         if args.command == "set-state":
             request = admin_pb2.UpdateJobGroupStateRequest(
                 id=args.id, state=job_pb2.JobState.Value(args.state)
             )
-            return [stub.UpdateJobGroupState(request, metadata=conditional(expected)).group]
+            metadata = conditional(expected)
+            return [stub.UpdateJobGroupState(request, metadata=metadata, timeout=deadline).group]
         if args.command == "list":
-            return list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest()))
-        return [stub.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest())]
+            return list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest(), timeout=deadline))
+        return [
+            stub.GetClusterScaleStatus(admin_pb2.GetClusterScaleStatusRequest(), timeout=deadline)
+        ]
 
 
 def human(message: Message) -> str:
@@ -313,16 +342,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve_command(args)
+    if not args.timeout > 0:
+        print(
+            f"error: --timeout: {args.timeout:g} is not a positive number of seconds",
+            file=sys.stderr,
+        )
+        return 2
     try:
         results = run_client(args)
     except UatuError as e:  # a bad local file, before anything was sent
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     except grpc.RpcError as e:
-        hint = ""
-        if e.code() == grpc.StatusCode.ABORTED and getattr(args, "expected_version", None):
-            hint = " (someone changed it since you read it: `get` it, re-apply, retry)"
-        print(f"error: {e.code().name}: {e.details()}{hint}", file=sys.stderr)
+        print(rpc_error_line(e, args), file=sys.stderr)
         return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
     for message in results:
         print(json_format.MessageToJson(message, indent=2) if args.json else human(message))
@@ -333,14 +365,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def rpc_error_line(error: grpc.RpcError, args: argparse.Namespace) -> str:
+    """One line for a failed call: the status, the server's message, what to do about it."""
+    code = error.code()
+    details = (error.details() or "").replace("\n", " ")
+    hint = ""
+    if code == grpc.StatusCode.ABORTED and getattr(args, "expected_version", None):
+        hint = " (someone changed it since you read it: `get` it, re-apply, retry)"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        details = f"no answer from {args.target} within {args.timeout:g} s"
+        hint = " (--timeout SECONDS allows more)"
+    return f"error: {code.name}: {details}{hint}"
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from controlplane.assembly import ServeOptions, assemble
+    from controlplane.metrics import metrics_bind
     from controlplane.server import serve
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        if args.metrics_address:
+            metrics_bind(args.metrics_address)  # a bad value: one line, before anything starts
         options = ServeOptions(
             address=args.address,
             advertise=args.advertise or args.address,
@@ -363,6 +411,7 @@ def serve_command(args: argparse.Namespace) -> int:
             tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca,
             auth_token_file=args.auth_token_file,
+            admin_token_file=args.admin_token_file,
             insecure=args.insecure,
             reflection=args.reflection,
             app_ca=args.app_ca,

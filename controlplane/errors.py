@@ -1,20 +1,25 @@
-"""Control-plane errors and the one table that maps every project error to a gRPC status."""
+"""Control-plane errors and the one table that maps every project error to a gRPC status.
+
+A message that names a caller's id shows it through `core.errors.shown` (repr, cut to a
+bounded length): an unknown or hostile id (a megabyte, control characters) never comes back
+whole in a status message or a log line.
+"""
 
 from __future__ import annotations
 
 import grpc
 
-from core.errors import ClusterUnreachable, ConfigError, InvalidJobGroup, UatuError
+from core.errors import ClusterUnreachable, ConfigError, InvalidJobGroup, UatuError, shown
 
 
 class JobGroupExists(UatuError):
     def __init__(self, job_group_id: str) -> None:
-        super().__init__(f"job group {job_group_id!r} already exists")
+        super().__init__(f"job group {shown(job_group_id)} already exists")
 
 
 class JobGroupNotFound(UatuError):
     def __init__(self, job_group_id: str) -> None:
-        super().__init__(f"job group {job_group_id!r} not found")
+        super().__init__(f"job group {shown(job_group_id)} not found")
 
 
 class WorkerNotFound(UatuError):
@@ -29,7 +34,7 @@ class StaleWrite(UatuError):
 
     def __init__(self, job_group_id: str, expected: int, actual: int | None) -> None:
         super().__init__(
-            f"job group {job_group_id!r} changed concurrently "
+            f"job group {shown(job_group_id)} changed concurrently "
             f"(expected version {expected}, found {actual})"
         )
 

@@ -14,6 +14,9 @@ Semantics follow uForwarder's master (shared/reference/uforwarder-api.md §1.6, 
   nothing is written. A write without one is applied to the current version (re-read and
   retried a few times if a concurrent write lands in between, so a refresh of partitions by
   the reconciler never makes an operator's call fail);
+* `max_groups` caps the groups stored: an add beyond it fails with LimitReached
+  (RESOURCE_EXHAUSTED), however many adds run at once (the store counts and inserts in one
+  atomic step);
 * the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested);
 * reads show the actual state next to the expected one: each StoredJob gets the worker and
   the committed offset (as start_offset, where it would resume) of its latest heartbeat, and
@@ -37,6 +40,7 @@ from controlplane.errors import JobGroupNotFound, LimitReached, StaleWrite
 from controlplane.state.base import Store, Versioned
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
+from core.faults import fault_point
 from jobs import registry
 
 PartitionCount = Callable[[ClusterConfig, str, str], int]
@@ -166,8 +170,11 @@ class JobGroups:
             state = job_pb2.JOB_STATE_RUNNING
         _check_state("job_group_state", state)
         partitions = self._validate(group)
+        # A cheap early refusal; the store's create enforces the cap atomically, since
+        # concurrent adds all pass this check before any of them is stored.
         if self._max_groups is not None and self._store.count() >= self._max_groups:
             raise LimitReached("stored JobGroups", self._max_groups)
+        fault_point("controlplane.group_limit_checked")
         ids = self._store.next_ids("job", partitions)
         stored = StoredJobGroup(
             last_updated=self._timestamp(),
@@ -176,7 +183,7 @@ class JobGroups:
             jobs=per_partition_jobs(group, state, partitions, ids),
             scale_status=scale or ScaleStatus(),
         )
-        version = self._store.create(stored)
+        version = self._store.create(stored, self._max_groups)
         self._changed()
         return Versioned(stored, version)
 

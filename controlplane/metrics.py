@@ -18,7 +18,7 @@ Three parts, each usable alone:
   `uatu_controlplane_launch_errors_total`.
 
 `serve_metrics(address, registry)` serves `/metrics` over HTTP on its own port (the gRPC port
-stays gRPC only).
+stays gRPC only); ``:PORT`` binds 127.0.0.1, ``0.0.0.0:PORT`` every interface.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership
+from core.errors import ConfigError
 
 # go-grpc-prometheus's default histogram buckets (prometheus.DefBuckets).
 HANDLING_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -275,8 +276,20 @@ class MeteredLauncher:
         return now - last > self.lease_seconds
 
 
+def metrics_bind(address: str) -> tuple[str, int]:
+    """The (host, port) `serve_metrics` binds for host:port (pure). An empty host is the
+    loopback interface: every interface only when asked for (``0.0.0.0:PORT``, ``[::]:PORT``),
+    since /metrics names every JobGroup. ConfigError naming --metrics-address for a port
+    that is not a number."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit():
+        raise ConfigError("--metrics-address", f"{address!r} is not HOST:PORT or :PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 def serve_metrics(address: str, registry: CollectorRegistry) -> int:
-    """Serve `/metrics` of `registry` on host:port (port 0 picks one); returns the port."""
-    host, _, port = address.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    """Serve `/metrics` of `registry` on host:port (port 0 picks one; `metrics_bind` reads
+    the address); returns the port."""
+    host, port = metrics_bind(address)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
     return int(server.server_address[1])

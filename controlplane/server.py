@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Sequence
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,7 +30,14 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
-from controlplane.auth import AuthInterceptor, AuthPolicy, Principal, Role
+from controlplane.auth import (
+    ADMIN_TOKEN_PRINCIPAL,
+    AuthInterceptor,
+    AuthPolicy,
+    Principal,
+    Role,
+    admit_token,
+)
 from controlplane.jobgroups import JobGroups
 from controlplane.reconciler import Reconciler
 from controlplane.service import MasterAdminServicer, MasterWorkerServicer
@@ -54,6 +61,7 @@ class ServerSecurity:
     client_ca: bytes | None = None
     policy: AuthPolicy | None = None
     reflection: bool = False
+    admin_token: str | None = field(default=None, repr=False)  # --admin-token-file's
 
     @property
     def tls(self) -> bool:
@@ -61,12 +69,13 @@ class ServerSecurity:
 
     def effective_policy(self) -> AuthPolicy | None:
         """The policy the interceptor enforces: the auth file's; with mTLS and no auth file,
-        every certificate the client CA signed is an admin."""
-        if self.policy is not None:
-            return self.policy
-        if self.client_ca is not None:
-            return AuthPolicy(any_certificate=Principal("client-certificate", Role.ADMIN))
-        return None
+        every certificate the client CA signed is an admin; plus the admin token if any."""
+        policy = self.policy
+        if policy is None and self.client_ca is not None:
+            policy = AuthPolicy(any_certificate=Principal("client-certificate", Role.ADMIN))
+        if self.admin_token is not None:
+            policy = admit_token(policy, self.admin_token, ADMIN_TOKEN_PRINCIPAL)
+        return policy
 
     def credentials(self) -> grpc.ServerCredentials:
         assert self.tls_cert_chain is not None and self.tls_key is not None

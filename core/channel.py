@@ -11,11 +11,16 @@ or a key without its certificate, is a ConfigError. A token travels as
 a plaintext channel, so an interceptor adds it instead: a token over plaintext is for loopback
 only, which the server enforces for its side (`serve` refuses a non-loopback address without
 TLS).
+
+A CLI's token comes from a file: `--token-file`, else $UATU_CONTROL_PLANE_TOKEN_FILE, else
+`DEFAULT_TOKEN_FILE` (var/controlplane/admin.token, which `make controlplane` has the control
+plane create) when it exists and the target is on this host (`default_token_file`).
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,28 @@ import grpc
 import grpc.aio
 
 from core.errors import ConfigError
+from core.paths import VAR_DIR
 from core.secret_files import read_secret_file
+
+# The admin token `make controlplane` has its control plane create (serve --admin-token-file).
+DEFAULT_TOKEN_FILE = VAR_DIR / "controlplane" / "admin.token"
+
+
+def is_loopback(address: str) -> bool:
+    """True when host:port binds only the loopback interface (127.0.0.0/8, ::1, localhost)."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name, or no host at all (every interface)
+
+
+def default_token_file(target: str) -> Path | None:
+    """DEFAULT_TOKEN_FILE when it exists and `target` is on this host, else None: the local
+    control plane's token is never sent to another host."""
+    return DEFAULT_TOKEN_FILE if is_loopback(target) and DEFAULT_TOKEN_FILE.is_file() else None
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,14 @@ POINTS: Mapping[str, str] = {
         "end offset is about to be looked up; fail-first-attempt makes that lookup fail, as a "
         "partition the receiver's metadata does not know yet does, and it is retried later"
     ),
+    "controlplane.group_limit_checked": (
+        "controlplane/jobgroups.py, AddJobGroup: the group passed the --max-groups check and "
+        "is not yet stored; with pause=<ms>, concurrent adds fill the store meanwhile"
+    ),
+    "controlplane.etcd_groups_counted": (
+        "controlplane/state/etcd_store.py, create with a limit: the groups are counted below "
+        "the limit and the txn that stores the new one is not yet sent"
+    ),
     "dispatch.after_tier_produce": (
         "the dispatcher (JVM dispatch task, jobs/dispatch when it lands): a record written to "
         "a retry tier, the DLQ or the resq is acknowledged, and the source offsets are not yet "

@@ -348,6 +348,18 @@ def modified_at(key: bytes, revision: int) -> Json:
     return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}
 
 
+def unmodified_since(key: bytes, range_end: bytes, revision: int) -> Json:
+    """Compare: no key in [key, range_end) was written after ``revision`` (a deleted key no
+    longer counts; an empty range holds)."""
+    return {
+        "key": b64(key),
+        "range_end": b64(range_end),
+        "target": "MOD",
+        "result": "LESS",
+        "mod_revision": str(revision + 1),
+    }
+
+
 def revision(answer: Json) -> int:
     """The store revision an answer was produced at (a write's own revision)."""
     return int(answer["header"]["revision"])

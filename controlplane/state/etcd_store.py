@@ -4,9 +4,10 @@ Same semantics as `SqliteStore` (state/sqlite.py), with these etcd specifics:
 
 * versions are etcd mod_revisions: they grow with every write but are not consecutive, and
   a group's first version is not 1. Callers treat them as opaque, which the contract allows;
-* every compare-and-swap is one etcd txn: `create` on create_revision == 0, `replace` on
-  mod_revision == expected (and the key existing), `next_ids` a CAS retry loop on the
-  sequence key;
+* every compare-and-swap is one etcd txn: `create` on create_revision == 0 (with a limit,
+  also on no group key modified since the revision the groups were counted at, retried
+  until it holds), `replace` on mod_revision == expected (and the key existing), `next_ids`
+  a CAS retry loop on the sequence key;
 * leader-only writes (`put_launch`, `delete_launch`) are fenced when a `fence` is given: the
   txn also compares the leader key's create_revision with the one this replica won, so a
   deposed leader that has not noticed yet (paused, partitioned) cannot write; it gets
@@ -34,11 +35,18 @@ from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
-from controlplane.errors import JobGroupExists, JobGroupNotFound, NotLeader, StaleWrite
+from controlplane.errors import (
+    JobGroupExists,
+    JobGroupNotFound,
+    LimitReached,
+    NotLeader,
+    StaleWrite,
+)
 from controlplane.launchers.base import LaunchRecord
 from controlplane.state import etcd_client as ops
 from controlplane.state.base import Versioned
 from controlplane.state.etcd_client import EtcdAccess, EtcdClient, Json, KeyValue
+from core.faults import fault_point
 
 Fence = Callable[[], tuple[str, int] | None]
 
@@ -89,13 +97,35 @@ class EtcdStore:
         answer = self._etcd.range(self._groups, ops.prefix_end(self._groups), count_only=True)
         return int(answer.get("count", 0))
 
-    def create(self, group: StoredJobGroup) -> int:
+    def create(self, group: StoredJobGroup, limit: int | None = None) -> int:
+        """Put a new group; with `limit`, only while fewer groups are stored.
+
+        etcd cannot count inside a txn, so the count is read first and the txn also compares
+        that no group key changed since the revision of that count: a concurrent create (or
+        any group write) in between fails the compare, and the count is read again.
+        """
         job_group_id = group.job_group.job_group_id
         key = self._groups + job_group_id.encode()
-        answer = self._etcd.txn([ops.created_at(key, 0)], [ops.put(key, group.SerializeToString())])
-        if not answer.get("succeeded"):
-            raise JobGroupExists(job_group_id)
-        return ops.revision(answer)
+        value = group.SerializeToString()
+        while True:
+            compare = [ops.created_at(key, 0)]
+            if limit is not None:
+                counted = self._etcd.range(
+                    self._groups, ops.prefix_end(self._groups), count_only=True
+                )
+                if int(counted.get("count", 0)) >= limit:
+                    raise LimitReached("stored JobGroups", limit)
+                fault_point("controlplane.etcd_groups_counted")
+                compare.append(
+                    ops.unmodified_since(
+                        self._groups, ops.prefix_end(self._groups), ops.revision(counted)
+                    )
+                )
+            answer = self._etcd.txn(compare, [ops.put(key, value)], [ops.get(key)])
+            if answer.get("succeeded"):
+                return ops.revision(answer)
+            if limit is None or ops.failure_kv(answer) is not None:
+                raise JobGroupExists(job_group_id)
 
     def replace(self, group: StoredJobGroup, expected_version: int) -> int:
         job_group_id = group.job_group.job_group_id

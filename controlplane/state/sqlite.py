@@ -13,10 +13,16 @@ It never acknowledges a write it did not commit:
   vanish with the process;
 * `busy_seconds` (5 s) is how long a write waits for a lock someone else holds (an
   operator's sqlite3 shell, a backup) before it fails;
-* `exclusive=True` (what `serve` uses) takes an exclusive lock on ``<file>.lock`` for the
-  store's lifetime: a second control plane on the same file is refused at start
-  (`StoreLocked`) instead of both reconciling. The lock is flock(2): the kernel drops it
-  when the process dies, however it dies.
+* `exclusive=True` (what `serve` uses) takes an exclusive lock on the database file itself
+  for the store's lifetime: a second control plane on the same file is refused at start
+  (`StoreLocked`) instead of both reconciling, whatever name it was given (a symlink, a
+  hard link, a relative path), since the lock belongs to the file, not to its name. The lock
+  is flock(2) on a descriptor of the file: the kernel drops it when the process dies,
+  however it dies. It does not meet SQLite's own locks, which are fcntl(2) byte-range locks
+  (independent of flock on a local Linux file system; over NFS flock is emulated with
+  fcntl, and SQLite should not be used there anyway). The descriptor is closed only after
+  the connection, since closing any descriptor of the file drops the fcntl locks this
+  process holds on it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 from controlplane.errors import (
     JobGroupExists,
     JobGroupNotFound,
+    LimitReached,
     NotLeader,
     StaleWrite,
     StoreUnavailable,
@@ -83,18 +90,34 @@ class StoreLocked(ConfigError):
 
 
 def _lock_exclusively(path: Path) -> int:
-    """Open and flock ``<path>.lock``; the fd holds the lock until closed (or process exit)."""
-    lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    """Open `path` (the database file, created empty if missing) and flock it; the fd holds
+    the lock until closed (or process exit). StoreLocked when another descriptor holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
-        os.close(fd)
+        holder = _flock_holder(os.fstat(fd))
+        os.close(fd)  # before this store opens a connection: no lock of its own to drop
         raise StoreLocked(path, holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _flock_holder(file: os.stat_result, locks: Path = Path("/proc/locks")) -> str:
+    """'pid N' of the process holding a flock on `file`, from /proc/locks; '' if unknown.
+
+    /proc/locks names a file as MAJOR:MINOR:INODE, the device numbers in hex."""
+    wanted = f"{os.major(file.st_dev):02x}:{os.minor(file.st_dev):02x}:{file.st_ino}"
+    try:
+        lines = locks.read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter queued behind a holder, not a holder
+            continue
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
+            return f"pid {fields[4]}"
+    return ""
 
 
 class SqliteStore:
@@ -166,11 +189,15 @@ class SqliteStore:
         with self._lock:
             return int(self._read("SELECT count(*) FROM job_groups")[0][0])
 
-    def create(self, group: StoredJobGroup) -> int:
+    def create(self, group: StoredJobGroup, limit: int | None = None) -> int:
         job_group_id = group.job_group.job_group_id
         with self._lock:
             try:
-                with self._transaction():
+                with self._transaction():  # the count and the insert under one write lock
+                    if limit is not None:
+                        stored = self._db.execute("SELECT count(*) FROM job_groups").fetchone()
+                        if stored[0] >= limit:
+                            raise LimitReached("stored JobGroups", limit)
                     self._db.execute(
                         "INSERT INTO job_groups (id, version, data) VALUES (?, 1, ?)",
                         (job_group_id, group.SerializeToString()),

@@ -17,7 +17,13 @@ from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import StoredWorker
 
-from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, StoreUnavailable
+from controlplane.errors import (
+    JobGroupExists,
+    JobGroupNotFound,
+    LimitReached,
+    StaleWrite,
+    StoreUnavailable,
+)
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.state.base import Store
 from controlplane.state.etcd_store import EtcdStore
@@ -172,6 +178,46 @@ def test_next_ids_are_unique_and_consecutive_under_four_threads(store: Store) ->
     assert ids == list(range(1, 4 * 25 * 3 + 1))
     # Sequences are independent of one another.
     assert store.next_ids("other", 2) == range(1, 3)
+
+
+def test_create_with_a_limit_counts_what_is_stored(store: Store) -> None:
+    store.create(group("a"), limit=2)
+    store.create(group("b"), limit=2)
+    with pytest.raises(LimitReached, match="stored JobGroups limit of 2 reached"):
+        store.create(group("c"), limit=2)
+    with pytest.raises(JobGroupExists):
+        store.create(group("a"), limit=3)  # under the limit: the id still may not repeat
+    store.delete("a")
+    store.create(group("c"), limit=2)  # a deleted group frees its place
+    assert [v.group.job_group.job_group_id for v in store.all()] == ["b", "c"]
+
+
+def test_concurrent_creates_never_overshoot_the_limit(store: Store) -> None:
+    """Eight threads create 32 distinct groups against a limit of 5: exactly 5 are stored,
+    every other create raises LimitReached."""
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def create(index: int) -> None:
+        try:
+            store.create(group(f"g{index:02d}"), limit=5)
+            outcome = "stored"
+        except LimitReached:
+            outcome = "limit"
+        except BaseException as e:
+            outcome = repr(e)
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [
+        threading.Thread(target=lambda n=n: [create(n * 4 + i) for i in range(4)]) for n in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["limit"] * 27 + ["stored"] * 5
+    assert store.count() == 5
 
 
 def launch_record(handle: str, **details: str | int | None) -> LaunchRecord:

@@ -90,6 +90,47 @@ def test_a_second_control_plane_on_the_same_file_is_refused(tmp_path: Path) -> N
     SqliteStore(path, exclusive=True).close()  # the lock goes with its holder
 
 
+@pytest.mark.parametrize("link", [os.symlink, os.link], ids=["symlink", "hard-link"])
+def test_the_lock_belongs_to_the_file_not_to_its_name(tmp_path: Path, link) -> None:
+    """A symlink or a hard link is another name for the same file: a second control plane
+    given that name is refused too (the lock used to sit beside the name, as <name>.lock)."""
+    path = tmp_path / "cp.sqlite"
+    first = SqliteStore(path, exclusive=True)
+    (tmp_path / "elsewhere").mkdir()
+    alias = tmp_path / "elsewhere" / "alias.sqlite"
+    link(path, alias)
+    with pytest.raises(StoreLocked, match=f"another control plane \\(pid {os.getpid()}\\)"):
+        SqliteStore(alias, exclusive=True)
+    first.close()
+    SqliteStore(alias, exclusive=True).close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("link", [os.symlink, os.link], ids=["symlink", "hard-link"])
+def test_a_second_serve_through_a_link_is_refused_in_one_line(tmp_path: Path, link) -> None:
+    """Two real `serve` processes, the second given a symlink or a hard link of the first's
+    database in another folder: the second exits 2 with one line naming the first's pid."""
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    store_path = tmp_path / "db" / "cp.sqlite"
+    address, second = (f"127.0.0.1:{port}" for port in free_ports(2))
+    with control_plane_process(
+        address, str(store_path), conf, tmp_path / "apps", tmp_path / "cp.log", "--no-reconcile"
+    ) as proc:
+        alias = tmp_path / "elsewhere" / "alias.sqlite"
+        alias.parent.mkdir()
+        link(store_path, alias)
+        rival = subprocess.run(
+            [sys.executable, "-m", "controlplane", "serve", "--address", second,
+             "--store", str(alias), "--conf-dir", str(conf), "--no-reconcile"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert rival.returncode == 2, rival.stderr[-2000:]
+        lines = rival.stderr.strip().splitlines()
+        assert len(lines) == 1, rival.stderr[-2000:]
+        assert f"another control plane (pid {proc.pid})" in lines[0]
+        assert str(alias) in lines[0]
+
+
 @pytest.mark.integration
 def test_acknowledged_writes_survive_a_lock_collision_and_a_crash(kafka, tmp_path: Path) -> None:
     topic = f"durable-{uuid.uuid4().hex[:8]}"
