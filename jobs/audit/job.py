@@ -44,13 +44,14 @@ from pyspark.sql import functions as F
 from core import kafka_admin
 from core.errors import EXIT_FAILED, EXIT_OK, UatuError
 from core.faults import fault_point
-from jobs.audit import tables
+from jobs.audit import metrics, tables
 from jobs.audit.counts_writer import CountsWriter
 from jobs.audit.flow import BytePacer, sample_mean_record_bytes
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
-from jobs.runtime import metrics, source_failure
+from jobs.runtime import metrics as runtime_metrics
+from jobs.runtime import source_failure
 from jobs.runtime.delta import any_table_exists, ensure_tables
 from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.reporting import Reporting
@@ -99,7 +100,7 @@ class AuditBatchWriter:
             # Durable on return; the MERGE into audit_counts follows Spark's commit of the
             # batch, in the writer's thread, while the next batch is folded.
             self.counts.submit(spark, batch_id, folded.partials)
-        if metrics.serving():
+        if runtime_metrics.serving():
             self._publish(folded.partials)
         self._remember(batch_id, folded.records)
         if folded.records:

@@ -50,7 +50,7 @@ from pyspark.sql import functions as F
 
 from core.errors import ClusterUnreachable
 from core.kafka_admin import ADMIN_TIMEOUT_S
-from jobs.availability import tables
+from jobs.availability import metrics, tables
 from jobs.availability.lag.head_sampler import HeadHistory, HeadSampler
 from jobs.availability.lag.offsets_topic import (
     OFFSETS_TOPIC,
@@ -74,7 +74,6 @@ from jobs.availability.probes.proxy_client import PixyClient
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
-from jobs.runtime import metrics
 from jobs.runtime.delta import append_once, ensure_tables, never_written
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.template import StreamingJob, WriteId

@@ -51,13 +51,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
-from jobs.dispatch import dispatcher, tables
+from jobs.dispatch import dispatcher, metrics, tables
 from jobs.dispatch.faults import Fault, fault_from_env
 from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
-from jobs.runtime import metrics
+from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
@@ -126,7 +126,7 @@ class DispatchBatchWriter:
             batch_id,
         )
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
-        if metrics.serving():  # the rows are few; only collected for a scrape endpoint
+        if runtime_metrics.serving():  # the rows are few; only collected for a scrape endpoint
             metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
         if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
             dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
@@ -274,9 +274,11 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
             )
-            if metrics.serving():  # the template listens to the source's query only
+            if runtime_metrics.serving():  # the template listens to the source's query only
                 for q in spec.queries()[1:]:
-                    spark.streams.addListener(metrics.QueryMetricsListener(spec.query_name_of(q)))
+                    spark.streams.addListener(
+                        runtime_metrics.QueryMetricsListener(spec.query_name_of(q))
+                    )
             finished = None
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
-from jobs.replication import tables
+from jobs.replication import metrics, tables
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import replication_audit, replication_stats
-from jobs.runtime import metrics
+from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
 
@@ -79,7 +79,7 @@ class StatsWriter:
             batch_id,
         )
         audit_appended.result()  # the batch is done only when both are written
-        if metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
+        if runtime_metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
             metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
         totals = stats.agg(
             F.coalesce(F.sum("records_replicated"), F.lit(0)).alias("records"),

@@ -9,6 +9,9 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobs.audit import metrics as audit_metrics
+from jobs.availability import metrics as availability_metrics
+from jobs.replication import metrics as replication_metrics
 from jobs.runtime import metrics
 
 
@@ -42,7 +45,7 @@ def group_row(group: str, status: str, lag: int, time_lag_ms: int | None = 2500)
 
 
 def test_consumer_groups_use_burrows_and_kafka_lag_exporters_names() -> None:
-    metrics.consumer_groups(
+    availability_metrics.consumer_groups(
         "main",
         [
             group_row("billing", "ERR", 7),
@@ -70,15 +73,15 @@ def test_consumer_groups_use_burrows_and_kafka_lag_exporters_names() -> None:
 
 
 def test_a_group_gone_from_the_next_evaluation_is_removed() -> None:
-    metrics.consumer_groups("c2", [group_row("a", "OK", 1), group_row("b", "WARN", 2)])
-    metrics.consumer_groups("c2", [group_row("b", "WARN", 3)])
+    availability_metrics.consumer_groups("c2", [group_row("a", "OK", 1), group_row("b", "WARN", 2)])
+    availability_metrics.consumer_groups("c2", [group_row("b", "WARN", 3)])
     groups = {dict(k)["consumer_group"] for k in samples("burrow_kafka_consumer_status")}
     assert "a" not in groups and "b" in groups
 
 
 def test_probes_take_kminions_end_to_end_shape() -> None:
     base = {"ack_latency_ms": 12.0, "e2e_latency_ms": 30.0}
-    metrics.probes(
+    availability_metrics.probes(
         [
             {"partition": 7, "produced": True, "copies": 1, **base},
             {"partition": 7, "produced": True, "copies": 0, **base},
@@ -115,7 +118,7 @@ def test_replication_uses_mirrormaker2s_names() -> None:
         "replication_latency_ms_avg": 25.0,
         "replication_latency_ms_max": 40,
     }
-    metrics.replication(labels, [row, row])
+    replication_metrics.replication(labels, [row, row])
     mm2 = (("partition", "1"), ("source", "main"), ("target", "dr"), ("topic", "orders"))
     mm2_name = "kafka_connect_mirror_mirrorsourceconnector_"
     assert samples(f"{mm2_name}replication_latency_ms_max")[mm2] == 40
@@ -146,9 +149,9 @@ def test_audit_windows_count_mark_complete_and_stay_bounded() -> None:
                 "no_event_time_count": 0,
             }
         )
-    metrics.audit_windows(rows, {60: 60}, now)
+    audit_metrics.audit_windows(rows, {60: 60}, now)
     windows = {dict(k)["window_start"]: v for k, v in samples("uatu_audit_window_complete").items()}
-    assert len(windows) == metrics.AUDIT_WINDOWS_KEPT
+    assert len(windows) == audit_metrics.AUDIT_WINDOWS_KEPT
     newest = (now - timedelta(minutes=1)).isoformat()
     assert windows[newest] == 0  # ends now; the lateness has not passed
     assert windows[(now - timedelta(minutes=3)).isoformat()] == 1

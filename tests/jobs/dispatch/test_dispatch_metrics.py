@@ -6,15 +6,16 @@ from __future__ import annotations
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from jobs.dispatch import metrics
 from jobs.dispatch.tables import STATS_SCHEMA
-from jobs.runtime import metrics
+from jobs.runtime.metrics import REGISTRY
 
 LABELS = {"kafka_cluster": "main", "kafka_group": "orders-cg", "uri": "dns:///svc:50051"}
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
     """{sorted labels: value} of every sample called `name` in the driver's registry."""
-    text = generate_latest(metrics.REGISTRY).decode()
+    text = generate_latest(REGISTRY).decode()
     return {
         tuple(sorted(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)
