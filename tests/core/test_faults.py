@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -35,7 +36,9 @@ from core.faults import (
 from core.paths import PROJECT_JAR, ROOT
 from core.processes import pid_alive
 from devservices.kafka import jvm_command
+from jobs import main as job_main
 from jobs.registry import JOB_TYPES
+from testing.conf import write_conf_dir
 
 AUDIT = "JOB_TYPE_KAFKA_AUDIT"
 REPLICATION = "JOB_TYPE_KAFKA_REPLICATION"
@@ -310,6 +313,52 @@ def test_a_point_the_job_never_reaches_is_refused(value: str, job_type: str, poi
     assert f"{faults.ENV}: {point!r}: a {job_type} run never reaches this point" in str(
         caught.value
     )
+
+
+AUDIT_GROUP = {
+    "jobGroupId": "orders-audit",
+    "type": AUDIT,
+    "kafkaConsumerTaskGroup": {
+        "cluster": "local",
+        "topic": "orders",
+        "auditMetadata": {
+            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (
+            "dispatch.before_checkpoint/orders",
+            "error: configuration error in UATU_FAULT: 'dispatch.before_checkpoint': a "
+            "JOB_TYPE_KAFKA_AUDIT run never reaches this point",
+        ),
+        # A point the audit reaches passes: main goes on to the cluster, whose client refuses
+        # its properties.
+        ("audit.keys_committed@2", "configuration error in clusters.yaml: clusters.local"),
+    ],
+)
+def test_the_job_refuses_an_unreachable_point_at_start(
+    tmp_path: Path, monkeypatch, capsys, value: str, expected: str
+) -> None:
+    """Through `jobs/main.py --check`: exit 2 and one line naming UATU_FAULT and the point,
+    before the step after it, where the admin client refuses a Java-only property of the
+    cluster (and would next ask port 9 on loopback, where nothing answers)."""
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    (conf / "clusters.yaml").write_text(
+        "clusters:\n  local:\n    bootstrap_servers: 127.0.0.1:9\n"
+        "    properties: {sasl.jaas.config: 'x required;'}\n"
+    )
+    path = tmp_path / "group.json"
+    path.write_text(json.dumps(AUDIT_GROUP))
+    monkeypatch.setenv(faults.ENV, value)
+    assert job_main.main([str(path), "--check", "--conf-dir", str(conf)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert expected in err
 
 
 # The JobType whose runs execute the code under each folder: the truth each point's
