@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         group = load_jobgroup(args.jobgroup)
         job_type, spec = registry.validate(group, settings)
         reporter_config = ReporterConfig.from_env(os.environ)
-        faults.from_env(os.environ)  # a malformed UATU_FAULT is bad input, not a silent no-op
+        faults.for_job(os.environ, job_type.name)  # a bad or unreachable UATU_FAULT: exit 2
         job = job_type.load_runtime()(spec)
         source = spec.required_topic()
         job.ensure_source()

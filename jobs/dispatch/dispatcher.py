@@ -14,7 +14,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from core.errors import ConfigError
-from jobs.dispatch.faults import JVM_STEPS, Fault
 from jobs.dispatch.routing import HOL_MIN_ACKED, STATUS_CODES, TRAILER_CODES
 from jobs.dispatch.spec import DispatchSpec
 from jobs.runtime.kafka_source import range_consumer_config
@@ -55,14 +54,12 @@ def producer_config(spec: DispatchSpec, max_message_bytes: int | None = None) ->
 def config_json(
     spec: DispatchSpec,
     share: float = 1.0,
-    fault: Fault | None = None,
     max_message_bytes: int | None = None,
 ) -> str:
     """The DispatchConfig of `spec` for the JVM: `share` is this application's executors' part
     of the group's flow control (1.0 for one executor JVM); `max_message_bytes` as in
     `producer_config`."""
     flow, resq = spec.flow, spec.resq_flow
-    jvm_fault = fault if fault is not None and fault.step in JVM_STEPS else None
     return json.dumps(
         {
             "job_group_id": spec.job_group_id,
@@ -97,8 +94,6 @@ def config_json(
             "producer_config": producer_config(spec, max_message_bytes),
             "status_codes": {name: code.value for name, code in STATUS_CODES.items()},
             "trailer_codes": {name: code.value for name, code in TRAILER_CODES.items()},
-            "fault_step": jvm_fault.step if jvm_fault else "",
-            "fault_topic": jvm_fault.topic if jvm_fault else "",
         },
         sort_keys=True,
     )
@@ -154,10 +149,6 @@ def end_offsets(spark: SparkSession, spec: DispatchSpec, topic: str) -> dict[int
     offsets with read_committed)."""
     ends = _jvm(spark).Dispatch.endOffsets(java_map(spark, consumer_config(spec)), topic)
     return {int(p): int(o) for p, o in dict(ends).items()}
-
-
-def crash(spark: SparkSession, where: str) -> None:
-    _jvm(spark).Dispatch.crash(where)
 
 
 def close(spark: SparkSession) -> None:

@@ -24,9 +24,10 @@ docs/dispatch.md ("Why JVM tasks") has the measurements.
 
 Guarantee: at-least-once. A micro-batch returns only when every record of it is committed,
 skipped, or acknowledged by the topic it was written to, and only then does Spark checkpoint
-its offsets. A crash (`UATU_DISPATCH_FAULT`, `jobs/dispatch/faults.py`) loses nothing; the batch
-it cut short is dispatched again on restart, and dispatch_stats counts those records as
-`redelivered`.
+its offsets. A crash loses nothing; the batch it cut short is dispatched again on restart, and
+dispatch_stats counts those records as `redelivered`. The fault hook (core/faults.py) proves
+it: `dispatch.after_tier_produce` and `dispatch.after_dispatch` in the JVM tasks
+(`PartitionRun`), `dispatch.before_checkpoint` here, each scoped by the query's topic.
 
 Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the source,
 `extension.dispatch.tier_trigger_seconds` (5 s) for the tiers and the resq. With `--once`, or for a
@@ -42,7 +43,6 @@ tiers and resq included, gets `uatu_query_*`.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,8 +51,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
+from core.faults import fault_point
 from jobs.dispatch import dispatcher, metrics, tables
-from jobs.dispatch.faults import Fault, fault_from_env
 from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
@@ -85,7 +85,6 @@ class DispatchBatchWriter:
     config: str
     replay_batch: int | None
     write_id: WriteId
-    fault: Fault | None = None
     last_record_bytes: float = 0.0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -128,8 +127,7 @@ class DispatchBatchWriter:
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
         if runtime_metrics.serving():  # the rows are few; only collected for a scrape endpoint
             metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
-        if self.fault is not None and self.fault.matches("before_checkpoint", self.query.topic):
-            dispatcher.crash(spark, f"before_checkpoint of {self.query.topic} batch {batch_id}")
+        fault_point("dispatch.before_checkpoint", self.query.topic)  # core/faults.py: tests only
 
     def _labels(self) -> Mapping[str, str]:
         return {
@@ -184,7 +182,6 @@ class DispatchJob(StreamingJob[DispatchSpec]):
 
     def __init__(self, spec: DispatchSpec) -> None:
         super().__init__(spec)
-        self.fault = fault_from_env(os.environ)
         self._bounds: Bounds | None = None
         self._config = ""
         self._max_message_bytes: int | None = None
@@ -210,7 +207,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def check_session(self, spark: SparkSession) -> None:
         self._spark = spark
         self._config = dispatcher.config_json(
-            self.spec, _executor_share(spark), self.fault, self._max_message_bytes
+            self.spec, _executor_share(spark), self._max_message_bytes
         )
         if not dispatcher.check_clients(spark, self._config, self.spec.source.cluster.name):
             log.warning("the service at %s does not answer yet; dispatching anyway", self.spec.uri)
@@ -244,7 +241,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def _writer(self, spark: SparkSession, query: TopicQuery) -> DispatchBatchWriter:
         replay = read_offset_log(spark, self.spec.checkpoint_of(query)).replay_batch
         write_id = self.write_id(self.spec.checkpoint_of(query))
-        writer = DispatchBatchWriter(self.spec, query, self._config, replay, write_id, self.fault)
+        writer = DispatchBatchWriter(self.spec, query, self._config, replay, write_id)
         self._writers[query.topic] = writer
         return writer
 

@@ -3,14 +3,15 @@
 records' plans and uForwarder's rules as the issue states them.
 
 Most runs are in-process (`DispatchJob(spec).run(once=True)` on the test session, as the
-replication tests do); the crash test runs `./spark-submit.sh` because its fault hook halts the
-JVM.
+replication tests do); the crash test runs `./spark-submit.sh` because its fault hook
+(`UATU_FAULT`, core/faults.py) SIGKILLs the application's process group.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -42,7 +43,7 @@ from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ReporterConfig, Reporting
 from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
-from testing.jobrun import log_path, running_job
+from testing.jobrun import log_path, run_job, running_job
 from testing.polling import wait_for
 from testing.topic_data import Record, produce_records, read_partitions
 
@@ -554,12 +555,14 @@ def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
 def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     kafka, work: Path, service, spark, step: str
 ) -> None:
-    """after_tier_produce: in a task, with part of the batch's tier writes done;
-    after_dispatch: in a task that has resolved every record of its range, before the batch
-    ends; before_checkpoint: on the driver, with the batch's dispatch_stats rows already written.
+    """The fault hook's dispatch points (core/faults.py), limited to the source topic's query:
+    after_tier_produce: in a task, with part of the batch's tier writes done; after_dispatch:
+    in a task that has resolved every record of its range, before the batch ends;
+    before_checkpoint: on the driver, with the batch's dispatch_stats rows already written.
 
-    The crash is a `./spark-submit.sh` run (the hook halts its JVM); the restart runs in this
-    test's session, on the same conf, checkpoint and tables, which is what a relaunch reads."""
+    The crash is a `./spark-submit.sh` run in its own process group (`run_job`: the hook
+    SIGKILLs the group); the restart runs in this test's session, on the same conf, checkpoint
+    and tables, which is what a relaunch reads."""
     name = f"crash-{step.replace('_', '-')}"
     topics = Topics.create(kafka, name)
     now = int(time.time() * 1000)
@@ -569,18 +572,14 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     ]
     produce_records(kafka.bootstrap_servers, topics.main, records)
     data = group(name, topics, service)
-    path = work / f"{name}.json"
-    path.write_text(json.dumps(data))
-    cmd = [str(ROOT / "spark-submit.sh"), str(path), "--once", "--conf-dir", str(work / "conf")]
-    env = {**os.environ, "UATU_DRIVER_MEMORY": "1g"}
     before = len(service.snapshot())
 
-    crashed = subprocess.run(
-        cmd, env={**env, "UATU_DISPATCH_FAULT": f"{step}:{topics.main}"},
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    assert crashed.returncode != 0
-    assert f"UATU_DISPATCH_FAULT: halting the JVM at {step}" in crashed.stderr
+    fault = f"dispatch.{step}/{topics.main}"
+    status, log = run_job(
+        data, work, work / "conf", "--once", env={"UATU_FAULT": fault}, timeout_s=900
+    )
+    assert status == -signal.SIGKILL, log[-3000:]  # the whole process group
+    assert f"UATU_FAULT: crash at {fault} (hit 1)" in log
     first_calls = len(service.snapshot()) - before
     assert first_calls > 0
 

@@ -1,12 +1,20 @@
-"""When a bounded or --once run is over (`offsets.is_drained`), and the fault hook's settings."""
+"""When a bounded or --once run is over (`offsets.is_drained`), and the dispatcher's points of
+the fault hook (`core/faults.py`: `dispatch.after_tier_produce`, `dispatch.after_dispatch`,
+`dispatch.before_checkpoint`, each limited to one query by `/<topic>`)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from core import faults
 from core.errors import ConfigError
-from jobs.dispatch.faults import Fault, fault_from_env
+from core.faults import FAIL_FIRST_ATTEMPT, Fault, FaultInjected, fault_point, for_job
 from jobs.dispatch.offsets import Bounds, is_drained, resolved_start
+
+DISPATCH = "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER"
+STEPS = ("dispatch.after_tier_produce", "dispatch.after_dispatch", "dispatch.before_checkpoint")
 
 
 def test_drained_when_the_source_reached_its_ends_and_every_tier_its_high_watermarks() -> None:
@@ -37,20 +45,43 @@ def test_resolved_start_of_explicit_offsets_and_latest() -> None:
     assert resolved_start(Bounds("latest", ends), None, "t", ends) == ends  # type: ignore[arg-type]
 
 
-def test_fault_hook_is_off_unless_set() -> None:
-    assert fault_from_env({}) is None
-    assert fault_from_env({"UATU_DISPATCH_FAULT": " "}) is None
+@pytest.fixture
+def fresh_counts():
+    faults.reset()
+    yield
+    faults.reset()
 
 
-def test_fault_hook_step_and_topic() -> None:
-    fault = fault_from_env({"UATU_DISPATCH_FAULT": "after_tier_produce:orders"})
-    assert fault == Fault("after_tier_produce", "orders")
-    assert fault.matches("after_tier_produce", "orders")
-    assert not fault.matches("after_tier_produce", "orders-r1")
-    assert not fault.matches("before_checkpoint", "orders")
-    assert Fault("before_checkpoint").matches("before_checkpoint", "any")
+def test_the_dispatch_points_are_off_unless_set(monkeypatch, fresh_counts) -> None:
+    monkeypatch.delenv(faults.ENV, raising=False)
+    for step in STEPS:
+        fault_point(step, "orders")
+    assert faults.hits() == {}
+    assert for_job({}, DISPATCH) == ()
 
 
-def test_an_unknown_step_is_a_configuration_error() -> None:
-    with pytest.raises(ConfigError, match="UATU_DISPATCH_FAULT"):
-        fault_from_env({"UATU_DISPATCH_FAULT": "sometime"})
+def test_a_dispatch_point_limited_to_one_topic(monkeypatch, fresh_counts) -> None:
+    """The old `<step>:<topic>` filter, in the one syntax: `<point>/<topic>`."""
+    monkeypatch.setenv(faults.ENV, "dispatch.after_tier_produce/orders:fail-first-attempt")
+    assert for_job(os.environ, DISPATCH) == (
+        Fault("dispatch.after_tier_produce", 1, FAIL_FIRST_ATTEMPT, scope="orders"),
+    )
+    fault_point("dispatch.after_tier_produce", "orders-r1")  # a tier's query: not this one
+    fault_point("dispatch.before_checkpoint", "orders")  # another step
+    with pytest.raises(FaultInjected, match=r"dispatch.after_tier_produce/orders \(hit 1\)"):
+        fault_point("dispatch.after_tier_produce", "orders")
+
+
+def test_a_dispatch_point_without_a_topic_fires_at_any(monkeypatch, fresh_counts) -> None:
+    monkeypatch.setenv(faults.ENV, "dispatch.before_checkpoint:fail-first-attempt")
+    with pytest.raises(FaultInjected, match=r"dispatch.before_checkpoint \(hit 1\)"):
+        fault_point("dispatch.before_checkpoint", "any")
+
+
+def test_an_unknown_step_or_another_jobs_point_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError) as unknown:
+        for_job({faults.ENV: "dispatch.sometime"}, DISPATCH)
+    assert "UATU_FAULT: 'dispatch.sometime': unknown point" in str(unknown.value)
+    with pytest.raises(ConfigError) as unreached:
+        for_job({faults.ENV: "audit.keys_committed"}, DISPATCH)
+    assert f"'audit.keys_committed': a {DISPATCH} run never reaches" in str(unreached.value)

@@ -72,11 +72,6 @@ public final class Dispatch {
     }
   }
 
-  /** Fires the fault hook's driver-side steps (jobs/dispatch/faults.py). */
-  public static void crash(String where) {
-    Faults.crash(where);
-  }
-
   /** Closes this JVM's dispatch clients (the driver of a local-mode run, at its end). */
   public static void closeAll() {
     GroupRuntime.closeAll();

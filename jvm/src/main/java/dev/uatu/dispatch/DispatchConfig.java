@@ -64,8 +64,6 @@ public final class DispatchConfig implements Serializable {
   public final Map<String, String> producerConfig;
   public final Map<String, String> statusCodes;
   public final Map<String, String> trailerCodes;
-  public final String faultStep; // empty: no fault
-  public final String faultTopic; // empty: any topic
 
   private DispatchConfig(String json, JsonNode n) {
     this.fingerprint = json;
@@ -105,8 +103,6 @@ public final class DispatchConfig implements Serializable {
     this.producerConfig = stringMap(n.path("producer_config"));
     this.statusCodes = stringMap(n.path("status_codes"));
     this.trailerCodes = stringMap(n.path("trailer_codes"));
-    this.faultStep = n.path("fault_step").asText("");
-    this.faultTopic = n.path("fault_topic").asText("");
   }
 
   public static DispatchConfig fromJson(String json) {

@@ -1,5 +1,6 @@
 package dev.uatu.dispatch;
 
+import dev.uatu.faults.FaultPoints;
 import io.grpc.CallOptions;
 import io.grpc.ClientCall;
 import io.grpc.Metadata;
@@ -112,7 +113,9 @@ final class PartitionRun {
     int peak = flow.inflight.takePeak();
     LOG.info(
         "{}: {} records dispatched in {} ms", range, submitted, (finished - started) / 1_000_000);
-    Faults.at(config, "after_dispatch", range.topic);
+    // The fault hook's point "dispatch.after_dispatch" (core/faults.py): every record of the
+    // range is resolved, the batch's offsets are not yet checkpointed.
+    FaultPoints.hit("dispatch.after_dispatch", range.topic);
     return stats.rows(
         range, firstOffset, lastOffset, peak, flow.inflight.limit(), rateLimitedNanos.get() / 1e6);
   }
@@ -446,7 +449,9 @@ final class PartitionRun {
   private void onProduced(Message m, String destination, Exception error) {
     try {
       if (error == null) {
-        Faults.at(config, "after_tier_produce", range.topic);
+        // The fault hook's point "dispatch.after_tier_produce" (core/faults.py): the write is
+        // acknowledged, the record not yet resolved nor its source offset checkpointed.
+        FaultPoints.hit("dispatch.after_tier_produce", range.topic);
         resolve(m, outcomeOf(destination));
         return;
       }
