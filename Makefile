@@ -23,8 +23,8 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 setup: ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow, Prometheus, Chromium, the Airflow venv
-	@# The Airflow venv shares nothing with the rest, so it installs beside it (measured on warm
-	@# caches: 110 s for the whole setup instead of 140 s one step at a time).
+	@# The Airflow venv shares nothing with the rest, so it installs beside it: the whole setup
+	@# is shorter than one step at a time.
 	@$(MAKE) --no-print-directory -j2 setup-project airflow-venv
 
 .PHONY: setup-project

@@ -19,8 +19,8 @@ figure the machine's scheduling moves less.
 
 Both Java producers run on the same collector (``--gc``): G1 by default, which the JVM picks
 on this machine and Kafka's scripts set for their tools. Under the serial collector, which the
-bench used before 2026-11-29, young collections stop the producer for 0.3-0.8 s of an 8 s run,
-so every extra object a record allocates costs more there.
+bench used first, young collections stop the producer for a large share of a short run, so
+every extra object a record allocates costs more there (docs/benchmarks.md, audit clients).
 
 Targets (issue 17): <= 5 % for the interceptor (on either client), <= 15 % for the Python
 wrapper. Measure on an otherwise idle machine (the result file records the load average at

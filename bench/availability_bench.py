@@ -114,9 +114,9 @@ offset commits per second the consumer-lag evaluator gets through.
    Commits/s = commit records / seconds. x Burrow = a row's commits/s / Burrow's cold
    commits/s of this run, x warm the same against the warm run: a.-d. exclude consuming and
    run on one Python thread, Burrow includes it and uses every core, so a. to c. flatter the
-   job and e. against warm is the like-for-like pair. Burrow's published
-   40,000-50,000 offsets/s on 2 cores (linkedin/Burrow#539, measured by KMinion's author on
-   another machine) is printed as a labelled reference only (x 40k). Checked: the decoded
+   job and e. against warm is the like-for-like pair. The rate published for Burrow in
+   linkedin/Burrow#539 (BURROW_PUBLISHED, on another machine) is printed as a labelled
+   reference only (x 40k). Checked: the decoded
    commits equal the commits recorded, the broker's committed offsets and the stream's last
    commits equal the recorder's last ones, after every replay and e. run the tracker's newest
    committed offset of every group/partition equals the recorder's last, and every Burrow run

@@ -1,7 +1,7 @@
 """Build the JVM class-data sharing (AppCDS) archive that Spark drivers start from.
 
-A Spark driver loads and verifies about 17,000 classes (Spark, Scala, Delta) before its first
-batch, on every launch. A dynamic CDS archive holds those classes already parsed and verified;
+A Spark driver loads and verifies many thousands of classes (Spark, Scala, Delta) before its
+first batch, on every launch. A dynamic CDS archive holds those classes already parsed and verified;
 a JVM started with ``-XX:SharedArchiveFile`` maps it instead, which cuts the CPU a start-up
 spends in class loading (docs/benchmarks.md, start-up).
 

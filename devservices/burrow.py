@@ -29,8 +29,8 @@ What Burrow 1.2.1 needs to watch a Kafka 3.9 KRaft cluster:
 
 Its consumer module then starts one sarama partition consumer per ``__consumer_offsets``
 partition, one after another, and each start waits behind the previous partition's fetch
-long-poll (about 0.3 s): with the default 50 partitions it reads its first commit 15-20 s
-after starting. :func:`start_burrow` waits for that too (``warm_up``), by committing offset 0
+long-poll: with the default 50 partitions it reads its first commit many seconds after
+starting. :func:`start_burrow` waits for that too (``warm_up``), by committing offset 0
 of ``__consumer_offsets``[0] for a group that the broker stores in the partition started last,
 ``burrow-warmup-<n>``, and returning once Burrow lists that group.
 

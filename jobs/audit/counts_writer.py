@@ -1,8 +1,8 @@
 """The audit's counts MERGE, moved off the micro-batch's path and made durable first.
 
-Why: a Delta MERGE into `audit_counts` costs about 1.2-1.5 s a batch on the benchmark
-machine whatever its size, while the JVM fold reads and folds a million records in about 1 s
-(docs/benchmarks.md). Run in line, the MERGE more than halved the audit's throughput.
+Why: a Delta MERGE into `audit_counts` has a fixed cost per batch, whatever its size, of the
+order of what the JVM fold spends on a large batch (docs/benchmarks.md has the figures). Run
+in line, it would stand between every two batches of the fold.
 
 How, for batch N:
 1. `submit` (in foreachBatch) saves N's partials to `<checkpoint>/audit-partials/N` (JSON,
@@ -29,8 +29,8 @@ commit and the MERGE (`recover` merges the file), or between the MERGE and the f
 deletion (the marker skips it). A failed MERGE fails the query at its next batch, or the run
 at `drain`; its files stay for the next start.
 
-Visibility: a batch's counts are in the table a MERGE after Spark commits it (about 1.5 s
-here), not when foreachBatch returns.
+Visibility: a batch's counts are in the table one MERGE after Spark commits it, not when
+foreachBatch returns.
 
 Fault points (core/faults.py): `audit.partials_saved`, `audit.counts_merging`.
 """

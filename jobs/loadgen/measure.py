@@ -8,8 +8,8 @@ and folds it into a few rows per window and generator. Spark's progress therefor
 input rows; `loadgen_stats` and the progress line have the counts.
 
 The rows go to `loadgen_stats` every `FLUSH_SECONDS` and when the query ends, in one Delta
-commit for all the batches since the last one, not one commit per batch: on the benchmark
-machine a Delta commit of a few rows took longer than folding a 500,000-record batch. Until
+commit for all the batches since the last one, not one commit per batch: a Delta commit of a
+few rows costs more than folding a large batch (docs/loadgen.md). Until
 then they are saved under the checkpoint with the batch (`PendingStats`); a run that crashed
 before writing them writes them when it starts again. Exactly once: each commit carries the
 newest batch id it covers as Delta's txnVersion, and a batch already in the table is not

@@ -23,8 +23,8 @@ _COORDINATOR_ERRORS = frozenset(
 )
 
 
-# Ten tries half a second apart ride out a coordinator election after a broker restart; one
-# try made that transient error fail the job's query (found on 2026-11-29, replication).
+# Ten tries half a second apart ride out a coordinator election after a broker restart; with
+# one try, that transient error failed a replication job's query.
 DEFAULT_ATTEMPTS = 10
 
 

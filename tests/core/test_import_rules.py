@@ -29,6 +29,8 @@ class Rule:
 
 
 PYSPARK = ("pyspark", "delta")
+# One package per job type under jobs/ (the cross-tier audit is part of jobs/audit).
+JOB_TYPE_PACKAGES = ("audit", "replication", "availability", "dispatch", "loadgen")
 DEV = ("devservices", "testing", "bench", "examples", "tests", "dev")
 
 RULES = (
@@ -47,6 +49,14 @@ RULES = (
             "jobs.availability.lag.tracker",
             "jobs.availability.lag.offsets_topic",
         ),
+    ),
+    # The shared runtime knows no job type and no registry: each job type asks it, not the
+    # other way round.
+    Rule("jobs/runtime", never=("jobs",), allowed=("jobs.runtime",)),
+    # A job type never imports another; what two share lives in core/ or jobs/runtime/.
+    *(
+        Rule(f"jobs/{job_type}", never=("jobs",), allowed=(f"jobs.{job_type}", "jobs.runtime"))
+        for job_type in JOB_TYPE_PACKAGES
     ),
     Rule("clients", never=("jobs", "controlplane", *DEV, *PYSPARK)),
     # Integrations read the tables with delta-rs and talk gRPC: no Spark, no server internals.
@@ -138,6 +148,111 @@ def test_a_broken_rule_is_reported_with_file_line_and_rule(tmp_path: Path) -> No
         "controlplane/bad.py:4 imports jobs.runtime.session.build_session"
         " (controlplane/ never jobs)",
         "controlplane/bad.py:5 imports pyspark.sql (controlplane/ never pyspark)",
+    ]
+
+
+def test_the_job_type_packages_are_every_package_of_jobs() -> None:
+    """A new job type's package is covered by the rules as soon as it exists."""
+    packages = {p.parent.name for p in (ROOT / "jobs").glob("*/__init__.py")}
+    assert packages == {*JOB_TYPE_PACKAGES, "runtime"}
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (every import: top-level, function-local and
+    TYPE_CHECKING alike), over the .py files of `packages` under `root`."""
+    modules: dict[str, Path] = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            if ".venv" in path.parts:
+                continue
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = {resolve(name) for _, name in imported_names(path.read_text())}
+        graph[module] = {m for m in found if m is not None and m != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            circle = []
+            while True:
+                member = stack.pop()
+                circle.append(member)
+                if member == module:
+                    break
+            if len(circle) > 1:
+                circles.append(sorted(circle))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+PROJECT_PACKAGES = (
+    "core", "jobs", "controlplane", "clients", "integrations",
+    "devservices", "testing", "dev", "bench", "examples",
+)  # fmt: skip
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert import_circles(import_graph(ROOT, PROJECT_PACKAGES)) == []
+
+
+def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> None:
+    """The circle the runtime once had: the template imported the registry for a type hint,
+    the registry the job types, and they the template."""
+    (tmp_path / "jobs" / "runtime").mkdir(parents=True)
+    (tmp_path / "jobs" / "audit").mkdir()
+    (tmp_path / "jobs" / "runtime" / "template.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jobs.registry import X\n"
+    )
+    (tmp_path / "jobs" / "registry.py").write_text("from jobs.audit.job import AuditJob\n")
+    (tmp_path / "jobs" / "audit" / "job.py").write_text("from jobs.runtime import template\n")
+    (tmp_path / "jobs" / "audit" / "spec.py").write_text("import core\n")
+    assert import_circles(import_graph(tmp_path, ("jobs",))) == [
+        ["jobs.audit.job", "jobs.registry", "jobs.runtime.template"]
+    ]
+
+
+def test_the_runtime_and_job_types_keep_to_themselves(tmp_path: Path) -> None:
+    (tmp_path / "jobs" / "runtime").mkdir(parents=True)
+    (tmp_path / "jobs" / "audit" / "tiers").mkdir(parents=True)
+    (tmp_path / "jobs" / "runtime" / "runner.py").write_text("from jobs import registry\n")
+    (tmp_path / "jobs" / "audit" / "tiers" / "job.py").write_text(
+        "from jobs.audit.tables import AUDIT_COUNTS\n"  # its own job type: allowed
+        "from jobs.replication.provenance import STAMP\n"
+    )
+    found = [str(b) for b in breaches(tmp_path)]
+    assert found == [
+        "jobs/audit/tiers/job.py:2 imports jobs.replication.provenance.STAMP"
+        " (jobs/audit/ never jobs)",
+        "jobs/runtime/runner.py:1 imports jobs.registry (jobs/runtime/ never jobs)",
     ]
 
 
