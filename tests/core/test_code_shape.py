@@ -226,7 +226,7 @@ _DATE = re.compile(
     r"|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2},? 20\d\d\b"
 )
 _FIGURE = re.compile(
-    r"\d[\d,.]*\s?-?(ms|s|seconds|minutes|min|%|x|×|MB|MiB|GB|GiB|kB|KiB|records/s|msg/s"
+    r"\d[\d,.]*\s?-?(ms|s|seconds|minutes|min|%|x|\u00d7|MB|MiB|GB|GiB|kB|KiB|records/s|msg/s"
     r"|MB/s|cores?|core)\b",
     re.IGNORECASE,
 )
