@@ -50,7 +50,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from uber.data.kafka.datatransfer import job_pb2
+from uatu.v1 import job_options_pb2
+from uber.data.kafka.datatransfer import job_group_pb2, job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
@@ -260,28 +261,20 @@ def _tiers(group: JobGroup, source_topic: str, dlq: str) -> tuple[Tier, ...]:
     return sort_tiers(tiers)
 
 
-def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
-    """Validate the dispatcher-specific parts of `group` (common checks already passed)."""
-    source = source_spec(group, settings, bounded_reads=True)
-    cluster, topic, consumer_group = source.cluster, source.topic, source.consumer_group
-    if not consumer_group:
-        raise InvalidJobGroup(
-            f"{_SOURCE}.consumer_group",
-            group.kafka_consumer_task_group.consumer_group,
-            "required by the dispatcher",
-        )
-    rpc = group.rpc_dispatcher_task_group
+def _rpc_target(
+    rpc: job_group_pb2.RpcDispatcherTaskGroup, default_procedure: str
+) -> tuple[str, str]:
+    """(the gRPC target, service/method) of rpc_dispatcher_task_group, its timeouts checked."""
     try:
         target = parse_uri(rpc.uri.strip())
     except ValueError as e:
         raise InvalidJobGroup(f"{_RPC}.uri", rpc.uri, str(e)) from None
-    procedure = rpc.procedure.strip().lstrip("/") or f"kafka.consumerproxy.{consumer_group}/{topic}"
+    procedure = rpc.procedure.strip().lstrip("/") or default_procedure
     if not _SERVICE_METHOD.match(procedure):
         raise InvalidJobGroup(f"{_RPC}.procedure", rpc.procedure, "must be service/method")
     if rpc.rpc_timeout_ms <= 0:
         raise InvalidJobGroup(f"{_RPC}.rpc_timeout_ms", rpc.rpc_timeout_ms, "must be > 0")
-    limit = rpc.rpc_timeout_limit_ms or DEFAULT_TIMEOUT_LIMIT_MS
-    if limit < rpc.rpc_timeout_ms:
+    if (rpc.rpc_timeout_limit_ms or DEFAULT_TIMEOUT_LIMIT_MS) < rpc.rpc_timeout_ms:
         raise InvalidJobGroup(
             f"{_RPC}.rpc_timeout_limit_ms",
             rpc.rpc_timeout_limit_ms,
@@ -295,6 +288,13 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
             rpc.retry_queue_topic,
             "deprecated in uForwarder's API; give retry_config.retry_queues",
         )
+    return target, procedure
+
+
+def _routes(group: JobGroup, source: SourceSpec, settings: Settings) -> tuple[Routes, Flow | None]:
+    """Where records go that are not committed (retry tiers, DLQ, resq), all on the source
+    cluster, and the resq's own flow control (None: it shares the group's)."""
+    rpc, cluster, topic = group.rpc_dispatcher_task_group, source.cluster, source.topic
     dlq = rpc.dlq_topic.strip()
     check_topic(f"{_RPC}.dlq_topic", dlq)
     _same_cluster(f"{_RPC}.dlq_cluster", rpc.dlq_cluster, cluster, settings)
@@ -303,7 +303,6 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
             f"retry_config.retry_queues[{i}].retry_cluster", q.retry_cluster, cluster, settings
         )
     tiers = _tiers(group, topic, dlq)
-
     resq_config = group.resq_config
     resq = ""
     resq_flow = None
@@ -319,19 +318,11 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         _same_cluster("resq_config.resq_cluster", resq_config.resq_cluster, cluster, settings)
         if resq_config.HasField("flow_control"):
             resq_flow = _flow("resq_config.flow_control", resq_config.flow_control)
+    return Routes(tiers, dlq, resq, rpc.max_rpc_timeouts), resq_flow
 
-    source_kind = Kind.MAIN
-    if dlq and topic == dlq:
-        source_kind = Kind.DLQ
-        if not source.bounded:
-            raise InvalidJobGroup(
-                f"{_SOURCE}.topic",
-                topic,
-                "is the dlq_topic: a DLQ redrive must be bounded by partition_offset_ranges "
-                "or end_timestamp",
-            )
 
-    options = job_options(group)
+def _dispatch_options(options: job_options_pb2.JobOptions) -> job_options_pb2.DispatchOptions:
+    """extension.dispatch, checked: counts >= 0, channels and callback threads <= 64."""
     dispatch = options.dispatch
     for name in (
         "stats_window_seconds",
@@ -347,6 +338,35 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
     for name in ("channels", "callback_threads"):
         if getattr(dispatch, name) > 64:
             raise InvalidJobGroup(f"extension.dispatch.{name}", getattr(dispatch, name), "<= 64")
+    return dispatch
+
+
+def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
+    """Validate the dispatcher-specific parts of `group` (common checks already passed)."""
+    source = source_spec(group, settings, bounded_reads=True)
+    if not source.consumer_group:
+        raise InvalidJobGroup(
+            f"{_SOURCE}.consumer_group",
+            group.kafka_consumer_task_group.consumer_group,
+            "required by the dispatcher",
+        )
+    rpc = group.rpc_dispatcher_task_group
+    target, procedure = _rpc_target(
+        rpc, f"kafka.consumerproxy.{source.consumer_group}/{source.topic}"
+    )
+    routes, resq_flow = _routes(group, source, settings)
+    source_kind = Kind.MAIN
+    if routes.dlq_topic and source.topic == routes.dlq_topic:
+        source_kind = Kind.DLQ
+        if not source.bounded:
+            raise InvalidJobGroup(
+                f"{_SOURCE}.topic",
+                source.topic,
+                "is the dlq_topic: a DLQ redrive must be bounded by partition_offset_ranges "
+                "or end_timestamp",
+            )
+    options = job_options(group)
+    dispatch = _dispatch_options(options)
     trigger = trigger_seconds(options, DEFAULT_TRIGGER_SECONDS)
     flow = _flow("flow_control", group.flow_control)
     max_records = dispatch.max_records_per_batch or (
@@ -363,8 +383,8 @@ def dispatch_spec(group: JobGroup, settings: Settings) -> DispatchSpec:
         target=target,
         procedure=procedure,
         rpc_timeout_ms=rpc.rpc_timeout_ms,
-        rpc_timeout_limit_ms=limit,
-        routes=Routes(tiers, dlq, resq, rpc.max_rpc_timeouts),
+        rpc_timeout_limit_ms=rpc.rpc_timeout_limit_ms or DEFAULT_TIMEOUT_LIMIT_MS,
+        routes=routes,
         flow=flow,
         resq_flow=resq_flow,
         stats_window_seconds=dispatch.stats_window_seconds or DEFAULT_STATS_WINDOW_SECONDS,

@@ -132,7 +132,6 @@ OVERSIZED = {
     "jobs/audit/tiers/spec.py::_checks": 102,
     "jobs/availability/job.py": 671,
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,
-    "jobs/dispatch/spec.py::dispatch_spec": 119,
     "controlplane/cli.py::build_parser": 179,
     "controlplane/launchers/kubernetes.py": 520,
     "controlplane/launchers/kubernetes.py::render_manifests": 139,
