@@ -11,6 +11,9 @@ count, a unique count with its sketch bounds, and whether they have reported. Th
 * DUPLICATION when the right side has more records than the left beyond the threshold;
 * OK otherwise.
 
+Each rule is a predicate of its own below (`missing_records`, `missing_distinct`,
+`extra_records`), held by its own test vectors in tests/jobs/audit/test_tier_verdicts.py.
+
 REPLICATION is exact instead: source offsets are ranges, destination stamps are ranges with
 their number of copies (`Ranges`); a source offset below the destination's highest stamped
 offset of its partition that has no copy is lost (replication copies a partition in order), one
@@ -81,31 +84,63 @@ def relative(left: int, right: int) -> float | None:
     return abs(right - left) / left if left else None
 
 
+# The rules of a two-sided check, one predicate each; `decide` applies them in this order.
+
+
+def allowed_difference(left: Side, threshold: float) -> float:
+    """Rule 0: how many records either way the threshold forgives, relative to the left
+    (upstream) count."""
+    return threshold * left.count
+
+
+def missing_records(left: Side, right: Side, threshold: float) -> int:
+    """Rule 2, LOSS by count: the records the right side lacks beyond the threshold (0 when
+    within it)."""
+    lacking = left.count - right.count
+    return lacking if lacking > 0 and lacking > allowed_difference(left, threshold) else 0
+
+
+def missing_distinct(left: Side, right: Side, threshold: float) -> float:
+    """Rule 3, LOSS by distinct records: how many distinct records the right side surely lacks
+    (its HLL upper bound below the left's lower bound) beyond the threshold, at least one
+    whole record; 0 when the sketches cannot tell or the gap is within it. This catches a loss
+    that duplicates hide in the counts."""
+    if left.unique_low is None or right.unique_high is None:
+        return 0.0
+    gap = left.unique_low - right.unique_high
+    return gap if gap > max(allowed_difference(left, threshold), 0.0) and gap >= 1 else 0.0
+
+
+def extra_records(left: Side, right: Side, threshold: float) -> int:
+    """Rule 4, DUPLICATION: the records the right side has beyond the left's and the
+    threshold (0 when within it)."""
+    surplus = right.count - left.count
+    return surplus if surplus > 0 and surplus > allowed_difference(left, threshold) else 0
+
+
 def decide(due: bool, left: Side, right: Side, threshold: float) -> tuple[str, str]:
-    """(verdict, detail) of one window (the rules of the module docstring)."""
+    """(verdict, detail) of one window: rule 1 (INCOMPLETE until due and both sides have
+    reported), then rules 2 and 3 (LOSS), rule 4 (DUPLICATION), else OK."""
     if not due:
         return INCOMPLETE, "the window is not past its grace period yet"
     for side in (left, right):
         if not side.reported:
             return INCOMPLETE, f"{side.label} has not reported: {side.why_not}"
-    difference = right.count - left.count
-    allowed = threshold * left.count
-    if difference < 0 and -difference > allowed:
-        return LOSS, f"{-difference} of {left.count} records missing on {right.label}"
-    if left.unique_low is not None and right.unique_high is not None:
-        missing = left.unique_low - right.unique_high
-        if missing > max(allowed, 0.0) and missing >= 1:
-            return LOSS, (
-                f"{right.label} has fewer distinct records ({right.unique}, at most "
-                f"{right.unique_high:.0f}) than {left.label} ({left.unique}, at least "
-                f"{left.unique_low:.0f}): a loss hidden by duplicates"
-            )
-    if difference > 0 and difference > allowed:
+    if lacking := missing_records(left, right, threshold):
+        return LOSS, f"{lacking} of {left.count} records missing on {right.label}"
+    if missing_distinct(left, right, threshold):
+        assert right.unique_high is not None and left.unique_low is not None
+        return LOSS, (
+            f"{right.label} has fewer distinct records ({right.unique}, at most "
+            f"{right.unique_high:.0f}) than {left.label} ({left.unique}, at least "
+            f"{left.unique_low:.0f}): a loss hidden by duplicates"
+        )
+    if surplus := extra_records(left, right, threshold):
         extra = ""
         if right.unique is not None and left.unique is not None:
             extra = f"; distinct {left.unique} -> {right.unique}"
-        return DUPLICATION, f"{difference} more records on {right.label} than {left.label}{extra}"
-    return OK, "within threshold" if difference else "counts match"
+        return DUPLICATION, f"{surplus} more records on {right.label} than {left.label}{extra}"
+    return OK, "within threshold" if right.count != left.count else "counts match"
 
 
 # --- REPLICATION: offset ranges --------------------------------------------------------------
@@ -203,7 +238,13 @@ def replication_outcome(
 def decide_replication(
     due: bool, outcomes: Mapping[Any, PartitionOutcome]
 ) -> tuple[str, str, int, int, int, int]:
-    """(verdict, detail, left_count, right_count, right_unique, missing) of one window."""
+    """(verdict, detail, left_count, right_count, right_unique, missing) of one window.
+
+    The rules, in order: INCOMPLETE until due; LOSS as soon as any partition has a source
+    offset below its destination high water with no copy, whatever the other partitions do
+    (one partition still behind does not hide another's gap); INCOMPLETE while a partition's
+    destination has not reached the window's last offsets; DUPLICATION when an offset arrived
+    more than once; else OK."""
     expected = sum(o.expected for o in outcomes.values())
     present = sum(o.present for o in outcomes.values())
     copies = sum(o.copies for o in outcomes.values())

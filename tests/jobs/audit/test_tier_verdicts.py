@@ -5,18 +5,102 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from jobs.audit.tiers.verdicts import (
     DUPLICATION,
     INCOMPLETE,
     LOSS,
     OK,
+    PartitionOutcome,
     Side,
     Span,
     decide,
     decide_replication,
+    extra_records,
+    missing_distinct,
+    missing_records,
     replication_outcome,
     revise,
 )
+
+
+# Test vectors per rule: (left, right, threshold, the rule's answer, the verdict). Sides are
+# (count, unique, unique_low, unique_high); None: no sketch. Each row is computed by hand.
+def side(label: str, count: int, bounds: tuple[int, float, float] | None = None) -> Side:
+    if bounds is None:
+        return Side(label, count)
+    return Side(label, count, *bounds)
+
+
+COUNT_LOSS = [
+    # rule 2: lacking records beyond threshold * left count
+    pytest.param(100, 100, 0.0, 0, OK, id="equal"),
+    pytest.param(100, 95, 0.0, 5, LOSS, id="any-lack-at-zero-threshold"),
+    pytest.param(100, 95, 0.05, 0, OK, id="lack-equal-to-allowed-is-ok"),
+    pytest.param(100, 94, 0.05, 6, LOSS, id="lack-above-allowed"),
+    pytest.param(1000, 990, 0.02, 0, OK, id="1-percent-lack-within-2-percent"),
+    pytest.param(0, 0, 0.0, 0, OK, id="empty-window"),
+]
+
+
+@pytest.mark.parametrize(("left", "right", "threshold", "lacking", "verdict"), COUNT_LOSS)
+def test_rule_2_loss_by_count_beyond_the_threshold(left, right, threshold, lacking, verdict):
+    upstream, downstream = side("SERVICE", left), side("kafka", right)
+    assert missing_records(upstream, downstream, threshold) == lacking
+    assert decide(True, upstream, downstream, threshold)[0] == verdict
+
+
+DISTINCT_LOSS = [
+    # rule 3: the right's HLL upper bound below the left's lower bound, beyond the threshold
+    pytest.param((1000, 990.0, 1010.0), (800, 790.0, 810.0), 0.0, 180.0, LOSS, id="clear-gap"),
+    pytest.param((1000, 990.0, 1010.0), (995, 985.0, 1005.0), 0.0, 0.0, OK, id="overlap"),
+    pytest.param((1000, 990.0, 1010.0), (960, 950.0, 970.0), 0.05, 0.0, OK, id="gap-within-5pc"),
+    pytest.param((1000, 990.0, 1010.0), (900, 890.0, 930.0), 0.05, 60.0, LOSS, id="gap-over-5pc"),
+    pytest.param((10, 9.6, 10.4), (9, 8.8, 9.3), 0.0, 0.0, OK, id="gap-below-one-record"),
+]
+
+
+@pytest.mark.parametrize(("left", "right", "threshold", "gap", "verdict"), DISTINCT_LOSS)
+def test_rule_3_loss_hidden_by_duplicates_beyond_the_threshold(
+    left, right, threshold, gap, verdict
+):
+    """Both sides hold 1,000 records; only their distinct records differ."""
+    upstream, downstream = side("SERVICE", 1000, left), side("kafka", 1000, right)
+    assert missing_distinct(upstream, downstream, threshold) == pytest.approx(gap)
+    assert decide(True, upstream, downstream, threshold)[0] == verdict
+
+
+DUPLICATES = [
+    # rule 4: extra records beyond threshold * left count
+    pytest.param(100, 103, 0.0, 3, DUPLICATION, id="any-extra-at-zero-threshold"),
+    pytest.param(100, 103, 0.05, 0, OK, id="extra-within-5pc"),
+    pytest.param(100, 105, 0.05, 0, OK, id="extra-equal-to-allowed-is-ok"),
+    pytest.param(100, 106, 0.05, 6, DUPLICATION, id="extra-above-allowed"),
+    pytest.param(0, 4, 0.5, 4, DUPLICATION, id="records-where-none-were-sent"),
+]
+
+
+@pytest.mark.parametrize(("left", "right", "threshold", "surplus", "verdict"), DUPLICATES)
+def test_rule_4_duplication_beyond_the_threshold(left, right, threshold, surplus, verdict):
+    upstream, downstream = side("SERVICE", left), side("kafka", right)
+    assert extra_records(upstream, downstream, threshold) == surplus
+    assert decide(True, upstream, downstream, threshold)[0] == verdict
+
+
+def test_rule_1_incomplete_until_due_and_both_sides_reported():
+    left, right = side("SERVICE", 100), side("kafka", 50)  # a loss, once judged
+    assert decide(False, left, right, 0.0)[0] == INCOMPLETE
+    for silent in (
+        Side("SERVICE", 0, reported=False, why_not="no report yet"),
+        Side("kafka", 0, reported=False, why_not="no audit_counts yet"),
+    ):
+        pair = (silent, right) if silent.label == "SERVICE" else (left, silent)
+        verdict, detail = decide(True, *pair, 0.0)
+        assert verdict == INCOMPLETE and detail == f"{silent.label} has not reported: " + (
+            silent.why_not
+        )
+    assert decide(True, left, right, 0.0)[0] == LOSS
 
 
 def test_decide_counts_and_threshold():
@@ -67,6 +151,36 @@ def test_replication_outcome_exact_missing_ranges_and_copies():
         6,
         5,
     )
+
+
+def _outcome(expected: int, missing: list[Span], behind: bool = False) -> PartitionOutcome:
+    present = expected - sum(s.size for s in missing)
+    return PartitionOutcome(expected, present, present, list(missing), behind)
+
+
+def test_a_partition_still_behind_reports_its_gaps_below_the_high_water_only():
+    """Offsets 0-9 in the window; the destination holds 0-2 and 5, its high water 5: 3-4 never
+    arrived, 6-9 may simply not be copied yet."""
+    outcome = replication_outcome([Span(0, 9)], [Span(0, 2), Span(5, 5)], high_water=5)
+    assert outcome.behind and outcome.missing == [Span(3, 4)]
+    assert decide_replication(True, {"t/0": outcome})[:2] == (
+        LOSS,
+        "2 source offsets never arrived: t/0 3-4",
+    )
+    nothing_yet = replication_outcome([Span(0, 9)], [], high_water=None)
+    assert nothing_yet.behind and nothing_yet.missing == []
+
+
+def test_a_replication_gap_is_loss_even_while_another_partition_is_behind():
+    """Partition 0 lacks offsets below its destination's high water; partition 1 is still
+    being copied. The window is a LOSS now: waiting for partition 1 cannot fill 0's gap."""
+    outcomes = {"t/0": _outcome(10, [Span(3, 4)]), "t/1": _outcome(10, [], behind=True)}
+    verdict, detail, *_ = decide_replication(True, outcomes)
+    assert (verdict, detail) == (LOSS, "2 source offsets never arrived: t/0 3-4")
+    assert decide_replication(False, outcomes)[0] == INCOMPLETE
+    only_behind = {"t/0": _outcome(10, []), "t/1": _outcome(10, [], behind=True)}
+    assert decide_replication(True, only_behind)[0] == INCOMPLETE
+    assert decide_replication(True, {"t/0": _outcome(10, [])})[0] == OK
 
 
 def _row(verdict: str, right: int, revision: int | None = None) -> dict:
