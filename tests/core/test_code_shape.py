@@ -125,10 +125,6 @@ MODULE_LINES, CLASS_LINES, FUNCTION_LINES = 500, 250, 80
 
 # Today's exceptions and their size: each may only shrink, and goes once it fits.
 OVERSIZED = {
-    "jobs/audit/tiers/job.py": 1051,
-    "jobs/audit/tiers/job.py::TierBatchWriter": 773,
-    "jobs/audit/tiers/job.py::TierBatchWriter.fold_reports": 141,
-    "jobs/audit/tiers/job.py::TierBatchWriter.replication_verdicts": 99,
     "jobs/audit/tiers/spec.py::_checks": 102,
     "jobs/availability/job.py": 671,
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,

@@ -77,6 +77,11 @@ sequence) is not recorded with first_batch_id < N, so a replayed batch folds the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
     DoubleType,
@@ -223,3 +228,23 @@ WRITTEN = (
 def locations(spec: TierAuditSpec) -> list[tuple[DeltaTableSpec, str]]:
     """The tables the spec's checks write, and where."""
     return located(WRITTEN, spec.output)
+
+
+def frame(
+    spark: SparkSession, table: DeltaTableSpec, rows: Sequence[Mapping[str, Any]]
+) -> DataFrame:
+    """Rows of `table` as plain values (timestamps as epoch ms) -> a DataFrame of its schema."""
+    fields = [
+        StructField(f.name, LongType(), True) if f.dataType.typeName() == "timestamp" else f
+        for f in table.schema.fields
+    ]
+    ts = [f.name for f in table.schema.fields if f.dataType.typeName() == "timestamp"]
+    df = spark.createDataFrame(
+        [tuple(r.get(f.name) for f in fields) for r in rows], StructType(fields)
+    )
+    return df.withColumns({c: F.timestamp_millis(c) for c in ts})
+
+
+def epoch_ms(column: str) -> Column:
+    """A timestamp column read back as epoch ms, under its own name (rows as plain values)."""
+    return F.unix_millis(column).alias(column)
