@@ -77,6 +77,13 @@ def test_launch_argv_has_no_shell_and_passes_site_config(tmp_path):
     }
 
 
+def test_the_launch_command_has_once_only_when_asked(tmp_path):
+    """The control plane keeps a group's stream running: its launches never pass --once; a
+    bounded run asks for it."""
+    assert "--once" not in build_launch(tmp_path / "g.json").argv
+    assert build_launch(tmp_path / "g.json", once=True).argv.count("--once") == 1
+
+
 def test_error_mapping_is_one_table():
     assert grpc_status(JobGroupExists("a")) == grpc.StatusCode.ALREADY_EXISTS
     assert grpc_status(JobGroupNotFound("a")) == grpc.StatusCode.NOT_FOUND

@@ -54,6 +54,68 @@ def test_definition_changes_with_mutable_fields_only_when_they_change():
     assert definition_of(group) != definition_of(same)
 
 
+def _leaf_paths(descriptor, prefix=(), depth=0):
+    """Every field path of a message type down to its scalars, enums and lists (messages
+    recursively, to a depth that covers the JobGroup's)."""
+    for field in descriptor.fields:
+        path = (*prefix, field)
+        if field.message_type is not None and not field.is_repeated and depth < 4:
+            if field.message_type.full_name in ("google.protobuf.Any",):
+                yield path  # the extension: its bytes
+                continue
+            yield from _leaf_paths(field.message_type, path, depth + 1)
+        else:
+            yield path
+
+
+def _changed(group: JobGroup, path) -> JobGroup:
+    """A copy of `group` with the field at `path` set to a value it did not have."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    copy = JobGroup()
+    copy.CopyFrom(group)
+    message = copy
+    for field in path[:-1]:
+        message = getattr(message, field.name)
+    field = path[-1]
+    if field.is_repeated:
+        item = getattr(message, field.name).add() if field.message_type else None
+        if item is None:
+            value = 7 if field.type != FieldDescriptor.TYPE_STRING else "x"
+            getattr(message, field.name).append(value)
+        else:
+            item.SetInParent()
+        return copy
+    if field.message_type is not None:  # an Any
+        getattr(message, field.name).type_url = "type.googleapis.com/x.Changed"
+        return copy
+    current = getattr(message, field.name)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        values = [v.number for v in field.enum_type.values if v.number != current]
+        setattr(message, field.name, values[0])
+    elif field.type == FieldDescriptor.TYPE_BOOL:
+        setattr(message, field.name, not current)
+    elif field.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES):
+        setattr(message, field.name, current + ("x" if isinstance(current, str) else b"x"))
+    else:
+        setattr(message, field.name, current + 1)
+    return copy
+
+
+_PATHS = list(_leaf_paths(JobGroup.DESCRIPTOR))
+
+
+@pytest.mark.parametrize("path", _PATHS, ids=[".".join(f.name for f in p) for p in _PATHS])
+def test_every_part_of_a_definition_is_in_its_fingerprint(path):
+    """A running group whose stored definition changed anywhere (not only its flow control)
+    is UPDATEd: relaunched on its checkpoint with the new definition."""
+    base = audit_group("fingerprint", "orders", rate=10)
+    changed = _changed(base, path)
+    assert changed != base
+    assert definition_of(changed) != definition_of(base)
+    assert decide(RUNNING, definition_of(changed), definition_of(base), True) is Action.UPDATE
+
+
 @pytest.mark.integration
 def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_path, monkeypatch):
     topic = f"rc-{uuid.uuid4().hex[:8]}"
