@@ -3,9 +3,11 @@ by hand for each rule, so a changed rule fails here before any Spark test runs."
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 import pytest
+from datasketches import hll_sketch, tgt_hll_type
 
 from jobs.audit.tiers.verdicts import (
     DUPLICATION,
@@ -22,6 +24,7 @@ from jobs.audit.tiers.verdicts import (
     missing_records,
     replication_outcome,
     revise,
+    sketch_union,
 )
 
 
@@ -210,3 +213,27 @@ def test_revise_appends_a_numbered_revision_only_on_a_change():
     assert [r["revision"] for r in counts_only] == [4]
     # An undecided window's counts move every batch: no revision until its verdict changes.
     assert revise([_row(INCOMPLETE, 12)], [_row(INCOMPLETE, 10, 1)]) == []
+
+
+def test_sketch_union_is_within_2_percent_and_its_bounds_hold_the_truth():
+    """The unique counts a LOSS-by-distinct verdict compares: partitions' lgK 12 sketches of
+    overlapping key ranges, unioned by the project's code. Over ten independent sets the RMS
+    error of the estimate is at most 2 % (theory: 1.6 %), and every set's 3-sigma bounds hold
+    the true count, so rule 3 never calls a loss on sketch noise alone."""
+    sets, partitions, per_partition, step = 10, 4, 60_000, 40_000
+    truth = (partitions - 1) * step + per_partition  # consecutive partitions overlap
+    errors = []
+    for s in range(sets):
+        sketches = []
+        for p in range(partitions):
+            sketch = hll_sketch(12, tgt_hll_type.HLL_4)
+            for key in range(p * step, p * step + per_partition):
+                sketch.update(f"{s}-{key}")
+            sketches.append(sketch.serialize_compact())
+        union = sketch_union(sketches)
+        assert union is not None
+        estimate, low, high = union
+        assert low <= truth <= high, (s, estimate, low, high)
+        errors.append((estimate - truth) / truth)
+    assert math.sqrt(sum(e * e for e in errors) / sets) <= 0.02, errors
+    assert sketch_union([None, b""]) is None
