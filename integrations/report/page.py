@@ -88,7 +88,7 @@ def counts_per_tier(tables: dict[str, str]) -> pd.DataFrame:
 def window_verdicts(warehouse: Path | str, tiers: pd.DataFrame) -> pd.DataFrame:
     """Per window judged in `audit_verdicts` (newest revisions): its overall verdict and each
     check's; then each audited (topic, window) of `tiers` that no verdict window of the topic
-    covers, as INCOMPLETE with no verdict yet (cluster empty: any audited cluster)."""
+    covers, as INCOMPLETE with no verdict yet (cluster "-": any audited cluster)."""
     verdict_rows = read_newest(warehouse)
     rows = []
     for (cluster, topic, start, end), found in window_answers(verdict_rows):
@@ -111,10 +111,10 @@ def window_verdicts(warehouse: Path | str, tiers: pd.DataFrame) -> pd.DataFrame:
         if not any(t == topic and s <= start < e for t, s, e in covered):
             rows.append(
                 {
-                    "cluster": None,
+                    "cluster": "-",
                     "topic": topic,
                     "window_start": start,
-                    "window_end": None,
+                    "window_end": "-",
                     "verdict": INCOMPLETE,
                     "checks": NO_VERDICT,
                 }
@@ -124,7 +124,7 @@ def window_verdicts(warehouse: Path | str, tiers: pd.DataFrame) -> pd.DataFrame:
 
 
 def loss_over_time(warehouse: Path | str) -> pd.DataFrame:
-    """check, window_start, kind (missing, extra), value: the decided verdicts' records
+    """check, window_start (ISO text), kind (missing, extra), value: the decided verdicts' records
     missing downstream (REPLICATION's missing offsets, else the count difference) and extra."""
     rows = []
     for r in read_newest(warehouse):
@@ -132,7 +132,7 @@ def loss_over_time(warehouse: Path | str) -> pd.DataFrame:
             continue
         difference = r["difference"] or 0
         missing = r["missing_count"] if r["missing_count"] is not None else max(0, -difference)
-        start = pd.Timestamp(r["window_start"])
+        start = pd.Timestamp(r["window_start"]).isoformat()
         rows.append({"check": r["check_name"], "window_start": start, "kind": "missing",
                      "value": missing})  # fmt: skip
         rows.append({"check": r["check_name"], "window_start": start, "kind": "extra",
@@ -173,10 +173,13 @@ def charts(
             alt.Chart(losses)
             .mark_bar()
             .encode(
-                x=alt.X("window_start:T", title="window"),
+                # One band per judged window (ordinal): a window's bar is visible however
+                # short the window is next to the time axis.
+                x=alt.X("window_start:O", title="window start"),
+                xOffset="kind:N",
                 y=alt.Y("value:Q", title="records"),
                 color="kind:N",
-                tooltip=["check", "kind", "window_start:T", "value"],
+                tooltip=["check", "kind", "window_start", "value"],
             )
             .properties(width=900, height=160)
             .facet(row="check:N")

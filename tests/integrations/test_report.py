@@ -99,8 +99,8 @@ def test_the_verdicts_shown_are_the_newest_revisions_of_audit_verdicts(tmp_path)
          "xdc:local->dest: LOSS (100 -> 93, revision 2)"),
         (T0 + timedelta(minutes=2), "dest", "INCOMPLETE",
          "xdc:local->dest: INCOMPLETE (100 -> 0, revision 1)"),
-        (T0 + timedelta(minutes=3), None, "INCOMPLETE", "no verdict yet"),
-        (T0 + timedelta(minutes=4), None, "INCOMPLETE", "no verdict yet"),
+        (T0 + timedelta(minutes=3), "-", "INCOMPLETE", "no verdict yet"),
+        (T0 + timedelta(minutes=4), "-", "INCOMPLETE", "no verdict yet"),
     }  # fmt: skip
 
 
