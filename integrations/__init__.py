@@ -1,10 +1,11 @@
 """Where users already work: integrations that read or drive the suite from outside Spark.
 
 * `tables.py`: the jobs' Delta tables read with delta-rs (`deltalake`), never Spark;
-* `verdicts.py`: audit window completeness and the OK / LOSS / DUPLICATION / INCOMPLETE rule;
+* `verdicts.py`: the one reader of the verdict (OK / LOSS / DUPLICATION / INCOMPLETE) the
+  cross-tier audit writes to `audit_verdicts`; nothing here decides one;
 * `query.py`: `python -m integrations.query` runs SQL over the tables (docs/query.md);
 * `report/`: `python -m integrations.report` writes the completeness report (docs/report.md);
-* `notify.py`: a webhook notifier for LOSS verdicts and WARN/STALL/STOP groups (docs/metrics.md);
+* `notifier.py`: a webhook notifier for LOSS verdicts and WARN/STALL/STOP groups (docs/metrics.md);
 * `failover.py`: consumer-group offset translation from the provenance stamps;
 * `airflow/`: the Airflow provider, in its own venv (docs/airflow.md).
 

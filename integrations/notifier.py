@@ -5,8 +5,9 @@ verdict table says a window lost data, as Burrow's HTTP notifier does for groups
         [--interval 30] [--state var/notifier.json] [--once]
 
 Source: the Delta tables, read with delta-rs (no Spark): the newest `consumer_group_status`
-row of every (cluster, group), and, when the table exists, `audit_verdicts` rows whose verdict
-is LOSS (the cross-tier audit writes it).
+row of every (cluster, group), and, when the table exists, the verdict of every (check,
+window) of `audit_verdicts` as `integrations.verdicts` reads it (the newest revision; the
+cross-tier audit job decides, this module only reads).
 
 Sends (Content-Type application/json):
 
@@ -14,7 +15,8 @@ Sends (Content-Type application/json):
   "total_lag", "max_time_lag_ms", "reason", "evaluated_at"}` when a group enters WARN, ERR,
   STOP or STALL, or moves between those; `"event": "close"` when it is OK again;
 * `{"kind": "audit_verdict", "event": "open", ...the verdict row...}` once per (check,
-  window, revision) with verdict LOSS.
+  window, revision) whose newest revision says LOSS (a LOSS revised away before a pass saw
+  it is not sent: the newest revision is the verdict).
 
 State (what was already sent) is a small JSON file, so a restart does not send twice and does
 not miss a change that happened while it was down. A failed POST is retried on the next pass
@@ -37,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from integrations.tables import find_tables, read
+from integrations.verdicts import LOSS, TABLE, read_newest
 
 log = logging.getLogger("uatu.notifier")
 
 ALERT_STATUSES = frozenset({"WARN", "ERR", "STOP", "STALL"})
-VERDICTS_TABLE = "audit_verdicts"
 
 
 @dataclass
@@ -103,10 +105,11 @@ def group_events(
 def verdict_events(
     rows: Iterable[Mapping[str, Any]], sent: set[str]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """(key, document) for every LOSS verdict row not announced yet (pure)."""
+    """(key, document) for every LOSS verdict row not announced yet (pure). `rows` are the
+    newest revisions (`integrations.verdicts.read_newest`)."""
     events = []
     for row in rows:
-        if row.get("verdict") != "LOSS":
+        if row.get("verdict") != LOSS:
             continue
         key = "/".join(str(row.get(k)) for k in ("check_name", "topic", "window_start", "revision"))
         if key in sent:
@@ -159,9 +162,8 @@ def notify_once(
             else:
                 state.groups.pop(key, None)
             sent += 1
-    verdicts_path = Path(warehouse) / VERDICTS_TABLE
-    if (verdicts_path / "_delta_log").is_dir():
-        for key, document in verdict_events(read(str(verdicts_path)).to_pylist(), state.verdicts):
+    if TABLE in tables:
+        for key, document in verdict_events(read_newest(warehouse), state.verdicts):
             send(document)
             state.verdicts.add(key)
             sent += 1

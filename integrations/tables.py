@@ -13,9 +13,11 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-# name -> the job that writes it (docs/audit.md, replication.md, availability.md)
+# name -> the job that writes it (docs/audit.md, replication.md, availability.md); the
+# verdict table is read through integrations/verdicts.py
 TABLES = {
     "audit_counts": "audit",
+    "audit_verdicts": "audit (cross-tier AuditTypes)",
     "replication_stats": "replication",
     "replication_audit": "replication",
     "availability_probes": "availability",

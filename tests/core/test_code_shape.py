@@ -132,7 +132,6 @@ OVERSIZED = {
     "controlplane/launchers/kubernetes.py": 520,
     "controlplane/launchers/kubernetes.py::render_manifests": 139,
     "controlplane/reconciler.py::Reconciler": 262,
-    "integrations/report/__init__.py::charts": 129,
     "devservices/_service.py": 591,
     "devservices/kafka.py": 659,
     "bench/audit_clients_bench.py::main": 110,

@@ -10,9 +10,11 @@
 4. the availability job (probes, topic availability, consumer lag) until each of its four
    tables has rows, with one group that commits and one registered group without commits.
 
-So every table the jobs write exists, written by the jobs themselves: audit_counts,
+So every table the integrations read exists, written by the jobs themselves: audit_counts,
 replication_stats, replication_audit, availability_probes, topic_availability,
-consumer_offset_commits, consumer_group_status.
+consumer_offset_commits, consumer_group_status; all but `audit_verdicts` (`ELSEWHERE`): the
+cross-tier audit's bounded run costs as much again, and test_airflow.py runs it (through
+`spark-submit.sh`) and reads its verdicts with delta-rs.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from testing.polling import wait_for
 
 TOPIC = "it-orders"
 REPLICATION_ID = "it-orders-dr"
+ELSEWHERE = frozenset({"audit_verdicts"})  # tables of TABLES this warehouse does not hold
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ def job_warehouse(spark, kafka, kafka_dest, tmp_path_factory) -> Iterator[JobWar
     try:
         wait_for(
             lambda: (
-                set(find_tables(warehouse)) == set(TABLES)
+                set(find_tables(warehouse)) == set(TABLES) - ELSEWHERE
                 and all(DeltaRows.count(path) > 0 for path in find_tables(warehouse).values())
             ),
             180,

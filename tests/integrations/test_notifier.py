@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
 from integrations.notifier import NotifierState, group_events, main, verdict_events
+from tests.integrations.verdict_rows import SCHEMA, row
 
 T0 = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 
@@ -103,20 +105,31 @@ def test_group_alerts_open_once_close_once_and_survive_a_restart(tmp_path, recei
     assert len(receiver.documents) == 3
 
 
-def test_loss_verdicts_are_announced_once_per_revision(tmp_path, receiver) -> None:
+def test_loss_verdicts_are_announced_once_per_newest_revision(tmp_path, receiver) -> None:
+    """Only a newest revision is a verdict: a LOSS revised to OK before the pass is not sent,
+    a window whose newest revision is LOSS is sent once, and again when revised (new counts)."""
     warehouse, state = tmp_path / "wh", tmp_path / "state.json"
-    verdicts = [
-        {"check_name": "svc->kafka", "topic": "orders", "window_start": T0, "revision": 1,
-         "verdict": "LOSS", "left_count": 10, "right_count": 8},
-        {"check_name": "svc->kafka", "topic": "orders", "window_start": T0, "revision": 2,
-         "verdict": "OK", "left_count": 10, "right_count": 10},
-    ]  # fmt: skip
-    write_deltalake(str(warehouse / "audit_verdicts"), pd.DataFrame(verdicts))
+    path = str(warehouse / "audit_verdicts")
+
+    def append(*rows: dict) -> None:
+        write_deltalake(path, pa.Table.from_pylist(list(rows), schema=SCHEMA), mode="append")
+
+    later = T0 + timedelta(hours=1)
+    append(
+        row("svc->kafka", T0, 1, "LOSS", counts=(10, 8)),
+        row("svc->kafka", T0, 2, "OK", counts=(10, 10)),
+        row("svc->kafka", later, 2, "LOSS", counts=(10, 7)),  # newest, written first
+        row("svc->kafka", later, 1, "OK", counts=(10, 10)),
+    )
     run_once(warehouse, receiver, state)
     run_once(warehouse, receiver, state)
-    assert [(d["kind"], d["verdict"], d["revision"]) for d in receiver.documents] == [
-        ("audit_verdict", "LOSS", 1)
-    ]
+    sent = [(d["kind"], d["window_start"], d["verdict"], d["revision"], d["right_count"])
+            for d in receiver.documents]  # fmt: skip
+    assert sent == [("audit_verdict", later.isoformat(), "LOSS", 2, 7)]
+    append(row("svc->kafka", later, 3, "LOSS", counts=(10, 6)))
+    run_once(warehouse, receiver, state)
+    run_once(warehouse, receiver, state)
+    assert [(d["revision"], d["right_count"]) for d in receiver.documents] == [(2, 7), (3, 6)]
 
 
 def test_the_event_rules_alone() -> None:

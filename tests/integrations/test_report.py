@@ -1,5 +1,6 @@
 """The completeness report in a real browser: Debian's headless Chromium opens the page (no
-network: everything is inlined), every chart draws, the console stays clean."""
+network: everything is inlined), every chart draws, the console stays clean. Its verdicts are
+the newest revisions of `audit_verdicts`, never a rule of its own."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from PIL import Image
@@ -14,6 +16,7 @@ from PIL import Image
 from devservices.chromium import render_page
 from integrations.report import counts_per_tier, window_verdicts, write_report
 from integrations.tables import find_tables
+from tests.integrations.verdict_rows import SCHEMA, row
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +30,8 @@ ALL_DRAWN = (
 
 def write_tables(warehouse: Path) -> None:
     """A small warehouse in the jobs' column names, written with delta-rs: two audited tiers
-    of one topic (one window short by 4 at the destination), a replication, groups, probes."""
+    of one topic (one window short by 4 at the destination), the cross-tier verdicts of its
+    first three windows (minute 1 revised from OK to LOSS), a replication, groups, probes."""
     audit = [
         {
             "cluster": cluster, "topic": "orders", "partition": 0,
@@ -39,6 +43,18 @@ def write_tables(warehouse: Path) -> None:
         for cluster in ("local", "dest") for i in range(5)
     ]  # fmt: skip
     write_deltalake(str(warehouse / "audit_counts"), pd.DataFrame(audit))
+    minute = timedelta(minutes=1)
+    verdicts = [
+        row("xdc:local->dest", T0, 1, "OK", cluster="dest", window_end=T0 + minute),
+        row("xdc:local->dest", T0 + minute, 1, "OK", cluster="dest", window_end=T0 + 2 * minute),
+        row("xdc:local->dest", T0 + 2 * minute, 1, "INCOMPLETE", cluster="dest",
+            window_end=T0 + 3 * minute, counts=(100, 0)),
+        row("xdc:local->dest", T0 + minute, 2, "LOSS", cluster="dest", window_end=T0 + 2 * minute,
+            counts=(100, 93)),
+    ]  # fmt: skip
+    write_deltalake(
+        str(warehouse / "audit_verdicts"), pa.Table.from_pylist(verdicts, schema=SCHEMA)
+    )
     copied = [
         {"job_group_id": "dr", "source_topic": "orders", "destination_cluster": "dest",
          "window_start": T0 + timedelta(minutes=i), "records_read": 100, "records_written": 100,
@@ -68,12 +84,24 @@ def write_tables(warehouse: Path) -> None:
     write_deltalake(str(warehouse / "availability_probes"), pd.DataFrame(probes))
 
 
-def test_window_verdicts_compare_every_tier_with_the_fullest(tmp_path) -> None:
+def test_the_verdicts_shown_are_the_newest_revisions_of_audit_verdicts(tmp_path) -> None:
+    """Minute 3 is short at the destination, but no check judged it: INCOMPLETE, not LOSS;
+    minute 1 shows its newest revision (LOSS), not its first (OK)."""
     write_tables(tmp_path / "wh")
-    verdicts = window_verdicts(counts_per_tier(find_tables(tmp_path / "wh")))
-    short = verdicts[verdicts["window_start"] == pd.Timestamp(T0 + timedelta(minutes=3))]
-    assert short[["difference", "verdict"]].values.tolist() == [[4, "LOSS"]]
-    assert set(verdicts["verdict"]) == {"OK", "LOSS"}
+    tiers = counts_per_tier(find_tables(tmp_path / "wh"))
+    shown = window_verdicts(tmp_path / "wh", tiers)
+    got = {
+        (r.window_start.to_pydatetime(), r.cluster, r.verdict, r.checks) for r in shown.itertuples()
+    }
+    assert got == {
+        (T0, "dest", "OK", "xdc:local->dest: OK (100 -> 100, revision 1)"),
+        (T0 + timedelta(minutes=1), "dest", "LOSS",
+         "xdc:local->dest: LOSS (100 -> 93, revision 2)"),
+        (T0 + timedelta(minutes=2), "dest", "INCOMPLETE",
+         "xdc:local->dest: INCOMPLETE (100 -> 0, revision 1)"),
+        (T0 + timedelta(minutes=3), "-", "INCOMPLETE", "no verdict yet"),
+        (T0 + timedelta(minutes=4), "-", "INCOMPLETE", "no verdict yet"),
+    }  # fmt: skip
 
 
 def test_the_report_draws_every_chart_in_headless_chromium(tmp_path) -> None:

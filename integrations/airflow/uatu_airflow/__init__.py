@@ -3,8 +3,9 @@
 * `hooks.UatuControlPlaneHook`: the control plane's gRPC admin API (optional TLS and token);
 * `operators.UatuJobGroupOperator`: add or update a JobGroup and wait until it runs;
 * `operators.UatuBoundedRunOperator`: `spark-submit.sh JOBGROUP --once`;
-* `sensors.AuditWindowSensor` with `triggers.AuditWindowTrigger`: deferrable, "the audit
-  window is complete and its verdict is OK", read from Delta with delta-rs (never Spark).
+* `sensors.AuditWindowSensor` with `triggers.AuditWindowTrigger`: deferrable, "the cross-tier
+  audit has decided the window and no check says LOSS", its `audit_verdicts` read with
+  delta-rs through `integrations.verdicts` (never Spark, never a verdict of its own).
 """
 
 from __future__ import annotations

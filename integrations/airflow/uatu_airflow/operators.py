@@ -60,9 +60,12 @@ def bounded_run_argv(script: str, jobgroup_file: str) -> list[str]:
 class UatuBoundedRunOperator(BaseOperator):
     """`spark-submit.sh JOBGROUP --once`: process what the topic holds now, write, exit.
 
-    `job_group` is a JSON file path or a dict (templated). `spark_submit` is the checkout's
-    script (an Airflow worker needs only it and Java, not pyspark in Airflow's venv). Exit
-    status 0 succeeds; 2 (bad input) and 1 (failed) fail the task with the log's tail.
+    `job_group` is a JSON file path or a dict (templated), or a list of them run one after
+    the other in its order (a counting audit before the cross-tier audit that compares with
+    its counts); an empty list runs nothing (the jobs run elsewhere, e.g. continuously under
+    the control plane). `spark_submit` is the checkout's script (an Airflow worker needs only
+    it and Java, not pyspark in Airflow's venv). Exit status 0 succeeds; 2 (bad input) and 1
+    (failed) fail the task with the log's tail, and the JobGroups after it do not run.
     """
 
     template_fields: Sequence[str] = ("job_group", "env")
@@ -70,7 +73,7 @@ class UatuBoundedRunOperator(BaseOperator):
     def __init__(
         self,
         *,
-        job_group: str | dict,
+        job_group: str | dict | Sequence[str | dict],
         spark_submit: str,
         env: Mapping[str, str] | None = None,
         **kwargs: Any,
@@ -81,8 +84,18 @@ class UatuBoundedRunOperator(BaseOperator):
         self.env = dict(env or {})
 
     def execute(self, context: Any) -> int:
+        groups = self.job_group
+        if isinstance(groups, str | dict):
+            groups = [groups]
+        if not groups:
+            self.log.info("no JobGroup to run")
+        for group in groups:
+            self._run(group)
+        return 0
+
+    def _run(self, job_group: str | dict) -> None:
         with tempfile.TemporaryDirectory(prefix="uatu-airflow-") as tmp:
-            path = self.job_group
+            path = job_group
             if not isinstance(path, str) or not path.endswith(".json"):
                 data = path if isinstance(path, dict) else json.loads(path)
                 path = str(Path(tmp) / "jobgroup.json")
@@ -100,4 +113,3 @@ class UatuBoundedRunOperator(BaseOperator):
             self.log.info("%s", line)
         if done.returncode != 0:
             raise AirflowException(f"{argv[0]} exited with {done.returncode}")
-        return done.returncode

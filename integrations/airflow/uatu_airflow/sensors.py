@@ -1,4 +1,5 @@
-"""`AuditWindowSensor`: wait, deferred, until an audit window is complete; fail on a bad verdict."""
+"""`AuditWindowSensor`: wait, deferred, until the cross-tier audit has decided a window; fail
+on a bad verdict."""
 
 from __future__ import annotations
 
@@ -8,69 +9,69 @@ from typing import Any
 from airflow.exceptions import AirflowFailException
 from airflow.sdk import BaseSensorOperator
 
+from integrations.verdicts import LOSS, VERDICTS, describe
 from uatu_airflow.triggers import AuditWindowTrigger
 
 
 class AuditWindowSensor(BaseSensorOperator):
     """Defers to `AuditWindowTrigger` at once (no worker slot while waiting).
 
-    `window_start`/`window_end` are templated (default: the run's data interval). The task
-    fails when the verdict is in `fail_on` (default LOSS), or the window is still INCOMPLETE at
-    the trigger's timeout; otherwise it returns the verdict (pushed to XCom).
+    What it waits for is `audit_verdicts`, the cross-tier audit's table (a counting audit alone
+    writes no verdict): the verdicts of `cluster`/`topic` (the checked, downstream side), or of
+    the checks named in `check_names` (a list, or names separated by commas), or of those
+    checks on that topic, for every check window overlapping [`window_start`, `window_end`)
+    (templated; default: the run's data interval). The range is decided when every check
+    judging it (every named check) has a newest revision other than INCOMPLETE.
+
+    The task fails when any check's verdict is in `fail_on` (default LOSS), or when the range
+    is still undecided at the sensor's `timeout`; otherwise it returns the answer (verdict:
+    the worst of the checks; each check's row), pushed to XCom.
     """
 
     template_fields: Sequence[str] = (
         "warehouse",
         "cluster",
         "topic",
+        "check_names",
         "window_start",
         "window_end",
-        "expected_count",
-        "replication_job_group_id",
     )
 
     def __init__(
         self,
         *,
         warehouse: str,
-        cluster: str,
-        topic: str,
+        cluster: str | None = None,
+        topic: str | None = None,
+        check_names: Sequence[str] | str | None = None,
         window_start: str = "{{ data_interval_start.isoformat() }}",
         window_end: str = "{{ data_interval_end.isoformat() }}",
-        allowed_lateness_seconds: int = 0,
-        expected_count: int | str | None = None,
-        replication_job_group_id: str | None = None,
-        verdict_source: str = "audit_counts",
-        fail_on: Sequence[str] = ("LOSS",),
+        fail_on: Sequence[str] = (LOSS,),
         poll_seconds: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        unknown = sorted(set(fail_on) - set(VERDICTS))
+        if unknown:
+            raise ValueError(f"fail_on={unknown}: not a verdict (one of {list(VERDICTS)})")
         self.warehouse = warehouse
         self.cluster = cluster
         self.topic = topic
+        self.check_names = check_names
         self.window_start = window_start
         self.window_end = window_end
-        self.allowed_lateness_seconds = allowed_lateness_seconds
-        self.expected_count = expected_count
-        self.replication_job_group_id = replication_job_group_id
-        self.verdict_source = verdict_source
         self.fail_on = tuple(fail_on)
         self.poll_seconds = poll_seconds
 
     def execute(self, context: Any) -> None:
-        expected = _optional(self.expected_count)
         self.defer(
             trigger=AuditWindowTrigger(
-                warehouse=self.warehouse,
-                cluster=self.cluster,
-                topic=self.topic,
+                warehouse=str(self.warehouse),
                 window_start=str(self.window_start),
                 window_end=str(self.window_end),
-                allowed_lateness_seconds=self.allowed_lateness_seconds,
-                expected_count=int(expected) if expected is not None else None,
-                replication_job_group_id=_optional(self.replication_job_group_id),
-                verdict_source=self.verdict_source,
+                cluster=_optional(self.cluster),
+                topic=_optional(self.topic),
+                check_names=names(self.check_names),
                 poll_seconds=self.poll_seconds,
                 timeout_seconds=self.timeout,
             ),
@@ -78,13 +79,13 @@ class AuditWindowSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        self.log.info("audit window %s/%s: %s", self.cluster, self.topic, event)
+        self.log.info("audit window %s: %s", self.topic or self.check_names, event)
         if event["status"] == "timeout":
             raise AirflowFailException(f"audit window still INCOMPLETE: {event['detail']}")
-        if event["verdict"] in self.fail_on:
+        failing = [c for c in event["checks"] if c["verdict"] in self.fail_on]
+        if failing:
             raise AirflowFailException(
-                f"verdict {event['verdict']}: observed {event['observed']}, expected "
-                f"{event['expected']} ({event['detail']})"
+                f"verdict {event['verdict']}: " + "; ".join(describe(c) for c in failing)
             )
         return event
 
@@ -92,3 +93,11 @@ class AuditWindowSensor(BaseSensorOperator):
 def _optional(value: object) -> str | None:
     """A rendered template of a null param is "None": treat it (and "") as absent."""
     return None if value in (None, "", "None") else str(value)
+
+
+def names(value: Sequence[str] | str | None) -> list[str]:
+    """Check names from a list, or from text separated by commas (a rendered template);
+    None, "" and "None" are none."""
+    if isinstance(value, str):
+        value = [] if _optional(value) is None else value.split(",")
+    return [n.strip() for n in value or () if n and n.strip()]

@@ -1,9 +1,18 @@
-"""For each hour: audit a topic bounded, wait (deferred) for the hour's verdict, fail on LOSS.
+"""For each hour: run the audits bounded, wait (deferred) for the hour's verdict, fail on LOSS.
 
-Params (all overridable per run): `job_group` (the audit JobGroup as a dict or a JSON file),
-`warehouse` (where its tables are), `cluster`/`topic` (the audited labels), `expected_count`
-(a producer's own tally, or null to compare with nothing but completeness and duplicates),
-`replication_job_group_id` (compare with what that replication job read instead).
+The verdict is the cross-tier audit's (`audit_verdicts`); a counting audit alone has none.
+Params (all overridable per run):
+
+* `job_groups`: JobGroups (JSON files or dicts) run `--once` one after the other: by default
+  `examples/audit-tiers/count-orders.json` (counts `orders`) and then `tiers.json` (compares
+  what the services reported with those counts: SERVICE_AUDIT_AGGREGATION, and a
+  REPLICATION check of `orders-copy`). An empty list runs nothing: the audits run elsewhere
+  (e.g. continuously under the control plane) and the DAG only waits for their verdict;
+* `warehouse`: where their tables are;
+* `cluster`/`topic`: whose verdicts (the checked, downstream side of a check);
+* `check_names`: only these checks (empty: every check judging the topic in the hour);
+* `conf_dir`: the site configuration the jobs run with.
+
 The checkout is found through UATU_HOME (default: three folders above this file).
 """
 
@@ -20,6 +29,7 @@ from uatu_airflow.operators import UatuBoundedRunOperator
 from uatu_airflow.sensors import AuditWindowSensor
 
 UATU_HOME = Path(os.environ.get("UATU_HOME", Path(__file__).resolve().parents[4]))
+EXAMPLES = UATU_HOME / "examples" / "audit-tiers"
 
 with DAG(
     dag_id="uatu_hourly_audit",
@@ -27,20 +37,23 @@ with DAG(
     schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
     start_date=datetime(2024, 1, 1),
     catchup=False,
+    # Lists stay lists when rendered (job_groups, check_names).
+    render_template_as_native_obj=True,
     params={
-        "job_group": Param(str(UATU_HOME / "examples" / "audit-demo.json")),
+        "job_groups": Param(
+            [str(EXAMPLES / "count-orders.json"), str(EXAMPLES / "tiers.json")], type="array"
+        ),
         "warehouse": Param(str(UATU_HOME / "var" / "warehouse")),
         "cluster": Param("local"),
-        "topic": Param("demo-orders"),
-        "expected_count": Param(None, type=["null", "integer"]),
-        "replication_job_group_id": Param(None, type=["null", "string"]),
+        "topic": Param("orders"),
+        "check_names": Param([], type="array"),
         "conf_dir": Param(str(UATU_HOME / "conf")),
     },
     tags=["uatu"],
 ) as dag:
     audit = UatuBoundedRunOperator(
         task_id="audit_bounded",
-        job_group="{{ params.job_group }}",
+        job_group="{{ params.job_groups }}",
         spark_submit=str(UATU_HOME / "spark-submit.sh"),
         env={"UATU_CONF_DIR": "{{ params.conf_dir }}"},
     )
@@ -49,9 +62,7 @@ with DAG(
         warehouse="{{ params.warehouse }}",
         cluster="{{ params.cluster }}",
         topic="{{ params.topic }}",
-        expected_count="{{ params.expected_count }}",
-        allowed_lateness_seconds=60,
-        replication_job_group_id="{{ params.replication_job_group_id }}",
+        check_names="{{ params.check_names }}",
         poll_seconds=2,
         timeout=timedelta(minutes=30).total_seconds(),
     )
