@@ -224,6 +224,76 @@ def check_flow_control(field: str, flow: job_pb2.FlowControl) -> None:
             raise InvalidJobGroup(f"{field}.{name}", value, f"must be 0 to {limit:g}")
 
 
+# What every job type reads, whatever it is: its id and type, whether its clusters must be
+# reached over TLS, uForwarder's debug flag and owner tag (jobs/main.py), its trigger and its
+# output locations (core/spec.py refuses a table the type does not write).
+COMMON_READS = frozenset(
+    {
+        "job_group_id",
+        "type",
+        "security_config.is_secure",
+        "misc_config.enable_debug",
+        "misc_config.owner_service_name",
+        "extension.trigger",
+        "extension.output",
+    }
+)
+# Fields no job type here reads, and what a user should know instead.
+_NEVER_READ = {
+    "kafka_dispatcher_task_group.dedup_enabled": "Uber's internal dedup service is not part of "
+    "this product (the replication copy writes no duplicate without it)",
+    "security_config.service_identities": "no SPIFFE authorization here; the control plane's "
+    "tokens and certificates say who may call it",
+    "security_config.multi_tenancy_enabled": "unused in uForwarder's public code and here",
+    "misc_config.scale_reset_enabled": "no autoscaler resets a scale here",
+}
+
+
+def set_fields(group: JobGroup) -> list[tuple[str, str, Any]]:
+    """(path, shown path, value) of every field `group` sets, down to scalars, enums, lists
+    and timestamps: paths name fields by their proto names, without list indices; shown
+    paths have them. The project's options in `extension` count as `extension.<field>`."""
+    found: list[tuple[str, str, Any]] = []
+    _walk(group, "", "", found)
+    return found
+
+
+def _walk(message: Message, path: str, shown: str, found: list[tuple[str, str, Any]]) -> None:
+    for descriptor, value in message.ListFields():
+        here, seen = f"{path}{descriptor.name}", f"{shown}{descriptor.name}"
+        if descriptor.enum_type is not None and not descriptor.is_repeated:
+            name = descriptor.enum_type.values_by_number.get(value)
+            found.append((here, seen, name.name if name is not None else value))
+        elif descriptor.message_type is None:
+            found.append((here, seen, value))
+        elif descriptor.message_type.full_name == "google.protobuf.Timestamp":
+            found.append((here, seen, value.ToJsonString()))
+        elif descriptor.message_type.full_name == "google.protobuf.Any":
+            options = JobOptions()
+            if value.type_url == JOB_OPTIONS_TYPE_URL and value.Unpack(options):
+                _walk(options, f"{here}.", f"{seen}.", found)
+            else:
+                found.append((here, seen, value.type_url))
+        elif descriptor.is_repeated:
+            for i, item in enumerate(value):
+                _walk(item, f"{here}.", f"{seen}[{i}].", found)
+        else:
+            _walk(value, f"{here}.", f"{seen}.", found)
+
+
+def refuse_unread(group: JobGroup, reads: frozenset[str]) -> None:
+    """Every field `group` sets is read by its job type (`reads`, paths or their parents,
+    plus COMMON_READS); the first that is not is an InvalidJobGroup naming it: a field set
+    and silently ignored would make a user believe it works."""
+    wanted = reads | COMMON_READS
+    for path, shown, value in set_fields(group):
+        parts = path.split(".")
+        if any(".".join(parts[:n]) in wanted for n in range(1, len(parts) + 1)):
+            continue
+        why = _NEVER_READ.get(path) or f"{job_type_name(group)} does not use it"
+        raise InvalidJobGroup(shown, value, f"refused rather than ignored: {why}")
+
+
 def check_topic(field: str, topic: str) -> None:
     """Kafka's topic-name rules; an empty name is the caller's business (optional topics)."""
     if topic and (not _TOPIC.fullmatch(topic) or topic in (".", "..")):

@@ -17,8 +17,9 @@ from pathlib import Path
 from core import faults, kafka_admin
 from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
-from core.jobgroup import load_jobgroup
+from core.jobgroup import JobGroup, load_jobgroup
 from jobs import registry
+from jobs.runtime import metrics
 from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ReporterConfig, Reporting
 
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
         job_type, spec = registry.validate(group, settings)
+        apply_misc_config(group, job_type.name)
         reporter_config = ReporterConfig.from_env(os.environ)
         faults.for_job(os.environ, job_type.name)  # a bad or unreachable UATU_FAULT: exit 2
         job = job_type.load_runtime()(spec)
@@ -92,6 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
+
+
+def apply_misc_config(group: JobGroup, job_type: str) -> None:
+    """uForwarder's misc_config: `enable_debug` turns on the job's debug logging (its own
+    loggers and librdkafka's, through Python logging); `owner_service_name` becomes the
+    `owner_service` label of `uatu_job_info`, uForwarder's metric tag."""
+    misc = group.misc_config
+    if misc.enable_debug:
+        for name in ("uatu", "uatu.librdkafka"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
+        log.debug("misc_config.enable_debug: debug logging on")
+    metrics.job_info(group.job_group_id, job_type, misc.owner_service_name)
 
 
 if __name__ == "__main__":

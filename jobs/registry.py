@@ -25,13 +25,18 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import check_common, job_type_name
+from core.jobgroup import check_common, job_type_name, refuse_unread
 from core.spec import JobSpec
+from jobs.audit.spec import READS as AUDIT_READS
 from jobs.audit.spec import audit_spec
+from jobs.audit.tiers.spec import READS as TIER_AUDIT_READS
 from jobs.audit.tiers.spec import audit_kind, tier_audit_spec
+from jobs.availability.spec import READS as AVAILABILITY_READS
 from jobs.availability.spec import availability_spec
+from jobs.dispatch.spec import READS as DISPATCH_READS
 from jobs.dispatch.spec import dispatch_spec
-from jobs.loadgen.spec import consume_spec, produce_spec
+from jobs.loadgen.spec import CONSUME_READS, PRODUCE_READS, consume_spec, produce_spec
+from jobs.replication.spec import READS as REPLICATION_READS
 from jobs.replication.spec import replication_spec_now
 
 if TYPE_CHECKING:
@@ -46,6 +51,9 @@ class JobType:
     summary: str
     prepare: Callable[[JobGroup, Settings], Any]  # returns the job's JobSpec
     load_runtime: Callable[[], type[StreamingJob[Any]]]
+    # The JobGroup fields its runs read (paths, or their parents); any other field set is
+    # refused (core.jobgroup.refuse_unread), never silently ignored.
+    reads: frozenset[str]
     # The record that runs a given group, when groups of this type need different runtimes.
     variant: Callable[[JobGroup], JobType] | None = None
 
@@ -101,12 +109,14 @@ AUDIT_VARIANTS: Mapping[str, JobType] = {
         "per topic, partition and window: messages, unique, bytes, lateness -> Delta",
         audit_spec,
         _audit_runtime,
+        AUDIT_READS,
     ),
     "tiers": JobType(
         "JOB_TYPE_KAFKA_AUDIT",
         "cross-tier audits: tier reports, XDC, replication, retention, availability -> verdicts",
         tier_audit_spec,
         _tier_audit_runtime,
+        TIER_AUDIT_READS,
     ),
 }
 
@@ -124,30 +134,35 @@ JOB_TYPES: Mapping[str, JobType] = {
             "Kafka -> Kafka copy, partition and order kept, no loss, no duplicate",
             replication_spec_now,
             _replication_runtime,
+            REPLICATION_READS,
         ),
         JobType(
             "JOB_TYPE_KAFKA_AVAILABILITY",
             "round-trip probes per broker and zone, topic availability, consumer-group lag",
             availability_spec,
             _availability_runtime,
+            AVAILABILITY_READS,
         ),
         JobType(
             "JOB_TYPE_LOAD_GEN_PRODUCE",
             "traffic of a chosen shape and rate; each record: generator id, sequence, send time",
             produce_spec,
             _loadgen_produce_runtime,
+            PRODUCE_READS,
         ),
         JobType(
             "JOB_TYPE_LOAD_GEN_CONSUME",
             "per window and partition: records/s, MB/s, latency, lost and duplicated -> Delta",
             consume_spec,
             _loadgen_consume_runtime,
+            CONSUME_READS,
         ),
         JobType(
             "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
             "Kafka -> a gRPC service, uForwarder's retry tiers, DLQ and resilience queue",
             dispatch_spec,
             _dispatch_runtime,
+            DISPATCH_READS,
         ),
     )
 }
@@ -162,4 +177,5 @@ def validate(group: JobGroup, settings: Settings) -> tuple[JobType, JobSpec]:
         raise InvalidJobGroup("type", type_name, f"not implemented yet; runs {sorted(JOB_TYPES)}")
     job_type = job_type.for_group(group)
     spec: JobSpec = job_type.prepare(group, settings)
+    refuse_unread(group, job_type.reads)
     return job_type, spec

@@ -39,6 +39,26 @@ from core.spec import (
 )
 
 TABLES = ("audit_counts",)  # jobs/audit/tables.py declares their schemas
+# The JobGroup fields a counting audit reads (core.jobgroup.refuse_unread refuses the rest).
+READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "kafka_consumer_task_group.consumer_group",
+        "kafka_consumer_task_group.auto_offset_reset_policy",
+        "kafka_consumer_task_group.isolation_level",
+        "kafka_consumer_task_group.audit_metadata.audit_configs.audit_type",
+        "kafka_consumer_task_group.audit_metadata.audit_configs.audit_interval_in_seconds",
+        "audit_task_group",
+        "flow_control.messages_per_sec",
+        "flow_control.bytes_per_sec",
+        "extension.audit.event_time",
+        "extension.audit.dedupe_key",
+        "extension.audit.allowed_lateness_seconds",
+        "extension.audit.max_future_skew_seconds",
+        "extension.audit.hll_lg_config_k",
+    }
+)
 DEFAULT_TRIGGER_SECONDS = 10
 
 EXACT = "AUDIT_TYPE_EXACT_UNIQ"

@@ -45,6 +45,17 @@ from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
 from jobs.availability.lag.tracker import STATUS_INTERVAL_MS, LagSettings
 
 DEFAULT_TRIGGER_SECONDS = 5
+# The JobGroup fields the availability job reads (core.jobgroup.refuse_unread refuses the
+# rest).
+READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "availability_task_group.availability_job_type",
+        "availability_task_group.zone_isolated",
+        "extension.availability",
+    }
+)
 # jobs/availability/tables.py declares their schemas; all four exist whichever samplers run.
 TABLES = (
     "availability_probes",
@@ -102,8 +113,16 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
         raise InvalidJobGroup(
             "availability_task_group.availability_job_type",
             job_pb2.AvailabilityJobType.Name(probe_type_number),
-            "a probe type is required (NATIVE_PRODUCER, NATIVE_CONSUMER, PROXY_PRODUCER or "
+            "a probe type is required (NATIVE_PRODUCER, PROXY_PRODUCER or "
             "PROXY_CONSUMER)",
+        )
+    if probe_type_number == job_pb2.AVAILABILITY_JOB_TYPE_NATIVE_CONSUMER:
+        raise InvalidJobGroup(
+            "availability_task_group.availability_job_type",
+            "AVAILABILITY_JOB_TYPE_NATIVE_CONSUMER",
+            "refused rather than run as NATIVE_PRODUCER's probe: the native probe's round trip "
+            "measures both halves (availability_probes' produce_ and consume_success_ratio); "
+            "give NATIVE_PRODUCER",
         )
     options = job_options(group)
     available = options.availability

@@ -67,6 +67,35 @@ from core.spec import (
 from jobs.dispatch.routing import Kind, Routes, Tier, sort_tiers
 
 TABLES = ("dispatch_stats",)  # jobs/dispatch/tables.py declares its schema
+# The JobGroup fields the dispatcher reads (core.jobgroup.refuse_unread refuses the rest).
+READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "kafka_consumer_task_group.consumer_group",
+        "kafka_consumer_task_group.auto_offset_reset_policy",
+        "kafka_consumer_task_group.isolation_level",
+        "kafka_consumer_task_group.start_timestamp",
+        "kafka_consumer_task_group.end_timestamp",
+        "kafka_consumer_task_group.partition_offset_ranges",
+        "kafka_consumer_task_group.processing_delay_ms",
+        "rpc_dispatcher_task_group.uri",
+        "rpc_dispatcher_task_group.procedure",
+        "rpc_dispatcher_task_group.rpc_timeout_ms",
+        "rpc_dispatcher_task_group.rpc_timeout_limit_ms",
+        "rpc_dispatcher_task_group.max_rpc_timeouts",
+        "rpc_dispatcher_task_group.dlq_topic",
+        "rpc_dispatcher_task_group.dlq_cluster",
+        "rpc_dispatcher_task_group.retry_queue_topic",  # refused by the spec, with its reason
+        "retry_config",
+        "resq_config.resq_enabled",
+        "resq_config.resq_topic",
+        "resq_config.resq_cluster",
+        "resq_config.flow_control",
+        "flow_control",
+        "extension.dispatch",
+    }
+)
 MAX_DELAY_MS = 86_400_000  # RetryQueue.processing_delay_ms's documented range: 0 to 1 day
 DEFAULT_TIMEOUT_LIMIT_MS = 30 * 60 * 1000  # uForwarder's maximum RPC timeout
 DEFAULT_TRIGGER_SECONDS = 1

@@ -68,6 +68,44 @@ DEFAULT_EVENT_TIME_FIELD = "ts"
 DEFAULT_TRIGGER_SECONDS = 10
 DEFAULT_WINDOW_SECONDS = 10
 CONSUME_TABLES = ("loadgen_stats",)  # jobs/loadgen/tables.py declares its schema
+# The JobGroup fields each load generator reads (core.jobgroup.refuse_unread refuses the rest).
+PRODUCE_READS = frozenset(
+    {
+        "kafka_dispatcher_task_group.cluster",
+        "kafka_dispatcher_task_group.topic",
+        "kafka_dispatcher_task_group.is_secure",
+        "kafka_dispatcher_task_group.is_acks_one",
+        "flow_control.messages_per_sec",
+        "flow_control.bytes_per_sec",
+        *(
+            f"extension.loadgen.{name}"
+            for name in (
+                "record_size",
+                "key_cardinality",
+                "duplicate_ratio",
+                "late_ratio",
+                "lateness_seconds",
+                "untimed_ratio",
+                "json",
+                "seed",
+                "total_records",
+                "duration_seconds",
+                "producer_tasks",
+            )
+        ),
+    }
+)
+CONSUME_READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "kafka_consumer_task_group.consumer_group",
+        "kafka_consumer_task_group.auto_offset_reset_policy",
+        "kafka_consumer_task_group.isolation_level",
+        "flow_control.messages_per_sec",
+        "extension.loadgen.stats_window_seconds",
+    }
+)
 
 _OPTIONS = "extension.loadgen"
 

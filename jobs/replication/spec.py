@@ -52,6 +52,28 @@ from core.spec import (
 )
 
 TABLES = ("replication_stats", "replication_audit")  # jobs/replication/tables.py: schemas
+# The JobGroup fields a replication reads (core.jobgroup.refuse_unread refuses the rest).
+READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "kafka_consumer_task_group.consumer_group",
+        "kafka_consumer_task_group.auto_offset_reset_policy",
+        "kafka_consumer_task_group.isolation_level",
+        "kafka_consumer_task_group.start_timestamp",
+        "kafka_consumer_task_group.end_timestamp",
+        "kafka_consumer_task_group.partition_offset_ranges",
+        "kafka_dispatcher_task_group.cluster",
+        "kafka_dispatcher_task_group.topic",
+        "kafka_dispatcher_task_group.is_secure",
+        "kafka_dispatcher_task_group.is_acks_one",
+        "kafka_dispatcher_task_group.encoded_format_info",
+        "replication_task_group.is_continuous",
+        "flow_control.messages_per_sec",
+        "flow_control.bytes_per_sec",
+        "extension.replication",
+    }
+)
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
 DEFAULT_EPOCH_SECONDS = 10

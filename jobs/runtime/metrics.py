@@ -105,6 +105,19 @@ QUERY_END_OFFSET = gauge(
     ("query", "topic", "partition"),
 )
 
+# The JobGroup the application runs, with uForwarder's owner tag (misc_config's
+# owner_service_name): dashboards join other series to it on job_group_id.
+JOB_INFO = gauge(
+    "uatu_job_info",
+    "1 for the JobGroup this application runs; its labels name the job type and owner",
+    ("job_group_id", "job_type", "owner_service"),
+)
+
+
+def job_info(job_group_id: str, job_type: str, owner_service: str) -> None:
+    JOB_INFO.labels(job_group_id, job_type, owner_service).set(1)
+
+
 # --- serving --------------------------------------------------------------------------------
 
 
@@ -233,6 +246,7 @@ __all__ = [
     "counter",
     "gauge",
     "histogram",
+    "job_info",
     "query_progress",
     "sd_targets",
     "serving",

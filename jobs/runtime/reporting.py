@@ -173,13 +173,16 @@ class Heartbeater:
                 self._registered = True
                 log.info("registered with %s as worker %d", self._target, self._worker.id)
                 participants = worker_participants(self._target, self._worker)
+            statuses = self.listener.statuses()
             response = stub.Heartbeat(
-                mw_pb2.HeartbeatRequest(
-                    participants=participants, job_status=self.listener.statuses()
-                ),
+                mw_pb2.HeartbeatRequest(participants=participants, job_status=statuses),
                 timeout=self.config.timeout_seconds,
                 metadata=metadata,
             )
+        log.debug(
+            "heartbeat to %s: %d job statuses, %d commands back",
+            self._target, len(statuses), len(response.commands),
+        )  # fmt: skip
         if self._redirected(response.participants.master):
             return
         for command in response.commands:

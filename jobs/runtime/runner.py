@@ -146,6 +146,7 @@ def run_query(
             last_batch = -1
             while not query.awaitTermination(settings.poll_seconds):
                 progress = query.lastProgress
+                log.debug("query %s: %s", settings.name, query.status)
                 if settings.log_batches:
                     last_batch = _log_batches(query, last_batch, settings.batch_records)
                 if settings.until is not None and progress and settings.until(progress):

@@ -423,3 +423,133 @@ def test_ten_thousand_offset_ranges_are_checked_for_a_partition_listed_twice(con
     )
     with pytest.raises(InvalidJobGroup, match=r"partition_offset_range\[9999\].partition=0"):
         registry.validate(group, load_settings(conf_dir))
+
+
+# --- every field honoured or refused (issue 45) ----------------------------------------------
+
+TS = "2026-01-01T00:00:00Z"
+UNREAD = [
+    pytest.param(
+        minimal_group("audit", "a", None, kafkaConsumerTaskGroup={"processingDelayMs": 500}),
+        "kafka_consumer_task_group.processing_delay_ms=500: refused rather than ignored: "
+        "JOB_TYPE_KAFKA_AUDIT does not use it",
+        id="audit-processing-delay",
+    ),
+    pytest.param(
+        minimal_group("audit", "a", None, kafkaConsumerTaskGroup={"startTimestamp": TS}),
+        "kafka_consumer_task_group.start_timestamp='set': not supported by JOB_TYPE_KAFKA_AUDIT",
+        id="audit-start-timestamp",
+    ),
+    pytest.param(
+        minimal_group("audit", "a", None, retryConfig={"retryEnabled": True}),
+        "retry_config.retry_enabled=True: refused rather than ignored",
+        id="audit-retry-config",
+    ),
+    pytest.param(
+        minimal_group(
+            "tier-audit",
+            "t",
+            None,
+            kafkaConsumerTaskGroup={"isolationLevel": "ISOLATION_LEVEL_READ_COMMITTED"},
+        ),
+        "kafka_consumer_task_group.isolation_level='ISOLATION_LEVEL_READ_COMMITTED'",
+        id="tiers-isolation-level",
+    ),
+    pytest.param(
+        minimal_group("replication", "r", None, flowControl={"maxInflightMessages": 10}),
+        "flow_control.max_inflight_messages=10.0: refused rather than ignored: "
+        "JOB_TYPE_KAFKA_REPLICATION does not use it",
+        id="replication-inflight",
+    ),
+    pytest.param(
+        minimal_group("replication", "r", None, kafkaDispatcherTaskGroup={"dedupEnabled": True}),
+        "kafka_dispatcher_task_group.dedup_enabled=True: refused rather than ignored: "
+        "Uber's internal dedup service",
+        id="replication-dedup",
+    ),
+    pytest.param(
+        minimal_group("dispatch", "d", None, resqConfig={"acksOneProducer": True}),
+        "resq_config.acks_one_producer=True: refused rather than ignored",
+        id="dispatch-resq-acks-one",
+    ),
+    pytest.param(
+        minimal_group("dispatch", "d", None, rpcDispatcherTaskGroup={"retryCluster": "local"}),
+        "rpc_dispatcher_task_group.retry_cluster='local': refused rather than ignored",
+        id="dispatch-retry-cluster",
+    ),
+    pytest.param(
+        minimal_group("loadgen-consume", "c", None, flowControl={"bytesPerSec": 1000}),
+        "flow_control.bytes_per_sec=1000.0: refused rather than ignored",
+        id="consume-bytes-per-sec",
+    ),
+    pytest.param(
+        minimal_group("availability", "v", None, miscConfig={"scaleResetEnabled": True}),
+        "misc_config.scale_reset_enabled=True: refused rather than ignored: no autoscaler",
+        id="scale-reset",
+    ),
+    pytest.param(
+        minimal_group(
+            "availability",
+            "v",
+            None,
+            availabilityTaskGroup={"availabilityJobType": "AVAILABILITY_JOB_TYPE_NATIVE_CONSUMER"},
+        ),
+        "availability_task_group.availability_job_type='AVAILABILITY_JOB_TYPE_NATIVE_CONSUMER'",
+        id="availability-native-consumer",
+    ),
+    pytest.param(
+        {
+            **minimal_group("audit", "a"),
+            "extension": {
+                "@type": "type.googleapis.com/uatu.v1.JobOptions",
+                "dispatch": {"channels": 2},
+                "audit": {"verdictHorizonSeconds": 60},
+            },
+        },
+        "extension.audit.verdict_horizon_seconds=60: refused rather than ignored",
+        id="another-types-options",
+    ),
+]
+
+
+@pytest.mark.parametrize(("group", "expected"), UNREAD)
+def test_a_field_the_job_type_does_not_use_is_refused_naming_it(
+    tmp_path, conf_dir, capsys, group, expected
+):
+    path = tmp_path / "group.json"
+    path.write_text(json.dumps(group))
+    status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2, err
+    assert expected in err and err.splitlines() == [err]
+
+
+def test_misc_config_turns_on_debug_logging_and_tags_the_job_with_its_owner():
+    import logging
+
+    from prometheus_client import generate_latest
+
+    from jobs.runtime.metrics import REGISTRY
+    from testing.jobgroups import parse
+
+    group = parse(
+        minimal_group(
+            "audit", "owned", None, miscConfig={"enableDebug": True, "ownerServiceName": "payments"}
+        )
+    )
+    loggers = [logging.getLogger(n) for n in ("uatu", "uatu.librdkafka")]
+    before = [lg.level for lg in loggers]
+    try:
+        job_main.apply_misc_config(group, "JOB_TYPE_KAFKA_AUDIT")
+        assert [lg.level for lg in loggers] == [logging.DEBUG, logging.DEBUG]
+    finally:
+        for lg, level in zip(loggers, before, strict=True):
+            lg.setLevel(level)
+    text = generate_latest(REGISTRY).decode()
+    assert (
+        'uatu_job_info{job_group_id="owned",job_type="JOB_TYPE_KAFKA_AUDIT",'
+        'owner_service="payments"} 1.0' in text
+    )
+    quiet = parse(minimal_group("audit", "quiet"))
+    job_main.apply_misc_config(quiet, "JOB_TYPE_KAFKA_AUDIT")
+    assert [lg.level for lg in loggers] == before

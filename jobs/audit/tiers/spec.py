@@ -73,6 +73,20 @@ _CONFIG_OF = {
 _CONFIGS = "kafka_consumer_task_group.audit_metadata.audit_configs"
 DEFAULT_TRIGGER_SECONDS = 10
 DEFAULT_HORIZON_SECONDS = 86400
+# The JobGroup fields a cross-tier audit reads (core.jobgroup.refuse_unread refuses the rest):
+# it reads its reports topic from the earliest offset, whatever auto_offset_reset_policy says.
+READS = frozenset(
+    {
+        "kafka_consumer_task_group.cluster",
+        "kafka_consumer_task_group.topic",
+        "kafka_consumer_task_group.consumer_group",
+        "kafka_consumer_task_group.audit_metadata",
+        "audit_task_group",
+        "flow_control.messages_per_sec",
+        "extension.audit.allowed_lateness_seconds",
+        "extension.audit.verdict_horizon_seconds",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ gRPC API, as the JobGroup's availability_job_type says:
 job type           sends with          reads back with
 =================  ==================  ===================================
 NATIVE_PRODUCER    librdkafka          librdkafka
-NATIVE_CONSUMER    librdkafka          librdkafka
 PROXY_PRODUCER     kafka-pixy Produce  librdkafka
 PROXY_CONSUMER     librdkafka          kafka-pixy ConsumeNAck + Ack
 =================  ==================  ===================================
