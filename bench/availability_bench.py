@@ -2,13 +2,14 @@
 offset commits per second the consumer-lag evaluator gets through.
 
 1. detection (a real job on a real 3-broker cluster). Three KRaft brokers in racks a, b, c
-   under var/bench/; the availability job (`jobs.availability.job.run`, NATIVE_PRODUCER) runs
-   in a thread of this process with a stop file, on a local[2] SparkSession built like the
-   tests' (`tests/conftest.py`), with the JobGroup's required fields only, so every setting is
-   the default: one probe per second to each probe partition, 10 s probe windows, 5 s ack
-   SLA, 20 s round-trip SLA, a 5 s trigger, topic availability and consumer lag on. Once every
-   broker has two healthy windows (every probe produced and read back), each trial SIGKILLs
-   one broker (`KafkaCluster.kill_broker`; trial k kills broker 2, 1, 0, 2, ...) and polls
+   under var/bench/; the availability job (`jobs.availability.job.AvailabilityJob`,
+   NATIVE_PRODUCER) runs in a thread of this process with a stop file, on a local[2]
+   SparkSession built like the tests' (`tests/conftest.py`), with the JobGroup's required
+   fields only, so every setting is the default: one probe per second to each probe
+   partition, 10 s probe windows, 5 s ack SLA, 20 s round-trip SLA, a 5 s trigger, topic
+   availability and consumer lag on. Once every broker has two healthy windows (every probe
+   produced and read back), each trial SIGKILLs one broker (`KafkaCluster.kill_broker`;
+   trial k kills broker 2, 1, 0, 2, ...) and polls
    `availability_probes` with spark.read (every 0.5 s, a query whenever the Delta log has a
    new version) for the first row of that broker, window ending after the kill, with
    (a) produce_failed > 0 and (b) produce_success_ratio = 0. Detection = when the row became

@@ -4,8 +4,7 @@
 * `verdicts.py`: audit window completeness and the OK / LOSS / DUPLICATION / INCOMPLETE rule;
 * `query.py`: `python -m integrations.query` runs SQL over the tables (docs/query.md);
 * `report/`: `python -m integrations.report` writes the completeness report (docs/report.md);
-* `notify.py`: a webhook notifier for LOSS verdicts and WARN/STALL/STOP groups (docs/metrics.md);
-* `failover.py`: consumer-group offset translation from the provenance stamps;
+* `notifier.py`: a webhook notifier for LOSS verdicts and WARN/STALL/STOP groups (docs/metrics.md);
 * `airflow/`: the Airflow provider, in its own venv (docs/airflow.md).
 
 No module here imports pyspark, and neither jobs/ nor controlplane/ imports this room.

@@ -1,8 +1,8 @@
 """Is an audit window complete, and what is its verdict? Read from the Delta tables with delta-rs.
 
-The cross-tier verdict table (`audit_verdicts`, OK / LOSS / DUPLICATION / INCOMPLETE per
-window, from another issue) is not built yet. Until it is, the verdict is computed here from
-what exists:
+The cross-tier audit writes its verdicts to `audit_verdicts` (OK / LOSS / DUPLICATION /
+INCOMPLETE per window, decided by jobs/audit/tiers/verdicts.py); this module does not read that
+table yet. It computes a verdict from what the counting audit wrote:
 
 * **complete**: the window's end plus its allowed lateness has passed, and the audit job has
   written a batch after that moment (max `updated_at` of the topic's rows), so every record on
@@ -16,7 +16,7 @@ what exists:
   DUPLICATION when the window has duplicates; otherwise OK.
 
 `VERDICT_SOURCES` maps a source name to the function that answers; `audit_counts` is the only
-one now. The verdict table will be another entry (it would read the table's row for the window)
+one now. `audit_verdicts` would be another entry (it would read the table's row for the window)
 with the same `WindowVerdict` result, so the Airflow trigger, the report and the notifier take it
 without change.
 """
@@ -133,7 +133,7 @@ def from_audit_counts(query: WindowQuery, now: datetime | None = None) -> Window
 
 VERDICT_SOURCES: dict[str, Callable[[WindowQuery], WindowVerdict]] = {
     "audit_counts": from_audit_counts,
-    # "audit_verdicts": the cross-tier verdict table, once its issue lands.
+    # "audit_verdicts": the cross-tier audit's own verdicts, not read here yet.
 }
 
 
