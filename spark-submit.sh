@@ -4,17 +4,20 @@
 #
 #   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--conf-dir DIR]
 #
-# Environment:
+# Environment (docs/operations.md lists every variable a job reads):
 #   SPARK_MASTER             Spark master URL (default local[2])
 #   UATU_DRIVER_MEMORY       driver memory (default 2g)
 #   UATU_SPARK_SUBMIT_ARGS   extra spark-submit arguments, e.g. "--conf spark.sql.shuffle.partitions=4"
 #   UATU_CONF_DIR, UATU_WAREHOUSE, UATU_CHECKPOINTS   see conf/uatu.yaml
-# Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failed while running, 2 bad input.
 #   UATU_STOP_FILE           path whose creation stops the job gracefully (default: a temp path)
 #   UATU_CONTROL_PLANE       host:port[,host:port] of the control plane to heartbeat to (optional)
 #   UATU_WORKER_ID           worker id the control plane reserved for this application
 #   UATU_HEARTBEAT_SECONDS   heartbeat interval (default 5)
 #   UATU_CDS                 0 starts the driver without the class-data sharing archive
+#   UATU_VENV                the virtualenv whose spark-submit and Python run (default .venv)
+#
+# Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 failed while running (also: a cluster
+# that does not answer), 2 bad input (nothing started; one line names the field and value).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -2,27 +2,27 @@
 offset commits per second the consumer-lag evaluator gets through.
 
 1. detection (a real job on a real 3-broker cluster). Three KRaft brokers in racks a, b, c
-   under var/bench/; the availability job (`jobs.availability.job.run`, NATIVE_PRODUCER) runs
-   in a thread of this process with a stop file, on a local[2] SparkSession built like the
-   tests' (`tests/conftest.py`), with the JobGroup's required fields only, so every setting is
-   the default: one probe per second to each probe partition, 10 s probe windows, 5 s ack
-   SLA, 20 s round-trip SLA, a 5 s trigger, topic availability and consumer lag on. Once every
-   broker has two healthy windows (every probe produced and read back), each trial SIGKILLs
-   one broker (`KafkaCluster.kill_broker`; trial k kills broker 2, 1, 0, 2, ...) and polls
-   `availability_probes` with spark.read (every 0.5 s, a query whenever the Delta log has a
-   new version) for the first row of that broker, window ending after the kill, with
-   (a) produce_failed > 0 and (b) produce_success_ratio = 0. Detection = when the row became
-   visible - the kill: "visible" is the modification time of the Delta log version that added
-   the row's file (found with `_metadata.file_path`), "seen" the poll that first returned it.
-   Also reported: the row's window_start - the kill (where the kill fell in the window) and
-   the row's visibility - its window_end. The broker is then restarted
-   (`KafkaCluster.restart_broker`), and the trial waits for the first window that starts
-   after the restart with every probe to it produced and read back (recovery visible -
-   restart done). Each trial also lists the job's micro-batches from the kill on, from the
-   query's progress records: Spark's durationMs.latestOffset (the Kafka source asking
+   under var/bench/; the availability job (`jobs.availability.job.AvailabilityJob`,
+   NATIVE_PRODUCER) runs in a thread of this process with a stop file, on a local[2]
+   SparkSession built like the tests' (`tests/conftest.py`), with the JobGroup's required
+   fields only, so every setting is the default: one probe per second to each probe partition,
+   10 s probe windows, 5 s ack SLA, 20 s round-trip SLA, a 5 s trigger, topic availability and
+   consumer lag on. Once every broker has two healthy windows (every probe produced and read
+   back), each trial SIGKILLs one broker (`KafkaCluster.kill_broker`; trial k kills broker 2,
+   1, 0, 2, ...) and polls `availability_probes` with spark.read (every 0.5 s, a query
+   whenever the Delta log has a new version) for the first row of that broker, window ending
+   after the kill, with (a) produce_failed > 0 and (b) produce_success_ratio = 0. Detection =
+   when the row became visible - the kill: "visible" is the modification time of the Delta log
+   version that added the row's file (found with `_metadata.file_path`), "seen" the poll that
+   first returned it. Also reported: the row's window_start - the kill (where the kill fell in
+   the window) and the row's visibility - its window_end. The broker is then restarted
+   (`KafkaCluster.restart_broker`), and the trial waits for the first window that starts after
+   the restart with every probe to it produced and read back (recovery visible - restart
+   done). Each trial also lists the job's micro-batches from the kill on, from the query's
+   progress records: Spark's durationMs.latestOffset (the Kafka source asking
    `__consumer_offsets`' leaders for their end offsets) and addBatch (the job's foreachBatch,
-   which writes the probe rows first). Targets: detection under 30 s. KMinion's round-trip
-   SLA (20 s) is shown as a reference only: KMinion is not run here. Job log lines go to
+   which writes the probe rows first). Targets: detection under 30 s. KMinion's round-trip SLA
+   (20 s) is shown as a reference only: KMinion is not run here. Job log lines go to
    var/bench/availability-job.log, the process's stderr (Spark, librdkafka) to
    var/bench/availability-stderr.log.
 

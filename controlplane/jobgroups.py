@@ -1,6 +1,7 @@
 """The admin operations on JobGroups, as plain Python (the gRPC servicer only translates).
 
-Semantics follow uForwarder's master (shared/reference/uforwarder-api.md §1.6, §2.2):
+Semantics follow uForwarder's master (its MasterAdminService and
+`KafkaPartitionExpansionWatcher`):
 
 * a JobGroup is validated exactly as `spark-submit.sh` would validate it, and its source
   topic must exist; nothing is stored when either fails;

@@ -1,1 +1,2 @@
-"""Build scripts run by the Makefile (jar pruning, the --py-files zip)."""
+"""Build scripts run by the Makefile: jar pruning and folding, the --py-files zip, the protobuf
+fingerprint and the JVM class-data sharing archive."""

@@ -6,7 +6,6 @@
 * `query.py`: `python -m integrations.query` runs SQL over the tables (docs/query.md);
 * `report/`: `python -m integrations.report` writes the completeness report (docs/report.md);
 * `notifier.py`: a webhook notifier for LOSS verdicts and WARN/STALL/STOP groups (docs/metrics.md);
-* `failover.py`: consumer-group offset translation from the provenance stamps;
 * `airflow/`: the Airflow provider, in its own venv (docs/airflow.md).
 
 No module here imports pyspark, and neither jobs/ nor controlplane/ imports this room.

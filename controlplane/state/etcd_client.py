@@ -3,7 +3,7 @@
 Why plain HTTP on the standard library rather than a client package:
 
 * the gRPC clients (`etcd3`, its forks) ship generated protobuf code that clashes with the
-  protobuf the control plane's own gRPC stack pins (see spark-platform-notes.md section 7);
+  protobuf the control plane's own gRPC stack pins (kragniz/python-etcd3#2709);
 * `etcd3gw` speaks the same JSON gateway, but everything the store needs (CAS transactions
   with a failure branch, paged ranges, lease keepalive) would be raw request dicts anyway,
   and it brings `requests`, `pbr`, `six` and `futurist`, with no timeout by default;

@@ -11,7 +11,7 @@ from `transforms.audit_records` itself: the fold evaluates Spark's compiled expr
 transform on each record, so the SQL stays the one definition of what is audited. For the
 default configuration (event time = Kafka timestamp, dedupe key = key and value) the fold
 computes the same fields directly (`dev.uatu.audit.KafkaTimestampFields`), held to the SQL by
-the tests: the expressions cost about a sixth of the fold's CPU.
+the tests; that saves the expressions' share of the fold's CPU (docs/audit.md).
 
 Exact audits keep their keys per (partition, window) in the executor's memory and under the
 checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`): O(1) per key, windows
@@ -19,8 +19,8 @@ leave memory once the partition's watermark passes their end plus the allowed la
 late record still finds its window's keys on disk. A batch reads only earlier batches' keys
 and writes its own before the counts MERGE, so a replayed batch computes the same increments.
 
-Why not Spark rows: turning Kafka records into rows alone ran at 0.24-0.44x of Kafka's own
-consumer on the benchmark machine (docs/benchmarks.md), below the audit's target.
+Why not Spark rows: turning Kafka records into rows alone is slower than the audit's target
+against Kafka's own consumer (docs/benchmarks.md, audit job).
 """
 
 from __future__ import annotations

@@ -1,2 +1,3 @@
-"""JOB_TYPE_KAFKA_AVAILABILITY: produce/consume probes and consumer-lag evaluation. Not built yet
-(see the availability issue); `jobs/main.py` rejects this JobType with exit status 2 until it is."""
+"""JOB_TYPE_KAFKA_AVAILABILITY: round-trip probes per broker and zone (`probes/`), topic
+availability (`topic_health.py`) and Burrow-style consumer-group status (`lag/`), written to
+Delta tables (docs/availability.md)."""

@@ -36,7 +36,7 @@ bounded source (partition_offset_ranges, end_timestamp), the application stops b
 dispatch, waiting out their delays.
 
 Metrics: with `UATU_METRICS_PORT` set, each batch's dispatch_stats rows also update the driver's
-Prometheus series under uForwarder's names (`jobs.runtime.metrics.dispatch`), and every query,
+Prometheus series under uForwarder's names (`jobs.dispatch.metrics.dispatch`), and every query,
 tiers and resq included, gets `uatu_query_*`.
 """
 

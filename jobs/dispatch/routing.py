@@ -1,4 +1,5 @@
-"""uForwarder's routing of a dispatch outcome (uforwarder-api.md §2.6), as pure functions.
+"""uForwarder's routing of a dispatch outcome, as pure functions (uForwarder's own is
+`DispatcherImpl.dispatcherResponseFromGrpcStatus` and what each code then does).
 
 This module is the specification the JVM dispatcher follows: the status and trailer tables
 below are handed to it as they are (`jvm/src/main/java/dev/uatu/dispatch/Routing.java`), and

@@ -171,7 +171,7 @@ def default_producer_tasks(partitions: int, executors: int) -> int:
     """One producer task per executor, at most one per partition. The tasks of one executor
     share its Kafka producer (`Producers.java`), whose one I/O thread sends for all of them: a
     second sending thread in the same JVM only contends with the first (bench-loadgen on
-    local[2]: 0.65x kafka-producer-perf-test with two tasks, 0.78x with one, docs/benchmarks.md)."""
+    local[2] compared two tasks with one: docs/benchmarks.md, load generators)."""
     return max(1, min(partitions, executors))
 
 

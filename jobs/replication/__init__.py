@@ -1,2 +1,3 @@
-"""JOB_TYPE_KAFKA_REPLICATION: Kafka-to-Kafka copy. Not built yet (see the replication issue);
-`jobs/main.py` rejects this JobType with exit status 2 until it is."""
+"""JOB_TYPE_KAFKA_REPLICATION: Kafka-to-Kafka copy, partitions and order kept, no loss and no
+duplicate across a crash, in micro-batches or as a low-latency copy; the Delta tables
+`replication_stats` and `replication_audit` (docs/replication.md)."""

@@ -1,2 +1,3 @@
-"""What every job's entry module uses at run time: the SparkSession, the query runner, Kafka
-source options, reporting to the control plane and the Delta table idiom."""
+"""What every job's entry module uses at run time: the job template (`template.py`), the
+SparkSession, the query runner and its stop requests, Kafka source options, the checkpoint's
+files, reporting to the control plane, the metrics endpoint and the Delta table idiom."""

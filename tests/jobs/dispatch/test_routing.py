@@ -1,4 +1,5 @@
-"""uForwarder's routing table (uforwarder-api.md §2.6) against jobs/dispatch/routing.py.
+"""uForwarder's routing table (`DispatcherImpl.dispatcherResponseFromGrpcStatus`) against
+jobs/dispatch/routing.py.
 
 The expected codes are typed in here from the reference (DispatcherImpl, GrpcDispatcher,
 ProcessorImpl.handleTimeout, RetryUtils, BlockingQueueStubManager), not derived from the module's
