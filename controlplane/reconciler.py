@@ -20,14 +20,16 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   job-status TTL) are deleted at the same cadence, so deleted groups leave nothing behind.
 * only the leader reconciles; a follower's loop idles until it leads.
 
-No double launch across a failover: a launch is three steps, each named for the fault hook
-`on_step` (tests inject a fence flip or a crash between them):
+No double launch across a failover: a launch is three steps, each followed by a point of the
+fault hook (core/faults.py; tests fail, crash or pause a replica there, and flip the fence
+during a pause):
 
-1. "intent-recorded": a fenced write of an intent record (the reserved worker id, no handle);
-   a replica that no longer leads gets NotLeader here and launches nothing;
-2. "launched": the launcher started the application;
-3. "launch-recorded": the launcher's record replaced the intent, fenced; if the fence is lost
-   between 2 and 3, the replica cancels the application it just started.
+1. `controlplane.launch_intent_recorded`: a fenced write of an intent record (the reserved
+   worker id, no handle); a replica that no longer leads gets NotLeader here and launches
+   nothing;
+2. `controlplane.app_launched`: the launcher started the application;
+3. `controlplane.launch_recorded`: the launcher's record replaced the intent, fenced; if the
+   fence is lost between 2 and 3, the replica cancels the application it just started.
 
 A leader that finds an intent it did not resolve (its predecessor crashed between 1 and 3),
 or a record its launcher cannot observe (a local process started on another host), judges
@@ -52,6 +54,7 @@ from controlplane.reconcile import Action, decide, definition_of
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership, SoleLeader
 from controlplane.workers import new_worker_id, new_worker_secret
+from core.faults import fault_point
 
 log = logging.getLogger("uatu.reconciler")
 
@@ -74,7 +77,6 @@ class Reconciler:
         partition_refresh_seconds: float = 60.0,
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
-        on_step: Callable[[str, str], None] | None = None,
         max_running: int | None = None,
     ) -> None:
         self.store = store
@@ -91,8 +93,6 @@ class Reconciler:
         self.partition_refresh_seconds = partition_refresh_seconds
         self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
-        # Fault hook: called with (step, job_group_id) after each step of a launch.
-        self.on_step = on_step or (lambda _step, _group: None)
         self.max_running = max_running
         self._recorded: set[str] = set()  # groups with a launch record (running, or may be)
         self._refreshed_at = float("-inf")
@@ -303,12 +303,12 @@ class Reconciler:
             intent=True,
         )
         self.store.put_launch(job_group_id, intent)
-        self.on_step("intent-recorded", job_group_id)
+        fault_point("controlplane.launch_intent_recorded")
         env = {**self.app_env, "UATU_WORKER_ID": str(worker_id), "UATU_WORKER_SECRET": secret}
         launched = self.launcher.launch(stored.job_group, definition, env).replace(
             failures=failures, worker_id=worker_id, worker_secret_sha256=digest
         )
-        self.on_step("launched", job_group_id)
+        fault_point("controlplane.app_launched")
         try:
             self.store.put_launch(job_group_id, launched)
         except NotLeader:
@@ -317,4 +317,4 @@ class Reconciler:
             )
             self.launcher.cancel(launched)
             raise
-        self.on_step("launch-recorded", job_group_id)
+        fault_point("controlplane.launch_recorded")

@@ -109,6 +109,31 @@ POINTS: Mapping[str, Point] = {
         "@k = the k-th MERGE of the run",
         AUDIT,
     ),
+    "tiers.report_ids_appended": Point(
+        "jobs/audit/tiers/reports.py, driver: a batch's new report ids are in tier_report_ids "
+        "and its counts not yet merged into tier_counts",
+        AUDIT,
+    ),
+    "tiers.ledger_appended": Point(
+        "jobs/audit/tiers/checks/replication.py, driver: a batch's source and destination "
+        "offset ranges are in replication_ledger; nothing of the batch is decided yet",
+        AUDIT,
+    ),
+    "tiers.samples_appended": Point(
+        "jobs/audit/tiers/job.py, driver: a batch's topic samples are in retention_audit and "
+        "availability_audit; its verdicts are not decided yet",
+        AUDIT,
+    ),
+    "tiers.decision_saved": Point(
+        "jobs/audit/tiers/verdict_writer.py, driver: a batch's new verdict revisions and gaps "
+        "are saved under the checkpoint and not yet appended",
+        AUDIT,
+    ),
+    "tiers.verdicts_appended": Point(
+        "jobs/audit/tiers/verdict_writer.py, driver: a batch's verdict revisions are in "
+        "audit_verdicts and their replication gaps not yet in replication_gaps",
+        AUDIT,
+    ),
     "replication.record_acked": Point(
         "RangeCopier (JVM copy task): a record was acknowledged by the destination; @k = the "
         "k-th acknowledged record of the JVM, before the batch's stats are committed",
@@ -157,6 +182,21 @@ POINTS: Mapping[str, Point] = {
     "controlplane.etcd_groups_counted": Point(
         "controlplane/state/etcd_store.py, create with a limit: the groups are counted below "
         "the limit and the txn that stores the new one is not yet sent",
+        CONTROL_PLANE,
+    ),
+    "controlplane.launch_intent_recorded": Point(
+        "controlplane/reconciler.py, a launch's step 1: the intent (reserved worker id, no "
+        "handle) is recorded, fenced; the application is not started",
+        CONTROL_PLANE,
+    ),
+    "controlplane.app_launched": Point(
+        "controlplane/reconciler.py, a launch's step 2: the launcher started the application "
+        "and its record has not replaced the intent yet",
+        CONTROL_PLANE,
+    ),
+    "controlplane.launch_recorded": Point(
+        "controlplane/reconciler.py, a launch's step 3: the launcher's record replaced the "
+        "intent, fenced; the launch is complete",
         CONTROL_PLANE,
     ),
     "dispatch.after_tier_produce": Point(

@@ -15,13 +15,15 @@ t-retry, t-stash,   INTERNAL with the ``kafka-action`` trailer Retry, Stash, Ski
 t-skip              trailer decides, not the status)
 error               raises, so gRPC answers UNKNOWN (an in-memory retry)
 slow<ms>            sleeps <ms>, then OK (past a shorter deadline: a timeout)
+slowretry<ms>       sleeps <ms>, then RESOURCE_EXHAUSTED (to a retry tier, late)
 stuck               raises (UNKNOWN: retried in memory, for ever) unless the record comes
                     from another topic than its original (a retry tier or the resq): OK
 ==================  ===================================================================
 
 Calls are counted per logical record (topic, partition, offset, from the call's metadata), and
 every call is kept (`calls`) with its receive time, so tests compare the dispatcher's behaviour
-with the plan computed independently.
+with the plan computed independently. `peak_in_flight` counts, from the service's side, the
+most calls it was answering at once.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class ScriptedService:
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self._answered: dict[int, float] = {}  # index in `calls` -> time.time() answered
         self._counts: Counter[tuple[str, int, int]] = Counter()
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -102,24 +105,51 @@ class ScriptedService:
         with self._lock:
             return list(self.calls)
 
+    def peak_in_flight(self, since: int = 0) -> int:
+        """The most of the calls from index `since` on that the service was answering at the
+        same moment (a call is in flight from its arrival until its answer)."""
+        with self._lock:
+            spans = [
+                (call.received_s, self._answered.get(i, float("inf")))
+                for i, call in enumerate(self.calls)
+                if i >= since
+            ]
+        edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+        peak = current = 0
+        for _, step in edges:  # at a tie an answer (-1) sorts before an arrival (+1)
+            current += step
+            peak = max(peak, current)
+        return peak
+
     async def _handle(self, message: Message) -> Result:
         received = time.time()
         key = (message.topic, message.partition, message.offset)
+        plan = plan_of(message.value)
         with self._lock:
             n = self._counts[key]
             self._counts[key] += 1
-        plan = plan_of(message.value)
-        answer = plan[min(n, len(plan) - 1)]
-        with self._lock:
+            answer = plan[min(n, len(plan) - 1)]
+            index = len(self.calls)
             self.calls.append(Call(received, message, answer))
-        if answer.startswith("slow"):
-            await asyncio.sleep(int(answer[4:]) / 1000)
-            return Commit()
-        if answer == "error" or (answer == "stuck" and message.physical is None):
-            raise RuntimeError("scripted failure")
-        if answer == "stuck":
-            return Commit()
-        return _ANSWERS[answer]
+        try:
+            return await _respond(message, answer)
+        finally:
+            with self._lock:
+                self._answered[index] = time.time()
+
+
+async def _respond(message: Message, answer: str) -> Result:
+    if answer.startswith("slowretry"):
+        await asyncio.sleep(int(answer[len("slowretry") :]) / 1000)
+        return Retry()
+    if answer.startswith("slow"):
+        await asyncio.sleep(int(answer[4:]) / 1000)
+        return Commit()
+    if answer == "error" or (answer == "stuck" and message.physical is None):
+        raise RuntimeError("scripted failure")
+    if answer == "stuck":
+        return Commit()
+    return _ANSWERS[answer]
 
 
 _ANSWERS: dict[str, Result] = {

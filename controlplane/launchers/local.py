@@ -24,9 +24,17 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.submit import build_launch, prepare_app_dir
+from core import faults
 from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
+
+
+def _inherited(environ: Mapping[str, str]) -> dict[str, str]:
+    """What an application inherits from the control plane's environment: all of it but the
+    fault hook's variable (a drill of the control plane's own steps is not the application's;
+    an application's drill comes through the launch's env)."""
+    return {k: v for k, v in environ.items() if k != faults.ENV}
 
 
 class LocalLauncher:
@@ -57,7 +65,7 @@ class LocalLauncher:
         with (app_dir / "app.log").open("ab") as out:
             proc = subprocess.Popen(
                 launch.argv,
-                env={**os.environ, **launch.env, **env},
+                env={**_inherited(os.environ), **launch.env, **env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: cancel reaches the JVM and Python

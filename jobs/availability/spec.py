@@ -113,8 +113,7 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
         raise InvalidJobGroup(
             "availability_task_group.availability_job_type",
             job_pb2.AvailabilityJobType.Name(probe_type_number),
-            "a probe type is required (NATIVE_PRODUCER, PROXY_PRODUCER or "
-            "PROXY_CONSUMER)",
+            "a probe type is required (NATIVE_PRODUCER, PROXY_PRODUCER or PROXY_CONSUMER)",
         )
     if probe_type_number == job_pb2.AVAILABILITY_JOB_TYPE_NATIVE_CONSUMER:
         raise InvalidJobGroup(

@@ -1,15 +1,18 @@
 """No double launch across a leader change: the fault lands between the steps of a launch.
 
-The reconciler's fault hook (`Reconciler(on_step=...)`) runs after each step (intent
-recorded, launched, launch recorded). Two replicas share one store; the hook deposes the
-first replica right after it started the application, or crashes it there. Whatever happens,
-exactly one application runs per JobGroup, exactly one worker heartbeats for it, and nothing
-is left behind. Real Spark applications, a real broker, real SQLite files and a real etcd.
+The reconciler places a point of the fault hook (core/faults.py) after each step of a
+launch: `controlplane.launch_intent_recorded`, `.app_launched`, `.launch_recorded`. Two
+replicas share one store; the first fails at a step (`fail-first-attempt`: a replica that
+dies there, as far as the store and the application are concerned), or pauses there while
+the test deposes it. Whatever happens, exactly one application runs per JobGroup, exactly
+one worker heartbeats for it, and nothing is left behind. Real Spark applications, a real
+broker, real SQLite files and a real etcd.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +32,7 @@ from controlplane.server import create_server
 from controlplane.state.base import Store
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
-from core import kafka_admin
+from core import faults, kafka_admin
 from core.config import load_settings
 from core.processes import group_pids, signal_group
 from testing.apps import spark_submit_groups
@@ -41,6 +44,10 @@ from testing.polling import wait_for
 pytestmark = pytest.mark.integration
 
 RUNNING = job_pb2.JOB_STATE_RUNNING
+# Long enough for the test to depose the paused replica (a flag flip; an etcd election, which
+# waits out a 2 s lease); the replica then resumes and finds itself deposed.
+PAUSE = f"{faults.PAUSE}=2000"
+ETCD_PAUSE = f"{faults.PAUSE}=20000"
 
 
 class Seat:
@@ -70,8 +77,30 @@ class Leadership:
         return self.seat.holder
 
 
-class Crash(BaseException):
-    """A replica dying at a fault point: not an Exception, so nothing in it handles it."""
+@contextmanager
+def fault(point: str, action: str = faults.FAIL_FIRST_ATTEMPT) -> Iterator[None]:
+    """UATU_FAULT set to `point:action` in this process (the local launcher does not pass it
+    on to the applications it starts)."""
+    faults.reset()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(faults.ENV, f"{point}:{action}")
+        try:
+            yield
+        finally:
+            faults.reset()
+
+
+def while_paused(reconcile: Callable[[], dict], reached: Callable[[], bool], then) -> dict:
+    """Run `reconcile` in a thread that pauses at its fault point; once `reached()` says the
+    step before the point is done, run `then()` during the pause; return its result."""
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(reconcile()), daemon=True)
+    thread.start()
+    wait_for(reached, 60, "the replica to reach its fault point")
+    then()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    return result
 
 
 @contextmanager
@@ -125,12 +154,12 @@ def one_application(store: Store, group_id: str, marker: str, since: float) -> L
     return record
 
 
-def fault_at(step: str, action: Callable[[], None]) -> Callable[[str, str], None]:
-    def on_step(name: str, _group: str) -> None:
-        if name == step:
-            action()
-
-    return on_step
+def quiet_for(store: Store, intent: LaunchRecord, seconds: float) -> bool:
+    """No heartbeat and no launch for `seconds`: a deposed replica's application may have
+    registered and heartbeated before it was cancelled (it starts in a few seconds); the next
+    leader then waits out the lease after that heartbeat instead of the startup window."""
+    beats = [w.last_updated.ToNanoseconds() / 1e9 for w in store.workers()]
+    return time.time() - max([intent.started_at, *beats]) > seconds
 
 
 def stop_all(marker: str) -> None:
@@ -150,24 +179,28 @@ def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_
             JobGroups(store_a, load_settings(conf), kafka_admin.partition_count).add(
                 audit_group("fo", topic), RUNNING, None
             )
-            replica_a = reconciler(
-                store_a, tmp_path / "apps-a", conf, address,
-                on_step=fault_at("launched", lambda: setattr(seat, "holder", "b")),
-            )  # fmt: skip
-            started = time.time()
-            # The fenced record write fails; the per-group error is logged, not raised.
-            assert replica_a.reconcile_once() == {"fo": Action.NONE}
+            replica_a = reconciler(store_a, tmp_path / "apps-a", conf, address)
+            # Deposed during the pause after its launch: the fenced record write fails; the
+            # per-group error is logged, not raised.
+            with fault("controlplane.app_launched", PAUSE):
+                result = while_paused(
+                    replica_a.reconcile_once,
+                    lambda: bool(spark_submit_groups(str(tmp_path / "apps-a"))),
+                    lambda: setattr(seat, "holder", "b"),
+                )
+            assert result == {"fo": Action.NONE}
             intent = store_b.get_launch("fo")
             assert intent is not None and intent.intent and intent.handle == ""
             # A cancelled the application it started: no process of it is left.
             wait_for(lambda: not spark_submit_groups(str(tmp_path / "apps-a")), 30, "A's app")
 
-            replica_b = reconciler(store_b, tmp_path / "apps-b", conf, address, startup_seconds=5)
-            # Within the startup window the intent might still come alive: B waits.
-            assert replica_b.reconcile_once() == {"fo": Action.NONE}
-            wait_for(lambda: time.time() - intent.started_at > 5, 10, "the startup window")
+            replica_b = reconciler(
+                store_b, tmp_path / "apps-b", conf, address, startup_seconds=5, lease_seconds=5
+            )
+            wait_for(lambda: quiet_for(store_b, intent, 5), 20, "the startup window and lease")
+            relaunched = time.time()
             assert replica_b.reconcile_once() == {"fo": Action.RUN}
-            record = one_application(store_b, "fo", marker, started)
+            record = one_application(store_b, "fo", marker, relaunched)
             assert record.worker_id != intent.worker_id
             assert replica_b.reconcile_once() == {"fo": Action.NONE}
     finally:
@@ -194,15 +227,10 @@ def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(
         with worker_service(store_b, seat.view("b")) as address:
             groups.add(audit_group("fo", topic), RUNNING, None)
 
-            def crash() -> None:
-                raise Crash
-
-            replica_a = reconciler(
-                store_a, tmp_path / "apps-a", conf, address, on_step=fault_at("launched", crash)
-            )
+            replica_a = reconciler(store_a, tmp_path / "apps-a", conf, address)
             started = time.time()
-            with pytest.raises(Crash):
-                replica_a.reconcile_once()
+            with fault("controlplane.app_launched"):
+                replica_a.reconcile_once()  # A dies there: it is never asked again
             seat.holder = "b"
             replica_b = reconciler(
                 store_b, tmp_path / "apps-b", conf, address, host="another-host",
@@ -282,10 +310,14 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
             JobGroups(store_a, load_settings(conf), kafka_admin.partition_count).add(
                 audit_group("fo", topic), RUNNING, None
             )
-            replica_a = reconciler(
-                store_a, tmp_path / "apps-a", conf, address, on_step=fault_at("launched", depose_a)
-            )
-            assert replica_a.reconcile_once() == {"fo": Action.NONE}
+            replica_a = reconciler(store_a, tmp_path / "apps-a", conf, address)
+            with fault("controlplane.app_launched", ETCD_PAUSE):
+                result = while_paused(
+                    replica_a.reconcile_once,
+                    lambda: bool(spark_submit_groups(str(tmp_path / "apps-a"))),
+                    depose_a,
+                )
+            assert result == {"fo": Action.NONE}
             wait_for(lambda: not spark_submit_groups(str(tmp_path / "apps-a")), 30, "A's app")
             with pytest.raises(NotLeader):
                 store_a.put_launch("fo", LaunchRecord("x", "d", 0.0, "l"))
@@ -297,13 +329,7 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
                 lease_seconds=5, leadership=b,
             )  # fmt: skip
 
-            def quiet_for(seconds: float) -> bool:
-                # A's app may have registered and heartbeated before A cancelled it (it starts
-                # in a few seconds): B then waits out the lease after that heartbeat instead.
-                beats = [w.last_updated.ToNanoseconds() / 1e9 for w in store_b.workers()]
-                return time.time() - max([intent.started_at, *beats]) > seconds
-
-            wait_for(lambda: quiet_for(5), 20, "the startup window and the lease to pass")
+            wait_for(lambda: quiet_for(store_b, intent, 5), 20, "the startup window and lease")
             # Heard from after this moment: A's app, if it registered before A cancelled it,
             # stays in the store with its last heartbeat before the quiet 5 s, and must not
             # count as a second application.
@@ -315,5 +341,81 @@ def test_deposed_between_launch_and_record_cancels_its_launch_etcd(
         operator.close()
         for replica in (a, b):
             replica.stop()
+        store_a.close()
+        store_b.close()
+
+
+def test_a_crash_after_the_intent_launches_once_after_the_startup_window(
+    kafka, tmp_path, monkeypatch
+):
+    """Step 1: A records its intent and dies before it starts anything. B sees the intent of
+    an application that may be starting: it waits out the startup window, then launches the
+    one application."""
+    conf, topic = setup_group(kafka, tmp_path)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
+    seat = Seat("a")
+    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
+    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    marker = str(tmp_path)
+    try:
+        with worker_service(store_b, seat.view("b")) as address:
+            JobGroups(store_b, load_settings(conf), kafka_admin.partition_count).add(
+                audit_group("fo", topic), RUNNING, None
+            )
+            replica_a = reconciler(store_a, tmp_path / "apps-a", conf, address)
+            with fault("controlplane.launch_intent_recorded"):
+                replica_a.reconcile_once()
+            assert not spark_submit_groups(marker)  # nothing was started
+            seat.holder = "b"
+            intent = store_b.get_launch("fo")
+            assert intent is not None and intent.intent
+            replica_b = reconciler(store_b, tmp_path / "apps-b", conf, address, startup_seconds=5)
+            assert replica_b.reconcile_once() == {"fo": Action.NONE}  # it may still start
+            wait_for(lambda: time.time() - intent.started_at > 5, 10, "the startup window")
+            launched = time.time()
+            assert replica_b.reconcile_once() == {"fo": Action.RUN}
+            record = one_application(store_b, "fo", marker, launched)
+            assert replica_b.reconcile_once() == {"fo": Action.NONE}
+            assert spark_submit_groups(str(tmp_path / "apps-b")) == {int(record.detail("pid"))}
+    finally:
+        stop_all(marker)
+        store_a.close()
+        store_b.close()
+
+
+def test_a_crash_after_the_launch_record_leaves_the_one_application_running(
+    kafka, tmp_path, monkeypatch
+):
+    """Step 3: A launched and recorded the application, then died. B, on the same host, sees
+    the record's process alive and heartbeating: it launches nothing."""
+    conf, topic = setup_group(kafka, tmp_path)
+    monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
+    seat = Seat("a")
+    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
+    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    marker = str(tmp_path)
+    try:
+        with worker_service(store_b, seat.view("b")) as address:
+            JobGroups(store_b, load_settings(conf), kafka_admin.partition_count).add(
+                audit_group("fo", topic), RUNNING, None
+            )
+            replica_a = reconciler(store_a, tmp_path / "apps-a", conf, address)
+            started = time.time()
+            with fault("controlplane.launch_recorded"):
+                replica_a.reconcile_once()
+            seat.holder = "b"
+            record = store_b.get_launch("fo")
+            assert record is not None and not record.intent and record.handle
+            replica_b = reconciler(store_b, tmp_path / "apps-b", conf, address)
+            wait_for(
+                lambda: heard_workers(store_b, started) == {record.worker_id},
+                240,
+                "the application's heartbeats",
+            )
+            assert replica_b.reconcile_once() == {"fo": Action.NONE}
+            assert one_application(store_b, "fo", marker, started) == record
+            assert not spark_submit_groups(str(tmp_path / "apps-b"))
+    finally:
+        stop_all(marker)
         store_a.close()
         store_b.close()

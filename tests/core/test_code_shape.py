@@ -131,7 +131,7 @@ OVERSIZED = {
     "controlplane/cli.py::build_parser": 179,
     "controlplane/launchers/kubernetes.py": 520,
     "controlplane/launchers/kubernetes.py::render_manifests": 139,
-    "controlplane/reconciler.py::Reconciler": 262,
+    "controlplane/reconciler.py::Reconciler": 259,
     "devservices/_service.py": 591,
     "devservices/kafka.py": 659,
     "bench/audit_clients_bench.py::main": 110,

@@ -456,6 +456,17 @@ UNREAD = [
         id="tiers-isolation-level",
     ),
     pytest.param(
+        minimal_group(
+            "tier-audit",
+            "t",
+            None,
+            kafkaConsumerTaskGroup={"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_LATEST"},
+        ),
+        "kafka_consumer_task_group.auto_offset_reset_policy='AUTO_OFFSET_RESET_POLICY_LATEST': "
+        "a cross-tier audit reads its topics from the earliest offset",
+        id="tiers-latest",
+    ),
+    pytest.param(
         minimal_group("replication", "r", None, flowControl={"maxInflightMessages": 10}),
         "flow_control.max_inflight_messages=10.0: refused rather than ignored: "
         "JOB_TYPE_KAFKA_REPLICATION does not use it",
@@ -553,3 +564,19 @@ def test_misc_config_turns_on_debug_logging_and_tags_the_job_with_its_owner():
     quiet = parse(minimal_group("audit", "quiet"))
     job_main.apply_misc_config(quiet, "JOB_TYPE_KAFKA_AUDIT")
     assert [lg.level for lg in loggers] == before
+
+
+def test_every_example_jobgroup_is_valid():
+    """The examples users copy pass every check a run makes before Spark, field by field."""
+    from core.config import ClusterConfig, Settings
+    from core.jobgroup import load_jobgroup
+    from core.paths import ROOT
+    from jobs import registry
+
+    files = sorted((ROOT / "examples").rglob("*.json"))
+    assert len(files) >= 5
+    for path in files:
+        group = load_jobgroup(path)
+        names = {group.kafka_consumer_task_group.cluster, group.kafka_dispatcher_task_group.cluster}
+        clusters = {n: ClusterConfig(n, "127.0.0.1:9") for n in names if n}
+        registry.validate(group, Settings(ROOT / "conf", "/w", "/c", clusters))

@@ -18,11 +18,16 @@ Every micro-batch, in order (`TierBatchWriter`; each step's module in brackets):
    `retention_audit`, `availability_audit` [`checks/retention.py`, `checks/availability.py`];
 4. every check's windows within the horizon decided (rules: `verdicts.py`) against
    `audit_counts`, `tier_counts` and the ledger, as candidate rows [`checks/`, shared window
-   arithmetic in `windows.py`]; a changed verdict is appended to `audit_verdicts` as a new
-   revision (missing ranges to `replication_gaps`) [`verdict_writer.py`].
+   arithmetic in `windows.py`]; the changed verdicts are saved under the checkpoint as the
+   batch's decision, then appended to `audit_verdicts` as new revisions (missing ranges to
+   `replication_gaps`) [`verdict_writer.py`]. A replayed batch appends its saved decision,
+   not a new one: a verdict is a decision of its batch's time, and a second decision could
+   leave a revision without its gaps.
 
-Guarantee: `tier_counts` is exactly-once per checkpoint (a killed job restarted on its
-checkpoint folds each report once); every write is idempotent per (query id, batch id).
+Guarantee: every table is exactly-once per checkpoint: a job killed at any step and
+restarted on its checkpoint folds each report once, records each range once, and writes each
+verdict revision once with all its gaps (tests/jobs/audit/test_tier_faults.py crashes it at
+every step between two writes); every write is idempotent per (query id, batch id).
 Verdicts are decisions of their batch's time: a window is decided at the first trigger after
 its end + grace period, and revised when later data changes its counts or verdict.
 
@@ -38,6 +43,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.faults import fault_point
 from core.provenance import STAMP
 from jobs.audit.tables import AUDIT_COUNTS
 from jobs.audit.tiers import reports, tables, verdict_writer
@@ -155,9 +161,12 @@ class TierBatchWriter:
             batch.unpersist()
         if self.sampler is not None:
             self.sample(spark, now, app_id, batch_id)
+            fault_point("tiers.samples_appended")
         at = Round.of(self.spec, now)
-        candidates, gaps = self.decide(spark, at)
-        verdict_writer.write(spark, self.spec, at, candidates, gaps, app_id, batch_id)
+        rows, gaps = verdict_writer.decide_once(
+            spark, self.spec, at, batch_id, lambda: self.decide(spark, at)
+        )
+        verdict_writer.append(spark, self.spec, rows, gaps, app_id, batch_id)
 
     def sample(self, spark: SparkSession, now: int, app_id: str, batch_id: int) -> None:
         """Sample the audited topic into `retention_audit` and `availability_audit`."""

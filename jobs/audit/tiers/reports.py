@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from uatu.v1 import audit_report_pb2
 
+from core.faults import fault_point
 from jobs.audit.tiers import tables
 from jobs.audit.tiers.spec import TierAuditSpec
 from jobs.runtime.delta import append_once, kll_quantiles, merge_once
@@ -109,6 +110,7 @@ def fold(
             app_id,
             batch_id,
         )
+    fault_point("tiers.report_ids_appended")
     rows = count_rows(new)
     if not rows:
         return

@@ -73,10 +73,10 @@ _CONFIG_OF = {
 _CONFIGS = "kafka_consumer_task_group.audit_metadata.audit_configs"
 DEFAULT_TRIGGER_SECONDS = 10
 DEFAULT_HORIZON_SECONDS = 86400
-# The JobGroup fields a cross-tier audit reads (core.jobgroup.refuse_unread refuses the rest):
-# it reads its reports topic from the earliest offset, whatever auto_offset_reset_policy says.
+# The JobGroup fields a cross-tier audit reads (core.jobgroup.refuse_unread refuses the rest).
 READS = frozenset(
     {
+        "kafka_consumer_task_group.auto_offset_reset_policy",  # EARLIEST only
         "kafka_consumer_task_group.cluster",
         "kafka_consumer_task_group.topic",
         "kafka_consumer_task_group.consumer_group",
@@ -340,6 +340,13 @@ def _checks(
 def tier_audit_spec(group: JobGroup, settings: Settings) -> TierAuditSpec:
     """Validate a cross-tier KAFKA_AUDIT group (common checks already passed)."""
     source = source_spec(group, settings, bounded_reads=False)
+    if source.starting_offsets != "earliest":
+        raise InvalidJobGroup(
+            "kafka_consumer_task_group.auto_offset_reset_policy",
+            "AUTO_OFFSET_RESET_POLICY_LATEST",
+            "a cross-tier audit reads its topics from the earliest offset: a window is judged "
+            "on every report and record of it",
+        )
     cluster = source.cluster
     clusters = {cluster.name: cluster}
     audited = TopicRef(cluster.name, source.topic)

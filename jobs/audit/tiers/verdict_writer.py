@@ -1,25 +1,34 @@
-"""Writing one trigger's verdict candidates: the rows `verdicts.revise` keeps, against the
-newest revision of each (check, window) within the horizon, are appended to `audit_verdicts`;
-a REPLICATION gap row is appended to `replication_gaps` with the revision of its window's
-verdict row, and only when that row is written. Both appends are idempotent per (app_id,
-batch_id).
+"""Writing one trigger's verdicts exactly once.
+
+`decide_once`: the candidate rows `verdicts.revise` keeps, against the newest revision of
+each (check, window) within the horizon, and the REPLICATION gap rows of those revisions
+(each with its verdict row's revision, and only when that row is written) are the batch's
+decision. It is saved under the checkpoint (`<checkpoint>/tier-decisions/<batch id>`) before
+anything is appended, and a replayed batch takes the saved one: deciding again, at another
+time, after the first attempt's verdict rows are in the table, would keep no revision and so
+write none of that revision's gaps.
+
+`append`: the decision's rows to `audit_verdicts`, then its gaps to `replication_gaps`, each
+idempotent per (app_id, batch_id).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
+from core.faults import fault_point
 from jobs.audit.tiers import tables
 from jobs.audit.tiers.spec import TierAuditSpec
 from jobs.audit.tiers.tables import epoch_ms
 from jobs.audit.tiers.verdicts import revise
 from jobs.audit.tiers.windows import Round
+from jobs.runtime.checkpoint_files import CheckpointFiles
 from jobs.runtime.delta import append_once
 
 log = logging.getLogger("uatu.tiers")
@@ -37,19 +46,46 @@ def with_revisions(
     ]
 
 
-def write(
+DECISIONS = "tier-decisions"
+KEEP_DECISIONS = 10  # batches before the newest whose decision stays (a replay is the newest)
+
+
+def decide_once(
     spark: SparkSession,
     spec: TierAuditSpec,
     at: Round,
-    candidates: list[dict[str, Any]],
+    batch_id: int,
+    decide: Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(verdict rows, gap rows) this batch appends: its saved decision, or a new one, saved
+    before it is returned. `decide` gives the candidates and gaps (no I/O but reads)."""
+    files = CheckpointFiles(spark, spec.output.checkpoint, DECISIONS)
+    saved = files.read(str(batch_id))
+    if saved is not None:
+        log.info("batch %d: appending the decision saved by its first attempt", batch_id)
+        return saved["rows"], saved["gaps"]
+    candidates, gaps = decide()
+    rows = revise(candidates, _latest(spark, spec, at)) if candidates else []
+    if not rows:
+        return [], []
+    found = with_revisions(rows, gaps)
+    files.write(str(batch_id), {"rows": rows, "gaps": found})
+    for old in files.numbers():
+        if old < batch_id - KEEP_DECISIONS:
+            files.delete(str(old))
+    fault_point("tiers.decision_saved")
+    return rows, found
+
+
+def append(
+    spark: SparkSession,
+    spec: TierAuditSpec,
+    rows: list[dict[str, Any]],
     gaps: list[dict[str, Any]],
     app_id: str,
     batch_id: int,
 ) -> None:
-    """Append the candidates that are new revisions, and their gaps."""
-    if not candidates:
-        return
-    rows = revise(candidates, _latest(spark, spec, at))
+    """Append a decision's verdict rows, then its gap rows."""
     if not rows:
         return
     append_once(
@@ -59,10 +95,10 @@ def write(
         app_id,
         batch_id,
     )
-    found = with_revisions(rows, gaps)
-    if found:
+    fault_point("tiers.verdicts_appended")
+    if gaps:
         append_once(
-            tables.frame(spark, tables.REPLICATION_GAPS, found),
+            tables.frame(spark, tables.REPLICATION_GAPS, gaps),
             tables.REPLICATION_GAPS,
             spec.output.table("replication_gaps"),
             app_id,

@@ -525,6 +525,56 @@ def test_flow_control_holds_every_10_second_window(spark, kafka, work, service, 
         assert 0 < peak <= flow["maxInflightMessages"]
 
 
+def test_the_inflight_cap_holds_at_the_receiving_service(spark, kafka, work, service) -> None:
+    """flow_control.max_inflight_messages 4, counted where it matters: the service itself
+    never answers more than 4 calls at once. Each call takes 100 ms, so the dispatcher would
+    keep far more in flight without the cap (its adaptive limit starts in the hundreds)."""
+    topics = Topics.create(kafka, "inflight")
+    now = int(time.time() * 1000)
+    records = [Record(i % 2, None, value(f"n{i:03d}", "slow100"), now) for i in range(120)]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    before = len(service.snapshot())
+    capped = group("inflight", topics, service, flowControl={"maxInflightMessages": 4})
+    assert run_in_process(capped, work / "conf") == EXIT_OK
+    assert len({c.record_id for c in service.snapshot()[before:]}) == 120
+    assert 2 <= service.peak_in_flight(before) <= 4
+
+
+def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
+    spark, kafka, work, service
+) -> None:
+    """Both records go to the 1.5 s tier: b0 (partition 1) at once, a0 (partition 0) only
+    after a 2.5 s call. b0 is due first and is dispatched from the tier before a0 is due:
+    the tier waits per partition, not for the slowest one."""
+    topics = Topics.create(kafka, "holdback")
+    now = int(time.time() * 1000)
+    records = [
+        Record(0, None, value("a0", "slowretry2500,ok"), now),
+        Record(1, None, value("b0", "retry,ok"), now),
+    ]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    before = len(service.snapshot())
+    data = group(
+        "holdback",
+        topics,
+        service,
+        extension={
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "dispatch": {"tierTriggerSeconds": 1},
+        },
+    )
+    assert run_in_process(data, work / "conf") == EXIT_OK
+    calls = {}
+    for c in service.snapshot()[before:]:
+        calls.setdefault(c.record_id, []).append(c)
+    (a_first, a_tier), (b_first, b_tier) = calls["a0"], calls["b0"]
+    assert a_tier.message.physical is not None and b_tier.message.physical is not None
+    assert a_tier.message.physical[:2] != b_tier.message.physical[:2]  # two tier partitions
+    a_due = a_first.received_s + 2.5 + R1_DELAY_MS / 1000
+    assert b_first.received_s + R1_DELAY_MS / 1000 <= b_tier.received_s < a_due
+    assert a_tier.received_s >= a_due - 0.5  # a0 waited its own delay
+
+
 @pytest.mark.parametrize("missing", ["dlq", "retry"])
 def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
     kafka, work: Path, service, missing: str

@@ -22,6 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from core.faults import fault_point
 from jobs.audit.tiers import tables
 from jobs.audit.tiers.spec import REPLICATION, Check, TierAuditSpec
 from jobs.audit.tiers.tables import epoch_ms
@@ -56,6 +57,7 @@ def record(spec: TierAuditSpec, batch: DataFrame, app_id: str, batch_id: int) ->
         app_id,
         batch_id,
     )
+    fault_point("tiers.ledger_appended")
 
 
 def ledger_frames(batch: DataFrame, check: Check) -> list[DataFrame]:
