@@ -199,6 +199,11 @@ POINTS: Mapping[str, Point] = {
         "intent, fenced; the launch is complete",
         CONTROL_PLANE,
     ),
+    "controlplane.etcd_answered": Point(
+        "controlplane/state/etcd_client.py: etcd has applied a request and answered; "
+        "fail-first-attempt loses the answer, as a connection cut before it was read would",
+        CONTROL_PLANE,
+    ),
     "dispatch.after_tier_produce": Point(
         "PartitionRun (JVM dispatch task): a record the task wrote to a retry tier, the DLQ or "
         "the resq is acknowledged, and the batch's source offsets are not yet checkpointed",

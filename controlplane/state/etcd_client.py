@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 from controlplane.errors import StoreUnavailable
 from core.errors import UatuError
+from core.faults import FaultInjected, fault_point
 
 # gRPC status codes that mean "try again later" rather than "your request is wrong".
 _UNAVAILABLE_CODES = {4, 14}  # DEADLINE_EXCEEDED, UNAVAILABLE
@@ -197,13 +198,14 @@ class EtcdClient:
                     conn.request("POST", f"/v3/{method}", payload, headers)
                     resp = conn.getresponse()
                     status, data = resp.status, resp.read()
+                    fault_point("controlplane.etcd_answered")
                 except _STALE_CONNECTION as e:
                     self._drop(conn)
                     if reused and attempt == 1:
                         continue
                     self._advance()
                     raise StoreUnavailable(endpoint.url, f"{method}: {e!r}") from e
-                except (OSError, http.client.HTTPException) as e:
+                except (OSError, http.client.HTTPException, FaultInjected) as e:
                     # The request may or may not have been applied: never resend it.
                     self._drop(conn)
                     self._advance()

@@ -300,3 +300,30 @@ def test_etcd_store_names_the_endpoint_when_etcd_is_unreachable() -> None:
         store.get("g1")
     with pytest.raises(StoreUnavailable):
         store.create(group("g1"))
+
+
+@pytest.mark.integration
+def test_an_etcd_write_whose_answer_was_lost_is_not_sent_again(etcd, monkeypatch) -> None:
+    """etcd applied a write and its answer was lost (`controlplane.etcd_answered`): the
+    caller gets StoreUnavailable, and the write is not sent again (a resent put would land a
+    second time, with a new mod_revision)."""
+    from controlplane.state.etcd_client import EtcdClient
+    from core import faults
+
+    prefix = f"/contract-{uuid.uuid4().hex[:8]}"
+    store = EtcdStore(etcd.endpoint, prefix)
+    reader = EtcdClient(etcd.endpoint)
+    record = LaunchRecord("pid-1", "d", 1.0, "log")
+    try:
+        faults.reset()
+        monkeypatch.setenv(faults.ENV, f"controlplane.etcd_answered:{faults.FAIL_FIRST_ATTEMPT}")
+        with pytest.raises(StoreUnavailable):
+            store.put_launch("lost-answer", record)
+        monkeypatch.delenv(faults.ENV)
+        kv = reader.get(f"{prefix}/launches/lost-answer".encode())
+        assert kv is not None and kv.mod_revision == kv.create_revision  # written once
+        assert store.get_launch("lost-answer") == record
+    finally:
+        faults.reset()
+        reader.close()
+        store.close()
