@@ -162,7 +162,7 @@ def test_write_latest_adds_finished_at_and_replaces_the_previous_run(tmp_path: P
     write_latest(path, {"records": 2})
     latest = json.loads(path.read_text())
     assert latest["records"] == 2
-    # Local time with its UTC offset, e.g. 2026-11-21T07:08:12+0000.
+    # Local time with its UTC offset, e.g. "2026-11-21T07:08:12+0000".
     assert datetime.strptime(latest["finished_at"], "%Y-%m-%dT%H:%M:%S%z").tzinfo is not None
 
 

@@ -209,7 +209,8 @@ def test_operator_flow_over_grpc_with_heartbeats_and_lease(kafka, tmp_path):
             wait_for(
                 lambda: not pid_alive(third.detail("pid")), 60, "the canceled application to stop"
             )
-            # The issue asks for under 15 s; measured here, not asserted (noisy machines).
+            # A target of the control-plane bench, printed here and never asserted (noisy
+            # machines).
             print(f"CANCELED -> stopped: {time.monotonic() - canceled_at:.1f} s")
 
             admin.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="e2e"))
