@@ -24,9 +24,10 @@ from testing.spark import C1_ONLY_JIT, conf_restored, small_local_session, suite
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Every Spark JVM of the suite (this session's, and each `spark-submit.sh` a test or the
 # control plane starts, which inherit the variable) compiles with C1 only: the runs last
-# seconds to minutes, and skipping C2 cuts the CPU a driver spends starting up (docs/testing.md
-# has the figure). On two cores the suite is bound by CPU, not by waiting. Production launches never see this variable. The
-# class-data sharing archive is the one spark-submit.sh uses too.
+# seconds to minutes, and skipping C2 cuts the CPU a driver spends starting up
+# (docs/testing.md has the figure). On two cores the suite is bound by CPU, not by waiting.
+# Production launches never see this variable. The class-data sharing archive is the one
+# spark-submit.sh uses too.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", suite_java_options())
 os.environ.setdefault(SERVICE_JAVA_OPTS_ENV, C1_ONLY_JIT)  # devservices' brokers, ZooKeeper, MM2
 # Each xdist worker picks its services' ports from a slice of its own: two workers starting
