@@ -109,7 +109,10 @@ def test_interceptor_counts_every_ack_with_its_key_in_the_broker_window(
     assert keyed_count(reports) == RECORDS
     # Each record in the window of the timestamp the broker stored (the producer gave it one).
     by_window = Counter(m.timestamp()[1] // 1000 * 1000 for m in sent)
-    assert len(by_window) >= 3
+    # ProducerPerformance holds 1,000 records/s on average, but on a loaded machine it catches
+    # up after a stall in a burst: two windows is what every run gives, and enough to tell a
+    # record counted in the wrong window.
+    assert len(by_window) >= 2
     reported = Counter[int]()
     for r in reports:
         assert r.window_seconds == 1
