@@ -175,6 +175,26 @@ POINTS: Mapping[str, Point] = {
         "partition the receiver's metadata does not know yet does, and it is retried later",
         AVAILABILITY,
     ),
+    "availability.probes_appended": Point(
+        "jobs/availability/job.py, driver: a batch's final probe windows are in "
+        "availability_probes (or none was final); its topic_availability rows are not written",
+        AVAILABILITY,
+    ),
+    "availability.topic_availability_appended": Point(
+        "jobs/availability/job.py, driver: a batch's metadata sample is in topic_availability; "
+        "the commits it read are not yet in consumer_offset_commits",
+        AVAILABILITY,
+    ),
+    "availability.commits_appended": Point(
+        "jobs/availability/job.py, driver: the commits a batch read are in "
+        "consumer_offset_commits (and in the lag windows); its group statuses are not written",
+        AVAILABILITY,
+    ),
+    "availability.status_appended": Point(
+        "jobs/availability/job.py, driver: a batch's group statuses are in "
+        "consumer_group_status; Spark has not committed the batch",
+        AVAILABILITY,
+    ),
     "loadgen.batch_acked": Point(
         "ProduceTask (JVM producer task of LOAD_GEN_PRODUCE): every record of the task's cut "
         "of a batch is acknowledged and the batch's state is not saved under the checkpoint; "
