@@ -77,6 +77,7 @@ AUDIT = ("JOB_TYPE_KAFKA_AUDIT",)
 REPLICATION = ("JOB_TYPE_KAFKA_REPLICATION",)
 AVAILABILITY = ("JOB_TYPE_KAFKA_AVAILABILITY",)
 DISPATCH = ("JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",)
+LOAD_GEN_PRODUCE = ("JOB_TYPE_LOAD_GEN_PRODUCE",)
 # Reached by the control plane's own process (`python -m controlplane serve`), never by a job.
 CONTROL_PLANE = ("controlplane",)
 
@@ -173,6 +174,38 @@ POINTS: Mapping[str, Point] = {
         "end offset is about to be looked up; fail-first-attempt makes that lookup fail, as a "
         "partition the receiver's metadata does not know yet does, and it is retried later",
         AVAILABILITY,
+    ),
+    "availability.probes_appended": Point(
+        "jobs/availability/job.py, driver: a batch's final probe windows are in "
+        "availability_probes (or none was final); its topic_availability rows are not written",
+        AVAILABILITY,
+    ),
+    "availability.topic_availability_appended": Point(
+        "jobs/availability/job.py, driver: a batch's metadata sample is in topic_availability; "
+        "the commits it read are not yet in consumer_offset_commits",
+        AVAILABILITY,
+    ),
+    "availability.commits_appended": Point(
+        "jobs/availability/job.py, driver: the commits a batch read are in "
+        "consumer_offset_commits (and in the lag windows); its group statuses are not written",
+        AVAILABILITY,
+    ),
+    "availability.status_appended": Point(
+        "jobs/availability/job.py, driver: a batch's group statuses are in "
+        "consumer_group_status; Spark has not committed the batch",
+        AVAILABILITY,
+    ),
+    "loadgen.batch_acked": Point(
+        "ProduceTask (JVM producer task of LOAD_GEN_PRODUCE): every record of the task's cut "
+        "of a batch is acknowledged and the batch's state is not saved under the checkpoint; "
+        "@k = the k-th cut collected in the JVM (one a batch with one producer task)",
+        LOAD_GEN_PRODUCE,
+    ),
+    "loadgen.state_saved": Point(
+        "jobs/loadgen/generator.py, driver: a batch's state (where each generator stopped) is "
+        "saved under the checkpoint and Spark has not committed the batch; @k = the k-th "
+        "batch produced in this run",
+        LOAD_GEN_PRODUCE,
     ),
     "controlplane.group_limit_checked": Point(
         "controlplane/jobgroups.py, AddJobGroup: the group passed the --max-groups check and "

@@ -27,8 +27,9 @@ Every micro-batch, on the driver:
    next is. Every evaluation covers every group.
 
 Guarantee: each append is idempotent per batch (txnAppId + batch id), so a replayed batch
-writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start.
-Probes still open when the job stops are not written (a restarted job starts new probes).
+writes nothing twice; the windows are rebuilt from `consumer_offset_commits` on start, and a
+replayed batch records no commit they hold already and leaves the probe windows final by then
+to the next batch (`stored_commits`). Probes still open when the job stops are not written.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core.errors import ClusterUnreachable
+from core.faults import fault_point
 from core.kafka_admin import ADMIN_TIMEOUT_S
 from jobs.availability import metrics, tables
 from jobs.availability.lag.head_sampler import HeadHistory, HeadSampler
@@ -73,8 +75,9 @@ from jobs.availability.probes.probers import (
 from jobs.availability.probes.proxy_client import PixyClient
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
+from jobs.availability.stored_commits import load_windows, replay_batch
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
-from jobs.runtime.delta import append_once, ensure_tables, never_written
+from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.template import StreamingJob, WriteId
 
@@ -211,13 +214,16 @@ def record_commits(
     events: Iterable[OffsetCommit | OffsetDeleted],
     cluster: str,
     started_ms: int,
+    replayed: bool = False,
 ) -> list[dict[str, Any]]:
     """Step 2's commits, without I/O: a tombstone forgets its window; a commit goes to its
     window (`LagTracker.record`) with its lag, the head at its time (`history`) minus its
     offset, unknown for a commit made before the job started (`started_ms`) or before the
-    partition's first head sample. Returns the `consumer_offset_commits` rows."""
+    partition's first head sample; in a `replayed` batch (`stored_commits`), not a commit
+    its window holds already (`LagTracker.held`). Returns the `consumer_offset_commits` rows."""
     at = history.at
     record = tracker.record_at
+    held = tracker.held
     rows = []
     for event in events:
         if isinstance(event, OffsetDeleted):
@@ -225,11 +231,13 @@ def record_commits(
             continue
         group, topic, partition, offset, commit_ms = event
         tp = (topic, partition)
-        # A commit made before the job started is history: its lag back then is unknown.
-        head = at(tp, commit_ms) if commit_ms >= started_ms else None
-        # max(head - offset, 0), without the call: this runs once per commit.
-        lag = None if head is None else head - offset if head > offset else 0
-        commit = record(group, tp, offset, commit_ms, lag)
+        commit = held(group, tp, offset, commit_ms) if replayed else None
+        if commit is None:
+            # A commit made before the job started is history: its lag back then is unknown.
+            head = at(tp, commit_ms) if commit_ms >= started_ms else None
+            # max(head - offset, 0), without the call: this runs once per commit.
+            lag = None if head is None else head - offset if head > offset else 0
+            commit = record(group, tp, offset, commit_ms, lag)
         rows.append(
             {
                 "cluster": cluster,
@@ -380,6 +388,7 @@ class AvailabilityBatchWriter:
     prober: Prober | None = None
     heads: HeadSampler | None = None
     write_id: WriteId | None = None  # set by the job: its idempotent-write id
+    replay_batch: int | None = None  # the batch this start runs again (`stored_commits`)
     app_id: str = ""
     _admin: AdminClient | None = None
     _consumer: Consumer | None = None
@@ -394,6 +403,7 @@ class AvailabilityBatchWriter:
         admin = self.admin_client()
         if self.prober is not None:
             self._write_probes(spark, batch_id, now)
+            fault_point("availability.probes_appended")
         if self.spec.topic_availability:
             states, brokers = metadata_snapshot(admin)
             rows = [
@@ -413,6 +423,7 @@ class AvailabilityBatchWriter:
                 offline,
                 under,
             )
+            fault_point("availability.topic_availability_appended")
         if self.spec.consumer_lag:
             self._evaluate_groups(batch, batch_id, now)
 
@@ -424,6 +435,10 @@ class AvailabilityBatchWriter:
             # The probes keep going to the partitions known; failing here would blind the
             # monitor exactly when the cluster is in trouble.
             log.warning("probe topic coverage not checked: %s", e)
+        if batch_id == self.replay_batch:
+            # Its first attempt may have appended probe windows, and then this append would
+            # be skipped whole: the windows final now are left for the next batch.
+            return
         rows = self.prober.take_final(int(now.timestamp() * 1000))
         if not rows:
             return
@@ -480,13 +495,14 @@ class AvailabilityBatchWriter:
         self.tracker.refresh_heads(self.heads.history.latest())
         metrics.topic_offsets(self.spec.cluster.name, self.heads.history.latest())
         now_ms = int(now.timestamp() * 1000)
-        stored = record_commits(
-            self.tracker, self.heads.history, events, self.spec.cluster.name, self.started_ms
-        )
+        replayed = batch_id == self.replay_batch
+        history, cluster = self.heads.history, self.spec.cluster.name
+        stored = record_commits(self.tracker, history, events, cluster, self.started_ms, replayed)
         if stored:
             frame = spark.createDataFrame(stored, tables.CONSUMER_OFFSET_COMMITS.schema)
             path = self.spec.output.table("consumer_offset_commits")
             append_once(frame, tables.CONSUMER_OFFSET_COMMITS, path, self.app_id, batch_id)
+        fault_point("availability.commits_appended")
         if not status_due(self._evaluated_ms, now_ms, self.spec.lag.status_interval_ms):
             assert self._evaluated_ms is not None
             log.info(
@@ -522,6 +538,7 @@ class AvailabilityBatchWriter:
             path = self.spec.output.table("consumer_group_status")
             append_once(frame, tables.CONSUMER_GROUP_STATUS, path, self.app_id, batch_id)
             metrics.consumer_groups(self.spec.cluster.name, rows)
+        fault_point("availability.status_appended")
         log.info(
             "batch %d: %d commits read, %d groups evaluated (%s)%s",
             batch_id,
@@ -559,27 +576,6 @@ class AvailabilityBatchWriter:
         self._admin = None
         self.prober = None
         self.heads = None
-
-
-def load_windows(spark: SparkSession, spec: AvailabilitySpec, tracker: LagTracker) -> int:
-    """Replay the newest stored commits of every partition into `tracker`; returns how many."""
-    if never_written(spark, spec.output.table("consumer_offset_commits")):
-        return 0  # a new table: nothing to replay, and no Delta read in a cold JVM to learn it
-    keep = spec.lag.intervals
-    newest_first = Window.partitionBy("group", "topic", "partition").orderBy(F.desc("commit_time"))
-    rows = (
-        spark.read.format("delta")
-        .load(spec.output.table("consumer_offset_commits"))
-        .where(F.col("cluster") == spec.cluster.name)
-        .withColumn("rank", F.row_number().over(newest_first))
-        .where(F.col("rank") <= keep)
-        .orderBy("commit_time")
-        .collect()
-    )
-    for r in rows:
-        commit_ms = int(r["commit_time"].timestamp() * 1000)
-        tracker.record(r["group"], r["topic"], r["partition"], r["offset"], commit_ms, r["lag"])
-    return len(rows)
 
 
 def build_prober(spec: AvailabilitySpec) -> Prober:
@@ -647,6 +643,7 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
         writer = self._writer = AvailabilityBatchWriter(
             spec, tracker, int(time.time() * 1000), self._prober, write_id=self.write_id()
         )
+        writer.replay_batch = replay_batch(spark, spec)
         if spec.consumer_lag:
             self._heads = writer.heads = HeadSampler(writer.admin_client())
         if self._prober is not None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 
+from core.faults import fault_point
 from jobs.loadgen import jvm
 from jobs.loadgen.plan import (
     Bounds,
@@ -234,6 +235,7 @@ class ProduceBatchWriter:
         finished = _now_us()
         self._state = after_batch(state, rows, batch_id, self.bounds.paced)
         jvm.write_state(spark, directory, batch_id, self._state.to_json())
+        fault_point("loadgen.state_saved")
         self.totals.add(rows)
         since = self._last_line_us or min(
             (r["first_send_us"] for r in rows if r["records"]), default=now

@@ -362,17 +362,20 @@ def test_the_job_refuses_an_unreachable_point_at_start(
     assert expected in err
 
 
-# The JobType whose runs execute the code under each folder: the truth each point's
-# `job_types` is checked against, through the files the point is placed in.
+# The JobType whose runs execute the code under each folder (or in each file, where a folder
+# holds two JobTypes' code): the truth each point's `job_types` is checked against, through
+# the files the point is placed in.
 RUN_BY = {
     "jobs/audit/": AUDIT,
     "jobs/replication/": REPLICATION,
     "jobs/availability/": "JOB_TYPE_KAFKA_AVAILABILITY",
     "jobs/dispatch/": DISPATCH,
+    "jobs/loadgen/generator.py": "JOB_TYPE_LOAD_GEN_PRODUCE",
     "jvm/src/main/java/dev/uatu/audit/": AUDIT,
     "jvm/src/main/java/dev/uatu/fold/": AUDIT,
     "jvm/src/main/java/dev/uatu/replication/": REPLICATION,
     "jvm/src/main/java/dev/uatu/dispatch/": DISPATCH,
+    "jvm/src/main/java/dev/uatu/loadgen/ProduceTask.java": "JOB_TYPE_LOAD_GEN_PRODUCE",
     "controlplane/": CONTROL_PLANE,
 }
 NOT_SCANNED = {"tests", "var", "build", "node_modules", "target"}  # and hidden folders

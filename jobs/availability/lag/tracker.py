@@ -205,6 +205,29 @@ class LagTracker:
         window.verdict = window.result = None
         return commit
 
+    def held(self, group: str, tp: TopicPartition, offset: int, commit_ms: int) -> Stored | None:
+        """This commit as the group's window has it, when the window has seen it: the stored
+        commit itself, or, for one older than the newest stored (gone from the window, or
+        replaced by a commit within `min_distance_ms`), the commit with an unknown lag. None
+        for a commit the window has not seen: newer than its newest, or as new with another
+        offset. A replayed micro-batch asks before it records: what its first attempt stored
+        is in the windows again (the job replays the table on start), and recording it again
+        would store it twice (or, older than the newest, put its offset at the newest's
+        time). A group's commits to a partition come in time order (its coordinator stamps
+        them), so one of the replayed batch older than the newest stored was stored."""
+        state = self._groups.get(group)
+        window = state.windows.get(tp) if state is not None else None
+        if window is None:
+            return None
+        commits = window.commits
+        newest_ms = commits[-1][1]
+        if commit_ms > newest_ms:
+            return None
+        for stored in commits:
+            if stored[0] == offset and stored[1] == commit_ms:
+                return stored
+        return (offset, commit_ms, None) if commit_ms < newest_ms else None
+
     def forget(self, group: str, topic: str, partition: int) -> None:
         """The group's offset was deleted (a tombstone in `__consumer_offsets`)."""
         state = self._groups.get(group)

@@ -575,3 +575,50 @@ def test_the_micro_batch_path_writes_what_a_fresh_evaluation_gives() -> None:
             "c1", at, expected, time_lags
         )
     assert 50 < evaluations < 400
+
+
+def test_a_replayed_batch_records_no_commit_its_windows_hold() -> None:
+    """A batch run again after a failure reads the same commits. If its first attempt stored
+    them, the start replayed them into the windows from the table (`load_windows`: the newest
+    of each partition, no tombstones); if not, the windows lack them. Either way, recorded
+    with `replayed=True`, the windows end as an uninterrupted run leaves them: no commit twice
+    (a 3-commit window once counted 4, tests/jobs/availability/test_availability_faults.py),
+    none lost, the tombstone applied."""
+    from jobs.availability.job import record_commits
+    from jobs.availability.lag.head_sampler import HeadHistory
+
+    settings = LagSettings(intervals=4)
+    history = HeadHistory()
+    history.add(0, {("t", 0): 20, ("t", 1): 20})
+    first = [OffsetCommit("g", "t", 0, o, 1000 * o) for o in (1, 2, 3)]
+    first.append(OffsetCommit("g", "t", 1, 5, 1500))
+    # More commits of t[0] than its window keeps, and t[1] deleted, then committed again.
+    replayed = [OffsetCommit("g", "t", 0, o, 1000 * o) for o in range(4, 10)]
+    replayed[2:2] = [OffsetDeleted("g", "t", 1), OffsetCommit("g", "t", 1, 2, 5500)]
+
+    def tracker_of(rows: list[dict]) -> LagTracker:
+        """A starting job's tracker: the newest stored commits of each partition replayed."""
+        tracker = LagTracker(settings)
+        tracker.refresh_heads(history.latest())
+        newest: dict[tuple, list[dict]] = {}
+        for r in sorted(rows, key=lambda r: r["commit_time"]):
+            newest.setdefault((r["group"], r["topic"], r["partition"]), []).append(r)
+        kept = [r for rs in newest.values() for r in rs[-settings.intervals :]]
+        for r in sorted(kept, key=lambda r: r["commit_time"]):
+            at_ms = round(r["commit_time"].timestamp() * 1000)
+            tracker.record(r["group"], r["topic"], r["partition"], r["offset"], at_ms, r["lag"])
+        return tracker
+
+    uninterrupted = tracker_of([])
+    stored = record_commits(uninterrupted, history, first, "c1", 0)
+    rows = record_commits(uninterrupted, history, replayed, "c1", 0)
+    for table in (stored + rows, stored):  # the first attempt stored its commits, or not
+        tracker = tracker_of(table)
+        again = record_commits(tracker, history, replayed, "c1", 0, replayed=True)
+        assert tracker.evaluate(10_000) == uninterrupted.evaluate(10_000)
+        if table == stored:  # the rows to append (stored already: the append is skipped)
+            assert again == rows
+    # Recorded as a new batch, the same commits would be stored twice.
+    tracker = tracker_of(stored + rows)
+    record_commits(tracker, history, replayed, "c1", 0)
+    assert tracker.evaluate(10_000) != uninterrupted.evaluate(10_000)

@@ -1,5 +1,6 @@
 package dev.uatu.loadgen;
 
+import dev.uatu.faults.FaultPoints;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
@@ -40,6 +41,8 @@ final class ProduceTask implements FlatMapFunction<Iterator<TaskPlan>, Row> {
       Runner runner = Runners.runnerFor(config, plan);
       runner.requestCut(plan.batchId, plan.windowMicros);
       List<Row> cut = runner.awaitCut(plan.batchId, plan.windowMicros / 1000 + config.ackTimeoutMs);
+      // Every record of the cut is acknowledged; the driver has not saved the batch's state.
+      FaultPoints.hit("loadgen.batch_acked");
       long records = cut.stream().mapToLong(r -> r.getLong(3)).sum();
       LOG.info(
           "{} batch {}: {} records in {} ms",
