@@ -119,3 +119,12 @@ def test_artifact_names_and_pruning():
     ]
     shipped = ["jackson-core-2.21.2.jar", "spark-core_2.13-4.2.0.jar"]
     assert jars_to_remove(candidates, shipped) == ["jackson-core-2.13.5.jar"]
+
+
+def test_the_suites_longest_first_list_names_files_that_exist():
+    """A renamed test file would silently lose its place at the front of the schedule."""
+    from core.paths import ROOT
+    from tests.conftest import LONGEST_FIRST
+
+    assert [p for p in LONGEST_FIRST if not (ROOT / p).is_file()] == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
