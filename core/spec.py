@@ -33,6 +33,21 @@ from core.jobgroup import job_options, require_cluster
 from core.storage import checkpoint_location, table_location
 
 SOURCE = "kafka_consumer_task_group"
+# The fields `source_spec` reads: every reading job type's READS (jobs/registry.py) names them
+# through these, so a field `source_spec` starts to read is read by all of them at once.
+SOURCE_READS = frozenset(
+    f"{SOURCE}.{name}"
+    for name in (
+        "cluster",
+        "topic",
+        "consumer_group",
+        "auto_offset_reset_policy",
+        "isolation_level",
+    )
+)
+BOUNDED_READS = frozenset(
+    f"{SOURCE}.{name}" for name in ("start_timestamp", "end_timestamp", "partition_offset_ranges")
+)
 _RANGES = f"{SOURCE}.partition_offset_ranges.partition_offset_range"
 _OUTPUT = "extension.output"
 _CHECKPOINT_FIELD = "checkpoint_path"

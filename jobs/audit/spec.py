@@ -30,6 +30,7 @@ from core.config import Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import MAX_AUDIT_CONFIGS, JobGroup, check_topic, job_options, require_cluster
 from core.spec import (
+    SOURCE_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -42,11 +43,7 @@ TABLES = ("audit_counts",)  # jobs/audit/tables.py declares their schemas
 # The JobGroup fields a counting audit reads (core.jobgroup.refuse_unread refuses the rest).
 READS = frozenset(
     {
-        "kafka_consumer_task_group.cluster",
-        "kafka_consumer_task_group.topic",
-        "kafka_consumer_task_group.consumer_group",
-        "kafka_consumer_task_group.auto_offset_reset_policy",
-        "kafka_consumer_task_group.isolation_level",
+        *SOURCE_READS,
         "kafka_consumer_task_group.audit_metadata.audit_configs.audit_type",
         "kafka_consumer_task_group.audit_metadata.audit_configs.audit_interval_in_seconds",
         "audit_task_group",

@@ -57,6 +57,8 @@ from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import JobGroup, check_flow_control, check_topic, job_options, require_cluster
 from core.spec import (
+    BOUNDED_READS,
+    SOURCE_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -70,14 +72,8 @@ TABLES = ("dispatch_stats",)  # jobs/dispatch/tables.py declares its schema
 # The JobGroup fields the dispatcher reads (core.jobgroup.refuse_unread refuses the rest).
 READS = frozenset(
     {
-        "kafka_consumer_task_group.cluster",
-        "kafka_consumer_task_group.topic",
-        "kafka_consumer_task_group.consumer_group",
-        "kafka_consumer_task_group.auto_offset_reset_policy",
-        "kafka_consumer_task_group.isolation_level",
-        "kafka_consumer_task_group.start_timestamp",
-        "kafka_consumer_task_group.end_timestamp",
-        "kafka_consumer_task_group.partition_offset_ranges",
+        *SOURCE_READS,
+        *BOUNDED_READS,
         "kafka_consumer_task_group.processing_delay_ms",
         "rpc_dispatcher_task_group.uri",
         "rpc_dispatcher_task_group.procedure",

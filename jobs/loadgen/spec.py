@@ -53,6 +53,7 @@ from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
 from core.spec import (
+    SOURCE_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -97,11 +98,7 @@ PRODUCE_READS = frozenset(
 )
 CONSUME_READS = frozenset(
     {
-        "kafka_consumer_task_group.cluster",
-        "kafka_consumer_task_group.topic",
-        "kafka_consumer_task_group.consumer_group",
-        "kafka_consumer_task_group.auto_offset_reset_policy",
-        "kafka_consumer_task_group.isolation_level",
+        *SOURCE_READS,
         "flow_control.messages_per_sec",
         "extension.loadgen.stats_window_seconds",
     }

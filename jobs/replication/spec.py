@@ -43,6 +43,8 @@ from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
 from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
 from core.spec import (
+    BOUNDED_READS,
+    SOURCE_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -55,14 +57,8 @@ TABLES = ("replication_stats", "replication_audit")  # jobs/replication/tables.p
 # The JobGroup fields a replication reads (core.jobgroup.refuse_unread refuses the rest).
 READS = frozenset(
     {
-        "kafka_consumer_task_group.cluster",
-        "kafka_consumer_task_group.topic",
-        "kafka_consumer_task_group.consumer_group",
-        "kafka_consumer_task_group.auto_offset_reset_policy",
-        "kafka_consumer_task_group.isolation_level",
-        "kafka_consumer_task_group.start_timestamp",
-        "kafka_consumer_task_group.end_timestamp",
-        "kafka_consumer_task_group.partition_offset_ranges",
+        *SOURCE_READS,
+        *BOUNDED_READS,
         "kafka_dispatcher_task_group.cluster",
         "kafka_dispatcher_task_group.topic",
         "kafka_dispatcher_task_group.is_secure",
