@@ -1,7 +1,7 @@
 """Audit reports from a producing or consuming tier: tally per window, emit `uatu.v1.AuditReport`.
 
 Shared by the client wrappers (`clients/`), the KRP path of the availability job
-(`jobs/availability/probes/proxy_client.py`) and the tests; the Java interceptors
+(`jobs/availability/probes/krp.py`) and the tests; the Java interceptors
 (`jvm/src/main/java/dev/uatu/audit/report/`) write the same bytes.
 
 * `dedupe_key(key, value)` is Spark's `xxhash64(key, value)` (seed 42, a null column skipped),
