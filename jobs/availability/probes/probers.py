@@ -467,15 +467,19 @@ def build_prober(spec: AvailabilitySpec) -> Prober:
     with KRP reports when PROXY_PRODUCER probes have a krp_audit_topic (`krp.py`)."""
     instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     group_id = f"uatu-probe-{instance_id}"
-    cluster, topic = spec.cluster, spec.probe_topic
-    sender: Sender = NativeSender(cluster, topic, spec.probe.ack_sla_ms)
-    receiver: Receiver = NativeReceiver(cluster, topic, group_id)
+    cluster, topic, ack_sla_ms = spec.cluster, spec.probe_topic, spec.probe.ack_sla_ms
+    proxy = None
     if spec.probe_type in PROXY_TYPES:
         assert cluster.proxy_grpc_address is not None  # checked by availability_spec
         proxy = PixyClient(cluster.proxy_grpc_address, cluster.proxy_cluster)
-        if spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
-            krp = krp_reports(spec, instance_id)
-            sender = ProxySender(proxy, topic, spec.probe.ack_sla_ms, krp)
-        else:
-            receiver = ProxyReceiver(proxy, cluster, topic, group_id)
+    sender: Sender
+    receiver: Receiver
+    if proxy is not None and spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
+        sender = ProxySender(proxy, topic, ack_sla_ms, krp_reports(spec, instance_id))
+    else:
+        sender = NativeSender(cluster, topic, ack_sla_ms)
+    if proxy is not None and spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER":
+        receiver = ProxyReceiver(proxy, cluster, topic, group_id)
+    else:
+        receiver = NativeReceiver(cluster, topic, group_id)
     return Prober(cluster, topic, spec.probe, instance_id, sender, receiver)
