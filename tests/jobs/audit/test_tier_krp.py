@@ -95,7 +95,7 @@ def test_proxy_probes_report_krp_and_the_tier_audit_finds_a_window_kafka_lost(
     probes_table = spec.output.table("availability_probes")
 
     def ledger_windows() -> dict[int, int] | None:
-        """Produced probes per window (the ledger's roll-up rows), once there are three."""
+        """Produced probes per window (the ledger's roll-up rows), once there are two."""
         if not DeltaTable.isDeltaTable(spark, probes_table):
             return None
         rows = (
@@ -103,10 +103,10 @@ def test_proxy_probes_report_krp_and_the_tier_audit_finds_a_window_kafka_lost(
             .select(F.unix_millis("window_start").alias("start"), "produced", "probes")
             .collect()
         )  # fmt: skip
-        return {r.start: r.produced for r in rows} if len(rows) >= 3 else None
+        return {r.start: r.produced for r in rows} if len(rows) >= 2 else None
 
     with running(spec, tmp_path / "stop"):
-        ledger = wait_for(ledger_windows, 90, "three final probe windows")
+        ledger = wait_for(ledger_windows, 90, "two final probe windows")
     # Stopped: the reporter sent its last reports after the last Produce call returned.
 
     # Truth from the topic: every probe, by the send time its value carries.
@@ -119,7 +119,7 @@ def test_proxy_probes_report_krp_and_the_tier_audit_finds_a_window_kafka_lost(
         sent[start] += 1
         keys[start].add(dedupe_key(r.key, r.value))
         sizes[start] += len(r.key or b"") + len(r.value or b"")
-    assert len(sent) >= 3 and all(len(keys[w]) == n for w, n in sent.items())
+    assert len(sent) >= 2 and all(len(keys[w]) == n for w, n in sent.items())
     # The ledger's windows agree with the topic (the windows still open at stop are not in it).
     assert {w: sent[w] for w in ledger} == ledger
 
@@ -175,4 +175,5 @@ def test_proxy_probes_report_krp_and_the_tier_audit_finds_a_window_kafka_lost(
         for w, r in got.items()
     }
     assert decided == expected
+    assert sum(v == "OK" for v, *_ in decided.values()) == len(sent) - 1 >= 1
     assert lost >= 1 and got[lossy]["left_label"] == f"KRP local/{topic}"
