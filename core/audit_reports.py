@@ -1,7 +1,7 @@
 """Audit reports from a producing or consuming tier: tally per window, emit `uatu.v1.AuditReport`.
 
 Shared by the client wrappers (`clients/`), the KRP path of the availability job
-(`jobs/availability/probes/proxy_client.py`) and the tests; the Java interceptors
+(`jobs/availability/probes/krp.py`) and the tests; the Java interceptors
 (`jvm/src/main/java/dev/uatu/audit/report/`) write the same bytes.
 
 * `dedupe_key(key, value)` is Spark's `xxhash64(key, value)` (seed 42, a null column skipped),
@@ -326,10 +326,15 @@ class AuditReporter:
             return len(self._unsent)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop the timer, send the last reports and wait for them."""
+        """Stop the timer, send the last reports, wait for them and close the producer (whose
+        threads would otherwise keep reconnecting to the cluster). Once only: later calls do
+        nothing."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
         left = self.flush(timeout_s)
         if left:
             log.error("%d audit report(s) of %s could not be delivered", left, self.identity)
+        self._producer.close()

@@ -4,6 +4,8 @@
 
 The probes (`probers`) run on the driver in two threads from start to stop: one probe per
 probe partition every probe interval, read back by a consumer, booked in a `ProbeLedger`.
+PROXY_PRODUCER probes with a `krp_audit_topic` also send KRP-tier AuditReports of what
+kafka-pixy acknowledged to that topic (`probes/krp.py`), every trigger interval and at stop.
 
 Source: the cluster's `__consumer_offsets` topic (every offset commit of every group, as
 Burrow reads it), read by Spark's Kafka source from the earliest retained record, united with
@@ -35,10 +37,7 @@ to the next batch (`stored_commits`). Probes still open when the job stops are n
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -63,18 +62,9 @@ from jobs.availability.lag.offsets_topic import (
 )
 from jobs.availability.lag.rules import GroupResult, Status
 from jobs.availability.lag.tracker import GroupPartition, LagTracker, status_due
-from jobs.availability.probes.probers import (
-    NativeReceiver,
-    NativeSender,
-    Prober,
-    ProxyReceiver,
-    ProxySender,
-    Receiver,
-    Sender,
-)
-from jobs.availability.probes.proxy_client import PixyClient
+from jobs.availability.probes.probers import Prober, build_prober
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
-from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec
+from jobs.availability.spec import AvailabilitySpec
 from jobs.availability.stored_commits import load_windows, replay_batch
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from jobs.runtime.delta import append_once, ensure_tables
@@ -576,23 +566,6 @@ class AvailabilityBatchWriter:
         self._admin = None
         self.prober = None
         self.heads = None
-
-
-def build_prober(spec: AvailabilitySpec) -> Prober:
-    """The prober for the job's availability_job_type (see `probers` for who sends and reads)."""
-    instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    group_id = f"uatu-probe-{instance_id}"
-    cluster, topic = spec.cluster, spec.probe_topic
-    sender: Sender = NativeSender(cluster, topic, spec.probe.ack_sla_ms)
-    receiver: Receiver = NativeReceiver(cluster, topic, group_id)
-    if spec.probe_type in PROXY_TYPES:
-        assert cluster.proxy_grpc_address is not None  # checked by availability_spec
-        proxy = PixyClient(cluster.proxy_grpc_address, cluster.proxy_cluster)
-        if spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
-            sender = ProxySender(proxy, topic, spec.probe.ack_sla_ms)
-        else:
-            receiver = ProxyReceiver(proxy, cluster, topic, group_id)
-    return Prober(spec.cluster, spec.probe_topic, spec.probe, instance_id, sender, receiver)
 
 
 class AvailabilityJob(StreamingJob[AvailabilitySpec]):

@@ -17,7 +17,10 @@ extension.availability                      skip_probes (false), probe_interval_
                                             (10), lag_min_distance_seconds (0),
                                             lag_allowed_messages (0),
                                             lag_expire_group_seconds (604800),
-                                            lag_burrow_strict (false)
+                                            lag_burrow_strict (false),
+                                            krp_audit_topic ("": none; PROXY_PRODUCER
+                                            only, `probes/krp.py`),
+                                            krp_audit_window_seconds (60)
 extension.trigger.interval_seconds          5: metadata, head offsets and every group's
                                             status are sampled, and final probe windows
                                             written, this often (the statuses at most once
@@ -38,7 +41,7 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import JobGroup, job_options, require_cluster
+from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
 from core.spec import OutputSpec, SourceTopic, output_spec, trigger_seconds
 from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC
 from jobs.availability.lag.rules import DEFAULT_INTERVALS, EXPIRE_GROUP_MS
@@ -76,6 +79,15 @@ class ProbeSettings:
 
 
 MAX_WINDOW_COMMITS = 1000
+DEFAULT_KRP_WINDOW_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class KrpSettings:
+    """Where PROXY_PRODUCER probes report what kafka-pixy acknowledged (`probes/krp.py`)."""
+
+    audit_topic: str
+    window_seconds: int = DEFAULT_KRP_WINDOW_SECONDS
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class AvailabilitySpec:
     lag: LagSettings
     trigger_interval_seconds: int
     output: OutputSpec
+    krp: KrpSettings | None = None  # None: no KRP-tier audit reports
 
     @property
     def query_name(self) -> str:
@@ -180,7 +193,37 @@ def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:
         ),
         trigger_interval_seconds=trigger,
         output=output_spec(group, settings, TABLES),
+        krp=_krp_settings(available, probe_type, source.topic),
     )
+
+
+def _krp_settings(
+    available: job_options_pb2.AvailabilityOptions, probe_type: str, probe_topic: str
+) -> KrpSettings | None:
+    """krp_audit_topic and its window, refused where no KRP report would be sent."""
+    topic, window = available.krp_audit_topic, available.krp_audit_window_seconds
+    field = "extension.availability.krp_audit_topic"
+    if not topic:
+        if window:
+            raise InvalidJobGroup(
+                "extension.availability.krp_audit_window_seconds",
+                window,
+                "only with extension.availability.krp_audit_topic",
+            )
+        return None
+    check_topic(field, topic)
+    if available.skip_probes or probe_type != "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
+        raise InvalidJobGroup(
+            field,
+            topic,
+            "KRP reports are sent by PROXY_PRODUCER probes only (availability_job_type is "
+            f"{probe_type}{', skip_probes set' if available.skip_probes else ''})",
+        )
+    if topic == probe_topic:
+        raise InvalidJobGroup(field, topic, "is the probe topic: give the reports their own")
+    window = window or DEFAULT_KRP_WINDOW_SECONDS
+    _at_least("extension.availability.krp_audit_window_seconds", window, 1)
+    return KrpSettings(topic, window)
 
 
 def _probe_settings(available: job_options_pb2.AvailabilityOptions) -> ProbeSettings:

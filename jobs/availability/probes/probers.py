@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ from confluent_kafka.admin import AdminClient
 
 from core.config import ClusterConfig
 from core.faults import FaultInjected, fault_point
+from jobs.availability.probes.krp import KrpReports, krp_reports
 from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
 from jobs.availability.probes.proxy_client import (
     PixyClient,
@@ -51,7 +55,7 @@ from jobs.availability.probes.proxy_client import (
     key_for_partition,
 )
 from jobs.availability.probes.topic import broker_zones, ensure_probe_topic, probe_targets
-from jobs.availability.spec import ProbeSettings
+from jobs.availability.spec import PROXY_TYPES, AvailabilitySpec, ProbeSettings
 
 log = logging.getLogger("uatu.availability")
 
@@ -88,8 +92,11 @@ def sendable_targets(
 
 
 class Sender(Protocol):
-    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
-        """Send one probe; call `done(None)` on acknowledgement, `done(error)` on failure."""
+    def send(
+        self, target: ProbeTarget, value: bytes, sent_ms: int, done: Callable[[str | None], None]
+    ) -> None:
+        """Send one probe (sent at `sent_ms`, as its value says); call `done(None)` on
+        acknowledgement, `done(error)` on failure."""
 
     def serve(self, timeout_s: float) -> None:
         """Wait up to `timeout_s`, delivering outcomes meanwhile."""
@@ -132,7 +139,9 @@ class NativeSender:
         )
         self.known_partitions: set[int] = set()
 
-    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
+    def send(
+        self, target: ProbeTarget, value: bytes, sent_ms: int, done: Callable[[str | None], None]
+    ) -> None:
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             done(None if err is None else err.str())
 
@@ -161,24 +170,35 @@ class NativeSender:
 class ProxySender:
     """kafka-pixy's Produce in synchronous mode, from a thread pool so that a broker that
     hangs holds up its own probes only. kafka-pixy cannot be told a partition: the key is
-    chosen so that its hash partitioner picks the target's (`key_for_partition`)."""
+    chosen so that its hash partitioner picks the target's (`key_for_partition`). With `krp`,
+    every call's outcome is counted for the KRP-tier audit reports (`krp.py`)."""
 
-    def __init__(self, client: PixyClient, topic: str, ack_sla_ms: int) -> None:
+    def __init__(
+        self, client: PixyClient, topic: str, ack_sla_ms: int, krp: KrpReports | None = None
+    ) -> None:
         self.client = client
         self.topic = topic
         self.timeout_s = ack_sla_ms / 1000
+        self.krp = krp
         self.partition_count = 0
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="probe-proxy")
 
-    def send(self, target: ProbeTarget, value: bytes, done: Callable[[str | None], None]) -> None:
+    def send(
+        self, target: ProbeTarget, value: bytes, sent_ms: int, done: Callable[[str | None], None]
+    ) -> None:
         key = key_for_partition(target.partition, self.partition_count)
+        krp = self.krp
 
         def produce() -> None:
             try:
                 partition, _ = self.client.produce(self.topic, key, value, self.timeout_s)
             except ProxyError as e:
+                if krp is not None:
+                    krp.failed(sent_ms)
                 done(str(e))
                 return
+            if krp is not None:
+                krp.acknowledged(key, value, sent_ms, now_ms())
             wrong = partition != target.partition
             done(f"kafka-pixy wrote to partition {partition}" if wrong else None)
 
@@ -192,6 +212,8 @@ class ProxySender:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.krp is not None:  # after the last Produce call returned: its outcome counts
+            self.krp.close()
 
 
 class NativeReceiver:
@@ -335,7 +357,7 @@ class ProbeLoop:
                 sent = now_ms()
                 seq = self.ledger.send(target, sent)
                 value = probe_value(self.ledger.instance_id, seq, sent)
-                self.sender.send(target, value, self._done(seq))
+                self.sender.send(target, value, sent, self._done(seq))
             next_round += self.interval_ms / 1000
             # Outcomes are delivered while waiting for the next round.
             while (left := next_round - time.monotonic()) > 0 and not self._stopping.is_set():
@@ -438,3 +460,26 @@ class Prober:
 
     def stop(self) -> None:
         self.loop.stop()
+
+
+def build_prober(spec: AvailabilitySpec) -> Prober:
+    """The prober for the job's availability_job_type (the table of the module docstring),
+    with KRP reports when PROXY_PRODUCER probes have a krp_audit_topic (`krp.py`)."""
+    instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    group_id = f"uatu-probe-{instance_id}"
+    cluster, topic, ack_sla_ms = spec.cluster, spec.probe_topic, spec.probe.ack_sla_ms
+    proxy = None
+    if spec.probe_type in PROXY_TYPES:
+        assert cluster.proxy_grpc_address is not None  # checked by availability_spec
+        proxy = PixyClient(cluster.proxy_grpc_address, cluster.proxy_cluster)
+    sender: Sender
+    receiver: Receiver
+    if proxy is not None and spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_PRODUCER":
+        sender = ProxySender(proxy, topic, ack_sla_ms, krp_reports(spec, instance_id))
+    else:
+        sender = NativeSender(cluster, topic, ack_sla_ms)
+    if proxy is not None and spec.probe_type == "AVAILABILITY_JOB_TYPE_PROXY_CONSUMER":
+        receiver = ProxyReceiver(proxy, cluster, topic, group_id)
+    else:
+        receiver = NativeReceiver(cluster, topic, group_id)
+    return Prober(cluster, topic, spec.probe, instance_id, sender, receiver)

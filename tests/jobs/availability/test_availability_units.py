@@ -30,7 +30,7 @@ from jobs.availability.lag.rules import (
     window_rule,
 )
 from jobs.availability.lag.tracker import LagSettings, LagTracker, status_due, window_verdict
-from jobs.availability.spec import ProbeSettings, availability_spec
+from jobs.availability.spec import KrpSettings, ProbeSettings, availability_spec
 from jobs.availability.tables import CONSUMER_GROUP_STATUS, TOPIC_AVAILABILITY
 from jobs.availability.topic_health import NO_LEADER, PartitionState, partition_availability
 from testing.conf import write_conf_dir
@@ -407,6 +407,42 @@ def test_probes_need_a_topic_and_proxy_probes_a_proxy(settings, tmp_path) -> Non
     conf = write_conf_dir(tmp_path / "p", "x", tmp_path, tmp_path, more_clusters=proxied)
     spec = availability_spec(g, load_settings(conf))
     assert spec.cluster.proxy_grpc_address == "h:1" and spec.cluster.proxy_cluster == "default"
+
+
+def test_krp_reports_are_sent_by_proxy_producer_probes_only(tmp_path) -> None:
+    """krp_audit_topic with its window (default 60 s) on PROXY_PRODUCER; refused, naming the
+    field, wherever no KRP report would be sent, and on the probe topic itself."""
+    proxied = {"local": {"bootstrap_servers": "127.0.0.1:9", "proxy": {"grpc_address": "h:1"}}}
+    conf = write_conf_dir(tmp_path / "p", "x", tmp_path, tmp_path, more_clusters=proxied)
+    settings = load_settings(conf)
+    proxy_producer = job_pb2.AVAILABILITY_JOB_TYPE_PROXY_PRODUCER
+
+    def spec_of(probe_type: int = proxy_producer, **options):
+        g = group(**options)
+        g.availability_task_group.availability_job_type = probe_type
+        return availability_spec(g, settings)
+
+    assert spec_of().krp is None
+    assert spec_of(krpAuditTopic="krp").krp == KrpSettings("krp", 60)
+    assert spec_of(krpAuditTopic="krp", krpAuditWindowSeconds=5).krp == KrpSettings("krp", 5)
+    refused = [
+        ({"krpAuditWindowSeconds": 5}, proxy_producer, "window_seconds", "only with"),
+        ({"krpAuditTopic": "krp"}, job_pb2.AVAILABILITY_JOB_TYPE_NATIVE_PRODUCER, "topic", "only"),
+        ({"krpAuditTopic": "krp"}, job_pb2.AVAILABILITY_JOB_TYPE_PROXY_CONSUMER, "topic", "only"),
+        ({"krpAuditTopic": "krp", "skipProbes": True}, proxy_producer, "topic", "skip_probes"),
+        ({"krpAuditTopic": "probe"}, proxy_producer, "topic", "is the probe topic"),
+        ({"krpAuditTopic": "a b"}, proxy_producer, "topic", "not a Kafka topic name"),
+        (
+            {"krpAuditTopic": "krp", "krpAuditWindowSeconds": -1},
+            proxy_producer,
+            "window_seconds",
+            "must be >= 1",
+        ),
+    ]
+    for options, probe_type, field, why in refused:
+        with pytest.raises(InvalidJobGroup, match=why) as e:
+            spec_of(probe_type, **options)
+        assert e.value.field == f"extension.availability.krp_audit_{field}", options
 
 
 def test_probe_type_and_cluster_are_required(settings) -> None:
