@@ -25,6 +25,7 @@ against Kafka's own consumer (docs/benchmarks.md, audit job).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps
+
+log = logging.getLogger("uatu.audit")
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
@@ -111,8 +115,9 @@ class FoldedBatch:
 class AuditFolder:
     """Folds the micro-batches of one audit job (built once per run, on the driver)."""
 
-    def __init__(self, spark: SparkSession, spec: AuditSpec) -> None:
+    def __init__(self, spark: SparkSession, spec: AuditSpec, gaps: SourceGaps = NO_GAPS) -> None:
         self.spec = spec
+        self.gaps = gaps  # lost ranges to read past (--skip-lost-records)
         self._batch = _jvm(spark).AuditBatch
         direct = uses_kafka_timestamp_defaults(spec)
         self._settings = self._batch.settings(
@@ -138,6 +143,8 @@ class AuditFolder:
         """Read and fold the batch's planned offset ranges now; None when it has none."""
         spark = batch.sparkSession
         ranges = self._batch.planned(batch._jdf, self.spec.source.topic)
+        if self.gaps:
+            ranges = past_gaps(spark, ranges, self.gaps, batch_id)
         if ranges.isEmpty():
             return None
         audit_ms = self._batch.batchTimestampMs(
@@ -189,6 +196,27 @@ class AuditFolder:
     def close(self) -> None:
         """Let go of the exact keys this JVM holds for the job."""
         self._batch.release(keys_dir(self.spec))
+
+
+def past_gaps(spark: SparkSession, ranges: Any, gaps: SourceGaps, batch_id: int) -> Any:
+    """The planned `ranges` (java FoldRanges) read from past the lost ranges they start in
+    (`SourceGaps.skip`); ranges left empty are dropped."""
+    fold_range = jvm_package(spark, "dev.uatu.fold", "the audit fold").FoldRange
+    kept = []
+    for r in ranges:
+        start = gaps.skip(r.partition(), r.fromOffset(), r.untilOffset())
+        if start != r.fromOffset():
+            log.warning(
+                "batch %d: partition %d reads from %d, past the lost offsets [%d, %d)",
+                batch_id,
+                r.partition(),
+                start,
+                r.fromOffset(),
+                start,
+            )
+        if start < r.untilOffset():
+            kept.append(fold_range(r.topic(), r.partition(), start, r.untilOffset()))
+    return java_list(spark, kept)
 
 
 def _jvm(spark: SparkSession):  # a py4j package view
