@@ -25,7 +25,6 @@ against Kafka's own consumer (docs/benchmarks.md, audit job).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +37,7 @@ from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
-from jobs.runtime.source_failure import NO_GAPS, SourceGaps
-
-log = logging.getLogger("uatu.audit")
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
@@ -199,24 +196,15 @@ class AuditFolder:
 
 
 def past_gaps(spark: SparkSession, ranges: Any, gaps: SourceGaps, batch_id: int) -> Any:
-    """The planned `ranges` (java FoldRanges) read from past the lost ranges they start in
-    (`SourceGaps.skip`); ranges left empty are dropped."""
+    """The planned `ranges` (java FoldRanges of one topic) read from past the lost ranges they
+    start in (`source_failure.read_past`)."""
+    planned = [(r.partition(), r.fromOffset(), r.untilOffset()) for r in ranges]
+    if not planned:
+        return ranges
+    topic = ranges[0].topic()
     fold_range = jvm_package(spark, "dev.uatu.fold", "the audit fold").FoldRange
-    kept = []
-    for r in ranges:
-        start = gaps.skip(r.partition(), r.fromOffset(), r.untilOffset())
-        if start != r.fromOffset():
-            log.warning(
-                "batch %d: partition %d reads from %d, past the lost offsets [%d, %d)",
-                batch_id,
-                r.partition(),
-                start,
-                r.fromOffset(),
-                start,
-            )
-        if start < r.untilOffset():
-            kept.append(fold_range(r.topic(), r.partition(), start, r.untilOffset()))
-    return java_list(spark, kept)
+    kept = read_past(gaps, planned, f"batch {batch_id}")
+    return java_list(spark, [fold_range(topic, *r) for r in kept])
 
 
 def _jvm(spark: SparkSession):  # a py4j package view

@@ -68,7 +68,7 @@ from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QueryPlan, run_queries
-from jobs.runtime.source_failure import NO_GAPS, SourceGaps
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob, WriteId
 
@@ -103,7 +103,9 @@ class DispatchBatchWriter:
             for r in batch.collect()
         ]
         if self.gaps:
-            ranges = self._past_gaps(ranges, batch_id)
+            label = f"{self.query.topic} batch {batch_id}"
+            kept = read_past(self.gaps, [r[1:] for r in ranges], label)
+            ranges = [(self.query.topic, *r) for r in kept]
         if not ranges:
             return
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
@@ -139,27 +141,6 @@ class DispatchBatchWriter:
         if runtime_metrics.serving():  # the rows are few; only collected for a scrape endpoint
             metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
         fault_point("dispatch.before_checkpoint", self.query.topic)  # core/faults.py: tests only
-
-    def _past_gaps(
-        self, ranges: list[tuple[str, int, int, int]], batch_id: int
-    ) -> list[tuple[str, int, int, int]]:
-        """The ranges read from past the lost ranges they start in; empty ones dropped."""
-        kept = []
-        for topic, partition, from_offset, until_offset in ranges:
-            start = self.gaps.skip(partition, from_offset, until_offset)
-            if start != from_offset:
-                log.warning(
-                    "%s batch %d: partition %d reads from %d, past the lost offsets [%d, %d)",
-                    topic,
-                    batch_id,
-                    partition,
-                    start,
-                    from_offset,
-                    start,
-                )
-            if start < until_offset:
-                kept.append((topic, partition, start, until_offset))
-        return kept
 
     def _labels(self) -> Mapping[str, str]:
         return {

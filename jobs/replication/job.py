@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -61,7 +61,7 @@ from jobs.runtime.kafka_source import range_consumer_config, source_read_options
 from jobs.runtime.progress import end_offsets
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
-from jobs.runtime.source_failure import NO_GAPS, SourceGaps
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob, WriteId
 
@@ -140,7 +140,8 @@ class ReplicationBatchWriter:
         planned = planned_ranges(batch, spec.source.topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
         if self.gaps:
-            ranges = self._past_gaps(ranges, batch_id)
+            kept = read_past(self.gaps, [astuple(r) for r in ranges], f"batch {batch_id}")
+            ranges = [SourceRange(*r) for r in kept]
         self._cover_new_partitions(ranges)
         if not ranges:  # an idle topic, or a bounded copy past its ends
             log.info("batch %d: no records", batch_id)
@@ -166,24 +167,6 @@ class ReplicationBatchWriter:
             copied - started,
             time.time() - copied,
         )
-
-    def _past_gaps(self, ranges: Sequence[SourceRange], batch_id: int) -> list[SourceRange]:
-        """The ranges copied from past the lost ranges they start in; empty ones dropped."""
-        kept = []
-        for r in ranges:
-            start = self.gaps.skip(r.partition, r.from_offset, r.until_offset)
-            if start != r.from_offset:
-                log.warning(
-                    "batch %d: partition %d copies from %d, past the lost offsets [%d, %d)",
-                    batch_id,
-                    r.partition,
-                    start,
-                    r.from_offset,
-                    start,
-                )
-            if start < r.until_offset:
-                kept.append(SourceRange(r.partition, start, r.until_offset))
-        return kept
 
     def _cover_new_partitions(self, ranges: Sequence[SourceRange]) -> None:
         """Partitions added to the source while the job runs (Spark's source reads them from

@@ -124,6 +124,29 @@ class SourceGaps:
 NO_GAPS = SourceGaps()
 
 
+def read_past(
+    gaps: SourceGaps, ranges: Sequence[tuple[int, int, int]], label: str
+) -> list[tuple[int, int, int]]:
+    """The planned (partition, from, until) `ranges` read from past the gaps they start in
+    (`SourceGaps.skip`), empty ones dropped; each range moved is logged with `label` (the
+    query and batch)."""
+    kept = []
+    for partition, from_offset, until_offset in ranges:
+        start = gaps.skip(partition, from_offset, until_offset)
+        if start != from_offset:
+            log.warning(
+                "%s: partition %d reads from %d, past the lost offsets [%d, %d)",
+                label,
+                partition,
+                start,
+                from_offset,
+                start,
+            )
+        if start < until_offset:
+            kept.append((partition, start, until_offset))
+    return kept
+
+
 @dataclass(frozen=True)
 class Source:
     """A topic one of a job's queries reads, that query's checkpoint, and where it resumes

@@ -14,7 +14,14 @@ import pytest
 from core.errors import EXIT_BAD_INPUT
 from jobs import main as job_main
 from jobs.replication.preflight import ReplicationPlan, with_partitions
-from jobs.runtime.source_failure import NO_GAPS, LostRange, SourceGaps, lost_ranges, unrecorded
+from jobs.runtime.source_failure import (
+    NO_GAPS,
+    LostRange,
+    SourceGaps,
+    lost_ranges,
+    read_past,
+    unrecorded,
+)
 from jobs.runtime.tables import data_loss_path
 from testing.conf import write_conf_dir
 from testing.jobgroups import minimal_group
@@ -58,6 +65,13 @@ def test_a_range_starting_in_a_gap_is_read_from_its_end_and_no_other_is_moved() 
     assert gaps.skip(1, 10, 50) == 10  # another partition
     assert NO_GAPS.skip(0, 10, 50) == 10
     assert not NO_GAPS and gaps
+
+
+def test_read_past_moves_only_ranges_starting_in_a_gap_and_drops_emptied_ones() -> None:
+    gaps = SourceGaps({0: LostRange(0, 10, 20), 1: LostRange(1, 0, 5)})
+    planned = [(0, 10, 30), (1, 0, 3), (2, 0, 9)]
+    assert read_past(gaps, planned, "batch 3") == [(0, 20, 30), (2, 0, 9)]
+    assert read_past(NO_GAPS, planned, "batch 3") == planned
 
 
 def test_the_loss_table_sits_beside_the_jobs_first_table() -> None:
