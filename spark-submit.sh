@@ -2,7 +2,10 @@
 # Run one JobGroup as a Spark application. This is the interface schedulers, Airflow and the
 # control plane call.
 #
-#   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--conf-dir DIR]
+#   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--skip-lost-records] [--conf-dir DIR]
+#
+# --skip-lost-records: go on past source records deleted before the job read them, on the same
+# checkpoint, for this run only (docs/operations.md, "Past a retention gap").
 #
 # Environment (docs/operations.md lists every variable a job reads):
 #   SPARK_MASTER             Spark master URL (default local[2])

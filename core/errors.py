@@ -111,5 +111,5 @@ class SourceDataLost(UatuError):
         super().__init__(
             f"records of {cluster}/{topic} were deleted before the job read them "
             f"(partition [from, until) offsets: {ranges}); recorded in {recorded_in}; the job "
-            "stops rather than count without them (a new checkpoint starts from what is left)"
+            "stops rather than go on without them (to go on past them: --skip-lost-records)"
         )

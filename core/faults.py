@@ -135,6 +135,13 @@ POINTS: Mapping[str, Point] = {
         "audit_verdicts and their replication gaps not yet in replication_gaps",
         AUDIT,
     ),
+    "source.lost_recorded": Point(
+        "jobs/audit/job.py, driver, a --skip-lost-records run: the source ranges lost before "
+        "its start are recorded in source_data_loss (jobs/runtime/source_failure.py) and the "
+        "query has not started; with pause=<ms>, records deleted meanwhile are a loss the run "
+        "did not know",
+        AUDIT,
+    ),
     "replication.record_acked": Point(
         "RangeCopier (JVM copy task): a record was acknowledged by the destination; @k = the "
         "k-th acknowledged record of the JVM, before the batch's stats are committed",

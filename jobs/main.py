@@ -1,4 +1,5 @@
-"""Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]`.
+"""Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]
+[--skip-lost-records]`.
 
 Loads the site configuration and the JobGroup, validates both (`registry.validate`), checks
 that the source topic exists, then runs the JobType's `StreamingJob` (`load_runtime()`).
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from core import faults, kafka_admin
 from core.config import default_conf_dir, load_settings
-from core.errors import UatuError
+from core.errors import ConfigError, UatuError
 from core.jobgroup import JobGroup, load_jobgroup
 from jobs import registry
 from jobs.runtime import metrics
@@ -43,6 +44,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="validate the JobGroup and the source topic, then exit without starting Spark",
     )
     parser.add_argument(
+        "--skip-lost-records",
+        action="store_true",
+        help="records of the source deleted before the job read them (the run failed on them, "
+        "exit 1): record them in source_data_loss and go on past them, on the same checkpoint, "
+        "for this run only; any other loss still fails it (docs/operations.md)",
+    )
+    parser.add_argument(
         "--conf-dir",
         type=Path,
         default=None,
@@ -67,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         reporter_config = ReporterConfig.from_env(os.environ)
         faults.for_job(os.environ, job_type.name)  # a bad or unreachable UATU_FAULT: exit 2
         job = job_type.load_runtime()(spec)
+        if args.skip_lost_records and not job.skips_lost_records:
+            raise ConfigError(
+                "--skip-lost-records",
+                f"{job_type.name} ({type(job).__name__}) does not skip lost source records; "
+                "the counting audit, the replication and the dispatcher do",
+            )
         source = spec.required_topic()
         job.ensure_source()
         partitions = kafka_admin.partition_count(
@@ -90,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             reporting = Reporting(reporter_config, identity)
             log.info("reporting to the control plane at %s", ",".join(reporter_config.addresses))
         stop_file = os.environ.get("UATU_STOP_FILE")
-        return job.run(once=args.once, stop_file=stop_file, reporting=reporting)
+        return job.run(
+            once=args.once,
+            stop_file=stop_file,
+            reporting=reporting,
+            skip_lost_records=args.skip_lost_records,
+        )
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -37,6 +37,7 @@ from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
@@ -111,8 +112,9 @@ class FoldedBatch:
 class AuditFolder:
     """Folds the micro-batches of one audit job (built once per run, on the driver)."""
 
-    def __init__(self, spark: SparkSession, spec: AuditSpec) -> None:
+    def __init__(self, spark: SparkSession, spec: AuditSpec, gaps: SourceGaps = NO_GAPS) -> None:
         self.spec = spec
+        self.gaps = gaps  # lost ranges to read past (--skip-lost-records)
         self._batch = _jvm(spark).AuditBatch
         direct = uses_kafka_timestamp_defaults(spec)
         self._settings = self._batch.settings(
@@ -138,6 +140,8 @@ class AuditFolder:
         """Read and fold the batch's planned offset ranges now; None when it has none."""
         spark = batch.sparkSession
         ranges = self._batch.planned(batch._jdf, self.spec.source.topic)
+        if self.gaps:
+            ranges = past_gaps(spark, ranges, self.gaps, batch_id)
         if ranges.isEmpty():
             return None
         audit_ms = self._batch.batchTimestampMs(
@@ -189,6 +193,18 @@ class AuditFolder:
     def close(self) -> None:
         """Let go of the exact keys this JVM holds for the job."""
         self._batch.release(keys_dir(self.spec))
+
+
+def past_gaps(spark: SparkSession, ranges: Any, gaps: SourceGaps, batch_id: int) -> Any:
+    """The planned `ranges` (java FoldRanges of one topic) read from past the lost ranges they
+    start in (`source_failure.read_past`)."""
+    planned = [(r.partition(), r.fromOffset(), r.untilOffset()) for r in ranges]
+    if not planned:
+        return ranges
+    topic = ranges[0].topic()
+    fold_range = jvm_package(spark, "dev.uatu.fold", "the audit fold").FoldRange
+    kept = read_past(gaps, planned, f"batch {batch_id}")
+    return java_list(spark, [fold_range(topic, *r) for r in kept])
 
 
 def _jvm(spark: SparkSession):  # a py4j package view

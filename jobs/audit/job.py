@@ -23,7 +23,9 @@ the partials are saved before Spark commits the batch, and MERGEd as an idempote
 transaction keyed by (query id, batch id). Killing the driver at any point and restarting on
 the same checkpoint yields the same counts as an uninterrupted run.
 Latency columns are the one exception by nature: they are measured against the wall clock of
-the batch that audited the record.
+the batch that audited the record. Records deleted before the job read them stop it (exit 1,
+the range in `source_data_loss`); a `--skip-lost-records` run reads past exactly that range
+on the same checkpoint, so no window is counted twice (`jobs/runtime/source_failure.py`).
 
 Trigger: AvailableNow with --once (process what is there, write, exit 0), else every
 trigger interval until stopped.
@@ -170,12 +172,14 @@ class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its table, its stream, its batch writer."""
 
     write_id_prefix = "uatu-audit"
+    skips_lost_records = True
 
     def __init__(self, spec: AuditSpec) -> None:
         super().__init__(spec)
         self._mean_record_bytes: float | None = None
         self._folder: AuditFolder | None = None
         self._writer: AuditBatchWriter | None = None
+        self._gaps = source_failure.NO_GAPS
         self._counts = CountsWriter(
             spec.output.table("audit_counts"), spec.output.checkpoint, self.write_id().of
         )
@@ -225,7 +229,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         return build_stream(spark, self.spec, self._mean_record_bytes)
 
     def batch_writer(self, spark: SparkSession) -> AuditBatchWriter:
-        self._folder = AuditFolder(spark, self.spec)
+        self._folder = AuditFolder(spark, self.spec, self._gaps)
         self._writer = AuditBatchWriter(self.spec, self._folder, self._counts)
         return self._writer
 
@@ -271,6 +275,17 @@ class AuditJob(StreamingJob[AuditSpec]):
         self._counts.close()
         if self._folder is not None:
             self._folder.close()
+
+    def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
+        spec = self.spec
+        self._gaps = source_failure.skip_lost(
+            spark,
+            job_group_id=spec.job_group_id,
+            cluster=spec.source.cluster,
+            source=source_failure.Source(spec.source.topic, spec.output.checkpoint),
+            loss_table=data_loss_path(spec.output.table("audit_counts")),
+        )
+        fault_point("source.lost_recorded")  # core/faults.py: tests only
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         spec = self.spec

@@ -28,6 +28,10 @@ its offsets. A crash loses nothing; the batch it cut short is dispatched again o
 dispatch_stats counts those records as `redelivered`. The fault hook (core/faults.py) proves
 it: `dispatch.after_tier_produce` and `dispatch.after_dispatch` in the JVM tasks
 (`PartitionRun`), `dispatch.before_checkpoint` here, each scoped by the query's topic.
+Records deleted before they were dispatched, from the source, a retry tier or the resq alike
+(a tier's records have not had their last call either), stop the application (exit 1, the
+range in `source_data_loss` under that topic); a `--skip-lost-records` run reads past exactly
+those ranges (`jobs/runtime/source_failure.py`).
 
 Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the source,
 `extension.dispatch.tier_trigger_seconds` (5 s) for the tiers and the resq. With `--once`, or for a
@@ -51,6 +55,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
+from core.errors import UatuError
 from core.faults import fault_point
 from jobs.dispatch import dispatcher, metrics, tables
 from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
@@ -58,10 +63,13 @@ from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
 from jobs.runtime import metrics as runtime_metrics
+from jobs.runtime import source_failure
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QueryPlan, run_queries
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
+from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.dispatch")
@@ -85,6 +93,7 @@ class DispatchBatchWriter:
     config: str
     replay_batch: int | None
     write_id: WriteId
+    gaps: SourceGaps = NO_GAPS  # lost ranges of the query's topic to read past
     last_record_bytes: float = 0.0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -93,6 +102,10 @@ class DispatchBatchWriter:
             (r["topic"], r["partition"], r["from_offset"], r["until_offset"])
             for r in batch.collect()
         ]
+        if self.gaps:
+            label = f"{self.query.topic} batch {batch_id}"
+            kept = read_past(self.gaps, [r[1:] for r in ranges], label)
+            ranges = [(self.query.topic, *r) for r in kept]
         if not ranges:
             return
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
@@ -177,6 +190,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     (`runner.run_queries`) and returns the run's exit status."""
 
     write_id_prefix = "uatu-dispatch"
+    skips_lost_records = True
 
     session_conf = SESSION_CONF
 
@@ -187,6 +201,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self._max_message_bytes: int | None = None
         self._writers: dict[str, DispatchBatchWriter] = {}
         self._spark: SparkSession | None = None
+        self._gaps: dict[str, SourceGaps] = {}  # by topic (--skip-lost-records)
 
     def check(self) -> None:
         """The topics the job writes must exist (their smallest `max.message.bytes` sizes the
@@ -241,7 +256,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def _writer(self, spark: SparkSession, query: TopicQuery) -> DispatchBatchWriter:
         replay = read_offset_log(spark, self.spec.checkpoint_of(query)).replay_batch
         write_id = self.write_id(self.spec.checkpoint_of(query))
-        writer = DispatchBatchWriter(self.spec, query, self._config, replay, write_id)
+        writer = DispatchBatchWriter(
+            self.spec, query, self._config, replay, write_id, self._gaps.get(query.topic, NO_GAPS)
+        )
         self._writers[query.topic] = writer
         return writer
 
@@ -290,6 +307,33 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             )
         finally:
             marks.close()
+
+    def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
+        """The lost ranges of every topic the application reads: the source, the retry tiers
+        and the resq, whose records have not had their last call either."""
+        spec = self.spec
+        self._gaps = {
+            q.topic: source_failure.skip_lost(
+                spark,
+                job_group_id=spec.job_group_id,
+                cluster=spec.source.cluster,
+                source=source_failure.Source(q.topic, spec.checkpoint_of(q)),
+                loss_table=data_loss_path(spec.output.table("dispatch_stats")),
+            )
+            for q in spec.queries()
+        }
+
+    def explain_failure(self, spark: SparkSession) -> UatuError | None:
+        """A query failed: a deleted topic, or records deleted before they were dispatched, of
+        the source or of a retry tier or the resq alike (`source_failure.explain_sources`)."""
+        spec = self.spec
+        return source_failure.explain_sources(
+            spark,
+            job_group_id=spec.job_group_id,
+            cluster=spec.source.cluster,
+            sources=[source_failure.Source(q.topic, spec.checkpoint_of(q)) for q in spec.queries()],
+            loss_table=data_loss_path(spec.output.table("dispatch_stats")),
+        )
 
     def close(self) -> None:
         if self._spark is not None:

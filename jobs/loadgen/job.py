@@ -72,7 +72,12 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
         self.partitions = kafka_admin.partition_count(spec.cluster, topic.topic, topic.field)
 
     def run(
-        self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
+        self,
+        *,
+        once: bool,
+        stop_file: str | None = None,
+        reporting: Reporting | None = None,
+        skip_lost_records: bool = False,
     ) -> int:
         if once and not self.spec.bounded:
             raise InvalidJobGroup(
@@ -80,7 +85,9 @@ class LoadGenProduceJob(StreamingJob[ProduceSpec]):
                 self.spec.total_records,
                 "--once needs a bound: set total_records or duration_seconds",
             )
-        return super().run(once=once, stop_file=stop_file, reporting=reporting)
+        return super().run(
+            once=once, stop_file=stop_file, reporting=reporting, skip_lost_records=skip_lost_records
+        )
 
     def check_session(self, spark: SparkSession) -> None:
         check_producer(spark, self.spec)

@@ -58,6 +58,7 @@ from jobs.replication.writer import ContinuousCopy, DestinationConfig, copy_rang
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.reporting import Heartbeater, Reporting
 from jobs.runtime.runner import StopRequests
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps
 
 log = logging.getLogger("uatu.replication")
 
@@ -187,9 +188,11 @@ def run_low_latency(
     write_id_prefix: str,
     stop_file: str | None,
     reporting: Reporting | None,
+    gaps: SourceGaps = NO_GAPS,
 ) -> int:
     """Copy until stopped (stop file, SIGTERM, CANCEL) -> EXIT_OK, or until an epoch fails ->
-    EXIT_FAILED. `stats` records each stats batch; its app id becomes the log's."""
+    EXIT_FAILED. `stats` records each stats batch; its app id becomes the log's. A partition
+    that resumes inside one of `gaps` (--skip-lost-records) starts at its end."""
     plog = ProgressLog(spark, spec.output.checkpoint)
     # The copy runs without Spark's engine: the id its progress log keeps stands for the
     # query id of the job's other idempotent writes.
@@ -199,6 +202,7 @@ def run_low_latency(
         recount(spark, last, destination_for(plan), stats, plog)
         last = plog.last()
     positions = start_positions(spark, spec, plan, plog, last)
+    positions = {p: gaps.past(p, offset) for p, offset in positions.items()}
     batches = StatsBatches(plog, stats, 0 if last is None else last.batch_id + 1)
     heartbeater = None
     if reporting is not None:
@@ -232,7 +236,18 @@ def run_low_latency(
                     if layout.relay
                     else "a pause at each epoch's end (a relay needs local[3] or more)",
                 )
-                outcome = _copy_until_done(spec, plan, copy, batches, positions, stop, heartbeater)
+                try:
+                    outcome = _copy_until_done(
+                        spec, plan, copy, batches, positions, stop, heartbeater
+                    )
+                except Exception:
+                    # As a failed micro-batch fails its query: the run ends with exit 1 and the
+                    # job explains it (a deleted source topic fails the group offsets' commit
+                    # or the partition check first).
+                    log.exception("the low-latency copy of %s failed", spec.source.topic)
+                    copy.request_stop()
+                    copy.join(STOP_TIMEOUT_SECONDS)
+                    return EXIT_FAILED
                 if isinstance(outcome, int):
                     return outcome
                 plan = outcome  # the source grew: copy again with its new partitions

@@ -16,6 +16,9 @@ are kept; every record gets a provenance stamp (`core.provenance.STAMP`).
 Guarantee: no loss (a failed delivery fails the batch, which is replayed), order kept per
 partition, and no duplicate from restarts or task retries: each task skips what its
 destination partition already holds. Stats and audit rows are idempotent Delta appends.
+Source records deleted before they were copied stop the job (exit 1, the range in
+`source_data_loss`); a `--skip-lost-records` run copies on past exactly that range
+(`jobs/runtime/source_failure.py`), as the low-latency copy does.
 
 Trigger: every trigger interval; AvailableNow with --once. A bounded copy stops by itself
 once every partition has been read up to its end offset, and exits 0.
@@ -32,7 +35,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -58,6 +61,7 @@ from jobs.runtime.kafka_source import range_consumer_config, source_read_options
 from jobs.runtime.progress import end_offsets
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
+from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob, WriteId
 
@@ -125,6 +129,7 @@ class ReplicationBatchWriter:
     destination: DestinationConfig
     stats: StatsWriter
     write_id: WriteId
+    gaps: SourceGaps = NO_GAPS  # lost ranges to copy past (--skip-lost-records)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
@@ -134,6 +139,9 @@ class ReplicationBatchWriter:
             self.stats.app_id = self.write_id.of(spark)
         planned = planned_ranges(batch, spec.source.topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
+        if self.gaps:
+            kept = read_past(self.gaps, [astuple(r) for r in ranges], f"batch {batch_id}")
+            ranges = [SourceRange(*r) for r in kept]
         self._cover_new_partitions(ranges)
         if not ranges:  # an idle topic, or a bounded copy past its ends
             log.info("batch %d: no records", batch_id)
@@ -202,6 +210,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     """The replication job in the shared template."""
 
     write_id_prefix = "uatu-replication"
+    skips_lost_records = True
 
     session_conf = SESSION_CONF
 
@@ -212,6 +221,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         self._stats: StatsWriter | None = None
         self._low_latency_run = False
         self._tables_ready: Future[None] | None = None
+        self._gaps = NO_GAPS
 
     @property
     def plan(self) -> ReplicationPlan:
@@ -270,7 +280,11 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
         self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
         self._writer = ReplicationBatchWriter(
-            self.plan, destination_config(self.spec, self.plan), self._stats, self.write_id()
+            self.plan,
+            destination_config(self.spec, self.plan),
+            self._stats,
+            self.write_id(),
+            self._gaps,
         )
         return self._writer
 
@@ -293,6 +307,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             write_id_prefix=self.write_id_prefix,
             stop_file=stop_file,
             reporting=reporting,
+            gaps=self._gaps,
         )
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
@@ -302,6 +317,23 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             until=None if self.plan.end_offsets is None else self.copy_complete,
             record_bytes=(lambda: writer.stats.last_record_bytes) if writer is not None else None,
             log_batches=False,
+        )
+
+    def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
+        """The lost ranges from where this run's copy resumes: Spark's checkpoint for the
+        micro-batch copy, the progress log for the low-latency one."""
+        spec = self.spec
+        low_latency = spec.low_latency and not once
+        self._gaps = source_failure.skip_lost(
+            spark,
+            job_group_id=spec.job_group_id,
+            cluster=spec.source.cluster,
+            source=source_failure.Source(
+                spec.source.topic,
+                spec.output.checkpoint,
+                logged_positions(spark, spec.output.checkpoint) if low_latency else None,
+            ),
+            loss_table=data_loss_path(spec.output.table("replication_stats")),
         )
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:

@@ -1,8 +1,8 @@
 """Delta tables every Kafka-sourced job may write, beside its own.
 
 `source_data_loss`: one row per source partition whose records were deleted (retention,
-delete-records) before the job read them, written when the job stops on it
-(`jobs/runtime/source_failure.py`).
+delete-records) before the job read them, written when the job stops on it or when a
+`--skip-lost-records` run goes past it (`jobs/runtime/source_failure.py`).
 
 =====================  =========  ============================================================
 column                 type       meaning
@@ -17,8 +17,9 @@ detected_at            timestamp  when the job found it
 =====================  =========  ============================================================
 
 The table sits in the folder of the job's first table (by default the warehouse):
-`<warehouse>/source_data_loss`. A job that stops on the same loss again records it again
-(same offsets, a later detected_at).
+`<warehouse>/source_data_loss`. Each lost offset is recorded once per JobGroup, cluster and
+topic: a job that stops on the same loss again, or the run that skips it, appends nothing;
+a loss found grown (retention went on) appends the new part only.
 """
 
 from __future__ import annotations

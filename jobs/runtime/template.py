@@ -14,6 +14,10 @@ Exit status: whatever `runner.run_query` returns (0 finished or stopped, 1 faile
 status `before_query` returns to finish without starting a query. A failed query whose cause
 the job can name (`explain_failure`) raises that UatuError instead: `jobs/main.py` prints its
 one line and exits with its status.
+
+`--skip-lost-records` (a run's `skip_lost_records`): just before the query starts, the job
+records the source records lost before this start and reads past exactly those
+(`skip_lost_records`, `jobs/runtime/source_failure.py`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class StreamingJob(ABC, Generic[S]):
     # The first part of this job type's idempotent-write ids (`write_id`). Never change it:
     # a batch replayed after the change would carry a new id and be written twice.
     write_id_prefix: ClassVar[str] = "uatu"
+    # Whether the job implements `skip_lost_records` (`--skip-lost-records`).
+    skips_lost_records: ClassVar[bool] = False
 
     def __init__(self, spec: S) -> None:
         self.spec = spec
@@ -119,6 +125,14 @@ class StreamingJob(ABC, Generic[S]):
             stop_file=stop_file,
         )
 
+    def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
+        """`--skip-lost-records`, before the query starts: record the source records deleted
+        before the job read them and let this run read past exactly those
+        (`jobs/runtime/source_failure.skip_lost`); `once` is the run's (it decides how the
+        replication job reads). Only a job with `skips_lost_records` is asked;
+        `jobs/main.py` refuses the flag for the others."""
+        raise NotImplementedError(f"{type(self).__name__} cannot skip lost records")
+
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         """After the query failed: a one-line error naming the cause when the job can tell
         it (a Kafka source's deleted topic or lost records, `jobs/runtime/source_failure.py`);
@@ -141,9 +155,16 @@ class StreamingJob(ABC, Generic[S]):
     # --- the template -------------------------------------------------------------------
 
     def run(
-        self, *, once: bool, stop_file: str | None = None, reporting: Reporting | None = None
+        self,
+        *,
+        once: bool,
+        stop_file: str | None = None,
+        reporting: Reporting | None = None,
+        skip_lost_records: bool = False,
     ) -> int:
-        """Check, build the session and tables, run the query to its end, close."""
+        """Check, build the session and tables, run the query to its end, close. With
+        `skip_lost_records`, the records of the source lost before this start are recorded and
+        skipped (`skip_lost_records`) just before the query starts."""
         began = time.time()
         self.check()
         checked = time.time()
@@ -161,6 +182,8 @@ class StreamingJob(ABC, Generic[S]):
             _log_start_up(began, checked, session_built, time.time())
             if finished is not None:
                 return finished
+            if skip_lost_records:
+                self.skip_lost_records(spark, once=once)
             status = self.run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
             if status == EXIT_FAILED:
                 cause = self.explain_failure(spark)
