@@ -143,3 +143,28 @@ def committed_offsets(
         return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=30)}
     finally:
         consumer.close()
+
+
+def java_default_partition(key: bytes, partitions: int) -> int:
+    """The partition the Java client's default partitioner gives a keyed record:
+    ``toPositive(murmur2(key)) % partitions`` (Kafka's ``Utils.murmur2``, seed 0x9747b28c), so
+    a test can choose keys that land on the partitions it needs."""
+    mask = 0xFFFFFFFF
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ len(key)) & mask
+    whole = len(key) - len(key) % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(key[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = key[whole:]
+    if tail:
+        for shift, byte in reversed(list(enumerate(tail))):
+            h ^= byte << (8 * shift)
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions

@@ -32,7 +32,7 @@ from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_gr
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from clients import dlq_list
-from clients.dlq_metadata import decode
+from clients.dlq_metadata import DlqMetadata, decode, encode
 from core.config import load_settings
 from core.errors import EXIT_OK
 from core.paths import ROOT
@@ -45,7 +45,7 @@ from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
 from testing.jobrun import log_path, run_job, running_job
 from testing.polling import wait_for
-from testing.topic_data import Record, produce_records, read_partitions
+from testing.topic_data import Record, java_default_partition, produce_records, read_partitions
 
 pytestmark = pytest.mark.integration
 
@@ -540,6 +540,23 @@ def test_the_inflight_cap_holds_at_the_receiving_service(spark, kafka, work, ser
     assert 2 <= service.peak_in_flight(before) <= 4
 
 
+def tier_partition(topic: str, partition: int, stamp: int) -> int:
+    """The r1 partition of the first retry of `topic`'s offset 0 of `partition`: the Java
+    producer hashes the DLQMetadata key, as uForwarder does."""
+    meta = DlqMetadata(1, topic, partition, 0, stamp, None, 0)
+    return java_default_partition(encode(meta), 2)
+
+
+def timestamp_splitting_tier_partitions(topic: str, now: int) -> int:
+    """A record timestamp near `now` at which offset 0 of partitions 0 and 1 go to different
+    r1 partitions, so a test of per-partition waiting never sees both in one partition."""
+    return next(
+        t
+        for t in range(now, now - 1000, -1)
+        if tier_partition(topic, 0, t) != tier_partition(topic, 1, t)
+    )
+
+
 def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
     spark, kafka, work, service
 ) -> None:
@@ -547,10 +564,10 @@ def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
     after a 2.5 s call. b0 is due first and is dispatched from the tier before a0 is due:
     the tier waits per partition, not for the slowest one."""
     topics = Topics.create(kafka, "holdback")
-    now = int(time.time() * 1000)
+    stamp = timestamp_splitting_tier_partitions(topics.main, int(time.time() * 1000))
     records = [
-        Record(0, None, value("a0", "slowretry2500,ok"), now),
-        Record(1, None, value("b0", "retry,ok"), now),
+        Record(0, None, value("a0", "slowretry2500,ok"), stamp),
+        Record(1, None, value("b0", "retry,ok"), stamp),
     ]
     produce_records(kafka.bootstrap_servers, topics.main, records)
     before = len(service.snapshot())
@@ -569,7 +586,8 @@ def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
         calls.setdefault(c.record_id, []).append(c)
     (a_first, a_tier), (b_first, b_tier) = calls["a0"], calls["b0"]
     assert a_tier.message.physical is not None and b_tier.message.physical is not None
-    assert a_tier.message.physical[:2] != b_tier.message.physical[:2]  # two tier partitions
+    assert a_tier.message.physical[:2] == (topics.r1, tier_partition(topics.main, 0, stamp))
+    assert b_tier.message.physical[:2] == (topics.r1, tier_partition(topics.main, 1, stamp))
     a_due = a_first.received_s + 2.5 + R1_DELAY_MS / 1000
     assert b_first.received_s + R1_DELAY_MS / 1000 <= b_tier.received_s < a_due
     assert a_tier.received_s >= a_due - 0.5  # a0 waited its own delay
