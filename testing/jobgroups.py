@@ -51,6 +51,26 @@ def audit_group(
     return json_format.ParseDict(data, JobGroup())
 
 
+# The plain exact audit of topic `orders` that validation, security and control-plane tests
+# start from; never mutate it (orders_audit and copy.deepcopy give copies).
+ORDERS_AUDIT: dict = {
+    "jobGroupId": "orders-audit",
+    "type": "JOB_TYPE_KAFKA_AUDIT",
+    "kafkaConsumerTaskGroup": {
+        "cluster": "local",
+        "topic": "orders",
+        "auditMetadata": {
+            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
+        },
+    },
+}
+
+
+def orders_audit(**changes: object) -> JobGroup:
+    """ORDERS_AUDIT with its top-level fields replaced by `changes`, parsed."""
+    return parse({**copy.deepcopy(ORDERS_AUDIT), **changes})
+
+
 def parse(data: dict) -> JobGroup:
     """A JobGroup from its protobuf-JSON mapping as a dict (`extension` types registered)."""
     return json_format.ParseDict(data, JobGroup())

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import json_format
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
-from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import LaunchRecord
@@ -29,18 +27,7 @@ from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers
 from core.config import load_settings
 from testing.conf import write_conf_dir
-
-GROUP = {
-    "jobGroupId": "orders-audit",
-    "type": "JOB_TYPE_KAFKA_AUDIT",
-    "kafkaConsumerTaskGroup": {
-        "cluster": "local",
-        "topic": "orders",
-        "auditMetadata": {
-            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
-        },
-    },
-}
+from testing.jobgroups import orders_audit
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -78,7 +65,7 @@ def plane(tmp_path: Path):
 
 def test_rpcs_are_counted_under_go_grpc_prometheus_names_with_their_codes(plane) -> None:
     stub, port, _, _ = plane
-    group = json_format.ParseDict(GROUP, JobGroup())
+    group = orders_audit()
     stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
     with pytest.raises(grpc.RpcError):
         stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id="missing"))
@@ -128,7 +115,7 @@ def test_launches_relaunches_and_lease_expiries_are_counted(plane) -> None:
     launcher = MeteredLauncher(
         inner, store, registry, lease_seconds=30, startup_seconds=60, clock=lambda: clock[0]
     )
-    group = json_format.ParseDict(GROUP, JobGroup())
+    group = orders_audit()
     intent = LaunchRecord("", "d", 1000.0, "", worker_id=7, intent=True)
     store.put_launch("orders-audit", intent)
     first = launcher.launch(group, "d", {})

@@ -8,7 +8,6 @@ cap) the session's etcd; no broker: the partition count is a stand-in.
 
 from __future__ import annotations
 
-import copy
 import shlex
 import subprocess
 import sys
@@ -22,11 +21,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import json_format
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
-from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane import cli
 from controlplane.assembly import token_file_line
@@ -47,25 +44,8 @@ from core.errors import ConfigError
 from core.paths import ROOT
 from core.processes import free_ports
 from testing.conf import write_conf_dir
+from testing.jobgroups import orders_audit
 from tests.controlplane.test_controlplane_e2e import control_plane_process
-
-GROUP = {
-    "jobGroupId": "orders-audit",
-    "type": "JOB_TYPE_KAFKA_AUDIT",
-    "kafkaConsumerTaskGroup": {
-        "cluster": "local",
-        "topic": "orders",
-        "auditMetadata": {
-            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
-        },
-    },
-}
-
-
-def jobgroup(job_group_id: str) -> JobGroup:
-    data = copy.deepcopy(GROUP)
-    data["jobGroupId"] = job_group_id
-    return json_format.ParseDict(data, JobGroup())
 
 
 def conf_dir(tmp_path: Path) -> Path:
@@ -237,7 +217,9 @@ def test_max_groups_holds_under_concurrent_adds(store: Store, tmp_path, monkeypa
     with admin_server(store, conf_dir(tmp_path), max_groups=cap) as admin:
 
         def add(index: int) -> str:
-            request = admin_pb2.AddJobGroupRequest(job_group=jobgroup(f"g{index:02d}"))
+            request = admin_pb2.AddJobGroupRequest(
+                job_group=orders_audit(jobGroupId=f"g{index:02d}")
+            )
             try:
                 admin.AddJobGroup(request, timeout=60)
                 return "OK"
@@ -271,7 +253,7 @@ def test_an_unknown_id_comes_back_cut_and_escaped(tmp_path: Path, job_group_id: 
             admin_pb2.DeleteJobGroupRequest(id=job_group_id)
         ),
         "UpdateJobGroup": lambda a: a.UpdateJobGroup(
-            admin_pb2.UpdateJobGroupRequest(job_group=jobgroup(job_group_id))
+            admin_pb2.UpdateJobGroupRequest(job_group=orders_audit(jobGroupId=job_group_id))
         ),
     }
     expected_start = f"job group {repr(job_group_id)[:40]}"

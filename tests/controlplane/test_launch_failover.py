@@ -167,12 +167,17 @@ def stop_all(marker: str) -> None:
         signal_group(pgid, signal.SIGKILL)
 
 
+def sqlite_replicas(tmp_path: Path) -> tuple[Seat, SqliteStore, SqliteStore]:
+    """Replicas a and b over one SQLite file; a holds the leader seat."""
+    seat = Seat("a")
+    db = tmp_path / "cp.sqlite"
+    return seat, SqliteStore(db, seat.view("a")), SqliteStore(db, seat.view("b"))
+
+
 def test_deposed_between_launch_and_record_cancels_its_launch_sqlite(kafka, tmp_path, monkeypatch):
     conf, topic = setup_group(kafka, tmp_path)
     monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
-    seat = Seat("a")
-    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
-    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    seat, store_a, store_b = sqlite_replicas(tmp_path)
     marker = str(tmp_path)
     try:
         with worker_service(store_b, seat.view("b")) as address:
@@ -218,9 +223,7 @@ def test_crash_after_launch_is_adopted_by_heartbeats_and_stopped_through_them(
     it once its heartbeats have lapsed."""
     conf, topic = setup_group(kafka, tmp_path)
     monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
-    seat = Seat("a")
-    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
-    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    seat, store_a, store_b = sqlite_replicas(tmp_path)
     groups = JobGroups(store_b, load_settings(conf), kafka_admin.partition_count)
     marker = str(tmp_path)
     try:
@@ -353,9 +356,7 @@ def test_a_crash_after_the_intent_launches_once_after_the_startup_window(
     one application."""
     conf, topic = setup_group(kafka, tmp_path)
     monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
-    seat = Seat("a")
-    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
-    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    seat, store_a, store_b = sqlite_replicas(tmp_path)
     marker = str(tmp_path)
     try:
         with worker_service(store_b, seat.view("b")) as address:
@@ -390,9 +391,7 @@ def test_a_crash_after_the_launch_record_leaves_the_one_application_running(
     the record's process alive and heartbeating: it launches nothing."""
     conf, topic = setup_group(kafka, tmp_path)
     monkeypatch.delenv("UATU_WAREHOUSE", raising=False)
-    seat = Seat("a")
-    store_a = SqliteStore(tmp_path / "cp.sqlite", seat.view("a"))
-    store_b = SqliteStore(tmp_path / "cp.sqlite", seat.view("b"))
+    seat, store_a, store_b = sqlite_replicas(tmp_path)
     marker = str(tmp_path)
     try:
         with worker_service(store_b, seat.view("b")) as address:

@@ -7,7 +7,6 @@ partition count is a stand-in.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Iterator
@@ -42,27 +41,11 @@ from core.channel import ClientSecurity, open_channel
 from core.config import ClusterConfig, load_settings
 from core.errors import ClusterUnreachable, ConfigError
 from testing.conf import write_conf_dir
+from testing.jobgroups import ORDERS_AUDIT, orders_audit
 from testing.tls import TestCA
 
 ADMIN_TOKEN = "a" * 40
 READ_TOKEN = "r" * 40
-GROUP = {
-    "jobGroupId": "orders-audit",
-    "type": "JOB_TYPE_KAFKA_AUDIT",
-    "kafkaConsumerTaskGroup": {
-        "cluster": "local",
-        "topic": "orders",
-        "auditMetadata": {
-            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
-        },
-    },
-}
-
-
-def jobgroup(**changes) -> JobGroup:
-    data = copy.deepcopy(GROUP)
-    data.update(changes)
-    return json_format.ParseDict(data, JobGroup())
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +114,7 @@ def code_of(call) -> grpc.StatusCode:
 
 
 def add_request(group: JobGroup | None = None) -> admin_pb2.AddJobGroupRequest:
-    return admin_pb2.AddJobGroupRequest(job_group=group or jobgroup())
+    return admin_pb2.AddJobGroupRequest(job_group=group or orders_audit())
 
 
 # --- 1. Authentication and transport ----------------------------------------------------------
@@ -163,7 +146,7 @@ def test_a_read_only_token_reads_but_may_not_write(plane: Plane) -> None:
         )] == ["orders-audit"]  # fmt: skip
         admin.GetJobGroup(admin_pb2.GetJobGroupRequest(id="orders-audit"))
         for write in (
-            lambda: admin.AddJobGroup(add_request(jobgroup(jobGroupId="other"))),
+            lambda: admin.AddJobGroup(add_request(orders_audit(jobGroupId="other"))),
             lambda: admin.DeleteJobGroup(admin_pb2.DeleteJobGroupRequest(id="orders-audit")),
             lambda: admin.UpdateJobGroupState(
                 admin_pb2.UpdateJobGroupStateRequest(
@@ -217,7 +200,7 @@ def test_mtls_identity_from_the_auth_file(tmp_path: Path, pki: TestCA) -> None:
 
 def test_the_cli_uses_ca_and_token_files(plane: Plane, tmp_path: Path, capsys) -> None:
     group_file = tmp_path / "group.json"
-    group_file.write_text(json_format.MessageToJson(jobgroup()))
+    group_file.write_text(json_format.MessageToJson(orders_audit()))
     token_file = tmp_path / "token"
     token_file.write_text(ADMIN_TOKEN + "\n")
     token_file.chmod(0o600)
@@ -302,7 +285,7 @@ def test_applications_are_told_how_to_reach_a_tls_control_plane(tmp_path: Path) 
 
 def launched(plane: Plane, job_group_id: str = "orders-audit") -> tuple[int, str]:
     """A stored group with a launch record, as the reconciler leaves it: (worker id, secret)."""
-    plane.groups.add(jobgroup(jobGroupId=job_group_id), job_pb2.JOB_STATE_RUNNING, None)
+    plane.groups.add(orders_audit(jobGroupId=job_group_id), job_pb2.JOB_STATE_RUNNING, None)
     secret, digest = new_worker_secret()
     worker_id = 7_000_000_000_000 + len(job_group_id)
     record = LaunchRecord("1", "d", time.time(), "log", worker_id=worker_id)
@@ -365,7 +348,7 @@ def test_worker_ids_are_random_and_secrets_never_stored(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "cp.sqlite")
     groups = JobGroups(store, load_settings(conf), lambda *_: 1)
     for name in ("a", "b"):
-        groups.add(jobgroup(jobGroupId=name), job_pb2.JOB_STATE_RUNNING, None)
+        groups.add(orders_audit(jobGroupId=name), job_pb2.JOB_STATE_RUNNING, None)
     Reconciler(store, Recording()).reconcile_once()
     ids = [int(env["UATU_WORKER_ID"]) for env in seen]
     assert len(set(ids)) == 2 and all(i > 2**32 for i in ids)  # not 1, 2, 3...
@@ -470,11 +453,11 @@ def test_a_stale_update_is_aborted_and_the_cli_says_so(
         admin.AddJobGroup(add_request())
         _, call = admin.GetJobGroup.with_call(admin_pb2.GetJobGroupRequest(id="orders-audit"))
         read = dict(call.trailing_metadata())["uatu-version"]
-        faster = jobgroup(flowControl={"messagesPerSec": 10})
+        faster = orders_audit(flowControl={"messagesPerSec": 10})
         request = admin_pb2.UpdateJobGroupRequest(job_group=faster)
         admin.UpdateJobGroup(request, metadata=(("uatu-expected-version", read),))
         # A second writer that read the same version loses: ABORTED, nothing written.
-        slower = admin_pb2.UpdateJobGroupRequest(job_group=jobgroup())
+        slower = admin_pb2.UpdateJobGroupRequest(job_group=orders_audit())
         assert (
             code_of(
                 lambda: admin.UpdateJobGroup(slower, metadata=(("uatu-expected-version", read),))
@@ -487,7 +470,7 @@ def test_a_stale_update_is_aborted_and_the_cli_says_so(
     token.write_text(ADMIN_TOKEN)
     token.chmod(0o600)
     group_file = tmp_path / "g.json"
-    group_file.write_text(json_format.MessageToJson(jobgroup()))
+    group_file.write_text(json_format.MessageToJson(orders_audit()))
     args = ["--target", plane.target, "--ca", str(plane.ca), "--token-file", str(token)]
     assert cli.main(["update", str(group_file), "--expected-version", read, *args]) == 1
     assert "ABORTED" in capsys.readouterr().err
@@ -549,7 +532,7 @@ def test_slow_broker_lookups_do_not_starve_heartbeats(tmp_path: Path, pki: TestC
 
         def add(i: int) -> None:
             with plane.channel(ADMIN_TOKEN) as channel:
-                request = add_request(jobgroup(jobGroupId=f"slow-{i}"))
+                request = add_request(orders_audit(jobGroupId=f"slow-{i}"))
                 try:
                     plane.admin(channel).AddJobGroup(request, timeout=20)
                     results.append(grpc.StatusCode.OK)
@@ -588,17 +571,17 @@ def test_paths_and_sizes_are_checked_over_grpc_too(plane: Plane) -> None:
         admin = plane.admin(channel)
         options = {"@type": "type.googleapis.com/uatu.v1.JobOptions"}
         for output in ({"auditCountsPath": "/etc"}, {"checkpointPath": "other-group"}):
-            group = jobgroup(extension={**options, "output": output})
+            group = orders_audit(extension={**options, "output": output})
             with pytest.raises(grpc.RpcError) as raised:
                 admin.AddJobGroup(add_request(group))
             assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "extension.output." in raised.value.details()
-        huge = jobgroup(jobGroupId="x", kafkaConsumerTaskGroup={**GROUP["kafkaConsumerTaskGroup"],
-                        "consumerGroup": "g" * (3 << 20)})  # fmt: skip
+        source = {**ORDERS_AUDIT["kafkaConsumerTaskGroup"], "consumerGroup": "g" * (3 << 20)}
+        huge = orders_audit(jobGroupId="x", kafkaConsumerTaskGroup=source)
         assert code_of(lambda: admin.AddJobGroup(add_request(huge))) == (
             grpc.StatusCode.RESOURCE_EXHAUSTED
         )
-        numbered = jobgroup()
+        numbered = orders_audit()
         numbered.type = 77  # type: ignore[assignment]
         with pytest.raises(grpc.RpcError) as raised:
             admin.AddJobGroup(add_request(numbered))
@@ -632,11 +615,11 @@ def test_no_more_applications_than_max_running(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "cp.sqlite")
     groups = JobGroups(store, load_settings(conf), lambda *_: 1, max_groups=3)
     for name in ("a", "b", "c"):
-        groups.add(jobgroup(jobGroupId=name), job_pb2.JOB_STATE_RUNNING, None)
+        groups.add(orders_audit(jobGroupId=name), job_pb2.JOB_STATE_RUNNING, None)
     from controlplane.errors import LimitReached
 
     with pytest.raises(LimitReached, match="stored JobGroups limit of 3"):
-        groups.add(jobgroup(jobGroupId="d"), job_pb2.JOB_STATE_RUNNING, None)
+        groups.add(orders_audit(jobGroupId="d"), job_pb2.JOB_STATE_RUNNING, None)
     launcher = Counting()
     taken = Reconciler(store, launcher, max_running=2).reconcile_once()
     assert launcher.launched == ["a", "b"] and taken["c"] is Action.NONE

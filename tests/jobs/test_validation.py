@@ -12,19 +12,7 @@ from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup
 from jobs import main as job_main
 from testing.conf import write_conf_dir
-from testing.jobgroups import minimal_group
-
-VALID = {
-    "jobGroupId": "orders-audit",
-    "type": "JOB_TYPE_KAFKA_AUDIT",
-    "kafkaConsumerTaskGroup": {
-        "cluster": "local",
-        "topic": "orders",
-        "auditMetadata": {
-            "auditConfigs": [{"auditType": "AUDIT_TYPE_EXACT_UNIQ", "auditIntervalInSeconds": 60}]
-        },
-    },
-}
+from testing.jobgroups import ORDERS_AUDIT, minimal_group
 
 
 @pytest.fixture
@@ -41,7 +29,7 @@ def run_main(tmp_path: Path, conf_dir: Path, group: dict | str, capsys) -> tuple
 
 
 def with_change(path: list, value) -> dict:
-    group = copy.deepcopy(VALID)
+    group = copy.deepcopy(ORDERS_AUDIT)
     node = group
     for key in path[:-1]:
         node = node[key]
@@ -138,7 +126,7 @@ def test_bad_jobgroup_exits_2_naming_field_and_value(tmp_path, conf_dir, capsys,
 
 def test_unreachable_cluster_is_a_clear_error(tmp_path, conf_dir, capsys):
     """Exit 1 (failed, may be retried), not 2 (bad input): the cluster may only be down."""
-    status, err = run_main(tmp_path, conf_dir, VALID, capsys)
+    status, err = run_main(tmp_path, conf_dir, ORDERS_AUDIT, capsys)
     assert status == 1
     assert "cluster 'local' at 127.0.0.1:9 did not answer" in err
     assert len(err.splitlines()) == 1
@@ -173,7 +161,7 @@ def test_java_only_client_property_is_a_config_error_naming_the_cluster(tmp_path
         "clusters:\n  local:\n    bootstrap_servers: 127.0.0.1:9\n"
         "    properties: {sasl.jaas.config: 'x required;'}\n"
     )
-    status, err = run_main(tmp_path, conf_dir, VALID, capsys)
+    status, err = run_main(tmp_path, conf_dir, ORDERS_AUDIT, capsys)
     assert status == 2
     assert "clusters.local" in err and "admin_properties" in err
 
@@ -182,7 +170,7 @@ def test_java_only_client_property_is_a_config_error_naming_the_cluster(tmp_path
 
 
 def options(**output) -> dict:
-    group = copy.deepcopy(VALID)
+    group = copy.deepcopy(ORDERS_AUDIT)
     group["extension"] = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "output": output}
     return group
 
@@ -347,7 +335,7 @@ def test_hostile_jobgroup_exits_2_with_one_short_line(tmp_path, conf_dir, capsys
 def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(tmp_path, conf_dir, capfd):
     """librdkafka's own log lines go through Python logging, not straight to fd 2."""
     path = tmp_path / "group.json"
-    path.write_text(json.dumps(VALID))
+    path.write_text(json.dumps(ORDERS_AUDIT))
     status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
     err = capfd.readouterr().err.strip()
     assert status == 1
