@@ -41,31 +41,43 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 SERVICE_FIXTURES = frozenset({"kafka", "kafka_dest", "etcd", "zookeeper", "kafka_pixy", "burrow"})
 
-# The test files that take longest, longest first (docs/testing.md has their times). With
-# `--dist loadfile` each xdist worker takes the next file in collection order when it is free,
-# so these run first and the short files fill in around them, instead of one long file
-# running alone at the end while the other worker idles.
+# The test files that take longest, longest first, by their tests' summed times in a fresh-clone
+# run (pytest --junitxml). With `--dist loadfile` each xdist worker takes the next file in
+# collection order when it is free, so these run first and the short files fill in around
+# them, instead of one long file running alone at the end while the other worker idles.
 LONGEST_FIRST = (
-    "tests/jobs/replication/test_replication_low_latency.py",
     "tests/jobs/availability/test_availability_integration.py",
-    "tests/jobs/replication/test_replication_integration.py",
+    "tests/jobs/replication/test_replication_low_latency.py",
     "tests/jobs/dispatch/test_dispatch_integration.py",
+    "tests/jobs/replication/test_replication_integration.py",
     "tests/jobs/replication/test_replication_faults.py",
+    "tests/jobs/test_source_faults.py",
     "tests/jobs/audit/test_audit_faults.py",
     "tests/jobs/audit/test_tier_audits.py",
-    "tests/jobs/audit/test_audit_job_integration.py",
     "tests/integrations/test_airflow.py",
-    "tests/controlplane/test_launch_failover.py",
-    "tests/jobs/availability/test_burrow_side_by_side.py",
-    "tests/jobs/audit/test_tier_faults.py",
-    "tests/jobs/loadgen/test_loadgen_restarts.py",
-    "tests/jobs/test_kafka_sasl_ssl.py",
-    "tests/controlplane/test_controlplane_e2e.py",
-    "tests/jobs/loadgen/test_loadgen_produce.py",
     "tests/examples/test_audit_tiers_demo.py",
-    "tests/jobs/test_source_faults.py",
+    "tests/jobs/availability/test_burrow_side_by_side.py",
+    "tests/jobs/audit/test_audit_job_integration.py",
     "tests/controlplane/test_standalone_launcher.py",
+    "tests/jobs/loadgen/test_loadgen_produce.py",
+    "tests/controlplane/test_controlplane_e2e.py",
+    "tests/controlplane/test_launch_failover.py",
+    "tests/jobs/test_kafka_sasl_ssl.py",
+    "tests/jobs/loadgen/test_loadgen_restarts.py",
+    "tests/jobs/availability/test_availability_faults.py",
+    "tests/jobs/audit/test_audit_flow_job.py",
+    "tests/jobs/audit/test_tier_faults.py",
+    "tests/jobs/test_delta.py",
     "tests/jobs/audit/test_tier_clients_integration.py",
+    "tests/jobs/test_skip_lost_records.py",
+    "tests/jobs/audit/test_audit_counts_writer.py",
+    "tests/jobs/loadgen/test_loadgen_faults.py",
+    "tests/jobs/audit/test_tier_krp.py",
+    "tests/devservices/test_kafka_broker.py",
+    "tests/integrations/test_delta_without_spark.py",
+    "tests/jobs/audit/test_audit_transforms.py",
+    "tests/jobs/audit/test_audit_merge_truth.py",
+    "tests/jobs/test_validation.py",
 )
 
 
