@@ -32,6 +32,12 @@ if [[ ! -x "$VENV/bin/spark-submit" || ! -f "$PY_FILES" || ! -d "$JAR_DIR" || ! 
   echo "error: the project is not built; run 'make setup' in $ROOT first" >&2
   exit 2
 fi
+# The executors run the job code from the zip, the driver's entry from the checkout: code
+# edited since the last build would run half old, half new.
+STALE="$(find "$ROOT/jobs" "$ROOT/core" -name '*.py' -newer "$PY_FILES" -print -quit)"
+if [[ -n "$STALE" ]]; then
+  echo "warning: ${STALE#"$ROOT"/} is newer than build/uatu-jobs.zip; run 'make build' to run the code as it is now" >&2
+fi
 
 # Help and validation need no JVM: answer them from Python directly, in a second.
 for arg in "$@"; do
