@@ -128,3 +128,13 @@ def test_the_suites_longest_first_list_names_files_that_exist():
 
     assert [p for p in LONGEST_FIRST if not (ROOT / p).is_file()] == []
     assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
+
+
+def test_every_verdict_mutant_still_finds_its_rule():
+    """dev/verdict_mutants.py changes text of jobs/audit/tiers/verdicts.py: a mutant whose text
+    a refactor moved would no longer test anything. (Not beside the rule tests: the mutants
+    run those, and this test would fail for every one of them.)"""
+    from dev.verdict_mutants import MUTANTS, RULES
+
+    source = RULES.read_text()
+    assert [m.name for m in MUTANTS if source.count(m.original) != 1] == []

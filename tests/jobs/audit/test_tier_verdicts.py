@@ -81,6 +81,8 @@ DUPLICATES = [
     pytest.param(100, 105, 0.05, 0, OK, id="extra-equal-to-allowed-is-ok"),
     pytest.param(100, 106, 0.05, 6, DUPLICATION, id="extra-above-allowed"),
     pytest.param(0, 4, 0.5, 4, DUPLICATION, id="records-where-none-were-sent"),
+    # 9.5 allowed of the left's 100; of the right's 110 it would be 10.45
+    pytest.param(100, 110, 0.095, 10, DUPLICATION, id="allowed-relative-to-the-left"),
 ]
 
 
@@ -130,6 +132,16 @@ def test_a_loss_hidden_by_duplicates_is_loss_by_unique_bounds():
     assert decide(True, left, right, 0.0)[0] == LOSS
     overlapping = Side("kafka", 1000, 995, 985.0, 1005.0)
     assert decide(True, left, overlapping, 0.0)[0] == OK
+
+
+def test_loss_outranks_duplication_when_duplicates_outnumber_the_lost_records():
+    """200 distinct records lost, 300 of the rest written twice: the right side holds more
+    records than the left (rule 4 alone would say DUPLICATION), yet a loss is a loss."""
+    left = Side("SERVICE", 1000, 1000, 990.0, 1010.0)
+    right = Side("kafka", 1100, 800, 790.0, 810.0)
+    assert extra_records(left, right, 0.0) == 100 and missing_distinct(left, right, 0.0) > 0
+    verdict, detail = decide(True, left, right, 0.0)
+    assert verdict == LOSS and "a loss hidden by duplicates" in detail
 
 
 def test_replication_outcome_exact_missing_ranges_and_copies():
