@@ -34,7 +34,7 @@ if [[ ! -x "$VENV/bin/spark-submit" || ! -f "$PY_FILES" || ! -d "$JAR_DIR" || ! 
 fi
 # The executors run the job code from the zip, the driver's entry from the checkout: code
 # edited since the last build would run half old, half new.
-STALE="$(find "$ROOT/jobs" "$ROOT/core" -name '*.py' -newer "$PY_FILES" -print -quit)"
+STALE="$(find "$ROOT/jobs" "$ROOT/core" -name '*.py' -newer "$PY_FILES" -print -quit 2>/dev/null || true)"
 if [[ -n "$STALE" ]]; then
   echo "warning: ${STALE#"$ROOT"/} is newer than build/uatu-jobs.zip; run 'make build' to run the code as it is now" >&2
 fi
