@@ -21,6 +21,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConfigResource
 
 from devservices.kafka import KafkaCluster, start_cluster
+from testing.polling import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -124,9 +125,14 @@ def test_single_broker_round_trip(tmp_path: Path) -> None:
 def test_three_brokers_survive_losing_the_leader(tmp_path: Path) -> None:
     with start_cluster(tmp_path / "kafka", n_brokers=3) as cluster:
         cluster.create_topic("replicated", partitions=2, replication_factor=3)
-        topic = cluster.admin().list_topics("replicated", timeout=10).topics["replicated"]
-        assert [len(p.replicas) for p in topic.partitions.values()] == [3, 3]
         admin = cluster.admin()  # must outlive its futures, or they fail with _DESTROY
+
+        def replica_counts() -> list[int]:
+            # A loaded broker may answer once with the topic's error and no partitions.
+            topic = admin.list_topics("replicated", timeout=10).topics["replicated"]
+            return sorted(len(p.replicas) for p in topic.partitions.values())
+
+        assert wait_for(replica_counts, 30, "the topic's metadata") == [3, 3]
         resource = ConfigResource(ConfigResource.Type.TOPIC, "replicated")
         configs = admin.describe_configs([resource])[resource].result(timeout=10)
         assert configs["min.insync.replicas"].value == "2"
