@@ -97,8 +97,15 @@ def _alive(pid: int) -> bool:
 
 
 def _leader(cluster: KafkaCluster, topic: str, partition: int) -> int:
-    meta = cluster.admin().list_topics(topic, timeout=10).topics[topic]
-    return meta.partitions[partition].leader
+    """The partition's leader, once a broker's metadata names one (a loaded broker may answer
+    with the topic's error and no partitions, or no leader during an election)."""
+
+    def leader() -> tuple[int] | None:  # a tuple: broker 0 is a leader too
+        meta = cluster.admin().list_topics(topic, timeout=10).topics[topic]
+        found = meta.partitions.get(partition)
+        return (found.leader,) if found is not None and found.leader >= 0 else None
+
+    return wait_for(leader, 30, f"a leader of {topic}/{partition}")[0]
 
 
 def test_single_broker_round_trip(tmp_path: Path) -> None:
