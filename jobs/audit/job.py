@@ -172,7 +172,6 @@ class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its table, its stream, its batch writer."""
 
     write_id_prefix = "uatu-audit"
-    skips_lost_records = True
 
     def __init__(self, spec: AuditSpec) -> None:
         super().__init__(spec)

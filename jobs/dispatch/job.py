@@ -190,7 +190,6 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     (`runner.run_queries`) and returns the run's exit status."""
 
     write_id_prefix = "uatu-dispatch"
-    skips_lost_records = True
 
     session_conf = SESSION_CONF
 

@@ -210,7 +210,6 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     """The replication job in the shared template."""
 
     write_id_prefix = "uatu-replication"
-    skips_lost_records = True
 
     session_conf = SESSION_CONF
 

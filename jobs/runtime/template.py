@@ -31,7 +31,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from core.errors import EXIT_FAILED, UatuError
+from core.errors import EXIT_FAILED, ConfigError, UatuError
 from core.spec import JobSpec
 from jobs.runtime.checkpoint_files import query_id
 from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
@@ -73,8 +73,6 @@ class StreamingJob(ABC, Generic[S]):
     # The first part of this job type's idempotent-write ids (`write_id`). Never change it:
     # a batch replayed after the change would carry a new id and be written twice.
     write_id_prefix: ClassVar[str] = "uatu"
-    # Whether the job implements `skip_lost_records` (`--skip-lost-records`).
-    skips_lost_records: ClassVar[bool] = False
 
     def __init__(self, spec: S) -> None:
         self.spec = spec
@@ -129,9 +127,16 @@ class StreamingJob(ABC, Generic[S]):
         """`--skip-lost-records`, before the query starts: record the source records deleted
         before the job read them and let this run read past exactly those
         (`jobs/runtime/source_failure.skip_lost`); `once` is the run's (it decides how the
-        replication job reads). Only a job with `skips_lost_records` is asked;
-        `jobs/main.py` refuses the flag for the others."""
-        raise NotImplementedError(f"{type(self).__name__} cannot skip lost records")
+        replication job reads). A job type that can overrides it; `jobs/main.py` refuses the
+        flag before any Spark work for the others (`skips_lost_records`)."""
+        raise ConfigError(
+            "--skip-lost-records", f"{type(self).__name__} does not skip lost records"
+        )
+
+    @property
+    def skips_lost_records(self) -> bool:
+        """Whether the job reads past lost source records: it overrides `skip_lost_records`."""
+        return type(self).skip_lost_records is not StreamingJob.skip_lost_records
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         """After the query failed: a one-line error naming the cause when the job can tell
