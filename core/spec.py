@@ -13,12 +13,15 @@ and is built from these shared parts, each written once here:
   scheme or host, no control characters, a checkpoint only in the group's own folder) holds
   for every JobType by construction. A `*_path` field naming a table the job type does not
   write is refused, not ignored.
+* `TopicSelection` (`topic_selection`): many topics for one job, from `extension.topics`: a
+  list or a regular expression, instead of `kafka_consumer_task_group.topic`.
 * `trigger_seconds`: `extension.trigger.interval_seconds` with the job type's default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
@@ -29,7 +32,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import ClusterConfig, Settings
 from core.errors import InvalidJobGroup
-from core.jobgroup import job_options, require_cluster
+from core.jobgroup import check_topic, job_options, require_cluster
 from core.storage import checkpoint_location, table_location
 
 SOURCE = "kafka_consumer_task_group"
@@ -50,6 +53,13 @@ BOUNDED_READS = frozenset(
 )
 _RANGES = f"{SOURCE}.partition_offset_ranges.partition_offset_range"
 _OUTPUT = "extension.output"
+_TOPICS = "extension.topics"
+# The field a job type that reads many topics adds to its READS.
+TOPIC_SELECTION_READS = frozenset({_TOPICS})
+MAX_SELECTED_TOPICS = 10_000
+# Kafka's own topics (__consumer_offsets, __transaction_state, ...): never selected by a
+# pattern, as MirrorMaker 2's default topics.exclude has it.
+INTERNAL_TOPICS = "__.*"
 _CHECKPOINT_FIELD = "checkpoint_path"
 
 
@@ -81,6 +91,87 @@ class JobSpec(Protocol):
 
 
 @dataclass(frozen=True)
+class TopicSelection:
+    """Many topics of one cluster: `names`, or every topic whose whole name matches `pattern`
+    and neither `exclude_pattern` nor INTERNAL_TOPICS. Build it with `topic_selection`."""
+
+    names: tuple[str, ...] = ()
+    pattern: str = ""
+    exclude_pattern: str = ""
+
+    @property
+    def regex(self) -> str:
+        """The selection as one regular expression, matched against whole topic names, in a
+        syntax Java (Spark's `subscribePattern`) and Python read the same way."""
+        if self.names:
+            return "|".join(re.escape(name) for name in self.names)
+        excluded = "|".join(f"(?:{p})" for p in (INTERNAL_TOPICS, self.exclude_pattern) if p)
+        return f"(?!(?:{excluded})$)(?:{self.pattern})"
+
+    def matches(self, topic: str) -> bool:
+        if self.names:
+            return topic in self.names
+        return re.fullmatch(self.regex, topic) is not None
+
+    def select(self, topics: Iterable[str]) -> list[str]:
+        """The selected ones of `topics` (a cluster's topic names), sorted."""
+        return sorted(t for t in set(topics) if self.matches(t))
+
+    def subscription(self) -> tuple[str, str]:
+        """Spark's Kafka source option that reads the selection: (option, value)."""
+        if self.names:
+            return "subscribe", ",".join(self.names)
+        return "subscribePattern", self.regex
+
+    def __str__(self) -> str:
+        if self.names:
+            shown = ", ".join(self.names[:3])
+            more = f" and {len(self.names) - 3} more" if len(self.names) > 3 else ""
+            return f"topics {shown}{more}"
+        excluded = f" except /{self.exclude_pattern}/" if self.exclude_pattern else ""
+        return f"topics matching /{self.pattern}/{excluded}"
+
+
+def topic_selection(options: JobOptions) -> TopicSelection | None:
+    """`extension.topics` checked, None when it selects nothing (the group names one topic).
+
+    Names must be Kafka topic names, each once, at most MAX_SELECTED_TOPICS; a pattern and an
+    exclude pattern must be regular expressions; names and a pattern are not given together,
+    nor an exclude pattern without a pattern."""
+    chosen = options.topics
+    names = tuple(n.strip() for n in chosen.names)
+    pattern, exclude = chosen.pattern.strip(), chosen.exclude_pattern.strip()
+    if not names and not pattern:
+        if exclude:
+            raise InvalidJobGroup(f"{_TOPICS}.exclude_pattern", exclude, "needs a pattern")
+        return None
+    if names and pattern:
+        raise InvalidJobGroup(f"{_TOPICS}.pattern", pattern, "give names or a pattern, not both")
+    if names:
+        if exclude:
+            raise InvalidJobGroup(f"{_TOPICS}.exclude_pattern", exclude, "needs a pattern")
+        if len(names) > MAX_SELECTED_TOPICS:
+            raise InvalidJobGroup(
+                f"{_TOPICS}.names", f"{len(names)} names", f"at most {MAX_SELECTED_TOPICS}"
+            )
+        seen: set[str] = set()
+        for i, name in enumerate(names):
+            check_topic(f"{_TOPICS}.names[{i}]", name)
+            if not name or name in seen:
+                raise InvalidJobGroup(f"{_TOPICS}.names[{i}]", name, "empty or listed twice")
+            seen.add(name)
+        return TopicSelection(names=names)
+    for field, value in (("pattern", pattern), ("exclude_pattern", exclude)):
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise InvalidJobGroup(
+                f"{_TOPICS}.{field}", value, f"not a regular expression: {error}"
+            ) from None
+    return TopicSelection(pattern=pattern, exclude_pattern=exclude)
+
+
+@dataclass(frozen=True)
 class OffsetRange:
     """Offsets [start, end) of one source partition that a bounded run reads."""
 
@@ -102,6 +193,13 @@ class SourceSpec:
     end_timestamp_ms: int | None = None
     offset_ranges: tuple[OffsetRange, ...] = ()  # empty: every partition
     field: str = f"{SOURCE}.topic"  # the field that names the topic, for error messages
+    selection: TopicSelection | None = None  # many topics (`topic` is then "")
+
+    def subscription(self) -> tuple[str, str]:
+        """Spark's Kafka source option that reads this source: (option, value)."""
+        if self.selection is not None:
+            return self.selection.subscription()
+        return "subscribe", self.topic
 
     @property
     def bounded(self) -> bool:
@@ -113,9 +211,17 @@ class SourceSpec:
 
 
 def source_spec(
-    group: JobGroup, settings: Settings, *, bounded_reads: bool, topic_required: bool = True
+    group: JobGroup,
+    settings: Settings,
+    *,
+    bounded_reads: bool,
+    topic_required: bool = True,
+    many_topics: bool = False,
 ) -> SourceSpec:
     """`kafka_consumer_task_group` as a SourceSpec.
+
+    `many_topics` True: the job type reads `extension.topics` (its READS include
+    TOPIC_SELECTION_READS) as an alternative to the one topic; exactly one of them is given.
 
     `bounded_reads` False: a job type that always reads from where its checkpoint left off
     refuses start/end timestamps and offset ranges (they would be ignored). True: the bounds
@@ -125,8 +231,14 @@ def source_spec(
     source = group.kafka_consumer_task_group
     cluster = require_cluster(f"{SOURCE}.cluster", source.cluster, settings.clusters)
     topic = source.topic.strip()
-    if topic_required and not topic:
-        raise InvalidJobGroup(f"{SOURCE}.topic", source.topic, "a topic is required")
+    selection = topic_selection(job_options(group)) if many_topics else None
+    if selection is not None and topic:
+        raise InvalidJobGroup(
+            f"{SOURCE}.topic", topic, f"give it or {_TOPICS}, not both ({selection})"
+        )
+    if topic_required and not topic and selection is None:
+        wanted = f"a topic (or {_TOPICS}) is required" if many_topics else "a topic is required"
+        raise InvalidJobGroup(f"{SOURCE}.topic", source.topic, wanted)
     start_ms: int | None = None
     end_ms: int | None = None
     ranges: tuple[OffsetRange, ...] = ()
@@ -164,6 +276,7 @@ def source_spec(
         start_timestamp_ms=start_ms,
         end_timestamp_ms=end_ms,
         offset_ranges=ranges,
+        selection=selection,
     )
 
 

@@ -25,6 +25,7 @@ def kafka_read_options(
     cluster: ClusterConfig,
     topic: str,
     *,
+    subscription: tuple[str, str] | None = None,
     starting_offsets: str = "earliest",
     read_committed: bool = False,
     max_offsets_per_trigger: int | None = None,
@@ -37,10 +38,13 @@ def kafka_read_options(
     consumer_group) only makes the job's consumers recognisable on the broker. Data loss
     (offsets deleted by retention before they were read) fails the query instead of being
     skipped: an audit that silently skips records would report wrong totals.
+    `subscription` (option, value), e.g. ("subscribePattern", regex), replaces subscribing
+    to `topic`.
     """
+    option, value = subscription or ("subscribe", topic)
     options = {
         **cluster.spark_kafka_options(),
-        "subscribe": topic,
+        option: value,
         "startingOffsets": starting_offsets,
         "failOnDataLoss": "true",
         "includeHeaders": "true" if include_headers else "false",
@@ -67,6 +71,7 @@ def source_read_options(
     return kafka_read_options(
         source.cluster,
         source.topic,
+        subscription=source.subscription(),
         starting_offsets=starting_offsets or source.starting_offsets,
         read_committed=source.read_committed,
         max_offsets_per_trigger=max_offsets_per_trigger,
