@@ -3,6 +3,8 @@
 # control plane call.
 #
 #   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--skip-lost-records] [--conf-dir DIR]
+#   ./spark-submit.sh maintain [--table PATH] [--vacuum-retention-hours H]   (compact and vacuum
+#       the warehouse's Delta tables: docs/operations.md, "Shared tables")
 #
 # --skip-lost-records: go on past source records deleted before the job read them, on the same
 # checkpoint, for this run only (docs/operations.md, "Past a retention gap").

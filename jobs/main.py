@@ -1,5 +1,6 @@
 """Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]
-[--skip-lost-records]`.
+[--skip-lost-records]`, and of the tables' upkeep: `... jobs/main.py maintain`
+(jobs/maintenance.py).
 
 Loads the site configuration and the JobGroup, validates both (`registry.validate`), checks
 that the source topic exists, then runs the JobType's `StreamingJob` (`load_runtime()`).
@@ -61,6 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["maintain"]:  # spark-submit.sh maintain ...: the warehouse's upkeep
+        from jobs import maintenance
+
+        return maintenance.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -68,8 +68,15 @@ class CountsWriter:
     """Saves each batch's partials under the checkpoint, MERGEs them into `audit_counts` in a
     thread of its own once Spark has committed the batch. One per run of the audit job."""
 
-    def __init__(self, counts_path: str, checkpoint: str, app_id: Callable[[SparkSession], str]):
+    def __init__(
+        self,
+        counts_path: str,
+        checkpoint: str,
+        app_id: Callable[[SparkSession], str],
+        job_group_id: str,
+    ):
         self.counts_path = counts_path
+        self.job_group_id = job_group_id  # whose rows of audit_counts these are
         self.checkpoint = checkpoint
         self._app_id = app_id
         self._changed = threading.Condition()
@@ -234,9 +241,9 @@ class CountsWriter:
         if not self._table_has_rows:
             self._table_has_rows = not never_written(spark, self.counts_path)
         if self._table_has_rows:
-            tables.merge_counts(source, self.counts_path, app_id, batch_id)
+            tables.merge_counts(source, self.counts_path, app_id, batch_id, self.job_group_id)
         else:
-            tables.insert_counts(source, self.counts_path, app_id, batch_id)
+            tables.insert_counts(source, self.counts_path, app_id, batch_id, self.job_group_id)
             self._table_has_rows = True
 
     def _raise_if_failed(self) -> None:

@@ -180,7 +180,10 @@ class AuditJob(StreamingJob[AuditSpec]):
         self._writer: AuditBatchWriter | None = None
         self._gaps = source_failure.NO_GAPS
         self._counts = CountsWriter(
-            spec.output.table("audit_counts"), spec.output.checkpoint, self.write_id().of
+            spec.output.table("audit_counts"),
+            spec.output.checkpoint,
+            self.write_id().of,
+            spec.job_group_id,
         )
 
     def check(self) -> None:

@@ -1,10 +1,13 @@
 """The audit job's Delta tables and the exactly-once write of one micro-batch.
 
-`audit_counts` (one row per cluster, topic, partition, audit_type, interval and window):
+`audit_counts` (one row per JobGroup, cluster, topic, partition, audit_type, interval and
+window):
 
 ======================  =========  =====================================================
 column                  type       meaning
 ======================  =========  =====================================================
+job_group_id            string     the audit JobGroup that wrote the row (the table is
+                                   partitioned by it: many groups share the table)
 cluster, topic          string     the audited cluster and topic (labels)
 partition               int        Kafka partition
 audit_type              string     AUDIT_TYPE_EXACT_UNIQ or AUDIT_TYPE_APPROX_UNIQ
@@ -56,8 +59,11 @@ AUDIT_COUNTS = DeltaTableSpec(
     name="audit_counts",
     description="Kafka audit: counts, unique counts and latency per partition and window",
     keys=tuple(WINDOW_KEY),
+    partition_by=("job_group_id",),
+    writer_column="job_group_id",
     schema=StructType(
         [
+            StructField("job_group_id", StringType(), False),
             StructField("cluster", StringType(), False),
             StructField("topic", StringType(), False),
             StructField("partition", IntegerType(), False),
@@ -141,9 +147,12 @@ def _on_insert() -> dict[str, str | Column]:
     }
 
 
-def merge_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: int) -> None:
-    """Fold one batch's partials (with new_unique_count) into audit_counts, once per batch:
-    counts add up, HLL sketches union, KLL sketches merge and the quantiles are re-read."""
+def merge_counts(
+    partials: DataFrame, counts_path: str, app_id: str, batch_id: int, job_group_id: str
+) -> None:
+    """Fold one batch's partials (with new_unique_count) into `job_group_id`'s rows of
+    audit_counts, once per batch: counts add up, HLL sketches union, KLL sketches merge and
+    the quantiles are re-read."""
     merge_once(
         partials,
         AUDIT_COUNTS,
@@ -152,10 +161,13 @@ def merge_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: i
         batch_id,
         update=_on_match(),
         insert=_on_insert(),
+        writer=job_group_id,
     )
 
 
-def insert_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: int) -> None:
+def insert_counts(
+    partials: DataFrame, counts_path: str, app_id: str, batch_id: int, job_group_id: str
+) -> None:
     """What `merge_counts` writes into a table without rows (every partial is an insert), as
     a plain append: a MERGE's matching pass costs more than the write itself, most of all in
     a cold JVM (the first batch of a run). Same idempotent-write marker."""
@@ -165,4 +177,4 @@ def insert_counts(partials: DataFrame, counts_path: str, app_id: str, batch_id: 
             for column, value in _on_insert().items()
         )
     )
-    append_once(inserted, AUDIT_COUNTS, counts_path, app_id, batch_id)
+    append_once(inserted, AUDIT_COUNTS, counts_path, app_id, batch_id, writer=job_group_id)

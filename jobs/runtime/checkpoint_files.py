@@ -50,6 +50,17 @@ class HadoopFiles:
             return []
         return [str(status.getPath().getName()) for status in fs.listStatus(path)]
 
+    def newest_modification_ms(self, location: str) -> int:
+        """The newest modification time (epoch ms) of `location` and what it holds, one level
+        deep; 0 when there is no such file or folder."""
+        fs, path = self._open(location)
+        if not fs.exists(path):
+            return 0
+        times = [int(fs.getFileStatus(path).getModificationTime())]
+        if fs.getFileStatus(path).isDirectory():
+            times += [int(status.getModificationTime()) for status in fs.listStatus(path)]
+        return max(times)
+
     def numbers(self, folder: str) -> list[int]:
         """The names in `folder` that are whole numbers, sorted (Spark's batch files)."""
         return sorted(int(name) for name in self.names(folder) if name.isdigit())

@@ -10,25 +10,41 @@ Exactly-once: every write of batch N commits, atomically with its data, Delta's 
 (appId = an id of the streaming query that is stable across restarts, version = N). Delta
 skips a write whose version is not above the one it recorded for that appId in that table,
 so a batch replayed after a crash changes nothing in a table that already committed it.
+
+Many writers, one table: any number of JobGroups, queries and applications share a warehouse.
+* Creation: `ensure` takes a concurrent creation of the same table (Delta fails all but one
+  writer of commit 0) as the table existing, and checks it as it would any existing table.
+* Conflicts: a MERGEd table declares a `writer_column` (the JobGroup id), partitions by it,
+  and every MERGE names its writer's partition as a literal in its condition, so Delta's
+  conflict detection sees each writer read and rewrite only its own files. Appends never
+  read, so they never conflict.
+* What still can conflict (a writer against table maintenance, which compacts files every
+  writer reads) is retried, a bounded number of times, with the same idempotent-write
+  marker: a write that did commit is skipped by it, one that did not commits once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
+from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
+from pyspark.sql.types import StructType
 
 from core.errors import TableSchemaMismatch
 from core.spec import OutputSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
+from jobs.runtime.delta_schema import nullable, schema_differences, with_declared_columns
 
 log = logging.getLogger("uatu.delta")
 
@@ -39,6 +55,17 @@ KllKind = Literal["double", "bigint"]
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
+# Attempts of one write (or one creation) that meets another writer's commit.
+WRITE_ATTEMPTS = 6
+# The first retry's pause; each next one doubles it, with jitter so writers that met do not
+# meet again.
+RETRY_PAUSE_SECONDS = 0.5
+# A Delta log without a commit that changed this recently may be another writer's creation
+# in progress, not the leftover of a killed one: `ensure` waits for its commit that long.
+STALE_LOG_SECONDS = 60
+
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True)
 class DeltaTableSpec:
@@ -48,7 +75,11 @@ class DeltaTableSpec:
     schema: every column, its type and nullability, in order; writes must match it.
     description: one line stored as the table's comment (DESCRIBE DETAIL shows it).
     partition_by: partition columns, applied when the table is created.
-    keys: the columns that identify a row, for `merge_once`; empty for append-only tables.
+    keys: the columns that identify a row of one writer, for `merge_once`; empty for
+        append-only tables.
+    writer_column: for a table many writers MERGE into, the column that names the writer
+        (its rows are the writer's alone); it is the first partition column, and
+        `merge_once` and `append_once` fill it in.
     """
 
     name: str
@@ -56,52 +87,19 @@ class DeltaTableSpec:
     description: str
     partition_by: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
+    writer_column: str = ""
 
     def __post_init__(self) -> None:
-        unknown = [c for c in (*self.partition_by, *self.keys) if c not in self.columns]
+        named = (*self.partition_by, *self.keys, *([self.writer_column] * bool(self.writer_column)))
+        unknown = [c for c in named if c not in self.columns]
         if unknown:
             raise ValueError(f"table {self.name}: {unknown} are not columns of its schema")
+        if self.writer_column and self.partition_by[:1] != (self.writer_column,):
+            raise ValueError(f"table {self.name}: partition it by {self.writer_column} first")
 
     @property
     def columns(self) -> list[str]:
         return self.schema.fieldNames()
-
-
-def schema_differences(declared: StructType, actual: StructType) -> list[str]:
-    """What in an existing table's schema (`actual`) would make writes of `declared` fail.
-
-    One line per column: a declared column the table lacks, a different type, a column that
-    is NOT NULL in the table where the declaration allows null (nested fields included), and
-    a NOT NULL column of the table that is not declared (a write would leave it null). Extra
-    nullable columns and stricter declarations are not differences: writes still succeed.
-    Empty when the table takes the declared rows.
-    """
-    existing = {f.name: f for f in actual.fields}
-    lines = []
-    for field in declared.fields:
-        have = existing.get(field.name)
-        if have is None:
-            lines.append(
-                f"{field.name}: declared {field.dataType.simpleString()}, not in the table"
-            )
-        elif _nullable(have.dataType) != _nullable(field.dataType):
-            lines.append(
-                f"{field.name}: declared {field.dataType.simpleString()}, "
-                f"the table has {have.dataType.simpleString()}"
-            )
-        elif field.nullable and not have.nullable:
-            lines.append(f"{field.name}: declared nullable, NOT NULL in the table")
-        elif not _accepts(have.dataType, field.dataType):
-            lines.append(
-                f"{field.name}: declared with nullable nested values, NOT NULL in the table"
-            )
-    declared_names = set(declared.fieldNames())
-    lines += [
-        f"{f.name}: NOT NULL in the table, not declared"
-        for f in actual.fields
-        if f.name not in declared_names and not f.nullable
-    ]
-    return lines
 
 
 def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
@@ -114,11 +112,18 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     job's writes fail (see `schema_differences`) raises TableSchemaMismatch naming the table,
     the path and each differing column, and commits nothing.
 
-    A log without a single commit (a process killed while it created the table) is removed
-    first: Delta refuses to create a table over it, and it holds no data.
+    A log without a single commit is another writer's creation in progress, or what a
+    process killed while it created the table left: `ensure` waits for its commit until the
+    log has not changed for STALE_LOG_SECONDS, then removes it (Delta refuses to create a
+    table over it, and it holds no data). Writers that create the same table at once all
+    succeed: Delta commits one creation and fails the others, which then find the table and
+    check it.
     """
-    if _log_commits(spark, path) == 0:
-        _delete_log(spark, path)
+    with_retries(f"creating {table.name} at {path}", lambda: _ensure_once(spark, table, path))
+
+
+def _ensure_once(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
+    _await_uncommitted_log(spark, path)
     builder = (
         DeltaTable.createIfNotExists(spark)
         .location(path)
@@ -135,11 +140,17 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
         return
     # On an existing table the create does nothing, whatever schema it was given: only this
     # check catches one that differs (or that someone else created meanwhile).
-    actual = DeltaTable.forPath(spark, path).toDF().schema
+    existing = DeltaTable.forPath(spark, path)
+    detail = existing.detail().first()
+    assert detail is not None  # DESCRIBE DETAIL answers one row
+    actual = existing.toDF().schema
     differences = schema_differences(table.schema, actual)
+    partitioning = _partitioning_difference(table, detail["partitionColumns"])
+    if partitioning:
+        raise TableSchemaMismatch(table.name, path, [*differences, partitioning])
     if not differences:
         return
-    added = _with_declared_columns(actual, table.schema)
+    added = with_declared_columns(actual, table.schema)
     assert isinstance(added, StructType)  # a struct with a struct's fields added
     if schema_differences(table.schema, added):  # not only missing columns: refuse, as is
         raise TableSchemaMismatch(table.name, path, differences)
@@ -155,6 +166,64 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     differences = schema_differences(table.schema, DeltaTable.forPath(spark, path).toDF().schema)
     if differences:
         raise TableSchemaMismatch(table.name, path, differences)
+
+
+def _partitioning_difference(table: DeltaTableSpec, actual: list[str]) -> str:
+    """A line when the table is partitioned otherwise than declared, which cannot change in
+    place (an earlier release's table without the writer column would mix every writer's
+    rows); "" when it is as declared."""
+    if list(table.partition_by) == list(actual):
+        return ""
+    return (
+        f"partitioned by {list(actual)}, declared {list(table.partition_by)} "
+        "(docs/operations.md, 'Shared tables': copy it into a new table)"
+    )
+
+
+# Delta's Python classes of its concurrent modification errors share no base of their own.
+_CONCURRENT_MODIFICATION = (
+    delta_errors.DeltaConcurrentModificationException,
+    delta_errors.ConcurrentWriteException,
+    delta_errors.MetadataChangedException,
+    delta_errors.ProtocolChangedException,
+    delta_errors.ConcurrentAppendException,
+    delta_errors.ConcurrentDeleteReadException,
+    delta_errors.ConcurrentDeleteDeleteException,
+    delta_errors.ConcurrentTransactionException,
+)
+
+
+def _conflicting(error: Exception) -> bool:
+    """Whether `error` is another writer's commit meeting this one: Delta's concurrent
+    modification exceptions, and a creation that found the table created meanwhile."""
+    if isinstance(error, _CONCURRENT_MODIFICATION):
+        return True
+    text = str(error)
+    return isinstance(error, AnalysisException) and (
+        "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" in text or "DELTA_TABLE_ALREADY_EXISTS" in text
+    )
+
+
+def with_retries(what: str, attempt: Callable[[], _T]) -> _T:
+    """`attempt()`, again after a pause when it met another writer (`_conflicting`), at most
+    WRITE_ATTEMPTS times; any other error, or the last conflict, is raised as it is."""
+    for number in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except Exception as error:
+            if number == WRITE_ATTEMPTS or not _conflicting(error):
+                raise
+            pause = RETRY_PAUSE_SECONDS * 2 ** (number - 1) * random.uniform(0.5, 1.5)
+            log.warning(
+                "%s met another writer (%s); attempt %d of %d in %.1f s",
+                what,
+                type(error).__name__,
+                number + 1,
+                WRITE_ATTEMPTS,
+                pause,
+            )
+            time.sleep(pause)
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def any_table_exists(spark: SparkSession, paths: Iterable[str]) -> bool:
@@ -174,6 +243,19 @@ def _log_commits(spark: SparkSession, path: str) -> int | None:
         return None
     names = files.names(_log_dir(path))
     return sum(1 for name in names if name.endswith((".json", ".parquet")))
+
+
+def _await_uncommitted_log(spark: SparkSession, path: str) -> None:
+    """Return once the table's log has a commit or there is no log: a log without one is
+    waited for while it changed within STALE_LOG_SECONDS (a creation in progress), then
+    removed (a creation cut short)."""
+    files = HadoopFiles(spark)
+    while _log_commits(spark, path) == 0:
+        idle = time.time() - files.newest_modification_ms(_log_dir(path)) / 1000
+        if idle >= STALE_LOG_SECONDS:
+            _delete_log(spark, path)
+            return
+        time.sleep(min(1.0, STALE_LOG_SECONDS - idle))
 
 
 def never_written(spark: SparkSession, path: str) -> bool:
@@ -232,28 +314,56 @@ def ensure_tables(spark: SparkSession, located: Iterable[tuple[DeltaTableSpec, s
 
 
 def append_once(
-    rows: DataFrame, table: DeltaTableSpec, path: str, app_id: str, batch_id: int
+    rows: DataFrame,
+    table: DeltaTableSpec,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    *,
+    writer: str = "",
 ) -> None:
     """Append `rows` to `table` at `path` unless this (app_id, batch_id) was committed there.
 
-    `rows` has exactly the declared columns (any order) with the declared types; anything
+    `rows` has exactly the declared columns (any order) with the declared types, but the
+    writer column, which `writer` fills in (required for a table that declares one); anything
     else raises ValueError naming the table before Spark runs. Keyed by (app_id = the
     streaming query's id, batch_id): Delta's txnAppId/txnVersion writer options, so a
     replayed batch, or any batch id not above the last one committed for app_id, is a no-op.
     """
+    rows = _with_writer(rows, table, writer)
     _check_columns(table, rows.schema)
-    (
+    write = (
         rows.select(*table.columns)  # the declared order, whatever the order of `rows`
         .write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", batch_id)
-        .save(path)
     )
+    with_retries(f"appending batch {batch_id} to {table.name}", lambda: write.save(path))
 
 
-# The marker is session-wide; a lock keeps two threads' MERGEs from trading markers.
-_MERGE_LOCK = threading.Lock()
+def _with_writer(rows: DataFrame, table: DeltaTableSpec, writer: str) -> DataFrame:
+    """`rows` with the table's writer column set to `writer` (as it is without one)."""
+    if not table.writer_column:
+        if writer:
+            raise ValueError(f"table {table.name} has no writer column for {writer!r}")
+        return rows
+    if not writer:
+        raise ValueError(f"table {table.name}: name the writer of its rows")
+    return rows.withColumn(table.writer_column, F.lit(writer))
+
+
+# The marker is a setting of the session: one lock per session keeps two threads' MERGEs
+# from trading markers, and lets MERGEs of different sessions (`spark.newSession()`, one per
+# query that writes concurrently) run at once.
+_MERGE_LOCKS: dict[str, threading.Lock] = {}
+_MERGE_LOCKS_GUARD = threading.Lock()
+
+
+def _merge_lock(spark: SparkSession) -> threading.Lock:
+    key = str(spark._jsparkSession.sessionUUID())  # type: ignore[union-attr]
+    with _MERGE_LOCKS_GUARD:
+        return _MERGE_LOCKS.setdefault(key, threading.Lock())
 
 
 def merge_once(
@@ -265,9 +375,14 @@ def merge_once(
     *,
     update: Mapping[str, str | Column],
     insert: Mapping[str, str | Column],
+    writer: str = "",
 ) -> None:
     """MERGE `source` into `table` at `path` on the table's keys, unless this (app_id,
     batch_id) was committed there.
+
+    A table with a writer column takes the MERGE into `writer`'s rows only: the column is
+    set on every inserted row, and the condition names the writer's partition as a literal,
+    so MERGEs of other writers never conflict with this one.
 
     The table is aliased `t` and the source `s`: a row of `s` whose keys equal a row of `t`
     sets `update` (column -> SQL expression or Column) on it, any other row of `s` inserts
@@ -277,16 +392,41 @@ def merge_once(
     through Delta's session confs for the duration of the MERGE, which then commits the
     `txn` action with its changes, or skips them all when (app_id, batch_id) is recorded.
     Other Delta writes of the same session meanwhile must pass their own marker, as
-    `append_once` does; the confs' previous values are restored afterwards.
+    `append_once` does; the confs' previous values are restored afterwards. MERGEs of one
+    session run one at a time; of different sessions, at once.
     """
     if not table.keys:
         raise ValueError(f"table {table.name} declares no keys to MERGE on")
     unknown = sorted((set(update) | set(insert)) - set(table.columns))
     if unknown:
         raise ValueError(f"table {table.name}: MERGE sets {unknown}, which are not its columns")
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in table.keys)
+    source = _with_writer(source, table, writer)
+    conditions = [f"t.`{k}` = s.`{k}`" for k in table.keys]
+    if table.writer_column:
+        conditions.insert(0, f"t.`{table.writer_column}` = {_sql_string(writer)}")
+        insert = {**insert, table.writer_column: f"s.`{table.writer_column}`"}
+    condition = " AND ".join(conditions)
+    with_retries(
+        f"merging batch {batch_id} into {table.name}",
+        lambda: _merge(source, path, app_id, batch_id, condition, update, insert),
+    )
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _merge(
+    source: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    condition: str,
+    update: Mapping[str, str | Column],
+    insert: Mapping[str, str | Column],
+) -> None:
     spark = source.sparkSession
-    with _MERGE_LOCK:
+    with _merge_lock(spark):
         previous = {
             conf: spark.conf.get(conf, None) for conf in (TXN_APP_ID_CONF, TXN_VERSION_CONF)
         }
@@ -353,69 +493,7 @@ def _check_columns(table: DeltaTableSpec, rows: StructType) -> None:
     problems += [
         f"{c} is {given[c].simpleString()}, declared {t.simpleString()}"
         for c, t in declared.items()
-        if c in given and _nullable(given[c]) != _nullable(t)
+        if c in given and nullable(given[c]) != nullable(t)
     ]
     if problems:
         raise ValueError(f"rows for table {table.name} do not match it: {', '.join(problems)}")
-
-
-def _nullable(kind: DataType) -> DataType:
-    """`kind` with every nested field, element and value nullable: its shape alone."""
-    if isinstance(kind, StructType):
-        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in kind.fields])
-    if isinstance(kind, ArrayType):
-        return ArrayType(_nullable(kind.elementType), True)
-    if isinstance(kind, MapType):
-        return MapType(_nullable(kind.keyType), _nullable(kind.valueType), True)
-    return kind
-
-
-def _with_declared_columns(actual: DataType, declared: DataType) -> DataType:
-    """`actual` plus, at every depth, the struct fields `declared` has and `actual` lacks
-    (nullable): what adding the missing columns would make of the table's schema."""
-    if isinstance(actual, StructType) and isinstance(declared, StructType):
-        wanted = {f.name: f for f in declared.fields}
-        fields = [
-            StructField(
-                f.name,
-                _with_declared_columns(f.dataType, wanted[f.name].dataType)
-                if f.name in wanted
-                else f.dataType,
-                f.nullable,
-                f.metadata,
-            )
-            for f in actual.fields
-        ]
-        have = set(actual.fieldNames())
-        fields += [
-            StructField(f.name, f.dataType, True) for f in declared.fields if f.name not in have
-        ]
-        return StructType(fields)
-    if isinstance(actual, ArrayType) and isinstance(declared, ArrayType):
-        element = _with_declared_columns(actual.elementType, declared.elementType)
-        return ArrayType(element, actual.containsNull)
-    if isinstance(actual, MapType) and isinstance(declared, MapType):
-        value = _with_declared_columns(actual.valueType, declared.valueType)
-        return MapType(actual.keyType, value, actual.valueContainsNull)
-    return actual
-
-
-def _accepts(target: DataType, source: DataType) -> bool:
-    """Whether values of `source` fit a column of `target` of the same shape: wherever
-    `source` allows null (nested fields, elements, map values), `target` does too."""
-    if isinstance(target, StructType) and isinstance(source, StructType):
-        fields = {f.name: f for f in target.fields}
-        return all(
-            (fields[f.name].nullable or not f.nullable)
-            and _accepts(fields[f.name].dataType, f.dataType)
-            for f in source.fields
-        )
-    if isinstance(target, ArrayType) and isinstance(source, ArrayType):
-        return (target.containsNull or not source.containsNull) and _accepts(
-            target.elementType, source.elementType
-        )
-    if isinstance(target, MapType) and isinstance(source, MapType):
-        return (target.valueContainsNull or not source.valueContainsNull) and _accepts(
-            target.valueType, source.valueType
-        )
-    return True

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import datasketches
 import pytest
 from chispa import assert_df_equality
@@ -20,6 +23,7 @@ from pyspark.sql.types import (
 
 from core.errors import EXIT_BAD_INPUT, TableSchemaMismatch
 from jobs.runtime.delta import (
+    STALE_LOG_SECONDS,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     DeltaTableSpec,
@@ -31,8 +35,8 @@ from jobs.runtime.delta import (
     kll_quantiles,
     merge_once,
     never_written,
-    schema_differences,
 )
+from jobs.runtime.delta_schema import schema_differences
 
 TOTALS = DeltaTableSpec(
     name="totals",
@@ -125,6 +129,9 @@ def test_ensure_creates_a_table_over_a_log_that_a_killed_creation_left_without_c
     `_staged_commits` first). Delta alone refuses to create a table there."""
     table = tmp_path / "table"
     (table / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    killed_at = time.time() - STALE_LOG_SECONDS - 1  # untouched since: not a creation under way
+    for left in (table / "_delta_log", table / "_delta_log" / "_staged_commits"):
+        os.utime(left, (killed_at, killed_at))
     assert not any_table_exists(spark, [str(table)])
     ensure(spark, TOTALS, str(table))
     append_once(rows(spark, ("a", 1, 5, None)), TOTALS, str(table), "app", 0)

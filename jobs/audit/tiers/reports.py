@@ -178,6 +178,7 @@ def _merge_counts(
         spec.output.table("tier_counts"),
         app_id,
         batch_id,
+        writer=spec.job_group_id,
         update={
             "message_count": "t.message_count + s.message_count",
             "bytes": "t.bytes + s.bytes",

@@ -1,11 +1,12 @@
 """The cross-tier audit's Delta tables.
 
-`tier_counts` (one row per tier, cluster, topic, consumer group and report window), the union
-of every AuditReport read once:
+`tier_counts` (one row per JobGroup, tier, cluster, topic, consumer group and report window),
+the union of every AuditReport read once:
 
 =====================  =========  ==========================================================
 column                 type       meaning
 =====================  =========  ==========================================================
+job_group_id           string     the cross-tier JobGroup that read the reports
 tier                   string     SERVICE, KRP or CONSUMER
 cluster, topic         string     the cluster and topic the reporters wrote to (read from)
 consumer_group         string     CONSUMER: the reporters' group; "" for SERVICE and KRP
@@ -56,19 +57,22 @@ check_name, job_group_id, source_cluster, source_topic, partition, window_start,
 last_offset (inclusive), missing_count, destination (labels), decided_at, revision (of the
 verdict row it belongs to).
 
-`retention_audit` (per cluster, topic, partition and window of sample times): the latest
+`retention_audit` (per JobGroup, cluster, topic, partition and window of sample times): the latest
 log_start_offset, end_offset and committed_offset (of kafka_consumer_task_group.consumer_group),
 deleted_count (log start advance seen in the window), lost_count with lost_first_offset /
 lost_last_offset (records deleted before the group had consumed them), partition_count,
 expected_partition_count, retention_ms, retention_bytes, cleanup_policy, samples, updated_at.
 
-`availability_audit` (per cluster, topic, partition and window of sample times):
+`availability_audit` (per JobGroup, cluster, topic, partition and window of sample times):
 sampled_seconds, offline_seconds (no leader), under_replicated_seconds (ISR < replicas),
 under_min_isr_seconds (ISR < min.insync.replicas), samples, updated_at.
 
 Internal: `tier_report_ids` (instance_id, sequence, first_batch_id: the reports already folded,
 so a report read twice counts once) and `replication_ledger` (per check, side and source
 partition: contiguous offset ranges seen, with source window or number of copies).
+
+The three tables above are MERGEd and partitioned by job_group_id, so many cross-tier JobGroups
+share them without conflicts (jobs/runtime/delta.py).
 
 Exactly-once: each write of batch N carries Delta's idempotent-write marker (txnAppId = the
 streaming query id, txnVersion = N). Reports new in batch N are those whose (instance_id,
@@ -119,8 +123,11 @@ TIER_COUNTS = DeltaTableSpec(
     name="tier_counts",
     description="Cross-tier audit: AuditReports of producing and consuming tiers per window",
     keys=TIER_KEY,
+    partition_by=("job_group_id",),
+    writer_column="job_group_id",
     schema=StructType(
         _fields(
+            "job_group_id string, "
             "tier string, cluster string, topic string, consumer_group string, "
             "window_seconds int, window_start timestamp, window_end timestamp, "
             "message_count bigint, bytes bigint, failed_count bigint, reports bigint, "
@@ -185,8 +192,11 @@ RETENTION_AUDIT = DeltaTableSpec(
     name="retention_audit",
     description="Cross-tier audit: retention deletions against the group's committed offsets",
     keys=("cluster", "topic", "partition", "window_start"),
+    partition_by=("job_group_id",),
+    writer_column="job_group_id",
     schema=StructType(
         _fields(
+            "job_group_id string, "
             "cluster string, topic string, partition int, window_start timestamp, "
             "window_end timestamp, log_start_offset bigint, end_offset bigint, "
             "committed_offset bigint, deleted_count bigint, lost_count bigint, "
@@ -201,8 +211,11 @@ AVAILABILITY_AUDIT = DeltaTableSpec(
     name="availability_audit",
     description="Cross-tier audit: offline, under-replicated and under-min-ISR time per window",
     keys=("cluster", "topic", "partition", "window_start"),
+    partition_by=("job_group_id",),
+    writer_column="job_group_id",
     schema=StructType(
         _fields(
+            "job_group_id string, "
             "cluster string, topic string, partition int, window_start timestamp, "
             "window_end timestamp, sampled_seconds double, offline_seconds double, "
             "under_replicated_seconds double, under_min_isr_seconds double, samples bigint, "
@@ -233,10 +246,12 @@ def locations(spec: TierAuditSpec) -> list[tuple[DeltaTableSpec, str]]:
 def frame(
     spark: SparkSession, table: DeltaTableSpec, rows: Sequence[Mapping[str, Any]]
 ) -> DataFrame:
-    """Rows of `table` as plain values (timestamps as epoch ms) -> a DataFrame of its schema."""
+    """Rows of `table` as plain values (timestamps as epoch ms) -> a DataFrame of its schema,
+    but the writer column (`merge_once` and `append_once` set it)."""
     fields = [
         StructField(f.name, LongType(), True) if f.dataType.typeName() == "timestamp" else f
         for f in table.schema.fields
+        if f.name != table.writer_column
     ]
     ts = [f.name for f in table.schema.fields if f.dataType.typeName() == "timestamp"]
     df = spark.createDataFrame(

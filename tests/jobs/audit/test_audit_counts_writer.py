@@ -153,7 +153,7 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
 ) -> None:
     ck = tmp_path / "ck"
     book = KeyBook()
-    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID)
+    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID, "g")
     try:
         commit(ck, 0)
         writer.submit(spark, 0, book.partials(spark, BATCHES[0], 0))
@@ -185,7 +185,7 @@ def test_drain_writes_batches_spark_has_not_committed(spark, tmp_path: Path, tab
     """After the query, nothing is left to commit: drain writes what is queued."""
     ck = tmp_path / "ck"
     book = KeyBook()
-    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID)
+    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID, "g")
     try:
         for batch_id, batch in enumerate(BATCHES):
             writer.submit(spark, batch_id, book.partials(spark, batch, batch_id))
@@ -203,7 +203,7 @@ def test_a_released_batch_is_merged_before_its_commit(spark, tmp_path: Path, tab
     released batch is MERGEd without it, a later batch still waits for its commit."""
     ck = tmp_path / "ck"
     book = KeyBook()
-    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID)
+    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID, "g")
     try:
         writer.submit(spark, 0, book.partials(spark, BATCHES[0], 0))
         writer.release(0)
@@ -231,7 +231,7 @@ def test_recover_writes_saved_partials_once_in_batch_order(
     ck = tmp_path / "ck"
     book = KeyBook()
     first = book.partials(spark, BATCHES[0], 0)
-    tables.merge_counts(first, table, APP_ID, 0)
+    tables.merge_counts(first, table, APP_ID, 0, "g")
     files = CheckpointFiles(spark, str(ck), FOLDER)
     files.write("0", encode_partials(first))
     for batch_id in (1, 2):
@@ -239,7 +239,7 @@ def test_recover_writes_saved_partials_once_in_batch_order(
             str(batch_id), encode_partials(book.partials(spark, BATCHES[batch_id], batch_id))
         )
 
-    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID)
+    writer = CountsWriter(table, str(ck), lambda _spark: APP_ID, "g")
     try:
         assert writer.recover(spark) == [0, 1, 2]
     finally:
@@ -259,7 +259,7 @@ def test_a_failed_merge_fails_drain_and_the_next_submit_and_keeps_the_file(
     the unwritten batches are kept, and batch 0's file is still there."""
     ck = tmp_path / "ck"
     book = KeyBook()
-    writer = CountsWriter(str(tmp_path / "no-table"), str(ck), lambda _spark: APP_ID)
+    writer = CountsWriter(str(tmp_path / "no-table"), str(ck), lambda _spark: APP_ID, "g")
     try:
         commit(ck, 0)
         writer.submit(spark, 0, book.partials(spark, BATCHES[0], 0))

@@ -179,20 +179,44 @@ def read_counts(spark, conf_dir: Path):
     return spark.read.format("delta").load(str(conf_dir.parent / "wh" / "audit_counts"))
 
 
-def test_bounded_run_matches_independent_truth(spark, kafka, tmp_path, audit_env):
+def test_applications_started_at_once_into_one_warehouse_each_match_their_truth(
+    spark, kafka, tmp_path, audit_env
+):
+    """Three audit applications start at the same moment and share one warehouse (the
+    default conf): they create `audit_counts` at once and MERGE into it concurrently. Two
+    audit the same topic, which must not add up: each JobGroup's rows are its own."""
     topic, records = audit_env
+    other = f"{topic}-b"
+    kafka.create_topic(other, partitions=2)
+    other_records = audit_dataset(300, partitions=2, now_ms=int(time.time() * 1000))
+    produce(kafka.bootstrap_servers, other, other_records)
     conf_dir = conf_for(kafka, tmp_path, "run")
-    status, out = run_to_end(jobgroup("truth", topic), tmp_path, conf_dir, "--once")
-    assert status == 0, out
+    audited = {"truth-1": (topic, records), "truth-2": (topic, records)}
+    audited["truth-3"] = (other, other_records)
+    runs = {
+        group_id: submit(jobgroup(group_id, source), tmp_path, conf_dir, "--once")
+        for group_id, (source, _) in audited.items()
+    }
+    for group_id, proc in runs.items():
+        proc.wait(timeout=900)
+        assert proc.returncode == 0, (tmp_path / f"{group_id}.log").read_text()
+
     table = read_counts(spark, conf_dir)
-    assert_df_equality(
-        table.select(*COMPARED),
-        expected_df(spark, expected_rows(records, topic)),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
+    for group_id, (source, sent) in audited.items():
+        rows = table.where(F.col("job_group_id") == group_id)
+        assert_df_equality(
+            rows.select(*COMPARED),
+            expected_df(spark, expected_rows(sent, source)),
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )
     # Every record is counted once per audit type; late and untimed ones are not dropped.
-    totals = table.groupBy("audit_type").agg(F.sum("message_count").alias("n")).collect()
+    totals = (
+        table.where(F.col("job_group_id") == "truth-1")
+        .groupBy("audit_type")
+        .agg(F.sum("message_count").alias("n"))
+        .collect()
+    )
     assert {r["audit_type"]: r["n"] for r in totals} == {
         "AUDIT_TYPE_EXACT_UNIQ": len(records),
         "AUDIT_TYPE_APPROX_UNIQ": len(records),

@@ -105,7 +105,11 @@ def fold_and_merge(spark, spec: AuditSpec, batches: list[dict[int, tuple[int, in
             folded = folder.fold_ranges(spark, jranges, batch_id, audit_ms[batch_id])
             assert folded.records == sum(b - a for a, b in ranges.values())
             tables.merge_counts(
-                folded.partials, spec.output.table("audit_counts"), "merge-truth", batch_id
+                folded.partials,
+                spec.output.table("audit_counts"),
+                "merge-truth",
+                batch_id,
+                spec.job_group_id,
             )
     finally:
         folder.close()

@@ -191,7 +191,7 @@ def fold_batch(spark, counts_path, rows, batch_id, new_unique):
         .otherwise(F.lit(0))
         .cast("long"),
     ).localCheckpoint()
-    tables.merge_counts(computed, counts_path, "query", batch_id)
+    tables.merge_counts(computed, counts_path, "query", batch_id, "g")
 
 
 def versions(spark, *paths):

@@ -66,6 +66,7 @@ def write(
         spec.output.table("availability_audit"),
         app_id,
         batch_id,
+        writer=spec.job_group_id,
         update={**{c: f"t.{c} + s.{c}" for c in _ADDED}, "updated_at": "s.updated_at"},
         insert={c: f"s.{c}" for c in tables.AVAILABILITY_AUDIT.columns},
     )

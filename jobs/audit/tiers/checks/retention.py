@@ -54,6 +54,7 @@ def restore(spark: SparkSession, spec: TierAuditSpec, state: RetentionState) -> 
     for r in (
         spark.read.format("delta")
         .load(spec.output.table("retention_audit"))
+        .where(F.col("job_group_id") == spec.job_group_id)
         .where((F.col("cluster") == a.cluster) & (F.col("topic") == a.topic))
         .groupBy("partition")
         .agg(F.max("lost_last_offset").alias("lost"), F.max("log_start_offset").alias("start"))
@@ -113,6 +114,7 @@ def write(
         spec.output.table("retention_audit"),
         app_id,
         batch_id,
+        writer=spec.job_group_id,
         update={
             **{c: f"s.{c}" for c in _KEEP_LATEST},
             "deleted_count": "t.deleted_count + s.deleted_count",
@@ -136,6 +138,7 @@ def verdicts(
     rows = (
         spark.read.format("delta")
         .load(spec.output.table("retention_audit"))
+        .where(F.col("job_group_id") == spec.job_group_id)
         .where((F.col("cluster") == a.cluster) & (F.col("topic") == a.topic))
         .where(F.col("window_start") >= F.timestamp_millis(F.lit(at.horizon)))
         .select(

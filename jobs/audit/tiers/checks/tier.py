@@ -42,6 +42,7 @@ def _reported(spark: SparkSession, spec: TierAuditSpec, check: Check, at: Round)
     reported = (
         spark.read.format("delta")
         .load(spec.output.table("tier_counts"))
+        .where(F.col("job_group_id") == spec.job_group_id)
         .where(F.col("tier").isin(tiers))
         .where(F.col("window_start") >= F.timestamp_millis(F.lit(at.horizon)))
         .where(F.lit(interval) % F.col("window_seconds") == 0)
