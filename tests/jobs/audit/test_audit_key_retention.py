@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from jobs.audit import tables
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditWindow
+from jobs.audit.transforms import combine_partials
 from jobs.runtime.delta import ensure_tables
 from tests.jobs.audit.test_audit_merge_truth import APPROX, EXACT, produce_all, spec_for
 
@@ -47,10 +48,13 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
     spark, kafka, tmp_path
 ) -> None:
     """Batch 0 fills window W (100 keys, 20 sent twice) and W1 (10 keys) three hours ago; batch
-    1 brings X an hour later, which moves the partition's watermark 3600 s past W: with a 600 s
-    retention, batch 2 finds W's keys gone. Batch 2 brings a duplicate and a new key for W, and
-    a duplicate for X (kept: exact). At 100 keys the sketch is in its exact (coupon) mode, so
-    the HLL rule gives the true 101. A replay of batch 2 on a fresh driver decides the same."""
+    1 brings X an hour later, which moves the partition's watermark 3600 s past W, and a late
+    duplicate and new key for W, still exact (the watermark before batch 1 was W's). With a
+    600 s retention, batch 2 finds W's keys gone: its duplicate and new key for W are
+    estimated; its duplicate for X is exact (X kept). At about 100 keys the sketch is in its
+    exact (coupon) mode, so the HLL rule gives the true distinct count. A replay of batch 2 on a
+    fresh driver decides the same, and one MERGE of batches 1 and 2 together (as the counts
+    writer combines batches ready at once) writes what their two MERGEs wrote."""
     topic = f"key-retention-{tmp_path.name[-12:].replace('_', '-')}"
     kafka.create_topic(topic, partitions=1)
     now_ms = int(time.time() * 1000)
@@ -60,6 +64,7 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
     batch0 += [(b"k%d" % i, w + 2000 + i) for i in range(20)]
     batch0 += [(b"j%d" % i, w1 + 1000 + i) for i in range(10)]
     batch1 = [(b"x%d" % i, x + 1000 + i) for i in range(50)]
+    batch1 += [(b"k7", w + 4000), (b"late-1", w + 4001)]
     batch2 = [(b"k5", w + 3000), (b"new-1", w + 3001), (b"x0", x + 5000)]
     sent = [batch0, batch1, batch2]
     produce_all(kafka.bootstrap_servers, topic, [(0, k, ts) for b in sent for k, ts in b])
@@ -87,8 +92,7 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
 
     folder = AuditFolder(spark, spec)
     try:
-        for batch_id in (0, 1):
-            tables.merge_counts(fold(folder, batch_id).partials, counts_path, "kr", batch_id)
+        partials = [fold(folder, 0).partials, fold(folder, 1).partials]
         before = keys_on_disk(keys_dir)
         folded = fold(folder, 2)
     finally:
@@ -96,7 +100,7 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
     after = keys_on_disk(keys_dir)
     print(f"exact keys on disk (keys, bytes) by window start: before {before}, after {after}")
 
-    assert {s: k for s, (k, _) in before.items()} == {w: 100, w1: 10, x: 50}
+    assert {s: k for s, (k, _) in before.items()} == {w: 101, w1: 10, x: 50}
     assert {s: k for s, (k, _) in after.items()} == {x: 50}  # W and W1 dropped from disk
     assert folded.state[0]["state_windows_dropped"] == 2
     assert folded.state[0]["state_oldest_window_ms"] == x
@@ -121,21 +125,31 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
     finally:
         replayed.close()
     assert exact_rows(again.partials) == exact_rows(folded.partials)
-    tables.merge_counts(folded.partials, counts_path, "kr", 2)
-    tables.merge_counts(again.partials, counts_path, "kr", 2)  # the replay's MERGE: skipped
+    for batch_id, batch in enumerate([*partials, folded.partials, again.partials]):
+        # The last is the replay's MERGE, which its marker skips.
+        tables.merge_counts(batch, counts_path, "kr", min(batch_id, 2))
+    combined_path = str(tmp_path / "wh" / "combined")
+    ensure_tables(spark, [(tables.AUDIT_COUNTS, combined_path)])
+    tables.merge_counts(partials[0], combined_path, "kr", 0)
+    both = partials[1].unionByName(folded.partials).transform(combine_partials)
+    tables.merge_counts(both, combined_path, "kr", 2)
 
-    got = {
-        (r["audit_type"], int(r["window_start"].timestamp() * 1000)): (
-            r["message_count"],
-            r["unique_count"],
-            r["duplicate_count"],
-            r["unique_estimated_count"],
-        )
-        for r in spark.read.format("delta").load(counts_path).collect()
-    }
+    def table(path: str) -> dict[tuple, tuple]:
+        return {
+            (r["audit_type"], int(r["window_start"].timestamp() * 1000)): (
+                r["message_count"],
+                r["unique_count"],
+                r["duplicate_count"],
+                r["unique_estimated_count"],
+            )
+            for r in spark.read.format("delta").load(path).collect()
+        }
+
+    got = table(counts_path)
+    assert table(combined_path) == got
     records = {s: [k for b in sent for k, ts in b if s <= ts < s + WINDOW_MS] for s in (w, w1, x)}
     truth = {s: (len(keys), len(set(keys))) for s, keys in records.items()}
-    assert truth[w] == (122, 101)
+    assert truth[w] == (124, 102)
     assert got == {
         # W: its two late records flagged, unique from the sketch (exact at this cardinality).
         (EXACT, w): (*truth[w], truth[w][0] - truth[w][1], 2),
