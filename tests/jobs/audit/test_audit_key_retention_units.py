@@ -1,6 +1,6 @@
 """Key retention's pure parts, without a JVM: `extension.audit.key_retention_seconds` validated
-through the job's CLI (exit 2, one line naming the field) and the registry, and the batch log
-line of the exact keys' state (`jobs.audit.fold.state_line`)."""
+through the job's CLI (exit 2, one line naming the field) and the registry, the batch log
+line of the exact keys' state (`jobs.audit.fold.state_line`) and its Prometheus gauges."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 from core.config import load_settings
 from jobs import main as job_main
 from jobs import registry
+from jobs.audit import metrics as audit_metrics
 from jobs.audit.fold import state_line, window_keys_line
 from jobs.audit.spec import DEFAULT_KEY_RETENTION_SECONDS
 from testing.conf import write_conf_dir
 from testing.jobgroups import ORDERS_AUDIT, parse
+from tests.jobs.test_job_metrics import samples
 
 FIELD = "extension.audit.key_retention_seconds"
 
@@ -114,3 +116,23 @@ def test_the_state_line_sums_partitions_and_names_the_oldest_window_kept() -> No
     )
     assert state_line({}) == ""
     assert state_line({0: partition_state(0, 0, None, "")}).endswith("oldest kept none")
+
+
+def test_the_key_state_reaches_the_drivers_metrics() -> None:
+    """Keys and windows in memory are set per partition; dropped windows add up over batches."""
+    for dropped in (2, 3):
+        audit_metrics.key_state(
+            "kr-units",
+            "orders",
+            {
+                0: partition_state(35, dropped, None, "i60/w0=30 i60/w60000=5"),
+                1: partition_state(7, 0, None, "i60/w0=7"),
+            },
+        )
+    labels = (("cluster", "kr-units"), ("partition", "0"), ("topic", "orders"))
+    assert samples("uatu_audit_exact_keys")[labels] == 35
+    assert samples("uatu_audit_exact_key_windows")[labels] == 2
+    assert samples("uatu_audit_exact_key_windows_dropped_total")[labels] == 5
+    other = (("cluster", "kr-units"), ("partition", "1"), ("topic", "orders"))
+    assert samples("uatu_audit_exact_keys")[other] == 7
+    assert other not in samples("uatu_audit_exact_key_windows_dropped_total")
