@@ -23,7 +23,8 @@ import org.apache.spark.sql.RowFactory;
  * sketch of the dedupe keys and a KLL sketch of the latencies, both in the formats Spark's
  * {@code hll_sketch_agg} and {@code kll_sketch_agg_double} write; for exact audits, the keys new
  * to their window ({@link PartitionKeys}), or, for a window whose keys are past their retention,
- * how many records had their uniqueness left to the sketch ({@code unique_estimated_count}). The record's own fields come from Spark's expressions
+ * how many records had their uniqueness left to the sketch ({@code unique_estimated_count}).
+ * The record's own fields come from Spark's expressions
  * ({@link RecordFields}: Spark's own expressions, or their direct equivalent for the default
  * configuration).
  *
@@ -37,7 +38,8 @@ final class AuditFold implements RecordFold {
       "partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
           + "window_end_ms long, message_count long, bytes long, no_event_time_count long, "
           + "late_count long, hll_sketch binary, latency_kll_sketch binary, "
-          + "new_unique_count long, unique_estimated_count long, records_read long, bytes_read long, state_watermark_ms long, "
+          + "new_unique_count long, unique_estimated_count long, records_read long, "
+          + "bytes_read long, state_watermark_ms long, "
           + "state_windows long, state_keys long, state_memory_bytes long, "
           + "state_windows_read long, state_bytes_written long, state_windows_dropped long, "
           + "state_oldest_window_ms long, state_window_keys string";

@@ -185,7 +185,10 @@ final class PartitionKeys {
    * @param retentionMs how long a window's keys are kept, by interval seconds (exact ones)
    */
   void checkIn(
-      long newestPlacedMs, long auditMs, Map<Integer, Long> latenessMs, Map<Integer, Long> retentionMs) {
+      long newestPlacedMs,
+      long auditMs,
+      Map<Integer, Long> latenessMs,
+      Map<Integer, Long> retentionMs) {
     try {
       for (Map.Entry<WindowId, WindowKeys> e : windows.entrySet()) {
         WindowKeys w = e.getValue();
@@ -240,7 +243,8 @@ final class PartitionKeys {
   private void sweep(int intervalSeconds, long retentionMs) throws IOException {
     Long oldest = oldestOnDisk.get(intervalSeconds);
     if (oldest != null
-        && (oldest == Long.MAX_VALUE || !expired(new WindowId(intervalSeconds, oldest), retentionMs))) {
+        && (oldest == Long.MAX_VALUE
+            || !expired(new WindowId(intervalSeconds, oldest), retentionMs))) {
       return;
     }
     long kept = Long.MAX_VALUE;
