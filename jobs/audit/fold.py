@@ -18,6 +18,10 @@ checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`): O(1) per
 leave memory once the partition's watermark passes their end plus the allowed lateness, and a
 late record still finds its window's keys on disk. A batch reads only earlier batches' keys
 and writes its own before the counts MERGE, so a replayed batch computes the same increments.
+A window's keys are dropped, from memory and disk, once its end is `key_retention_seconds`
+behind the partition's watermark as of the batches before (never the clock, so a replay drops
+the same windows); a later record of the window is still counted, its uniqueness left to the
+window's sketch (`unique_estimated_count`, `jobs/audit/tables.py`).
 
 Why not Spark rows: turning Kafka records into rows alone is slower than the audit's target
 against Kafka's own consumer (docs/benchmarks.md, audit job).
@@ -25,19 +29,25 @@ against Kafka's own consumer (docs/benchmarks.md, audit job).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
+from jobs.audit import metrics
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
+from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
 from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
+
+log = logging.getLogger("uatu.audit")
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
@@ -89,7 +99,7 @@ class FoldedBatch:
     partials: DataFrame
     records: int
     bytes: int
-    state: Mapping[int, Mapping[str, int]]  # exact keys per partition: windows, keys, bytes...
+    state: Mapping[int, Mapping[str, Any]]  # exact keys per partition: STATE_FIELDS
 
     @property
     def mean_record_bytes(self) -> float:
@@ -97,16 +107,49 @@ class FoldedBatch:
 
     def state_line(self) -> str:
         """The exact keys' state after the batch, summed over partitions ("" without one)."""
-        if not self.state:
-            return ""
-        total = {k: sum(s[k] for s in self.state.values()) for k in next(iter(self.state.values()))}
-        mib = 2**20
-        return (
-            f"exact keys in memory: {total['state_keys']:,} in {total['state_windows']} windows "
-            f"({total['state_memory_bytes'] / mib:.1f} MiB), "
-            f"written {total['state_bytes_written'] / mib:.1f} MiB, "
-            f"windows read back {total['state_windows_read']}"
-        )
+        return state_line(self.state)
+
+
+# The exact keys' figures of a partition after a batch (AuditFold.ROW_SCHEMA's state_*).
+STATE_FIELDS = (
+    "state_windows",
+    "state_keys",
+    "state_memory_bytes",
+    "state_windows_read",
+    "state_bytes_written",
+    "state_windows_dropped",
+    "state_oldest_window_ms",
+    "state_window_keys",
+)
+_SUMMED = STATE_FIELDS[:6]
+
+
+def window_keys_line(state: Mapping[int, Mapping[str, Any]]) -> str:
+    """Keys per window in memory, per partition (the DEBUG detail of `state_line`)."""
+    return "; ".join(f"p{p}: {s['state_window_keys'] or '-'}" for p, s in sorted(state.items()))
+
+
+def state_line(state: Mapping[int, Mapping[str, Any]]) -> str:
+    """`state` (per partition, STATE_FIELDS) summed over partitions for the batch's log line;
+    the oldest window kept is the oldest of any partition. "" without state."""
+    if not state:
+        return ""
+    total = {k: sum(s[k] or 0 for s in state.values()) for k in _SUMMED}
+    starts = [s["state_oldest_window_ms"] for s in state.values()]
+    known = [ms for ms in starts if ms is not None]
+    oldest = (
+        datetime.fromtimestamp(min(known) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if known
+        else "none"
+    )
+    mib = 2**20
+    return (
+        f"exact keys in memory: {total['state_keys']:,} in {total['state_windows']} windows "
+        f"({total['state_memory_bytes'] / mib:.1f} MiB), "
+        f"written {total['state_bytes_written'] / mib:.1f} MiB, "
+        f"windows read back {total['state_windows_read']}, "
+        f"dropped by retention {total['state_windows_dropped']}, oldest kept {oldest}"
+    )
 
 
 class AuditFolder:
@@ -128,6 +171,7 @@ class AuditFolder:
             direct,
             spec.max_future_skew_seconds,
             keys_dir(spec),
+            spec.key_retention_seconds,
         )
         self._consumer = java_map(spark, consumer_config(spec))
 
@@ -168,19 +212,14 @@ class AuditFolder:
         )
         summaries = rows.where(F.col("audit_type").isNull()).collect()
         state = {
-            r["partition"]: {
-                k: r[k]
-                for k in (
-                    "state_windows",
-                    "state_keys",
-                    "state_memory_bytes",
-                    "state_windows_read",
-                    "state_bytes_written",
-                )
-            }
+            r["partition"]: {k: r[k] for k in STATE_FIELDS}
             for r in summaries
             if r["state_keys"] is not None
         }
+        if state and runtime_metrics.serving():
+            metrics.key_state(self.spec.audited_cluster, self.spec.audited_topic, state)
+        if state and log.isEnabledFor(logging.DEBUG):
+            log.debug("batch %d exact keys per window: %s", batch_id, window_keys_line(state))
         return FoldedBatch(
             partials=rows.where(F.col("audit_type").isNotNull()).transform(
                 fold_partials, self.spec.audited_cluster, self.spec.audited_topic, audit_ms

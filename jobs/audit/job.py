@@ -138,9 +138,14 @@ class AuditBatchWriter:
             "bytes",
             "no_event_time_count",
             "late_count",
-            F.when(exact, F.col("message_count") - F.col("new_unique_count")).alias(
-                "duplicate_count"
-            ),
+            # Records whose window keys had expired are of unknown uniqueness, not duplicates.
+            F.when(
+                exact,
+                F.col("message_count")
+                - F.col("new_unique_count")
+                - F.col("unique_estimated_count"),
+            ).alias("duplicate_count"),
+            "unique_estimated_count",
         ).collect()
         lateness = self.spec.allowed_lateness_seconds
         metrics.audit_windows(

@@ -2,7 +2,10 @@
 
 Per topic and partition `uatu_audit_messages_total` (and duplicates, late, no event time,
 bytes), and per window `uatu_audit_window_messages` with `uatu_audit_window_complete` (window
-end + allowed lateness has passed) for the newest windows.
+end + allowed lateness has passed) for the newest windows. Exact audits' key state per
+partition after each batch: `uatu_audit_exact_keys` (keys in memory), `uatu_audit_exact_key_windows`
+(windows in memory) and `uatu_audit_exact_key_windows_dropped_total` (windows whose keys
+retention dropped).
 """
 
 from __future__ import annotations
@@ -22,8 +25,25 @@ AUDIT_COUNTS = {
         ("late_count", "late_messages", "Messages later than window end + allowed lateness"),
         ("no_event_time_count", "no_event_time_messages", "Messages without a usable event time"),
         ("bytes", "bytes", "Key + value bytes audited"),
+        (
+            "unique_estimated_count",
+            "unique_estimated_messages",
+            "Messages whose uniqueness came from the window's HLL (its exact keys had expired)",
+        ),
     )
 }
+_PARTITION = ("cluster", "topic", "partition")
+EXACT_KEYS = gauge(
+    "uatu_audit_exact_keys", "Exact audits' dedupe keys in memory after the batch", _PARTITION
+)
+EXACT_KEY_WINDOWS = gauge(
+    "uatu_audit_exact_key_windows", "Windows with exact keys in memory after the batch", _PARTITION
+)
+EXACT_KEY_WINDOWS_DROPPED = counter(
+    "uatu_audit_exact_key_windows_dropped",
+    "Windows whose exact keys were dropped past key_retention_seconds",
+    _PARTITION,
+)
 _WINDOW = (*_AUDIT, "window_start")
 AUDIT_WINDOW_MESSAGES = gauge(
     "uatu_audit_window_messages", "Messages in the window so far (newest windows only)", _WINDOW
@@ -37,6 +57,16 @@ AUDIT_WINDOWS_KEPT = 4  # per partition and audit type: label sets stay bounded
 
 
 _audit_windows: dict[tuple[str, ...], list[str]] = {}
+
+
+def key_state(cluster: str, topic: str, state: Mapping[int, Mapping[str, Any]]) -> None:
+    """One batch's exact key state per partition (`FoldedBatch.state`) -> the key gauges."""
+    for partition, figures in state.items():
+        labels = (cluster, topic, str(partition))
+        EXACT_KEYS.labels(*labels).set(figures["state_keys"] or 0)
+        EXACT_KEY_WINDOWS.labels(*labels).set(figures["state_windows"] or 0)
+        if figures["state_windows_dropped"]:
+            EXACT_KEY_WINDOWS_DROPPED.labels(*labels).inc(figures["state_windows_dropped"])
 
 
 def audit_windows(

@@ -12,6 +12,9 @@ allowed lateness           the audit interval (records later than that are still
                            counted in their window, and also in `late_count`)
 max future skew            86400 s (later event times are "not usable")
 HLL lgConfigK              12 (about 1.6 % standard error)
+exact key retention        21600 s behind the partition's watermark, never less than
+                           a window's allowed lateness (later records of the window:
+                           uniqueness from its HLL, `unique_estimated_count`)
 trigger interval           10 s for streaming runs
 starting offsets           earliest (auto_offset_reset_policy LATEST -> latest)
 output                     <warehouse>/audit_counts (exact keys: <checkpoint>/audit-keys)
@@ -54,9 +57,12 @@ READS = frozenset(
         "extension.audit.allowed_lateness_seconds",
         "extension.audit.max_future_skew_seconds",
         "extension.audit.hll_lg_config_k",
+        "extension.audit.key_retention_seconds",
     }
 )
 DEFAULT_TRIGGER_SECONDS = 10
+# Chaperone's Redis TTL for a window's keys.
+DEFAULT_KEY_RETENTION_SECONDS = 21600
 
 EXACT = "AUDIT_TYPE_EXACT_UNIQ"
 APPROX = "AUDIT_TYPE_APPROX_UNIQ"
@@ -106,6 +112,9 @@ class AuditSpec:
     trigger_interval_seconds: int
     output: OutputSpec  # audit_counts; exact keys live under the checkpoint
     max_bytes_per_sec: float = 0.0  # key + value bytes; 0 = unlimited
+    # Exact audits keep a window's keys until its end is this far behind the partition's
+    # watermark (the fold never keeps them less than the window's allowed lateness).
+    key_retention_seconds: int = DEFAULT_KEY_RETENTION_SECONDS
 
     @property
     def query_name(self) -> str:
@@ -217,6 +226,8 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
             "extension.audit.max_future_skew_seconds", audit.max_future_skew_seconds, "must be >= 0"
         )
     lg_k = audit.hll_lg_config_k or 12
+    windows = _audit_windows(group)
+    _check_key_retention(audit, windows)
     if not 4 <= lg_k <= 21:
         raise InvalidJobGroup("extension.audit.hll_lg_config_k", lg_k, "must be in 4..21")
     return AuditSpec(
@@ -224,7 +235,7 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         source=source,
         audited_cluster=audited_cluster,
         audited_topic=audited_topic,
-        windows=_audit_windows(group),
+        windows=windows,
         event_time=_field_ref(
             audit.event_time, "extension.audit.event_time", EVENT_TIME_SOURCES, "kafka_timestamp"
         ),
@@ -238,4 +249,24 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
         max_bytes_per_sec=group.flow_control.bytes_per_sec,
         trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
         output=output_spec(group, settings, TABLES),
+        key_retention_seconds=audit.key_retention_seconds or DEFAULT_KEY_RETENTION_SECONDS,
     )
+
+
+def _check_key_retention(
+    audit: job_options_pb2.AuditOptions, windows: tuple[AuditWindow, ...]
+) -> None:
+    """A set key_retention_seconds is >= 0 and keeps an exact window's keys at least as long
+    as its records may arrive on time (the allowed lateness, else the window's length); 0 is
+    the default, which the fold raises to a window's lateness where that is longer."""
+    field, retention = "extension.audit.key_retention_seconds", audit.key_retention_seconds
+    if retention < 0:
+        raise InvalidJobGroup(field, retention, "must be >= 0")
+    if retention == 0:
+        return
+    exact = [w.interval_seconds for w in windows if w.audit_type == EXACT]
+    lateness = audit.allowed_lateness_seconds or max(exact, default=0)
+    if exact and retention < lateness:
+        raise InvalidJobGroup(
+            field, retention, f"must be >= the allowed lateness of the exact audits ({lateness} s)"
+        )

@@ -24,10 +24,21 @@ latency_p50/p95/p99_ms  double     audit time - event time, from the KLL sketch
 hll_sketch              binary     DataSketches HLL_8 of the dedupe keys (hll_union)
 latency_kll_sketch      binary     DataSketches KLL doubles of latency (kll_merge_agg_double)
 updated_at              timestamp  audit time of the last batch that touched the row
+unique_estimated_count  bigint     EXACT: records whose uniqueness came from the HLL
+                                   sketch because the window's keys had expired
+                                   (key_retention_seconds); non-zero = unique_count is
+                                   partly an estimate. 0 or null otherwise
 ======================  =========  =====================================================
 
 Exact audits keep their distinct keys under the checkpoint, not in a table
-(`jobs/audit/fold.py`).
+(`jobs/audit/fold.py`), each window's until its end is key_retention_seconds behind the
+partition's watermark. A later record of the window adds to message_count as any other; the
+uniqueness of a batch's such records is the change of the window's HLL estimate when their
+sketch is unioned in, kept within [0, their count]:
+`est(union(t.hll, s.hll)) - est(union(t.hll, s.exact_hll_sketch))`, the second sketch being
+the window's before those records (`transforms.combine_partials`), so a MERGE of several
+batches gives what consecutive MERGEs of them give (unless the bounds cut a batch's change).
+duplicate_count stays message_count - unique_count.
 
 Exactly-once: the MERGE of batch N carries Delta's idempotent-write marker (txnAppId = the
 streaming query id from the checkpoint, txnVersion = N; `jobs.runtime.delta`), so a batch
@@ -52,7 +63,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.audit.spec import AuditSpec
-from jobs.audit.transforms import WINDOW_KEY
+from jobs.audit.transforms import WINDOW_KEY, with_estimate_columns
 from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, located, merge_once
 
 AUDIT_COUNTS = DeltaTableSpec(
@@ -83,6 +94,7 @@ AUDIT_COUNTS = DeltaTableSpec(
             StructField("hll_sketch", BinaryType(), False),
             StructField("latency_kll_sketch", BinaryType(), True),
             StructField("updated_at", TimestampType(), False),
+            StructField("unique_estimated_count", LongType(), True),
         ]
     ),
 )
@@ -107,15 +119,36 @@ def _unique(total: str, hll: str) -> str:
     return f"CASE WHEN s.audit_type = {_EXACT} THEN {total} ELSE hll_sketch_estimate({hll}) END"
 
 
+def _estimated(after: str, before: str) -> str:
+    """The unique increment of the partial's records whose window keys had expired: the change
+    of the window's HLL estimate from `before` to `after`, kept within [0, their count]."""
+    change = f"hll_sketch_estimate({after}) - {before}"
+    return (
+        "CASE WHEN s.unique_estimated_count > 0 THEN "
+        f"greatest(0, least(s.unique_estimated_count, {change})) ELSE 0 END"
+    )
+
+
+# The window before the estimated records: the table's sketch plus the batches' exact part.
+_BEFORE_MATCH = (
+    "CASE WHEN s.exact_hll_sketch IS NULL THEN hll_sketch_estimate(t.hll_sketch) "
+    "ELSE hll_sketch_estimate(hll_union(t.hll_sketch, s.exact_hll_sketch, true)) END"
+)
+_UNIQUE_MATCH = f"t.unique_count + s.new_unique_count + {_estimated(_MERGED_HLL, _BEFORE_MATCH)}"
+_UNIQUE_INSERT = "s.new_unique_count + " + _estimated(
+    "s.hll_sketch", "coalesce(hll_sketch_estimate(s.exact_hll_sketch), 0)"
+)
+
+
 def _on_match() -> dict[str, str | Column]:
     """An existing window row (t) plus the batch's partial (s)."""
     return {
         "window_end": "s.window_end",
         "message_count": "t.message_count + s.message_count",
-        "unique_count": _unique("t.unique_count + s.new_unique_count", _MERGED_HLL),
+        "unique_count": _unique(_UNIQUE_MATCH, _MERGED_HLL),
         "duplicate_count": (
             f"CASE WHEN s.audit_type = {_EXACT} THEN (t.message_count + s.message_count) "
-            "- (t.unique_count + s.new_unique_count) END"
+            f"- ({_UNIQUE_MATCH}) END"
         ),
         "bytes": "t.bytes + s.bytes",
         "no_event_time_count": "t.no_event_time_count + s.no_event_time_count",
@@ -124,6 +157,9 @@ def _on_match() -> dict[str, str | Column]:
         "hll_sketch": _MERGED_HLL,
         "latency_kll_sketch": _MERGED_KLL,
         "updated_at": "s.updated_at",
+        "unique_estimated_count": (
+            "coalesce(t.unique_estimated_count, 0) + s.unique_estimated_count"
+        ),
     }
 
 
@@ -133,9 +169,9 @@ def _on_insert() -> dict[str, str | Column]:
         **{c: f"s.{c}" for c in WINDOW_KEY},
         "window_end": "s.window_end",
         "message_count": "s.message_count",
-        "unique_count": _unique("s.new_unique_count", "s.hll_sketch"),
+        "unique_count": _unique(_UNIQUE_INSERT, "s.hll_sketch"),
         "duplicate_count": (
-            f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - s.new_unique_count END"
+            f"CASE WHEN s.audit_type = {_EXACT} THEN s.message_count - ({_UNIQUE_INSERT}) END"
         ),
         "bytes": "s.bytes",
         "no_event_time_count": "s.no_event_time_count",
@@ -144,6 +180,7 @@ def _on_insert() -> dict[str, str | Column]:
         "hll_sketch": "s.hll_sketch",
         "latency_kll_sketch": "s.latency_kll_sketch",
         "updated_at": "s.updated_at",
+        "unique_estimated_count": "s.unique_estimated_count",
     }
 
 
@@ -154,7 +191,7 @@ def merge_counts(
     audit_counts, once per batch: counts add up, HLL sketches union, KLL sketches merge and
     the quantiles are re-read."""
     merge_once(
-        partials,
+        with_estimate_columns(partials),
         AUDIT_COUNTS,
         counts_path,
         app_id,
@@ -171,10 +208,14 @@ def insert_counts(
     """What `merge_counts` writes into a table without rows (every partial is an insert), as
     a plain append: a MERGE's matching pass costs more than the write itself, most of all in
     a cold JVM (the first batch of a run). Same idempotent-write marker."""
-    inserted = partials.alias("s").select(
-        *(
-            (F.expr(value) if isinstance(value, str) else value).alias(column)
-            for column, value in _on_insert().items()
+    inserted = (
+        with_estimate_columns(partials)
+        .alias("s")
+        .select(
+            *(
+                (F.expr(value) if isinstance(value, str) else value).alias(column)
+                for column, value in _on_insert().items()
+            )
         )
     )
     append_once(inserted, AUDIT_COUNTS, counts_path, app_id, batch_id, writer=job_group_id)

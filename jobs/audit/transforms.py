@@ -12,9 +12,11 @@ What the audit computes, in SQL::
 
 The job runs the first step as written, compiled by Spark and evaluated on each record inside
 its JVM fold tasks (`jobs/audit/fold.py`), and the other two as the fold's Java equivalent;
-`fold_partials` turns the fold's rows into `window_partials`' columns plus
-new_unique_count (keys new to an exact audit's window). The tests hold the fold to these
-definitions.
+`fold_partials` turns the fold's rows into `window_partials`' columns plus the
+ESTIMATE_COLUMNS: new_unique_count (keys new to an exact audit's window),
+unique_estimated_count (records of a window whose exact keys had expired: their uniqueness
+is left to the sketch) and exact_hll_sketch (see `combine_partials`). The tests hold the fold
+to these definitions.
 
 Time is carried as epoch milliseconds (bigint) until the final columns, because window
 arithmetic on integers is exact and cheap.
@@ -218,7 +220,25 @@ def fold_partials(rows: DataFrame, cluster: str, topic: str, audit_ms: int) -> D
         "latency_kll_sketch",
         F.timestamp_millis(F.lit(audit_ms)).alias("updated_at"),
         "new_unique_count",
+        "unique_estimated_count",
+        F.lit(None).cast("binary").alias("exact_hll_sketch"),
     )
+
+
+# A partial's columns beyond window_partials', with what a partial without them means: no new
+# key, no record of an expired window, no exact part to tell from the estimated one.
+ESTIMATE_COLUMNS = {
+    "new_unique_count": "CAST(0 AS BIGINT)",
+    "unique_estimated_count": "CAST(0 AS BIGINT)",
+    "exact_hll_sketch": "CAST(NULL AS BINARY)",
+}
+
+
+def with_estimate_columns(partials: DataFrame) -> DataFrame:
+    """`partials` with any of ESTIMATE_COLUMNS it lacks (partials computed by the SQL path,
+    or saved by a build before key retention)."""
+    missing = {c: F.expr(v) for c, v in ESTIMATE_COLUMNS.items() if c not in partials.columns}
+    return partials.withColumns(missing) if missing else partials
 
 
 def combine_partials(partials: DataFrame) -> DataFrame:
@@ -228,16 +248,28 @@ def combine_partials(partials: DataFrame) -> DataFrame:
     most one source row, so batches written together are combined first.
 
     Summing new_unique_count is right because each batch's new keys are counted against the
-    batches before it only (`jobs/audit/fold.py`).
+    batches before it only (`jobs/audit/fold.py`). A window whose exact keys expire does so
+    for good, so its batches with exact keys come before those with estimated ones;
+    exact_hll_sketch is the union of the former's sketches when the window has the latter
+    (else null), which lets the MERGE estimate the uniqueness of the estimated records alone,
+    as consecutive MERGEs of the same batches would (`tables.py`).
     """
-    return partials.groupBy(*WINDOW_KEY).agg(
-        F.max("window_end").alias("window_end"),
-        F.sum("message_count").alias("message_count"),
-        F.sum("bytes").alias("bytes"),
-        F.sum("no_event_time_count").alias("no_event_time_count"),
-        F.sum("late_count").alias("late_count"),
-        F.hll_union_agg("hll_sketch", True).alias("hll_sketch"),
-        F.kll_merge_agg_double("latency_kll_sketch").alias("latency_kll_sketch"),
-        F.max("updated_at").alias("updated_at"),
-        F.sum("new_unique_count").alias("new_unique_count"),
+    exact_part = F.when(F.col("unique_estimated_count") == 0, F.col("hll_sketch"))
+    estimated = F.sum("unique_estimated_count")
+    return (
+        with_estimate_columns(partials)
+        .groupBy(*WINDOW_KEY)
+        .agg(
+            F.max("window_end").alias("window_end"),
+            F.sum("message_count").alias("message_count"),
+            F.sum("bytes").alias("bytes"),
+            F.sum("no_event_time_count").alias("no_event_time_count"),
+            F.sum("late_count").alias("late_count"),
+            F.hll_union_agg("hll_sketch", True).alias("hll_sketch"),
+            F.kll_merge_agg_double("latency_kll_sketch").alias("latency_kll_sketch"),
+            F.max("updated_at").alias("updated_at"),
+            F.sum("new_unique_count").alias("new_unique_count"),
+            estimated.alias("unique_estimated_count"),
+            F.when(estimated > 0, F.hll_union_agg(exact_part, True)).alias("exact_hll_sketch"),
+        )
     )

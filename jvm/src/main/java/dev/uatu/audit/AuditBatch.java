@@ -77,7 +77,8 @@ public final class AuditBatch {
    * ({@link RecordProjection}); or, when {@code kafkaTimestampDefaults} (event time = the Kafka
    * timestamp, dedupe key = key and value), the same computed directly ({@link
    * KafkaTimestampFields}, with {@code maxFutureSkewSeconds}; {@code projected} may then be
-   * null).
+   * null). Exact audits drop a window's keys once its end is {@code keyRetentionSeconds} (at
+   * least its lateness) behind the partition's watermark.
    */
   public static FoldSettings settings(
       SparkSession spark,
@@ -89,7 +90,8 @@ public final class AuditBatch {
       boolean headers,
       boolean kafkaTimestampDefaults,
       long maxFutureSkewSeconds,
-      String keysDir) {
+      String keysDir,
+      long keyRetentionSeconds) {
     RecordFields fields =
         kafkaTimestampDefaults
             ? new KafkaTimestampFields(maxFutureSkewSeconds * 1000L)
@@ -101,6 +103,7 @@ public final class AuditBatch {
         hllLgConfigK,
         fields,
         keysDir,
+        keyRetentionSeconds,
         spark.sparkContext().hadoopConfiguration());
   }
 

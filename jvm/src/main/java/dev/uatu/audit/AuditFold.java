@@ -22,21 +22,27 @@ import org.apache.spark.sql.RowFactory;
  * records, key + value bytes, records without a usable event time, late records, an HLL_8
  * sketch of the dedupe keys and a KLL sketch of the latencies, both in the formats Spark's
  * {@code hll_sketch_agg} and {@code kll_sketch_agg_double} write; for exact audits, the keys new
- * to their window ({@link PartitionKeys}). The record's own fields come from Spark's expressions
+ * to their window ({@link PartitionKeys}), or, for a window whose keys are past their retention,
+ * how many records had their uniqueness left to the sketch ({@code unique_estimated_count}).
+ * The record's own fields come from Spark's expressions
  * ({@link RecordFields}: Spark's own expressions, or their direct equivalent for the default
  * configuration).
  *
  * <p>Rows ({@link #ROW_SCHEMA}): one per window and audit type, then one summary row of the
- * range (null audit_type) with the records read and the exact keys' state figures.
+ * range (null audit_type) with the records read and the exact keys' state figures (windows and
+ * keys in memory, the keys per window in memory, windows dropped by retention, the oldest window
+ * kept on disk).
  */
 final class AuditFold implements RecordFold {
   static final String ROW_SCHEMA =
       "partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
           + "window_end_ms long, message_count long, bytes long, no_event_time_count long, "
           + "late_count long, hll_sketch binary, latency_kll_sketch binary, "
-          + "new_unique_count long, records_read long, bytes_read long, state_watermark_ms long, "
+          + "new_unique_count long, unique_estimated_count long, records_read long, "
+          + "bytes_read long, state_watermark_ms long, "
           + "state_windows long, state_keys long, state_memory_bytes long, "
-          + "state_windows_read long, state_bytes_written long";
+          + "state_windows_read long, state_bytes_written long, state_windows_dropped long, "
+          + "state_oldest_window_ms long, state_window_keys string";
 
   private final FoldSettings settings;
   private final int partition;
@@ -95,7 +101,8 @@ final class AuditFold implements RecordFold {
         if (w == null) {
           w = new WindowPartial(start, interval, settings.hllLgConfigK);
           if (interval.exact) {
-            w.keys = keys.window(interval.seconds, start);
+            w.keys = keys.window(interval.seconds, start, interval.retentionMs);
+            w.keysExpired = w.keys == null;
           }
           windows.get(i).put(start, w);
         }
@@ -117,8 +124,12 @@ final class AuditFold implements RecordFold {
         }
         w.kll.update(latency);
       }
-      if (w.keys != null && w.keys.add(key)) {
-        w.newUnique++;
+      if (w.keys != null) {
+        if (w.keys.add(key)) {
+          w.newUnique++;
+        }
+      } else if (w.keysExpired) {
+        w.estimated++;
       }
     }
   }
@@ -138,13 +149,18 @@ final class AuditFold implements RecordFold {
               RowFactory.create(
                   partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
                   w.bytes, w.untimed, w.late, hll, kll, exact ? w.newUnique : 0L,
-                  null, null, null, null, null, null, null, null));
+                  exact ? w.estimated : 0L,
+                  null, null, null, null, null, null, null, null, null, null, null));
         }
       }
     }
     Map<Integer, Long> lateness = new HashMap<>();
+    Map<Integer, Long> retention = new HashMap<>();
     for (FoldSettings.Interval interval : intervals) {
       lateness.put(interval.seconds, interval.latenessMs);
+      if (interval.exact) {
+        retention.put(interval.seconds, interval.retentionMs);
+      }
     }
     Long watermark = null;
     Long stateWindows = null;
@@ -152,19 +168,26 @@ final class AuditFold implements RecordFold {
     Long memory = null;
     Long read = null;
     Long written = null;
+    Long dropped = null;
+    Long oldest = null;
+    String windowKeys = null;
     if (keys != null) {
-      keys.checkIn(newestPlacedMs, auditMs, lateness);
+      keys.checkIn(newestPlacedMs, auditMs, lateness, retention);
       watermark = keys.watermarkMs();
       stateWindows = keys.windowsInMemory();
       stateKeys = keys.keysInMemory();
       memory = keys.memoryBytes();
       read = keys.windowsRead();
       written = keys.bytesWritten();
+      dropped = keys.windowsDropped();
+      oldest = keys.oldestWindowMs();
+      windowKeys = keys.windowKeys();
     }
     rows.add(
         RowFactory.create(
-            partition, null, null, null, null, null, null, null, null, null, null, null,
-            records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written));
+            partition, null, null, null, null, null, null, null, null, null, null, null, null,
+            records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written,
+            dropped, oldest, windowKeys));
     return rows;
   }
 
@@ -192,12 +215,14 @@ final class AuditFold implements RecordFold {
     final long endMs;
     final HllSketch hll;
     KllDoublesSketch kll;
-    PartitionKeys.WindowKeys keys;
+    PartitionKeys.WindowKeys keys; // null: no exact audit, or keysExpired
+    boolean keysExpired; // an exact audit's window past its key retention
     long messages;
     long bytes;
     long untimed;
     long late;
     long newUnique;
+    long estimated; // records whose uniqueness the sketch decides (keysExpired)
 
     WindowPartial(long startMs, FoldSettings.Interval interval, int lgConfigK) {
       this.startMs = startMs;

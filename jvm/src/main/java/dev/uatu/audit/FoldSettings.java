@@ -27,13 +27,17 @@ public final class FoldSettings implements Serializable {
     final int seconds;
     final long ms;
     final long latenessMs;
+    /** How far behind the partition's watermark a window's end may be before its exact keys
+     * are dropped: the key retention, never less than the lateness. */
+    final long retentionMs;
     final String[] auditTypes;
     final boolean exact;
 
-    Interval(int seconds, long latenessMs, List<String> auditTypes) {
+    Interval(int seconds, long latenessMs, long retentionMs, List<String> auditTypes) {
       this.seconds = seconds;
       this.ms = seconds * 1000L;
       this.latenessMs = latenessMs;
+      this.retentionMs = Math.max(retentionMs, latenessMs);
       this.auditTypes = auditTypes.toArray(new String[0]);
       this.exact = auditTypes.contains(EXACT);
     }
@@ -61,7 +65,9 @@ public final class FoldSettings implements Serializable {
   /**
    * {@code auditTypes[i]} audits windows of {@code intervalSeconds[i]}; a record is late once
    * the audit time passes its window's end plus {@code latenessSeconds} (negative: the window's
-   * own length). {@code keysDir} is where exact audits keep their keys (under the checkpoint).
+   * own length). {@code keysDir} is where exact audits keep their keys (under the checkpoint),
+   * each window's until its end is {@code keyRetentionSeconds} (at least its lateness) behind
+   * the partition's watermark.
    */
   static FoldSettings of(
       List<String> auditTypes,
@@ -70,6 +76,7 @@ public final class FoldSettings implements Serializable {
       int hllLgConfigK,
       RecordFields fields,
       String keysDir,
+      long keyRetentionSeconds,
       Configuration hadoopConf) {
     Map<Integer, List<String>> byInterval = new TreeMap<>();
     for (int i = 0; i < auditTypes.size(); i++) {
@@ -79,7 +86,8 @@ public final class FoldSettings implements Serializable {
     boolean exact = false;
     for (Map.Entry<Integer, List<String>> e : byInterval.entrySet()) {
       long lateness = (latenessSeconds < 0 ? e.getKey() : latenessSeconds) * 1000L;
-      Interval interval = new Interval(e.getKey(), lateness, e.getValue());
+      Interval interval =
+          new Interval(e.getKey(), lateness, keyRetentionSeconds * 1000L, e.getValue());
       exact |= interval.exact;
       intervals.add(interval);
     }

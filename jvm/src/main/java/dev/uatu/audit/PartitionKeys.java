@@ -1,6 +1,7 @@
 package dev.uatu.audit;
 
 import dev.uatu.fold.FoldException;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -10,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
@@ -33,6 +35,14 @@ import org.apache.hadoop.fs.Path;
  * updated exactly, never dropped. Memory therefore holds the open windows only; disk holds 8
  * bytes per distinct key and window (plus one file per batch that touched the window, until the
  * next compaction).
+ *
+ * <p>Retention: once a window's end is its interval's retention behind the watermark the
+ * partition had before the batch (the newest log entry of an earlier batch), the window's keys
+ * are gone for the batch: {@link #window} returns null (the fold then estimates the uniqueness
+ * of the window's records from its sketch) and {@link #checkIn} deletes its directory. The
+ * decision depends on earlier batches only, so a replayed batch drops and sees the same
+ * windows; a window dropped once stays dropped (the watermark never goes back), so the batches
+ * after it never need its files.
  */
 final class PartitionKeys {
   /** A window's files are compacted into one once it has this many. */
@@ -49,11 +59,16 @@ final class PartitionKeys {
   private long version; // the batch whose state this is (-1: none)
   private long watermarkMs;
   private final Map<WindowId, WindowKeys> windows = new HashMap<>();
+  // Per interval seconds, the oldest window start on disk (Long.MAX_VALUE: none); absent until
+  // the interval's directory was listed. Lets checkIn skip listing when nothing can expire.
+  private final Map<Integer, Long> oldestOnDisk = new HashMap<>();
 
   // Per batch, reset by checkout.
   private long batch;
+  private long watermarkBeforeMs; // the watermark of the batches before this one
   private long windowsRead;
   private long bytesWritten;
+  private long windowsDropped;
 
   record WindowId(int intervalSeconds, long startMs) {}
 
@@ -112,8 +127,10 @@ final class PartitionKeys {
                 : KeyFiles.readLog(fs, new Path(new Path(dir, "log"), Long.toString(newest)));
       }
       state.batch = batch;
+      state.watermarkBeforeMs = state.watermarkMs;
       state.windowsRead = 0;
       state.bytesWritten = 0;
+      state.windowsDropped = 0;
       return state;
     } catch (IOException e) {
       throw new FoldException("cannot read the exact audit keys in " + dir, e);
@@ -126,9 +143,16 @@ final class PartitionKeys {
     LOADED.keySet().removeIf(k -> k.startsWith(prefix));
   }
 
-  /** The window's keys, read from disk (files of earlier batches) if not in memory. */
-  WindowKeys window(int intervalSeconds, long startMs) {
+  /**
+   * The window's keys, read from disk (files of earlier batches) if not in memory; null when
+   * the window's end is {@code retentionMs} behind the watermark before this batch (its keys
+   * are dropped).
+   */
+  WindowKeys window(int intervalSeconds, long startMs, long retentionMs) {
     WindowId id = new WindowId(intervalSeconds, startMs);
+    if (expired(id, retentionMs)) {
+      return null;
+    }
     WindowKeys window = windows.get(id);
     if (window != null) {
       return window;
@@ -158,14 +182,22 @@ final class PartitionKeys {
    * @param newestPlacedMs the newest placement time of the batch's records in this partition
    * @param auditMs the batch's audit time
    * @param latenessMs a window's allowed lateness, by interval seconds
+   * @param retentionMs how long a window's keys are kept, by interval seconds (exact ones)
    */
-  void checkIn(long newestPlacedMs, long auditMs, Map<Integer, Long> latenessMs) {
+  void checkIn(
+      long newestPlacedMs,
+      long auditMs,
+      Map<Integer, Long> latenessMs,
+      Map<Integer, Long> retentionMs) {
     try {
       for (Map.Entry<WindowId, WindowKeys> e : windows.entrySet()) {
         WindowKeys w = e.getValue();
         if (w.addedCount > 0) {
           persist(e.getKey(), w);
         }
+      }
+      for (Map.Entry<Integer, Long> e : retentionMs.entrySet()) {
+        sweep(e.getKey(), e.getValue());
       }
       watermarkMs = Math.max(watermarkMs, Math.min(newestPlacedMs, auditMs));
       Path logDir = new Path(dir, "log");
@@ -186,7 +218,8 @@ final class PartitionKeys {
       WindowId id = e.getKey();
       long end = id.startMs() + id.intervalSeconds() * 1000L;
       long lateness = latenessMs.getOrDefault(id.intervalSeconds(), id.intervalSeconds() * 1000L);
-      if (end + lateness < watermarkMs) {
+      if (end + lateness < watermarkMs
+          || expired(id, retentionMs.getOrDefault(id.intervalSeconds(), Long.MAX_VALUE))) {
         it.remove();
       }
     }
@@ -194,9 +227,53 @@ final class PartitionKeys {
     LOADED.put(dir.toString(), this);
   }
 
+  /** Whether the window's keys are past {@code retentionMs}, as of the batches before this one. */
+  private boolean expired(WindowId id, long retentionMs) {
+    long end = id.startMs() + id.intervalSeconds() * 1000L;
+    return watermarkBeforeMs != Long.MIN_VALUE
+        && retentionMs != Long.MAX_VALUE
+        && end + retentionMs < watermarkBeforeMs;
+  }
+
+  /**
+   * Deletes the directories of the interval's windows past {@code retentionMs}: the windows
+   * {@link #window} already refused this batch. Lists the interval's directory only when its
+   * oldest window on disk may have expired (or is not known yet).
+   */
+  private void sweep(int intervalSeconds, long retentionMs) throws IOException {
+    Long oldest = oldestOnDisk.get(intervalSeconds);
+    if (oldest != null
+        && (oldest == Long.MAX_VALUE
+            || !expired(new WindowId(intervalSeconds, oldest), retentionMs))) {
+      return;
+    }
+    long kept = Long.MAX_VALUE;
+    FileStatus[] statuses;
+    try {
+      statuses = fs.listStatus(new Path(dir, "i" + intervalSeconds));
+    } catch (FileNotFoundException e) {
+      statuses = new FileStatus[0];
+    }
+    for (FileStatus status : statuses) {
+      String name = status.getPath().getName();
+      if (!name.startsWith("w") || !name.substring(1).matches("-?\\d+")) {
+        continue;
+      }
+      long start = Long.parseLong(name.substring(1));
+      if (expired(new WindowId(intervalSeconds, start), retentionMs)) {
+        fs.delete(status.getPath(), true);
+        windowsDropped++;
+      } else {
+        kept = Math.min(kept, start);
+      }
+    }
+    oldestOnDisk.put(intervalSeconds, kept);
+  }
+
   private void persist(WindowId id, WindowKeys w) throws IOException {
     Path windowDir = windowDir(id);
     fs.mkdirs(windowDir);
+    oldestOnDisk.computeIfPresent(id.intervalSeconds(), (k, v) -> Math.min(v, id.startMs()));
     boolean compact = w.filesSinceAll + 1 >= COMPACT_AFTER;
     // A replay decides as the first run did; the other kind of file cannot be there, unless
     // written by a different build of the job: remove it so a reader never sees both.
@@ -272,6 +349,38 @@ final class PartitionKeys {
   /** Bytes this batch wrote. */
   long bytesWritten() {
     return bytesWritten;
+  }
+
+  /** Windows whose keys this batch deleted from disk (past their retention). */
+  long windowsDropped() {
+    return windowsDropped;
+  }
+
+  /** The start of the oldest window with keys on disk after the batch, or null (none). */
+  Long oldestWindowMs() {
+    long oldest = Long.MAX_VALUE;
+    for (long start : oldestOnDisk.values()) {
+      oldest = Math.min(oldest, start);
+    }
+    return oldest == Long.MAX_VALUE ? null : oldest;
+  }
+
+  /** The windows in memory and their keys, oldest first: "i{interval s}/w{start ms}=keys ...". */
+  String windowKeys() {
+    StringBuilder out = new StringBuilder();
+    windows.entrySet().stream()
+        .sorted(
+            (a, b) ->
+                a.getKey().startMs() != b.getKey().startMs()
+                    ? Long.compare(a.getKey().startMs(), b.getKey().startMs())
+                    : Integer.compare(a.getKey().intervalSeconds(), b.getKey().intervalSeconds()))
+        .forEach(
+            e ->
+                out.append(out.length() == 0 ? "" : " ")
+                    .append("i").append(e.getKey().intervalSeconds())
+                    .append("/w").append(e.getKey().startMs())
+                    .append('=').append(e.getValue().keys.size()));
+    return out.toString();
   }
 
   /** For a test: the windows in memory, as (interval seconds, start ms). */
