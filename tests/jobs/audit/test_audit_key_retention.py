@@ -127,12 +127,12 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
     assert exact_rows(again.partials) == exact_rows(folded.partials)
     for batch_id, batch in enumerate([*partials, folded.partials, again.partials]):
         # The last is the replay's MERGE, which its marker skips.
-        tables.merge_counts(batch, counts_path, "kr", min(batch_id, 2))
+        tables.merge_counts(batch, counts_path, "kr", min(batch_id, 2), "kr")
     combined_path = str(tmp_path / "wh" / "combined")
     ensure_tables(spark, [(tables.AUDIT_COUNTS, combined_path)])
-    tables.merge_counts(partials[0], combined_path, "kr", 0)
+    tables.merge_counts(partials[0], combined_path, "kr", 0, "kr")
     both = partials[1].unionByName(folded.partials).transform(combine_partials)
-    tables.merge_counts(both, combined_path, "kr", 2)
+    tables.merge_counts(both, combined_path, "kr", 2, "kr")
 
     def table(path: str) -> dict[tuple, tuple]:
         return {
