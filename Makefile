@@ -201,6 +201,10 @@ format: venv ## apply ruff fixes and formatting
 bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M records
 	$(PY) -m bench.audit_bench $(BENCH_ARGS)
 
+.PHONY: bench-fleet
+bench-fleet: setup ## benchmark: one pattern audit over 1,000 topics vs one application per topic (BENCH_ARGS="--quick": 20 topics)
+	$(PY) -m bench.fleet_bench $(BENCH_ARGS)
+
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
 	$(PY) -m bench.replication_bench $(BENCH_ARGS)
 

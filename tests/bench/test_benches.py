@@ -24,6 +24,7 @@ from bench.availability_bench import (
     offset_commit_record,
     replay,
 )
+from bench.fleet_bench import Truth, compare
 from bench.kafka_perf import parse_consumer_output
 from bench.startup_bench import (
     COMMITTED_JOBS,
@@ -50,6 +51,7 @@ from testing.jobgroups import parse
         "audit_tiers_bench",
         "availability_bench",
         "controlplane_bench",
+        "fleet_bench",
         "loadgen_bench",
         "replication_bench",
         "startup_bench",
@@ -538,3 +540,41 @@ def test_the_startup_bench_times_a_run_to_the_oldest_first_commit_of_its_queries
         (commits / "0").touch()
         os.utime(commits / "0", (mtime, mtime))
     assert first_commit_at(tmp_path) == 150.0
+
+
+def test_the_fleet_bench_compares_every_window_with_what_it_sent() -> None:
+    """Counts and EXACT distinct counts must be equal, APPROX within 3 standard errors; a
+    window the table lacks, or miscounts, is named."""
+    truth = Truth()
+    truth.sent[("t", 0, 60)] = 1000
+    truth.repeats[("t", 0, 60)] = 100
+    truth.sent[("t", 1, 60)] = 10
+    at = datetime.fromtimestamp(60)
+
+    def row(audit_type, partition, count, unique):
+        return {
+            "job_group_id": "g",
+            "topic": "t",
+            "partition": partition,
+            "audit_type": audit_type,
+            "window_start": at,
+            "message_count": count,
+            "unique_count": unique,
+        }
+
+    exact, approx = "AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ"
+    right = [row(exact, 0, 1000, 900), row(approx, 0, 1000, 930), row(exact, 1, 10, 10)]
+    right.append(row(approx, 1, 10, 10))
+    assert compare([*right, {**right[0], "job_group_id": "other"}], truth, "g") == {
+        "windows_compared": 4,
+        "windows_wrong": 0,
+        "first_wrong": [],
+        "rows_not_sent": 0,
+        "approx_outside_3_sigma": 0,
+    }
+    wrong = [row(exact, 0, 1000, 901), row(approx, 0, 1000, 1100), row(exact, 1, 9, 9)]
+    stray = {**wrong[0], "window_start": datetime.fromtimestamp(120)}
+    result = compare([*wrong, stray], truth, "g")
+    assert result["rows_not_sent"] == 1
+    assert result["windows_wrong"] == 3  # EXACT distinct, the short count, the missing APPROX
+    assert result["approx_outside_3_sigma"] == 1
