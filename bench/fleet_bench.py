@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -205,6 +206,30 @@ def start_audit(group: dict, workdir: Path, conf: Path) -> tuple[Any, Path]:
     return proc, stop
 
 
+_STATE = re.compile(r"exact keys in memory: ([\d,]+) in (\d+) windows \(([\d.]+) MiB\)")
+
+
+def key_state(log: Path) -> dict[str, Any]:
+    """The exact keys' state the audit's batch lines report (jobs/audit/fold.state_line): the
+    largest and the last, and the size of the keys' folder under the checkpoint."""
+    states = [
+        (int(m.group(1).replace(",", "")), int(m.group(2)), float(m.group(3)))
+        for m in _STATE.finditer(log.read_text(errors="replace"))
+    ]
+    if not states:
+        return {}
+    largest = max(states, key=lambda s: s[2])
+    return {
+        "batches": len(states),
+        "largest": {"keys": largest[0], "windows": largest[1], "memory_mib": largest[2]},
+        "last": {"keys": states[-1][0], "windows": states[-1][1], "memory_mib": states[-1][2]},
+    }
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
 # --- the table -------------------------------------------------------------------------------
 
 
@@ -364,6 +389,8 @@ def run_fleet(args, workdir: Path, conf: Path, admin: AdminClient, producer: Fle
         },
         "exit_code": proc.returncode,
         "accuracy": compare(read_counts(counts), producer.truth, "fleet"),
+        "exact_key_state": key_state(BENCH_DIR / "fleet-fleet.log"),
+        "exact_key_files_mib": folder_bytes(workdir / "ck" / "fleet" / "audit-keys") / 2**20,
     }
 
 
