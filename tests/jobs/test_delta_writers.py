@@ -20,7 +20,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from jobs.runtime.delta import DeltaTableSpec, ensure, merge_once
+from jobs.runtime.delta import DeltaTableSpec, append_once, ensure, merge_once
 
 pytestmark = pytest.mark.spark
 
@@ -96,8 +96,13 @@ def _overtaken(spark, tmp_path, table) -> tuple[dict, int]:
     """Writer a's MERGE overtaken by writer b's; (the table's totals, the retries logged)."""
     path = str(tmp_path / table.name)
     ensure(spark, table, path)
-    for batch, writer in enumerate(("a", "b")):  # one file per writer to read and rewrite
-        _merge(spark, table, path, writer, "k", 1, batch)
+    for writer in ("a", "b"):  # one file per writer to read and rewrite
+        seed = spark.createDataFrame([(writer, "k", 1)], StructType(_COLUMNS)).coalesce(1)
+        if table.writer_column:
+            seed = seed.drop(table.writer_column)
+        append_once(
+            seed, table, path, f"seed-{writer}", 0, writer=writer if table.writer_column else ""
+        )
     gate = tmp_path / "gate"
     gate.mkdir()
     first, second = spark.newSession(), spark.newSession()
@@ -105,7 +110,7 @@ def _overtaken(spark, tmp_path, table) -> tuple[dict, int]:
 
     def overtaken_writer() -> None:
         try:
-            _merge(first, table, path, "a", "k", 10, 2, gate=gate)
+            _merge(first, table, path, "a", "k", 10, 0, gate=gate)
         except BaseException as error:  # handed to the test's thread
             failure.append(error)
 
@@ -113,7 +118,7 @@ def _overtaken(spark, tmp_path, table) -> tuple[dict, int]:
     thread.start()
     try:
         _await(gate / "reached", "writer a's MERGE")
-        _merge(second, table, path, "b", "k", 100, 3)
+        _merge(second, table, path, "b", "k", 100, 0)
     finally:
         (gate / "open").touch()
         thread.join(GATE_SECONDS)
