@@ -217,26 +217,7 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         source, naming, aliases = many_topics_checks(group, settings, source, same_cluster)
         destination_topic = ""
     else:
-        for name, value in (
-            ("topic_naming", replication.topic_naming),
-            ("source_alias", replication.source_alias),
-        ):
-            if value:
-                raise InvalidJobGroup(
-                    f"extension.replication.{name}", value, f"applies to {_MANY} only"
-                )
-        # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a
-        # topic the copy keeps the source topic's name, so consumers fail over without
-        # renaming.
-        destination_topic = dispatcher.topic.strip() or source.topic
-        check_topic("kafka_dispatcher_task_group.topic", destination_topic)
-        if same_cluster and destination_topic == source.topic:
-            raise InvalidJobGroup(
-                "kafka_dispatcher_task_group.topic",
-                destination_topic,
-                f"is the source topic on the same cluster ({destination_cluster.name}); "
-                "a topic cannot be replicated onto itself",
-            )
+        destination_topic = _one_destination(group, source, destination_cluster, same_cluster)
     end_ms = source.end_timestamp_ms
     if end_ms is not None and end_ms > now_ms:
         raise InvalidJobGroup(
@@ -279,6 +260,33 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         naming=naming,
         copy_aliases=aliases,
     )
+
+
+def _one_destination(
+    group: JobGroup, source: SourceSpec, cluster: ClusterConfig, same_cluster: bool
+) -> str:
+    """The destination topic of a copy of one topic, checked."""
+    replication = job_options(group).replication
+    for name, value in (
+        ("topic_naming", replication.topic_naming),
+        ("source_alias", replication.source_alias),
+    ):
+        if value:
+            raise InvalidJobGroup(
+                f"extension.replication.{name}", value, f"applies to {_MANY} only"
+            )
+    # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a topic
+    # the copy keeps the source topic's name, so consumers fail over without renaming.
+    topic = group.kafka_dispatcher_task_group.topic.strip() or source.topic
+    check_topic("kafka_dispatcher_task_group.topic", topic)
+    if same_cluster and topic == source.topic:
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.topic",
+            topic,
+            f"is the source topic on the same cluster ({cluster.name}); "
+            "a topic cannot be replicated onto itself",
+        )
+    return topic
 
 
 def many_topics_checks(

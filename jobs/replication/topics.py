@@ -16,8 +16,9 @@ that copies a cluster onto itself with it is refused (every topic would be its o
 
 Config sync: what MirrorMaker 2 does with its defaults (`sync.topic.configs.enabled`,
 `use.defaults.from=target`, `config.properties.exclude`): every config the source topic sets
-(not left at the broker's default) is set on the new destination topic, except the
-replication and placement settings of EXCLUDED_CONFIGS, which are the destination's own.
+itself (not the source broker's value nor the default, which the destination has its own of)
+is set on the new destination topic, except the replication and placement settings of
+EXCLUDED_CONFIGS, which are the destination's own too.
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ def copies_pattern(aliases: Iterable[str]) -> str:
 
 def synced_configs(source: Mapping[str, tuple[str | None, bool]]) -> dict[str, str]:
     """The configs a new destination topic gets from its source topic's configs
-    (name -> (value, left at the default)): every one the source sets, except
-    EXCLUDED_CONFIGS."""
+    (name -> (value, set by the topic itself), `core.kafka_admin.topic_configs`): every one
+    the topic sets, except EXCLUDED_CONFIGS."""
     return {
         name: value
-        for name, (value, is_default) in sorted(source.items())
-        if not is_default and value is not None and name not in EXCLUDED_CONFIGS
+        for name, (value, set_here) in sorted(source.items())
+        if set_here and value is not None and name not in EXCLUDED_CONFIGS
     }

@@ -71,6 +71,8 @@ def test_spec_of_a_pattern_with_the_prefix_naming(settings) -> None:  # noqa: F8
     topics = ["orders", "orders-tmp", "src.orders", "dst.orders", "local.orders", "__x", "ordersX"]
     # The copies match the pattern, and are left out all the same: no cycle.
     assert selection.select(topics) == ["orders", "ordersX"]
+    # Spark's source finds the regex in a name (Scala's findFirstIn), not only in a whole one.
+    assert [t for t in topics if re.search(selection.regex, t)] == ["orders", "ordersX"]
 
 
 def test_an_alias_of_ones_own(settings) -> None:  # noqa: F811
@@ -163,15 +165,15 @@ def test_the_naming_fields_need_many_topics(settings) -> None:  # noqa: F811
 
 
 def test_config_sync_takes_what_the_source_sets_except_mirror_maker_2s_exclusions() -> None:
-    source = {
-        "retention.ms": ("3600000", False),
-        "cleanup.policy": ("compact", False),
-        "max.message.bytes": ("2000000", False),
-        "compression.type": ("producer", True),  # the broker's default: the target's own
-        "min.insync.replicas": ("2", False),  # excluded: a placement setting
-        "message.timestamp.type": ("LogAppendTime", False),  # excluded
-        "segment.bytes": ("1048576", False),
-        "ssl.secret": (None, False),  # sensitive: no value to copy
+    source = {  # name -> (value, set by the topic itself)
+        "retention.ms": ("3600000", True),
+        "cleanup.policy": ("compact", True),
+        "max.message.bytes": ("2000000", True),
+        "compression.type": ("producer", False),  # the broker's: the target has its own
+        "min.insync.replicas": ("2", True),  # excluded: a placement setting
+        "message.timestamp.type": ("LogAppendTime", True),  # excluded
+        "segment.bytes": ("1048576", True),
+        "ssl.secret": (None, True),  # sensitive: no value to copy
     }
     assert synced_configs(source) == {
         "cleanup.policy": "compact",
