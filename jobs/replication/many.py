@@ -39,7 +39,12 @@ from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import StatsWriter
 from jobs.replication.topics import copied_from, synced_configs
-from jobs.replication.writer import DestinationConfig, copy_topic_ranges, planned_topic_ranges
+from jobs.replication.writer import (
+    DestinationConfig,
+    copy_topic_ranges,
+    java_config,
+    planned_topic_ranges,
+)
 from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.template import WriteId
 
@@ -148,7 +153,9 @@ class ManyTopicsWriter:
     configure: Configure
     stats: StatsWriter
     write_id: WriteId
-    configs: dict[str, DestinationConfig] = field(default_factory=dict)
+    # source topic -> its copy's config in the JVM, built when the topic is first copied
+    # or its plan changes (py4j calls per topic and batch would add up with many topics)
+    routes: dict[str, object] = field(default_factory=dict)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
@@ -160,11 +167,11 @@ class ManyTopicsWriter:
             kept = batch_ranges(planned, None)
             if kept:
                 ranges[topic] = kept
-        self._cover(ranges)
+        self._cover(spark, ranges)
         if not ranges:
             log.info("batch %d: no records", batch_id)
             return
-        summaries = copy_topic_ranges(spark, ranges, self.configs).localCheckpoint()
+        summaries = copy_topic_ranges(spark, ranges, self.routes).localCheckpoint()
         copied = time.time()
         if summaries.isEmpty():
             log.info("batch %d: no records", batch_id)
@@ -182,7 +189,7 @@ class ManyTopicsWriter:
             time.time() - copied,
         )
 
-    def _cover(self, ranges: Mapping[str, list[SourceRange]]) -> None:
+    def _cover(self, spark: SparkSession, ranges: Mapping[str, list[SourceRange]]) -> None:
         """Destinations for the batch's topics first seen and partitions first read (Spark's
         source reads both from their start), before any of their records is copied."""
         needed = {
@@ -194,8 +201,8 @@ class ManyTopicsWriter:
         if needed:  # in place: the job reads the same plans (explain_failure)
             self.plans.update(cover_topics(self.spec, self.plans, needed))
         for topic in ranges:
-            if topic not in self.configs or topic in needed:
-                self.configs[topic] = self.configure(self.plans[topic], topic)
+            if topic not in self.routes or topic in needed:
+                self.routes[topic] = java_config(spark, self.configure(self.plans[topic], topic))
 
 
 def _listed(topics: list[str]) -> str:

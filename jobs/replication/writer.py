@@ -115,21 +115,19 @@ def copy_ranges(
 
 
 def copy_topic_ranges(
-    spark: SparkSession,
-    ranges: Mapping[str, Sequence[SourceRange]],
-    configs: Mapping[str, DestinationConfig],
+    spark: SparkSession, ranges: Mapping[str, Sequence[SourceRange]], routes: Mapping[str, object]
 ) -> DataFrame:
     """`copy_ranges` for many topics: source topic -> its ranges, each range in its own task,
-    sent where `configs` (source topic -> its copy's DestinationConfig) says."""
+    sent where `routes` (source topic -> its copy's `java_config`) says."""
     jvm = _jvm(spark)
     java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-    routes = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+    java_routes = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
     for topic, topic_ranges in sorted(ranges.items()):
-        routes.put(topic, _copy_config(spark, configs[topic]))
+        java_routes.put(topic, routes[topic])
         for r in topic_ranges:
             java_ranges.add(jvm.SourceRange(topic, r.partition, r.from_offset, r.until_offset))
     summaries = jvm.ReplicationSink.copyTopicRanges(
-        spark._jsparkSession, java_ranges, routes, SUMMARY_SCHEMA
+        spark._jsparkSession, java_ranges, java_routes, SUMMARY_SCHEMA
     )
     return ClassicDataFrame(summaries, spark)
 
@@ -229,6 +227,12 @@ def check_clients(spark: SparkSession, config: DestinationConfig) -> None:
                 f"clusters.yaml: clusters.{cluster}.properties",
                 f"the Kafka {clients} refuses it: {cause.getMessage()}",
             ) from None
+
+
+def java_config(spark: SparkSession, config: DestinationConfig) -> object:
+    """`config` as the JVM copy's CopyConfig (a py4j object): build it once and keep it, a
+    copy of many topics has one per topic."""
+    return _copy_config(spark, config)
 
 
 def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:
