@@ -82,6 +82,14 @@ SESSION_CONF = {
 }
 
 
+# A task of a copy of many topics takes a pooled consumer whose last fetch (past the end of
+# the range it read before) is still waiting at the broker for records; the new range's first
+# fetch queues behind it for up to fetch.max.wait.ms (500 ms by default), once per topic and
+# partition. The records of a planned range exist, so a short wait costs nothing there. The
+# cluster's own properties still win.
+MANY_TOPICS_FETCH = {"fetch.max.wait.ms": "50"}
+
+
 def destination_config(
     spec: ReplicationSpec, plan: ReplicationPlan, source_topic: str | None = None
 ) -> DestinationConfig:
@@ -103,9 +111,10 @@ def destination_config(
             **spec.destination_cluster.java_client_config(),
             "enable.auto.commit": "false",
         },
-        source_consumer_config=range_consumer_config(
-            spec.source.cluster, read_committed=spec.source.read_committed
-        ),
+        source_consumer_config={
+            **(MANY_TOPICS_FETCH if spec.many_topics else {}),
+            **range_consumer_config(spec.source.cluster, read_committed=spec.source.read_committed),
+        },
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
         audit_interval_ms=spec.audit_interval_seconds * 1000,
