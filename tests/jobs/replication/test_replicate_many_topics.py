@@ -26,12 +26,22 @@ from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
+from core.errors import EXIT_OK
+from core.provenance import latest_stamp
 from jobs.replication.job import ReplicationJob
+from jobs.replication.offsets import main as offsets_main
 from jobs.replication.spec import replication_spec_now
 from jobs.replication.topics import synced_configs
 from testing.jobrun import committed_batch, run_job, running_in_thread
 from testing.polling import wait_for
-from testing.topic_data import Record, count_records, produce_records, read_partitions
+from testing.topic_data import (
+    Record,
+    committed_offsets,
+    count_records,
+    produce_records,
+    read_partitions,
+)
+from tests.jobs.replication.test_offset_translation import commit
 from tests.jobs.replication.test_replication_integration import assert_exact_copy, two_cluster_conf
 
 pytestmark = pytest.mark.integration
@@ -79,6 +89,8 @@ class History:
     crash_log: str
     present_after_crash: int
     workdir: Path
+    conf: Path
+    group_id: str
 
 
 def group_json(group_id: str, tag: str) -> dict:
@@ -160,7 +172,7 @@ def history(spark, kafka, tmp_path_factory) -> History:
             f"{total} records copied, the new topic and partition included",
         )
         assert status_now() is None  # still running: the copy is continuous
-    return History(bootstrap, topics, status, log, present, workdir)
+    return History(bootstrap, topics, status, log, present, workdir, conf, group["jobGroupId"])
 
 
 def test_a_crash_mid_copy_then_a_restart_copies_each_record_once_in_order(history) -> None:
@@ -233,3 +245,27 @@ def test_stats_count_every_record_per_topic_once(spark, history) -> None:
     }
     assert audited == truth
     assert committed_batch(history.workdir / "wh" / "replication_stats") is not None
+
+
+def test_group_offsets_are_committed_and_translated_per_topic(history, capsys) -> None:
+    """The job's consumer group stands at the end of every topic it copied (lag monitors see
+    it as any consumer); a group of the source fails over to one topic's copy by the stamps."""
+    for topic, partitions in history.topics.items():
+        ends = {
+            p: len(rs) for p, rs in read_partitions(history.bootstrap, topic, partitions).items()
+        }
+        assert (
+            committed_offsets(history.bootstrap, f"{history.group_id}-cg", topic, partitions)
+            == ends
+        )
+    topic = next(t for t in history.topics if t.endswith("-a"))
+    copy = f"{ALIAS}.{topic}"
+    commit(history.bootstrap, "failover", topic, {0: 17})
+    status = offsets_main(
+        ["--conf-dir", str(history.conf), "--source-cluster", "src", "--topic", topic,
+         "--dest-cluster", "dst", "--dest-topic", copy, "--group", "failover", "--apply"]
+    )  # fmt: skip
+    assert status == EXIT_OK, capsys.readouterr().err
+    replica = read_partitions(history.bootstrap, copy, 1)[0]
+    landed = next(r.offset for r in replica if (s := latest_stamp(r.headers)) and s.offset == 17)
+    assert committed_offsets(history.bootstrap, "failover", copy, 1) == {0: landed}
