@@ -8,7 +8,13 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+)
 
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable, ConfigError, TopicNotFound
@@ -47,6 +53,45 @@ def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: f
     if info.error is not None:
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(info.error))
     return len(info.partitions)
+
+
+def topic_partitions(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> dict[str, int]:
+    """Every topic of the cluster and its partition count, from one metadata request;
+    ClusterUnreachable when the brokers do not answer. A topic the metadata reports with an
+    error (being created or deleted) is left out."""
+    admin = AdminClient(cluster.check_client_config())
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+    return {
+        name: len(info.partitions)
+        for name, info in metadata.topics.items()
+        if info.error is None and info.partitions
+    }
+
+
+def topic_configs(
+    cluster: ClusterConfig, topics: Collection[str], timeout_s: float = ADMIN_TIMEOUT_S
+) -> dict[str, dict[str, tuple[str | None, bool]]]:
+    """Each topic's configs: name -> (value, whether the topic itself sets it, rather than
+    taking the broker's value or the default), as DescribeConfigs reports them;
+    ClusterUnreachable when the cluster does not answer."""
+    if not topics:
+        return {}
+    admin = AdminClient(cluster.check_client_config())
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(topics)]
+    try:
+        futures = admin.describe_configs(resources, request_timeout=timeout_s)
+        return {
+            resource.name: {
+                name: (entry.value, ConfigSource(entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG)
+                for name, entry in future.result(timeout=timeout_s).items()
+            }
+            for resource, future in futures.items()
+        }
+    except (KafkaException, FutureTimeout) as e:
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
 
 
 def cluster_id(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> str:

@@ -115,7 +115,7 @@ class StatsBatches:
         fault_point("replication.epoch_logged")  # core/faults.py: tests only
         summaries = copy.summaries(epochs).localCheckpoint()
         if not summaries.isEmpty():
-            self.stats.write(summaries, batch_id, ends)
+            self.stats.write(summaries, batch_id, {self.stats.spec.source.topic: ends})
         self.log.write_commit(batch_id)
         self.next_batch = batch_id + 1
         return ranges
@@ -138,7 +138,7 @@ def recount(
     log.info("stats batch %d was logged but not committed: counting it again", batch.batch_id)
     summaries = copy_ranges(spark, ranges, destination).localCheckpoint()
     if not summaries.isEmpty():
-        stats.write(summaries, batch.batch_id, dict(batch.ends))
+        stats.write(summaries, batch.batch_id, {stats.spec.source.topic: dict(batch.ends)})
     plog.write_commit(batch.batch_id)
 
 

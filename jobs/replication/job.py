@@ -20,6 +20,9 @@ Source records deleted before they were copied stop the job (exit 1, the range i
 `source_data_loss`); a `--skip-lost-records` run copies on past exactly that range
 (`jobs/runtime/source_failure.py`), as the low-latency copy does.
 
+Many topics (`extension.topics`): one query reads them all and copies each to its own
+destination topic, created as MirrorMaker 2 creates it (`many.py`).
+
 Trigger: every trigger interval; AvailableNow with --once. A bounded copy stops by itself
 once every partition has been read up to its end offset, and exits 0.
 
@@ -39,9 +42,10 @@ from dataclasses import astuple, dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from core.errors import UatuError
+from core.errors import ConfigError, UatuError
 from jobs.replication import tables
 from jobs.replication.continuous import logged_positions, run_low_latency
+from jobs.replication.many import ManyTopicsWriter, Plans, many_topics_stream, preflight_topics
 from jobs.replication.preflight import ReplicationPlan, cover_new_partitions, preflight
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
@@ -78,16 +82,28 @@ SESSION_CONF = {
 }
 
 
-def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> DestinationConfig:
+# A task of a copy of many topics takes a pooled consumer whose last fetch (past the end of
+# the range it read before) is still waiting at the broker for records; the new range's first
+# fetch queues behind it for up to fetch.max.wait.ms (500 ms by default), once per topic and
+# partition. The records of a planned range exist, so a short wait costs nothing there. The
+# cluster's own properties still win.
+MANY_TOPICS_FETCH = {"fetch.max.wait.ms": "50"}
+
+
+def destination_config(
+    spec: ReplicationSpec, plan: ReplicationPlan, source_topic: str | None = None
+) -> DestinationConfig:
+    """The copy's settings for the source topic (default: the spec's one topic)."""
+    topic = spec.source.topic if source_topic is None else source_topic
     extra: tuple[tuple[str, str], ...] = ()
     if spec.encoded_format is not None:
         name, version = spec.encoded_format
         extra = ((ENCODED_FORMAT, name), (ENCODED_SCHEMA_VERSION, str(version)))
     return DestinationConfig(
         source_cluster=spec.source.cluster.name,
-        source_topic=spec.source.topic,
+        source_topic=topic,
         destination_cluster=spec.destination_cluster.name,
-        topic=spec.destination_topic,
+        topic=spec.destination_of(topic),
         producer_config=spec.producer_config(),
         # Both consumers read by assignment: no group, nothing committed (the checkpoint holds
         # the source offsets).
@@ -95,9 +111,10 @@ def destination_config(spec: ReplicationSpec, plan: ReplicationPlan) -> Destinat
             **spec.destination_cluster.java_client_config(),
             "enable.auto.commit": "false",
         },
-        source_consumer_config=range_consumer_config(
-            spec.source.cluster, read_committed=spec.source.read_committed
-        ),
+        source_consumer_config={
+            **(MANY_TOPICS_FETCH if spec.many_topics else {}),
+            **range_consumer_config(spec.source.cluster, read_committed=spec.source.read_committed),
+        },
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
         audit_interval_ms=spec.audit_interval_seconds * 1000,
@@ -157,7 +174,7 @@ class ReplicationBatchWriter:
             log.info("batch %d: no records", batch_id)
             return
         totals = self.stats.write(
-            summaries, batch_id, {r.partition: r.until_offset for r in ranges}
+            summaries, batch_id, {spec.source.topic: {r.partition: r.until_offset for r in ranges}}
         )
         log.info(
             "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
@@ -216,6 +233,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     def __init__(self, spec: ReplicationSpec) -> None:
         super().__init__(spec)
         self._plan: ReplicationPlan | None = None
+        self._plans: Plans = {}  # many topics: source topic -> plan
         self._writer: ReplicationBatchWriter | None = None
         self._stats: StatsWriter | None = None
         self._low_latency_run = False
@@ -229,14 +247,22 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return self._plan
 
     def check(self) -> None:
-        """Broker checks (destination topic, partitions, offsets) before any record moves."""
+        """Broker checks (destination topic, partitions, offsets) before any record moves;
+        with many topics, every selected topic's destination is created here."""
+        if self.spec.many_topics:
+            self._plans = preflight_topics(self.spec)
+            self._plan = ReplicationPlan((), 0, modulo=False)  # no topic of its own
+            return
         self._plan = preflight(self.spec)
 
     def check_session(self, spark: SparkSession) -> None:
         # The Java clients are built once on the driver, so a refused setting is a ConfigError
         # before anything is written.
         check_clients(spark, destination_config(self.spec, self.plan))
-        _warn_if_copies_queue(spark, len(self.plan.source_partitions), self.spec.low_latency)
+        partitions = len(self.plan.source_partitions) + sum(
+            len(plan.source_partitions) for plan in self._plans.values()
+        )
+        _warn_if_copies_queue(spark, partitions, self.spec.low_latency)
 
     def ensure_tables(self, spark: SparkSession) -> None:
         located = tables.locations(self.spec)
@@ -256,6 +282,17 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def before_query(self, spark: SparkSession) -> int | None:
         spec = self.spec
+        if spec.many_topics:
+            log.info(
+                "replicating %s of %s -> %s (%s, acks=%s), stats in %s",
+                spec.source.selection,
+                spec.source.cluster.name,
+                spec.destination_cluster.name,
+                spec.naming,
+                "all" if spec.acks_all else "1",
+                spec.output.table("replication_stats"),
+            )
+            return None
         already = read_offset_log(spark, spec.output.checkpoint).committed_offsets(
             spec.source.topic
         )
@@ -274,10 +311,20 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return None
 
     def stream(self, spark: SparkSession) -> DataFrame:
+        if self.spec.many_topics:
+            return many_topics_stream(spark, self.spec)
         return build_stream(spark, self.spec, self.plan)
 
-    def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter:
+    def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter | ManyTopicsWriter:
         self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
+        if self.spec.many_topics:
+            return ManyTopicsWriter(
+                self.spec,
+                self._plans,
+                lambda plan, topic: destination_config(self.spec, plan, topic),
+                self._stats,
+                self.write_id(),
+            )
         self._writer = ReplicationBatchWriter(
             self.plan,
             destination_config(self.spec, self.plan),
@@ -322,6 +369,8 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         """The lost ranges from where this run's copy resumes: Spark's checkpoint for the
         micro-batch copy, the progress log for the low-latency one."""
         spec = self.spec
+        if spec.many_topics:
+            raise ConfigError("--skip-lost-records", "not with extension.topics (one topic only)")
         low_latency = spec.low_latency and not once
         self._gaps = source_failure.skip_lost(
             spark,
@@ -337,6 +386,17 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         spec = self.spec
+        if spec.many_topics:
+            return source_failure.explain_sources(
+                spark,
+                job_group_id=spec.job_group_id,
+                cluster=spec.source.cluster,
+                sources=[
+                    source_failure.Source(topic, spec.output.checkpoint)
+                    for topic in sorted(self._plans)
+                ],
+                loss_table=data_loss_path(spec.output.table("replication_stats")),
+            )
         return source_failure.explain(
             spark,
             job_group_id=spec.job_group_id,

@@ -49,13 +49,14 @@ REPLICATION_BATCHES = counter(
 
 
 def replication(labels: Mapping[str, str], rows: Iterable[Mapping[str, Any]]) -> None:
-    """One batch's `replication_stats` rows -> MirrorMaker 2 gauges and uatu counters."""
+    """One batch's `replication_stats` rows -> MirrorMaker 2 gauges and uatu counters; each
+    row names its topics, `labels` the job and clusters."""
     REPLICATION_BATCHES.labels(labels["job_group_id"]).inc()
     for row in rows:
         mm2 = (
             labels["source_cluster"],
             labels["destination_cluster"],
-            labels["destination_topic"],
+            row["destination_topic"],
             str(row["destination_partition"]),
         )
         values = {
@@ -75,8 +76,8 @@ def replication(labels: Mapping[str, str], rows: Iterable[Mapping[str, Any]]) ->
         MM2["byte_count"].labels(*mm2).inc(row.get("bytes_replicated") or 0)
         partition = (
             labels["job_group_id"],
-            labels["source_topic"],
-            labels["destination_topic"],
+            row["source_topic"],
+            row["destination_topic"],
             str(row["partition"]),
         )
         REPLICATION_RECORDS.labels(*partition).inc(row.get("records_replicated") or 0)

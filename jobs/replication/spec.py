@@ -23,7 +23,11 @@ flow_control                            messages_per_sec and bytes_per_sec (key 
 extension.replication                   create_destination_topic (false),
                                         partition_mapping (identity), audit_interval (60 s),
                                         low_latency (false; continuous copies only),
-                                        epoch_seconds (10; with low_latency only)
+                                        epoch_seconds (10; with low_latency only),
+                                        topic_naming (identity) and source_alias (the
+                                        source cluster's name; extension.topics only)
+extension.topics                        many source topics instead of one (names, or a
+                                        pattern); see `many_topics_checks` for the rules
 extension.trigger.interval_seconds      2
 extension.output                        replication_stats_path, replication_audit_path
                                         (<warehouse>/replication_stats, ..._audit),
@@ -33,6 +37,7 @@ extension.output                        replication_stats_path, replication_audi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -45,6 +50,7 @@ from core.jobgroup import JobGroup, check_topic, job_options, require_cluster
 from core.spec import (
     BOUNDED_READS,
     SOURCE_READS,
+    TOPIC_SELECTION_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -52,6 +58,7 @@ from core.spec import (
     source_spec,
     trigger_seconds,
 )
+from jobs.replication.topics import SEPARATOR, TopicNaming, copied_from, copies_pattern
 
 TABLES = ("replication_stats", "replication_audit")  # jobs/replication/tables.py: schemas
 # The JobGroup fields a replication reads (core.jobgroup.refuse_unread refuses the rest).
@@ -59,6 +66,7 @@ READS = frozenset(
     {
         *SOURCE_READS,
         *BOUNDED_READS,
+        *TOPIC_SELECTION_READS,
         "kafka_dispatcher_task_group.cluster",
         "kafka_dispatcher_task_group.topic",
         "kafka_dispatcher_task_group.is_secure",
@@ -73,6 +81,8 @@ READS = frozenset(
 DEFAULT_TRIGGER_SECONDS = 2
 DEFAULT_AUDIT_INTERVAL_SECONDS = 60
 DEFAULT_EPOCH_SECONDS = 10
+_MANY = "extension.topics"
+IDENTITY = TopicNaming()
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,18 @@ class ReplicationSpec:
     trigger_interval_seconds: int
     audit_interval_seconds: int
     output: OutputSpec
+    # Many topics (source.selection set, source.topic and destination_topic ""): how each copy
+    # is named, and the aliases whose copies are never selected (jobs/replication/topics.py).
+    naming: TopicNaming = IDENTITY
+    copy_aliases: tuple[str, ...] = ()
+
+    @property
+    def many_topics(self) -> bool:
+        return self.source.selection is not None
+
+    def destination_of(self, source_topic: str) -> str:
+        """The destination topic of `source_topic`."""
+        return self.naming.destination(source_topic) if self.many_topics else self.destination_topic
 
     @property
     def query_name(self) -> str:
@@ -178,26 +200,24 @@ def replication_spec_now(group: JobGroup, settings: Settings) -> ReplicationSpec
 
 def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> ReplicationSpec:
     """Validate the replication-specific parts of `group` (common checks already passed)."""
-    source = source_spec(group, settings, bounded_reads=True)
+    source = source_spec(group, settings, bounded_reads=True, many_topics=True)
     dispatcher = group.kafka_dispatcher_task_group
     destination_cluster = require_cluster(
         "kafka_dispatcher_task_group.cluster", dispatcher.cluster, settings.clusters
     )
-    # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a topic
-    # the copy keeps the source topic's name, so consumers fail over without renaming.
-    destination_topic = dispatcher.topic.strip() or source.topic
-    check_topic("kafka_dispatcher_task_group.topic", destination_topic)
     same_cluster = (
         source.cluster.name == destination_cluster.name
         or source.cluster.bootstrap_servers == destination_cluster.bootstrap_servers
     )
-    if same_cluster and destination_topic == source.topic:
-        raise InvalidJobGroup(
-            "kafka_dispatcher_task_group.topic",
-            destination_topic,
-            f"is the source topic on the same cluster ({destination_cluster.name}); "
-            "a topic cannot be replicated onto itself",
-        )
+    options = job_options(group)
+    replication = options.replication
+    naming = IDENTITY
+    aliases: tuple[str, ...] = ()
+    if source.selection is not None:
+        source, naming, aliases = many_topics_checks(group, settings, source, same_cluster)
+        destination_topic = ""
+    else:
+        destination_topic = _one_destination(group, source, destination_cluster, same_cluster)
     end_ms = source.end_timestamp_ms
     if end_ms is not None and end_ms > now_ms:
         raise InvalidJobGroup(
@@ -207,8 +227,6 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         )
     continuous = _is_continuous(group, has_end=source.bounded)
 
-    options = job_options(group)
-    replication = options.replication
     audit_seconds = replication.audit_interval_seconds or DEFAULT_AUDIT_INTERVAL_SECONDS
     if audit_seconds < 0:
         raise InvalidJobGroup(
@@ -230,11 +248,125 @@ def replication_spec(group: JobGroup, settings: Settings, now_ms: int) -> Replic
         destination_topic=destination_topic,
         acks_all=not dispatcher.is_acks_one,
         encoded_format=encoded,
-        create_destination_topic=replication.create_destination_topic,
+        # A copy of many topics creates each destination topic, as MirrorMaker 2 does.
+        create_destination_topic=replication.create_destination_topic
+        or source.selection is not None,
         modulo_partitions=replication.partition_mapping == job_options_pb2.PARTITION_MAPPING_MODULO,
         max_messages_per_sec=group.flow_control.messages_per_sec,
         max_bytes_per_sec=group.flow_control.bytes_per_sec,
         trigger_interval_seconds=trigger_seconds(options, DEFAULT_TRIGGER_SECONDS),
         audit_interval_seconds=audit_seconds,
         output=output_spec(group, settings, TABLES),
+        naming=naming,
+        copy_aliases=aliases,
     )
+
+
+def _one_destination(
+    group: JobGroup, source: SourceSpec, cluster: ClusterConfig, same_cluster: bool
+) -> str:
+    """The destination topic of a copy of one topic, checked."""
+    replication = job_options(group).replication
+    for name, value in (
+        ("topic_naming", replication.topic_naming),
+        ("source_alias", replication.source_alias),
+    ):
+        if value:
+            raise InvalidJobGroup(
+                f"extension.replication.{name}", value, f"applies to {_MANY} only"
+            )
+    # Identity naming (MirrorMaker 2's IdentityReplicationPolicy, KAFKA-9726): without a topic
+    # the copy keeps the source topic's name, so consumers fail over without renaming.
+    topic = group.kafka_dispatcher_task_group.topic.strip() or source.topic
+    check_topic("kafka_dispatcher_task_group.topic", topic)
+    if same_cluster and topic == source.topic:
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.topic",
+            topic,
+            f"is the source topic on the same cluster ({cluster.name}); "
+            "a topic cannot be replicated onto itself",
+        )
+    return topic
+
+
+def many_topics_checks(
+    group: JobGroup, settings: Settings, source: SourceSpec, same_cluster: bool
+) -> tuple[SourceSpec, TopicNaming, tuple[str, ...]]:
+    """A copy of `extension.topics`, checked: (the source, its selection without the copies,
+    the naming, the aliases whose copies are never selected).
+
+    The destination topic is empty (each copy is named by the naming); the copy is continuous
+    and in micro-batches (no end, no start time, no low latency), with the identity partition
+    mapping; the identity naming does not copy a cluster onto itself; a listed name is no
+    copy. Every copy of an alias (`<alias>.<topic>`, jobs/replication/topics.py) is taken out
+    of a pattern: never copied back, so no cycle."""
+    dispatcher = group.kafka_dispatcher_task_group
+    replication = job_options(group).replication
+    if dispatcher.topic.strip():
+        raise InvalidJobGroup(
+            "kafka_dispatcher_task_group.topic",
+            dispatcher.topic,
+            f"must be empty with {_MANY}: extension.replication.topic_naming names each copy",
+        )
+    _refuse_bounds(group, source)
+    if replication.low_latency:
+        raise InvalidJobGroup(
+            "extension.replication.low_latency", True, f"not with {_MANY} (one topic only)"
+        )
+    if replication.partition_mapping == job_options_pb2.PARTITION_MAPPING_MODULO:
+        raise InvalidJobGroup(
+            "extension.replication.partition_mapping",
+            "PARTITION_MAPPING_MODULO",
+            f"not with {_MANY}: each copy is created with its source's partitions",
+        )
+    alias = replication.source_alias.strip() or source.cluster.name
+    check_topic("extension.replication.source_alias", alias)
+    if SEPARATOR in alias:
+        raise InvalidJobGroup(
+            "extension.replication.source_alias", alias, f"must not contain {SEPARATOR!r}"
+        )
+    prefixed = replication.topic_naming == job_options_pb2.TOPIC_NAMING_SOURCE_PREFIX
+    if not prefixed and same_cluster:
+        raise InvalidJobGroup(
+            "extension.replication.topic_naming",
+            "TOPIC_NAMING_IDENTITY",
+            "would copy every topic onto itself (same cluster); use TOPIC_NAMING_SOURCE_PREFIX",
+        )
+    aliases = tuple(sorted({alias, *settings.clusters}))
+    selection = source.selection
+    assert selection is not None
+    for i, name in enumerate(selection.names):
+        origin = copied_from(name, aliases)
+        if origin is not None:
+            raise InvalidJobGroup(
+                f"{_MANY}.names[{i}]",
+                name,
+                f"is a copy from {origin!r}: copies are never copied again (no cycles)",
+            )
+    if selection.pattern:
+        excluded = "|".join(
+            f"(?:{p})" for p in (selection.exclude_pattern, copies_pattern(aliases)) if p
+        )
+        selection = dataclasses.replace(selection, exclude_pattern=excluded)
+    naming = TopicNaming(alias if prefixed else "")
+    return dataclasses.replace(source, selection=selection), naming, aliases
+
+
+def _refuse_bounds(group: JobGroup, source: SourceSpec) -> None:
+    """A copy of many topics runs until stopped, as MirrorMaker 2's (`--once` still copies
+    what is there and stops)."""
+    bounds = (
+        ("partition_offset_ranges", bool(source.offset_ranges)),
+        ("end_timestamp", source.end_timestamp_ms is not None),
+        ("start_timestamp", source.start_timestamp_ms is not None),
+    )
+    for name, given in bounds:
+        if given:
+            raise InvalidJobGroup(
+                f"kafka_consumer_task_group.{name}", "set", f"not with {_MANY} (continuous only)"
+            )
+    tasks = group.replication_task_group
+    if group.HasField("replication_task_group") and not tasks.is_continuous:
+        raise InvalidJobGroup(
+            "replication_task_group.is_continuous", False, f"{_MANY} copies are continuous"
+        )

@@ -42,19 +42,20 @@ class StatsWriter:
     )
 
     def labels(self) -> Mapping[str, str]:
+        """The labels of every row; the topics come with each summary row."""
         spec = self.spec
         return {
             "job_group_id": spec.job_group_id,
             "source_cluster": spec.source.cluster.name,
-            "source_topic": spec.source.topic,
             "destination_cluster": spec.destination_cluster.name,
-            "destination_topic": spec.destination_topic,
         }
 
-    def write(self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[int, int]) -> Row:
+    def write(
+        self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[str, Mapping[int, int]]
+    ) -> Row:
         """Append the batch's stats and audit rows (both or, after a crash, neither), commit
-        `next_offsets` (partition -> next offset to copy) to the consumer group; returns the
-        batch's totals (records, bytes: key + value bytes replicated)."""
+        `next_offsets` (source topic -> partition -> next offset to copy) to the consumer
+        group; returns the batch's totals (records, bytes: key + value bytes replicated)."""
         if self.tables_ready is not None:
             self.tables_ready.result()
         audit = summaries.transform(
@@ -97,7 +98,7 @@ class StatsWriter:
             self._group_offsets.close()
             self._group_offsets = None
 
-    def _commit_group_offsets(self, next_offsets: Mapping[int, int]) -> None:
+    def _commit_group_offsets(self, next_offsets: Mapping[str, Mapping[int, int]]) -> None:
         """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
         if not self.spec.source.consumer_group:
             return
@@ -107,4 +108,5 @@ class StatsWriter:
                 self.spec.source.consumer_group,
                 self.spec.source.topic,
             )
-        self._group_offsets.commit(next_offsets)
+        for topic, offsets in sorted(next_offsets.items()):
+            self._group_offsets.commit(offsets, topic=topic)

@@ -1,12 +1,13 @@
 """The replication job's Delta tables and their exactly-once appends.
 
-`replication_stats`: one row per micro-batch and source partition.
+`replication_stats`: one row per micro-batch, source topic and partition.
 
 ===============================  =========  ================================================
 column                           type       meaning
 ===============================  =========  ================================================
 job_group_id                     string     the JobGroup
-source_cluster, source_topic     string     where records were read
+source_cluster, source_topic     string     where records were read (a copy of many
+                                            topics has rows of each of its topics)
 destination_cluster/_topic       string     where they were written
 batch_id, batch_time             long, ts   the micro-batch and when it was written
 partition, destination_partition int        source partition and where it went
@@ -25,7 +26,7 @@ replication_latency_kll_sketch   binary     KLL sketch of the latencies; merge a
                                             with kll_merge_agg_bigint for any percentile
 ===============================  =========  ================================================
 
-`replication_audit`: per batch, source partition and window of source timestamps
+`replication_audit`: per batch, source topic and partition and window of source timestamps
 (extension.replication.audit_interval_seconds): records_read, records_written,
 records_already_present. Sum over batches for a window's totals.
 

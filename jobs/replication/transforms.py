@@ -9,8 +9,9 @@ Pipeline (`jobs/replication/job.py` composes it)::
 
 Summary rows (`writer.SUMMARY_SCHEMA`): counts of records read, replicated and already
 present (the destination held them), value and key+value bytes written, first and last
-offset, record age min/sum/max, and `replication_latency_ms`, the latency of every record
-written, as an array.
+offset, record age min/sum/max, `replication_latency_ms`, the latency of every record
+written, as an array, and the row's source and destination topic (a copy of many topics has
+many of each).
 
 Metrics follow MirrorMaker 2 (`MirrorSourceTask`): record-age-ms = read time - source
 timestamp; replication-latency-ms = ack time - source timestamp; byte counts are value bytes.
@@ -25,24 +26,31 @@ from pyspark.sql import functions as F
 
 from jobs.runtime.delta import kll_quantiles
 
+# Where a summary row's records came from and went: its keys, with the partition.
+_TOPICS = ("source_topic", "destination_topic")
 
-def _labels(labels: Mapping[str, str]) -> list[Column]:
-    return [F.lit(v).alias(k) for k, v in labels.items()]
+
+def _labels(labels: Mapping[str, str], summaries: DataFrame) -> list[Column]:
+    """The labels as constant columns, but for those the rows carry themselves (the topics)."""
+    return [F.lit(v).alias(k) for k, v in labels.items() if k not in summaries.columns]
 
 
 def replication_stats(
     summaries: DataFrame, batch_id: int, batch_time: Column, labels: Mapping[str, str]
 ) -> DataFrame:
-    """One row per source partition of a micro-batch: counts, bytes, age and latency.
+    """One row per source topic and partition of a micro-batch: counts, bytes, age and
+    latency.
 
-    `labels` become leading string columns (job_group_id, clusters and topics). Latency
+    `labels` become string columns (job_group_id, clusters). Latency
     min/avg/max are exact; p99 is read from the partition's KLL sketch (bigint, mergeable
     across batches with kll_merge_agg_bigint).
     """
     sketch = "replication_latency_kll_sketch"
     latencies = (
-        summaries.select("partition", F.explode("replication_latency_ms").alias("latency"))
-        .groupBy("partition")
+        summaries.select(
+            "source_topic", "partition", F.explode("replication_latency_ms").alias("latency")
+        )
+        .groupBy("source_topic", "partition")
         .agg(
             F.min("latency").alias("replication_latency_ms_min"),
             F.avg("latency").alias("replication_latency_ms_avg"),
@@ -53,7 +61,7 @@ def replication_stats(
         # The percentile is the sketch's own, so it agrees with any merge of the sketches.
         .withColumns(kll_quantiles(sketch, "bigint", {"replication_latency_ms_p99": 0.99}))
     )
-    counts = summaries.groupBy("partition", "destination_partition").agg(
+    counts = summaries.groupBy(*_TOPICS, "partition", "destination_partition").agg(
         *(
             F.sum(name).alias(name)
             for name in (
@@ -71,8 +79,8 @@ def replication_stats(
         F.max("record_age_ms_max").alias("record_age_ms_max"),
     )
     # A partition whose records were all present already has no latency: nulls, as in MM2.
-    return counts.join(latencies, "partition", "left").select(
-        *_labels(labels),
+    return counts.join(latencies, ["source_topic", "partition"], "left").select(
+        *_labels(labels, summaries),
         F.lit(batch_id).cast("long").alias("batch_id"),
         batch_time.alias("batch_time"),
         "*",
@@ -82,7 +90,8 @@ def replication_stats(
 def replication_audit(
     summaries: DataFrame, interval_seconds: int, batch_id: int, labels: Mapping[str, str]
 ) -> DataFrame:
-    """Per source-timestamp window and partition: records read, written, already present.
+    """Per source-timestamp window, topic and partition: records read, written, already
+    present.
 
     The writer's summaries are already per window of `interval_seconds`. This is the audit
     hook for AUDIT_TYPE_REPLICATION: summing a window's rows over all batches gives what the
@@ -91,14 +100,15 @@ def replication_audit(
     """
     interval_ms = interval_seconds * 1000
     return (
-        summaries.groupBy("partition", "window_start_ms")
+        summaries.groupBy(*_TOPICS, "partition", "window_start_ms")
         .agg(
             F.sum("records_read").alias("records_read"),
             F.sum("records_replicated").alias("records_written"),
             F.sum("records_already_present").alias("records_already_present"),
         )
         .select(
-            *_labels(labels),
+            *_labels(labels, summaries),
+            *_TOPICS,
             F.lit(batch_id).cast("long").alias("batch_id"),
             "partition",
             F.timestamp_millis("window_start_ms").alias("window_start"),

@@ -49,7 +49,7 @@ SUMMARY_SCHEMA = (
     "records_replicated long, records_already_present long, bytes_replicated long, "
     "record_bytes_replicated long, first_offset long, last_offset long, "
     "record_age_ms_min long, record_age_ms_sum long, record_age_ms_max long, "
-    "replication_latency_ms array<long>"
+    "replication_latency_ms array<long>, source_topic string, destination_topic string"
 )
 
 SINK_PACKAGE = "dev.uatu.replication"
@@ -86,6 +86,16 @@ def planned_ranges(batch: DataFrame, topic: str) -> list[SourceRange]:
     return [SourceRange(r.partition(), r.fromOffset(), r.untilOffset()) for r in java_ranges]
 
 
+def planned_topic_ranges(batch: DataFrame) -> dict[str, list[SourceRange]]:
+    """`planned_ranges` of a micro-batch that reads many topics: source topic -> its ranges."""
+    java_ranges = _jvm(batch.sparkSession).ReplicationSink.batchRanges(batch._jdf, None)
+    ranges: dict[str, list[SourceRange]] = {}
+    for r in java_ranges:
+        planned = SourceRange(r.partition(), r.fromOffset(), r.untilOffset())
+        ranges.setdefault(str(r.topic()), []).append(planned)
+    return ranges
+
+
 def copy_ranges(
     spark: SparkSession, ranges: Sequence[SourceRange], config: DestinationConfig
 ) -> DataFrame:
@@ -100,6 +110,24 @@ def copy_ranges(
         java_ranges.add(jvm.SourceRange(r.partition, r.from_offset, r.until_offset))
     summaries = jvm.ReplicationSink.copyRanges(
         spark._jsparkSession, java_ranges, _copy_config(spark, config), SUMMARY_SCHEMA
+    )
+    return ClassicDataFrame(summaries, spark)
+
+
+def copy_topic_ranges(
+    spark: SparkSession, ranges: Mapping[str, Sequence[SourceRange]], routes: Mapping[str, object]
+) -> DataFrame:
+    """`copy_ranges` for many topics: source topic -> its ranges, each range in its own task,
+    sent where `routes` (source topic -> its copy's `java_config`) says."""
+    jvm = _jvm(spark)
+    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    java_routes = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+    for topic, topic_ranges in sorted(ranges.items()):
+        java_routes.put(topic, routes[topic])
+        for r in topic_ranges:
+            java_ranges.add(jvm.SourceRange(topic, r.partition, r.from_offset, r.until_offset))
+    summaries = jvm.ReplicationSink.copyTopicRanges(
+        spark._jsparkSession, java_ranges, java_routes, SUMMARY_SCHEMA
     )
     return ClassicDataFrame(summaries, spark)
 
@@ -199,6 +227,12 @@ def check_clients(spark: SparkSession, config: DestinationConfig) -> None:
                 f"clusters.yaml: clusters.{cluster}.properties",
                 f"the Kafka {clients} refuses it: {cause.getMessage()}",
             ) from None
+
+
+def java_config(spark: SparkSession, config: DestinationConfig) -> object:
+    """`config` as the JVM copy's CopyConfig (a py4j object): build it once and keep it, a
+    copy of many topics has one per topic."""
+    return _copy_config(spark, config)
 
 
 def _copy_config(spark: SparkSession, config: DestinationConfig) -> object:

@@ -57,14 +57,17 @@ class GroupOffsetCommitter:
         self._retry_wait_s = retry_wait_s
         self._consumer: Consumer | None = None
 
-    def commit(self, next_offsets: Mapping[int, int]) -> None:
-        """Commit {partition: next offset}, synchronously. A transient failure is tried again,
-        up to `attempts` tries in all; the last failure, or any other, raises KafkaException."""
+    def commit(self, next_offsets: Mapping[int, int], *, topic: str | None = None) -> None:
+        """Commit {partition: next offset} of `topic` (default: the committer's), synchronously.
+        A transient failure is tried again, up to `attempts` tries in all; the last failure, or
+        any other, raises KafkaException."""
         if not next_offsets:
             return
         if self._consumer is None:
             self._consumer = Consumer(self._config)
-        offsets = [TopicPartition(self.topic, p, o) for p, o in sorted(next_offsets.items())]
+        offsets = [
+            TopicPartition(topic or self.topic, p, o) for p, o in sorted(next_offsets.items())
+        ]
         for attempt in range(1, self._attempts + 1):
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=False)

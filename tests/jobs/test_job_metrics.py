@@ -101,11 +101,11 @@ def test_replication_uses_mirrormaker2s_names() -> None:
     labels = {
         "job_group_id": "dr",
         "source_cluster": "main",
-        "source_topic": "orders",
         "destination_cluster": "dr",
-        "destination_topic": "orders",
     }
     row = {
+        "source_topic": "orders",
+        "destination_topic": "orders",
         "partition": 1,
         "destination_partition": 1,
         "records_replicated": 10,

@@ -440,6 +440,8 @@ def test_batch_ranges_stop_at_a_bounded_copys_end_offsets() -> None:
 # --- transforms ---------------------------------------------------------------------------
 
 SUMMARY_COLUMNS = [part.split()[0] for part in SUMMARY_SCHEMA.split(", ")]
+# WindowSummaries' own columns; the copy task adds the two topics (PartitionCopy.rows).
+WINDOW_COLUMNS = SUMMARY_COLUMNS[:-2]
 
 
 def window_summaries(spark, partition: int, destination: int, interval_ms: int, records):
@@ -457,9 +459,9 @@ def window_summaries(spark, partition: int, destination: int, interval_ms: int, 
         ack_times[i] = t
     rows = []
     for row in summaries.rows(partition, destination, ack_times):
-        values = [row.get(i) for i in range(len(SUMMARY_COLUMNS))]
+        values = [row.get(i) for i in range(len(WINDOW_COLUMNS))]
         values[-1] = list(values[-1])
-        rows.append(dict(zip(SUMMARY_COLUMNS, values, strict=True)))
+        rows.append(dict(zip(WINDOW_COLUMNS, values, strict=True)))
     return rows
 
 
@@ -476,7 +478,8 @@ def summaries_frame(spark):
     ]
     p1 = [(3, 5_000, 10, 0, True, 5_020, 5_070), (4, 6_000, 10, 2, True, 6_000, 6_010)]
     rows = window_summaries(spark, 0, 0, 60_000, p0) + window_summaries(spark, 1, 1, 60_000, p1)
-    return spark.createDataFrame(rows, SUMMARY_SCHEMA)
+    topics = {"source_topic": "orders", "destination_topic": "main.orders"}
+    return spark.createDataFrame([row | topics for row in rows], SUMMARY_SCHEMA)
 
 
 def test_window_summaries_give_one_row_per_window_with_every_written_latency(spark) -> None:
@@ -551,8 +554,10 @@ def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
     }
     assert got[0] == {
         "job_group_id": "g",
-        "source_topic": "t",
         "batch_id": 7,
+        # The row's own topics, not a label's.
+        "source_topic": "orders",
+        "destination_topic": "main.orders",
         "partition": 0,
         "destination_partition": 0,
         "records_read": 3,
@@ -587,6 +592,8 @@ def test_replication_p99_is_read_from_the_rows_own_kll_sketch(spark) -> None:
     n = 20_000
     latencies = [(i * 7_919) % n + 1 for i in range(n)]  # 1..n, shuffled
     summary = dict.fromkeys(SUMMARY_COLUMNS, 0) | {
+        "source_topic": "orders",
+        "destination_topic": "orders",
         "partition": 0,
         "destination_partition": 0,
         "records_read": n,

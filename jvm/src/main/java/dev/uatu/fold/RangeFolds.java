@@ -77,7 +77,8 @@ public final class RangeFolds {
   /**
    * Spark's own offset ranges of the micro-batch {@code batch} of {@code topic}, as planned, in
    * no particular order. Found in the batch's RDD lineage (foreachBatch hands over an RDD-backed
-   * frame). Throws {@link FoldException} when the batch reads anything but {@code topic}.
+   * frame). Throws {@link FoldException} when the batch reads anything but {@code topic}
+   * (null: any topic).
    * The replication copy plans its tasks from these too.
    */
   public static List<KafkaOffsetRange> kafkaRanges(Dataset<Row> batch, String topic) {
@@ -102,7 +103,7 @@ public final class RangeFolds {
               "the micro-batch reads " + input.get() + ", not a Kafka offset range of " + topic);
         }
         KafkaOffsetRange range = kafka.offsetRange();
-        if (!range.topic().equals(topic)) {
+        if (topic != null && !range.topic().equals(topic)) {
           throw new FoldException("the micro-batch reads topic " + range.topic() + ", not " + topic);
         }
         ranges.add(range);

@@ -11,6 +11,7 @@ import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.record.TimestampType;
 import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
 
 /**
  * What one copy task does with each record of one source partition, in both copies: the range
@@ -26,6 +27,7 @@ final class PartitionCopy {
   final int destination;
   final long doneUpTo;
   final WindowSummaries summaries;
+  private final String sourceTopic;
   private final String destinationTopic;
   private final Provenance provenance;
   private final Header[] fixed;
@@ -37,6 +39,7 @@ final class PartitionCopy {
     this.destination = config.destinationPartition(partition);
     this.doneUpTo = doneUpTo;
     this.summaries = new WindowSummaries(config.auditIntervalMs);
+    this.sourceTopic = config.sourceTopic;
     this.destinationTopic = config.destinationTopic;
     this.provenance = new Provenance(config.sourceCluster, config.sourceTopic, partition);
     this.fixed = fixedHeaders(config);
@@ -88,9 +91,22 @@ final class PartitionCopy {
     return sent;
   }
 
-  /** The summary rows of what this task copied of the partition, ack times from {@code acks}. */
+  /**
+   * The summary rows of what this task copied of the partition, ack times from {@code acks}:
+   * {@link WindowSummaries}' columns, then the source and the destination topic.
+   */
   List<Row> rows(AckTimes acks) {
-    return summaries.rows(partition, destination, acks::at);
+    List<Row> rows = new ArrayList<>();
+    for (Row row : summaries.rows(partition, destination, acks::at)) {
+      Object[] values = new Object[row.length() + 2];
+      for (int i = 0; i < row.length(); i++) {
+        values[i] = row.get(i);
+      }
+      values[row.length()] = sourceTopic;
+      values[row.length() + 1] = destinationTopic;
+      rows.add(RowFactory.create(values));
+    }
+    return rows;
   }
 
   /** The source headers as they came (null values kept), the fixed ones, provenance last. */

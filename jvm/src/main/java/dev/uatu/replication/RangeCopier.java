@@ -2,8 +2,10 @@ package dev.uatu.replication;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -36,12 +38,28 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
   // Longer than any delivery.timeout.ms the job sets (120 s): past it the producer is stuck.
   static final long ACK_TIMEOUT_MS = 300_000;
 
-  private final CopyConfig config;
+  private final CopyConfig single; // a copy of one topic: every range's
+  private final HashMap<String, CopyConfig> routes; // many topics: source topic -> its copy's
   private final int tasks; // of the job: each takes its share of the flow control
 
-  RangeCopier(CopyConfig config, int tasks) {
-    this.config = config;
+  RangeCopier(CopyConfig single, Map<String, CopyConfig> routes, int tasks) {
+    this.single = single;
+    this.routes = new HashMap<>(routes);
     this.tasks = tasks;
+  }
+
+  /** The config of {@code range}'s copy: its topic's route, or the single one. */
+  private CopyConfig route(SourceRange range) {
+    if (range.topic == null) {
+      return single;
+    }
+    CopyConfig config = routes.get(range.topic);
+    if (config == null) {
+      throw new ReplicationWriteException(
+          "source topic " + range.topic + " has no destination (the copy covers "
+              + routes.keySet() + ")");
+    }
+    return config;
   }
 
   @Override
@@ -55,6 +73,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<SourceRange>, Row> {
 
   private List<Row> copy(SourceRange range) {
     long started = System.nanoTime();
+    CopyConfig config = route(range);
     long doneUpTo;
     KafkaConsumer<byte[], byte[]> tail = Clients.borrowConsumer(config.consumerConfig);
     try {

@@ -4,6 +4,7 @@ import dev.uatu.fold.FoldException;
 import dev.uatu.fold.RangeFolds;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.Dataset;
@@ -54,7 +55,23 @@ public final class ReplicationSink {
     JavaRDD<Row> summaries =
         JavaSparkContext.fromSparkContext(spark.sparkContext())
             .parallelize(ranges, Math.max(1, ranges.size()))
-            .mapPartitions(new RangeCopier(config, ranges.size()));
+            .mapPartitions(new RangeCopier(config, Map.of(), ranges.size()));
+    return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
+  }
+
+  /**
+   * {@link #copyRanges} for a copy of many topics: each range names its source topic, and
+   * {@code routes} (source topic -> its copy's config) sends it to that topic's destination.
+   */
+  public static Dataset<Row> copyTopicRanges(
+      SparkSession spark,
+      List<SourceRange> ranges,
+      Map<String, CopyConfig> routes,
+      String summarySchemaDdl) {
+    JavaRDD<Row> summaries =
+        JavaSparkContext.fromSparkContext(spark.sparkContext())
+            .parallelize(ranges, Math.max(1, ranges.size()))
+            .mapPartitions(new RangeCopier(null, routes, ranges.size()));
     return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
   }
 
@@ -62,13 +79,19 @@ public final class ReplicationSink {
    * The source offset ranges Spark's Kafka source planned for the micro-batch {@code batch},
    * as a foreachBatch function receives it, in no particular order (Python's {@code
    * ranges.batch_ranges} orders them). Found in the batch's RDD lineage (foreachBatch hands
-   * over an RDD-backed frame); reading them reads no record.
+   * over an RDD-backed frame); reading them reads no record. {@code topic} null: the ranges
+   * of every topic the batch reads, each naming its topic (a copy of many topics).
    */
   public static List<SourceRange> batchRanges(Dataset<Row> batch, String topic) {
     List<SourceRange> ranges = new ArrayList<>();
     try {
       for (KafkaOffsetRange range : RangeFolds.kafkaRanges(batch, topic)) {
-        ranges.add(new SourceRange(range.partition(), range.fromOffset(), range.untilOffset()));
+        ranges.add(
+            new SourceRange(
+                topic == null ? range.topic() : null,
+                range.partition(),
+                range.fromOffset(),
+                range.untilOffset()));
       }
     } catch (FoldException notKafka) {
       throw new ReplicationWriteException(notKafka.getMessage(), notKafka);
