@@ -49,6 +49,21 @@ def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: f
     return len(info.partitions)
 
 
+def topic_partitions(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> dict[str, int]:
+    """{topic: partition count} of every topic the cluster lists (one metadata request);
+    ClusterUnreachable when it does not answer. For a job that reads a topic selection."""
+    admin = AdminClient(cluster.check_client_config())
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
+    return {
+        name: len(info.partitions)
+        for name, info in metadata.topics.items()
+        if info.error is None and info.partitions
+    }
+
+
 def cluster_id(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
     """The id the cluster's brokers report (the same for every name and address that reaches
     them); ClusterUnreachable when they do not answer."""

@@ -14,10 +14,13 @@ computes the same fields directly (`dev.uatu.audit.KafkaTimestampFields`), held 
 the tests; that saves the expressions' share of the fold's CPU (docs/audit.md).
 
 Exact audits keep their keys per (partition, window) in the executor's memory and under the
-checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`): O(1) per key, windows
-leave memory once the partition's watermark passes their end plus the allowed lateness, and a
-late record still finds its window's keys on disk. A batch reads only earlier batches' keys
-and writes its own before the counts MERGE, so a replayed batch computes the same increments.
+checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`; a job that audits a
+topic selection keeps each topic's apart, `<checkpoint>/audit-keys/topics/<topic>`, so the
+state is per topic partition, while a one-topic job's checkpoints keep their layout): O(1)
+per key, windows leave memory once the partition's watermark passes their end plus the
+allowed lateness, and a late record still finds its window's keys on disk. A batch reads only
+earlier batches' keys and writes its own before the counts MERGE, so a replayed batch
+computes the same increments.
 
 Why not Spark rows: turning Kafka records into rows alone is slower than the audit's target
 against Kafka's own consumer (docs/benchmarks.md, audit job).
@@ -25,6 +28,7 @@ against Kafka's own consumer (docs/benchmarks.md, audit job).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +37,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
+from core import kafka_admin
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
-from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
+from jobs.runtime.source_failure import LostRange, SourceGaps, read_past, record_lost
+from jobs.runtime.tables import data_loss_path
+
+log = logging.getLogger("uatu.audit")
 
 FOLD_PACKAGE = "dev.uatu.audit"
 # The columns the fold's record projection yields, in order (dev.uatu.audit.RecordProjection).
@@ -89,7 +97,8 @@ class FoldedBatch:
     partials: DataFrame
     records: int
     bytes: int
-    state: Mapping[int, Mapping[str, int]]  # exact keys per partition: windows, keys, bytes...
+    # exact keys per (topic, partition): windows, keys, bytes...
+    state: Mapping[tuple[str, int], Mapping[str, int]]
 
     @property
     def mean_record_bytes(self) -> float:
@@ -112,9 +121,11 @@ class FoldedBatch:
 class AuditFolder:
     """Folds the micro-batches of one audit job (built once per run, on the driver)."""
 
-    def __init__(self, spark: SparkSession, spec: AuditSpec, gaps: SourceGaps = NO_GAPS) -> None:
+    def __init__(
+        self, spark: SparkSession, spec: AuditSpec, gaps: Mapping[str, SourceGaps] | None = None
+    ) -> None:
         self.spec = spec
-        self.gaps = gaps  # lost ranges to read past (--skip-lost-records)
+        self.gaps = dict(gaps or {})  # lost ranges to read past, by topic (--skip-lost-records)
         self._batch = _jvm(spark).AuditBatch
         direct = uses_kafka_timestamp_defaults(spec)
         self._settings = self._batch.settings(
@@ -128,6 +139,7 @@ class AuditFolder:
             direct,
             spec.max_future_skew_seconds,
             keys_dir(spec),
+            spec.many_topics,
         )
         self._consumer = java_map(spark, consumer_config(spec))
 
@@ -137,9 +149,12 @@ class AuditFolder:
         return str(self._batch.fieldsKind(self._settings))
 
     def fold(self, batch: DataFrame, batch_id: int) -> FoldedBatch | None:
-        """Read and fold the batch's planned offset ranges now; None when it has none."""
+        """Read and fold the batch's planned offset ranges now (of every topic it read, for a
+        topic selection); None when it has none."""
         spark = batch.sparkSession
-        ranges = self._batch.planned(batch._jdf, self.spec.source.topic)
+        ranges = self._batch.planned(
+            batch._jdf, None if self.spec.many_topics else self.spec.source.topic
+        )
         if self.gaps:
             ranges = past_gaps(spark, ranges, self.gaps, batch_id)
         if ranges.isEmpty():
@@ -148,6 +163,36 @@ class AuditFolder:
             spark._jsparkSession, self.spec.output.checkpoint, batch_id
         )
         return self.fold_ranges(spark, ranges, batch_id, audit_ms)
+
+    def _of_existing_topics(self, spark: SparkSession, ranges: Any, batch_id: int) -> Any:
+        """The planned `ranges` of topics the cluster still lists. A pattern's topic deleted
+        after Spark planned the batch would otherwise stall its range's reader until
+        RANGE_TIMEOUT_MS and fail the batch; its range is logged and recorded as lost."""
+        existing = kafka_admin.topic_partitions(self.spec.source.cluster)
+        gone: dict[str, list[LostRange]] = {}
+        kept = []
+        for r in ranges:
+            if r.topic() in existing:
+                kept.append(r)
+            else:
+                unread = LostRange(r.partition(), r.fromOffset(), r.untilOffset())
+                gone.setdefault(r.topic(), []).append(unread)
+        if not gone:
+            return ranges
+        spec = self.spec
+        loss_table = data_loss_path(spec.output.table("audit_counts"))
+        for topic, lost in gone.items():
+            log.warning(
+                "batch %d: %s/%s was deleted before its planned ranges were read (%s); "
+                "recorded as lost in %s, the job goes on",
+                batch_id,
+                spec.source.cluster.name,
+                topic,
+                ", ".join(map(str, lost)),
+                loss_table,
+            )
+            record_lost(spark, loss_table, spec.job_group_id, spec.source.cluster.name, topic, lost)
+        return java_list(spark, kept)
 
     def fold_ranges(
         self, spark: SparkSession, ranges: object, batch_id: int, audit_ms: int
@@ -168,7 +213,7 @@ class AuditFolder:
         )
         summaries = rows.where(F.col("audit_type").isNull()).collect()
         state = {
-            r["partition"]: {
+            (r["topic"], r["partition"]): {
                 k: r[k]
                 for k in (
                     "state_windows",
@@ -183,7 +228,10 @@ class AuditFolder:
         }
         return FoldedBatch(
             partials=rows.where(F.col("audit_type").isNotNull()).transform(
-                fold_partials, self.spec.audited_cluster, self.spec.audited_topic, audit_ms
+                fold_partials,
+                self.spec.audited_cluster,
+                None if self.spec.many_topics else self.spec.audited_topic,
+                audit_ms,
             ),
             records=sum(r["records_read"] for r in summaries),
             bytes=sum(r["bytes_read"] for r in summaries),
@@ -195,16 +243,23 @@ class AuditFolder:
         self._batch.release(keys_dir(self.spec))
 
 
-def past_gaps(spark: SparkSession, ranges: Any, gaps: SourceGaps, batch_id: int) -> Any:
-    """The planned `ranges` (java FoldRanges of one topic) read from past the lost ranges they
-    start in (`source_failure.read_past`)."""
-    planned = [(r.partition(), r.fromOffset(), r.untilOffset()) for r in ranges]
+def past_gaps(
+    spark: SparkSession, ranges: Any, gaps: Mapping[str, SourceGaps], batch_id: int
+) -> Any:
+    """The planned `ranges` (java FoldRanges) read from past the lost ranges of their topic
+    they start in (`source_failure.read_past`)."""
+    planned: dict[str, list[tuple[int, int, int]]] = {}
+    for r in ranges:
+        planned.setdefault(r.topic(), []).append((r.partition(), r.fromOffset(), r.untilOffset()))
     if not planned:
         return ranges
-    topic = ranges[0].topic()
     fold_range = jvm_package(spark, "dev.uatu.fold", "the audit fold").FoldRange
-    kept = read_past(gaps, planned, f"batch {batch_id}")
-    return java_list(spark, [fold_range(topic, *r) for r in kept])
+    kept: list[Any] = []
+    for topic, topic_ranges in planned.items():
+        gap = gaps.get(topic)
+        moved = read_past(gap, topic_ranges, f"batch {batch_id}, {topic}") if gap else topic_ranges
+        kept.extend(fold_range(topic, *r) for r in moved)
+    return java_list(spark, kept)
 
 
 def _jvm(spark: SparkSession):  # a py4j package view

@@ -22,7 +22,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * The audit job's data path, called from Python ({@code jobs/audit/fold.py}) once per
  * micro-batch. Spark's Kafka source plans the batch (its offsets, maxOffsetsPerTrigger, the
- * checkpoint); {@link AuditFold} tasks, one per partition ({@link RangeFolds}), read the
+ * checkpoint); {@link AuditFold} tasks, one per topic partition ({@link RangeFolds}), read the
  * planned ranges with a byte-array consumer and fold them into per-window partial aggregates.
  * No record becomes a Spark row or crosses into Python: the few rows per window are what the
  * counts MERGE reads.
@@ -41,7 +41,10 @@ public final class AuditBatch {
     return RecordProjection.INPUT_SCHEMA;
   }
 
-  /** The offset ranges Spark's Kafka source planned for {@code batch}; reads no record. */
+  /**
+   * The offset ranges Spark's Kafka source planned for {@code batch} of {@code topic} (null: of
+   * every topic, a job that audits many); reads no record.
+   */
   public static List<FoldRange> planned(Dataset<Row> batch, String topic) {
     return RangeFolds.planned(batch, topic);
   }
@@ -77,7 +80,8 @@ public final class AuditBatch {
    * ({@link RecordProjection}); or, when {@code kafkaTimestampDefaults} (event time = the Kafka
    * timestamp, dedupe key = key and value), the same computed directly ({@link
    * KafkaTimestampFields}, with {@code maxFutureSkewSeconds}; {@code projected} may then be
-   * null).
+   * null). {@code keysPerTopic}: a job that audits many topics keeps each one's keys apart
+   * ({@link FoldSettings#keysDirOf}).
    */
   public static FoldSettings settings(
       SparkSession spark,
@@ -89,7 +93,8 @@ public final class AuditBatch {
       boolean headers,
       boolean kafkaTimestampDefaults,
       long maxFutureSkewSeconds,
-      String keysDir) {
+      String keysDir,
+      boolean keysPerTopic) {
     RecordFields fields =
         kafkaTimestampDefaults
             ? new KafkaTimestampFields(maxFutureSkewSeconds * 1000L)
@@ -101,6 +106,7 @@ public final class AuditBatch {
         hllLgConfigK,
         fields,
         keysDir,
+        keysPerTopic,
         spark.sparkContext().hadoopConfiguration());
   }
 

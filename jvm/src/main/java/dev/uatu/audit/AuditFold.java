@@ -26,12 +26,13 @@ import org.apache.spark.sql.RowFactory;
  * ({@link RecordFields}: Spark's own expressions, or their direct equivalent for the default
  * configuration).
  *
- * <p>Rows ({@link #ROW_SCHEMA}): one per window and audit type, then one summary row of the
- * range (null audit_type) with the records read and the exact keys' state figures.
+ * <p>Rows ({@link #ROW_SCHEMA}), each with the range's topic and partition: one per window and
+ * audit type, then one summary row of the range (null audit_type) with the records read and the
+ * exact keys' state figures.
  */
 final class AuditFold implements RecordFold {
   static final String ROW_SCHEMA =
-      "partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
+      "topic string, partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
           + "window_end_ms long, message_count long, bytes long, no_event_time_count long, "
           + "late_count long, hll_sketch binary, latency_kll_sketch binary, "
           + "new_unique_count long, records_read long, bytes_read long, state_watermark_ms long, "
@@ -39,6 +40,7 @@ final class AuditFold implements RecordFold {
           + "state_windows_read long, state_bytes_written long";
 
   private final FoldSettings settings;
+  private final String topic;
   private final int partition;
   private final long auditMs;
   private final long auditMicros;
@@ -53,6 +55,7 @@ final class AuditFold implements RecordFold {
 
   AuditFold(FoldSettings settings, FoldRange range, long batchId, long auditMs) {
     this.settings = settings;
+    this.topic = range.topic();
     this.partition = range.partition();
     this.auditMs = auditMs;
     this.auditMicros = auditMs * 1000L;
@@ -61,7 +64,7 @@ final class AuditFold implements RecordFold {
         settings.keysDir == null
             ? null
             : PartitionKeys.checkOut(
-                settings.keysDir, settings.hadoopConf.value(), partition, batchId);
+                settings.keysDirOf(topic), settings.hadoopConf.value(), partition, batchId);
     int n = settings.intervals.length;
     for (int i = 0; i < n; i++) {
       windows.add(new HashMap<>());
@@ -136,7 +139,7 @@ final class AuditFold implements RecordFold {
           boolean exact = FoldSettings.EXACT.equals(auditType);
           rows.add(
               RowFactory.create(
-                  partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
+                  topic, partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
                   w.bytes, w.untimed, w.late, hll, kll, exact ? w.newUnique : 0L,
                   null, null, null, null, null, null, null, null));
         }
@@ -163,7 +166,7 @@ final class AuditFold implements RecordFold {
     }
     rows.add(
         RowFactory.create(
-            partition, null, null, null, null, null, null, null, null, null, null, null,
+            topic, partition, null, null, null, null, null, null, null, null, null, null, null,
             records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written));
     return rows;
   }
