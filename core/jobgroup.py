@@ -204,7 +204,9 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
     if group.type != job_pb2.JOB_TYPE_LOAD_GEN_PRODUCE:
         source = group.kafka_consumer_task_group
         require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
-        if not source.topic.strip():
+        # A topic selection (extension.topics) stands for the topic: core/spec.py's
+        # source_spec checks that exactly one of them is given, for the types that read one.
+        if not source.topic.strip() and not job_options(group).HasField("topics"):
             raise InvalidJobGroup(
                 "kafka_consumer_task_group.topic", source.topic, "a topic is required"
             )

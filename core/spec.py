@@ -104,11 +104,13 @@ class TopicSelection:
     @property
     def regex(self) -> str:
         """The selection as one regular expression, matched against whole topic names, in a
-        syntax Java (Spark's `subscribePattern`) and Python read the same way."""
+        syntax Java (Spark's `subscribePattern`) and Python read the same way. Anchored at
+        both ends: Spark's default offset reader picks topics with Regex.findFirstIn (a
+        match anywhere in the name), the consumer-based one with Pattern.matches."""
         if self.names:
-            return "|".join(re.escape(name) for name in self.names)
+            return "^(?:" + "|".join(re.escape(name) for name in self.names) + ")$"
         excluded = "|".join(f"(?:{p})" for p in (INTERNAL_TOPICS, self.exclude_pattern) if p)
-        return f"(?!(?:{excluded})$)(?:{self.pattern})"
+        return f"^(?!(?:{excluded})$)(?:{self.pattern})$"
 
     def matches(self, topic: str) -> bool:
         if self.names:
