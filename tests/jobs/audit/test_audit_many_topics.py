@@ -9,8 +9,8 @@ equals the truth computed here in plain Python from the records sent
 micro-batch at most two batches after the batch planned when its records were sent; the
 deleted topic is logged and recorded in source_data_loss, and the job goes on counting the
 others. Three topics hold the very same records, one of them created after the others were
-counted, so exact keys shared between topics would show as duplicates. The crash points of a multi-topic group are test_audit_faults.py's
-("keys-not-saved-two-topics").
+counted, so exact keys shared between topics would show as duplicates. The crash points of a
+multi-topic group are test_audit_faults.py's ("keys-not-saved-two-topics").
 """
 
 from __future__ import annotations
