@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from core import kafka_admin
+from core.faults import fault_point
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
@@ -152,9 +153,13 @@ class AuditFolder:
         """Read and fold the batch's planned offset ranges now (of every topic it read, for a
         topic selection); None when it has none."""
         spark = batch.sparkSession
+        selection = self.spec.source.selection
         ranges = self._batch.planned(
-            batch._jdf, None if self.spec.many_topics else self.spec.source.topic
+            batch._jdf, None if selection is not None else self.spec.source.topic
         )
+        fault_point("audit.ranges_planned")  # core/faults.py: tests only
+        if selection is not None and selection.pattern:
+            ranges = self._of_existing_topics(spark, ranges, batch_id)
         if self.gaps:
             ranges = past_gaps(spark, ranges, self.gaps, batch_id)
         if ranges.isEmpty():

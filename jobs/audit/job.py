@@ -200,7 +200,7 @@ class AuditJob(StreamingJob[AuditSpec]):
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work); for a
-        topic selection, a few of its topics' (`sampled_topics`)."""
+        topic selection, a few of its topics' (`flow.sample_selection_record_bytes`)."""
         spec = self.spec
         if spec.max_bytes_per_sec <= 0:
             return

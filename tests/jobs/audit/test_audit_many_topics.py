@@ -10,11 +10,14 @@ micro-batch at most two batches after the batch planned when its records were se
 deleted topic is logged and recorded in source_data_loss, and the job goes on counting the
 others. Three topics hold the very same records, one of them created after the others were
 counted, so exact keys shared between topics would show as duplicates. The crash points of a
-multi-topic group are test_audit_faults.py's ("keys-not-saved-two-topics").
+multi-topic group are test_audit_faults.py's ("keys-not-saved-two-topics"). A topic deleted
+after a batch was planned and before it was read is the second test's, paused there through
+the fault hook.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +36,7 @@ from tests.jobs.audit.test_audit_job_integration import (
     expected_rows,
     jobgroup,
 )
-from tests.jobs.test_source_faults import delete_topic, loss_rows, running
+from tests.jobs.test_source_faults import delete_topic, loss_rows, run_in_process, running
 
 pytestmark = pytest.mark.integration
 
@@ -143,6 +146,46 @@ def test_a_pattern_audit_counts_every_matching_topic_follows_new_and_deleted_one
     assert_df_equality(
         counts.select(*COMPARED),
         expected_df(spark, truth),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_a_topic_deleted_between_planning_and_reading_is_left_out_and_recorded(
+    spark, kafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --once run paused at `audit.ranges_planned` (core/faults.py) while one of its two
+    topics is deleted: the batch reads the other, the deleted one's planned ranges are in
+    source_data_loss, and the run exits 0 (the range reader would otherwise wait for records
+    that are gone until RANGE_TIMEOUT_MS, then fail the batch)."""
+    prefix = f"race{time.monotonic_ns()}"
+    kept, deleted = f"{prefix}-kept", f"{prefix}-deleted"
+    records = audit_dataset(20, 2, int(time.time() * 1000))
+    for topic in (kept, deleted):
+        kafka.create_topic(topic, 2)
+        produce(kafka.bootstrap_servers, topic, records)
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    monkeypatch.setenv("UATU_FAULT", "audit.ranges_planned@1:pause=20000")
+    result: list[int] = []
+    run = threading.Thread(
+        target=lambda: result.append(
+            run_in_process(selection_group("race", f"{prefix}-.*"), tmp_path, conf, "--once")
+        )
+    )
+    run.start()
+    try:
+        wait_for(lambda: (tmp_path / "ck" / "race" / "offsets" / "0").exists(), 120, "batch 0")
+        delete_topic(kafka.bootstrap_servers, deleted)
+    finally:
+        run.join(300)
+    assert result == [EXIT_OK]
+    ends = {p: len([r for r in records if r.partition == p]) for p in (0, 1)}
+    assert loss_rows(spark, tmp_path / "wh") == [("race", deleted, p, 0, ends[p]) for p in (0, 1)]
+    assert_df_equality(
+        spark.read.format("delta").load(str(tmp_path / "wh" / "audit_counts")).select(*COMPARED),
+        expected_df(spark, expected_rows(records, kept)),
         ignore_row_order=True,
         ignore_nullable=True,
     )
