@@ -213,6 +213,32 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
     ]
 
 
+def test_a_selections_heartbeats_go_to_the_job_of_their_topic_partition():
+    """Two topics with a partition 0 each: a status is filed under the job of its (topic,
+    partition), not of its partition alone."""
+    store = SqliteStore(":memory:")
+    workers = Workers(store, SoleLeader("cp:1"), clock=Clock(1_000.0))
+    group = JobGroup(job_group_id="sel", type=job_pb2.JOB_TYPE_KAFKA_AUDIT)
+    state = job_pb2.JOB_STATE_RUNNING
+    jobs = per_partition_jobs(group, state, [("a", 0), ("b", 0)], [21, 22])
+    store.create(StoredJobGroup(job_group=group, state=state, jobs=jobs))
+    reserved, (secret, digest) = new_worker_id(), new_worker_secret()
+    store.put_launch("sel", launched(reserved, digest))
+    workers.register(Node(id=reserved), secret)
+    selection = JobIdentity(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="")
+    statuses = partition_statuses(
+        progress("2026-11-21T10:00:00.000Z", {}, {})
+        | {"sources": [{"startOffset": '{"a": {"0": 0}}', "endOffset": '{"a": {"0": 9}}'}]},
+        None,
+        selection,
+        None,
+    )
+    workers.heartbeat(Node(id=reserved), statuses, secret)
+    stored = store.job_statuses()
+    assert sorted(stored) == [21]
+    assert stored[21].job_status.kafka_consumer_task_status.commit_offset == 9
+
+
 def test_a_follower_redirects_workers_to_the_leader_and_stores_nothing():
     store = SqliteStore(":memory:")
     workers = Workers(store, Follower("leader:8087"))

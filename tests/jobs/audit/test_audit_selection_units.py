@@ -1,6 +1,6 @@
 """A KAFKA_AUDIT group over a topic selection (extension.topics), without a broker: what its
-spec says, the Kafka source options it gets, the refusals (exit 2, one line), and the pure
-step that finds a topic deleted between two micro-batches."""
+spec says, the Kafka source options it gets, the refusals (exit 2, one line), its heartbeat
+statuses, and the pure step that finds a topic deleted between two micro-batches."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from core.jobgroup import parse_jobgroup
 from jobs import main as job_main
 from jobs import registry
 from jobs.runtime.kafka_source import SELECTION_METADATA_MAX_AGE_MS, source_read_options
+from jobs.runtime.progress import JobIdentity, partition_statuses
 from jobs.runtime.source_failure import DELETED_END, LostRange, vanished
 from testing.conf import write_conf_dir
 
@@ -115,3 +116,30 @@ def test_vanished_names_the_partitions_of_a_deleted_or_recreated_topic_only():
         "recreated": [LostRange(0, 9, DELETED_END)],
     }
     assert vanished(before, before) == {}
+
+
+def test_a_selections_heartbeat_statuses_name_each_topic_partition():
+    """Progress of a query over two topics: a selection's identity (topic "") reports every
+    (topic, partition) with its own topic and rate; a one-topic identity only its topic."""
+    progress = {
+        "batchDuration": 2000,
+        "sources": [
+            {
+                "startOffset": json.dumps({"a": {"0": 0, "1": 0}, "b": {"0": 10}}),
+                "endOffset": json.dumps({"a": {"0": 4, "1": 6}, "b": {"0": 20}}),
+            }
+        ],
+    }
+    selection = JobIdentity(1, "local", "")
+    got = {
+        (s.job.kafka_consumer_task.topic, s.job.kafka_consumer_task.partition): (
+            s.kafka_consumer_task_status.commit_offset,
+            s.kafka_consumer_task_status.messages_per_sec,
+        )
+        for s in partition_statuses(progress, None, selection, None)
+    }
+    assert got == {("a", 0): (4, 2.0), ("a", 1): (6, 3.0), ("b", 0): (20, 5.0)}
+    one = partition_statuses(progress, None, JobIdentity(1, "local", "b"), None)
+    assert [
+        (s.job.kafka_consumer_task.topic, s.job.kafka_consumer_task.partition) for s in one
+    ] == [("b", 0)]
