@@ -204,13 +204,15 @@ def check_common(group: JobGroup, clusters: Mapping[str, ClusterConfig]) -> None
     if group.type != job_pb2.JOB_TYPE_LOAD_GEN_PRODUCE:
         source = group.kafka_consumer_task_group
         require_cluster("kafka_consumer_task_group.cluster", source.cluster, clusters)
-        # A topic selection (extension.topics) stands for the topic: core/spec.py's
-        # source_spec checks that exactly one of them is given, for the types that read one.
-        if not source.topic.strip() and not job_options(group).HasField("topics"):
+        # Many topics (extension.topics) instead of one: core.spec.source_spec checks them,
+        # and refuses them for the job types that read one topic.
+        selected = job_options(group).topics
+        if not source.topic.strip() and not (selected.names or selected.pattern.strip()):
             raise InvalidJobGroup(
                 "kafka_consumer_task_group.topic", source.topic, "a topic is required"
             )
-        check_topic("kafka_consumer_task_group.topic", source.topic)
+        if source.topic.strip():
+            check_topic("kafka_consumer_task_group.topic", source.topic)
     check_secure(group, clusters)
     job_options(group)  # a wrong extension type is reported here, before any job-specific check
 

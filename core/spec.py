@@ -105,8 +105,9 @@ class TopicSelection:
     def regex(self) -> str:
         """The selection as one regular expression, matched against whole topic names, in a
         syntax Java (Spark's `subscribePattern`) and Python read the same way. Anchored at
-        both ends: Spark's default offset reader picks topics with Regex.findFirstIn (a
-        match anywhere in the name), the consumer-based one with Pattern.matches."""
+        both ends: Spark's source finds the pattern in a name (Scala's `findFirstIn`) rather
+        than matching the whole of it, and so would select an excluded `src.orders` (the
+        pattern matches `rc.orders`)."""
         if self.names:
             return "^(?:" + "|".join(re.escape(name) for name in self.names) + ")$"
         excluded = "|".join(f"(?:{p})" for p in (INTERNAL_TOPICS, self.exclude_pattern) if p)

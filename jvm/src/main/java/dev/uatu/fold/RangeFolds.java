@@ -79,8 +79,8 @@ public final class RangeFolds {
   /**
    * Spark's own offset ranges of the micro-batch {@code batch} of {@code topic}, as planned, in
    * no particular order. Found in the batch's RDD lineage (foreachBatch hands over an RDD-backed
-   * frame). Throws {@link FoldException} when the batch reads anything but {@code topic} (null:
-   * any topic).
+   * frame). Throws {@link FoldException} when the batch reads anything but {@code topic}
+   * (null: any topic).
    * The replication copy plans its tasks from these too.
    */
   public static List<KafkaOffsetRange> kafkaRanges(Dataset<Row> batch, String topic) {
