@@ -6,6 +6,9 @@
 Defaults (all overridable through `uatu.v1.JobOptions` in the JobGroup's `extension`):
 
 =========================  ======================================================
+source                     kafka_consumer_task_group.topic, or many topics
+                           (extension.topics: names, or a pattern), each record
+                           labelled with its own topic
 event time                 the Kafka record timestamp
 dedupe key                 64-bit xxhash of key bytes and value bytes
 allowed lateness           the audit interval (records later than that are still
