@@ -7,7 +7,10 @@ Semantics follow uForwarder's master (its MasterAdminService and
   topic must exist; nothing is stored when either fails;
 * the stored group holds one StoredJob per partition of the source topic: the job key is the
   partition, its flow control is the group's divided by the number of jobs, and
-  start_offset = -1 / end_offset = 0 (resume from the checkpoint, unbounded);
+  start_offset = -1 / end_offset = 0 (resume from the checkpoint, unbounded); a group that
+  reads a topic selection (extension.topics) has one per partition of each selected topic,
+  keyed by (topic, partition), and the partition refresh follows the topics that match now
+  (new ones added, deleted ones dropped);
 * UpdateJobGroup replaces the definition and keeps state and job ids; cluster, topic and type
   are immutable (a new group is needed to change them);
 * optimistic concurrency for clients: a write may name the version the client read
@@ -39,12 +42,15 @@ from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
 from controlplane.errors import JobGroupNotFound, LimitReached, StaleWrite
 from controlplane.state.base import Store, Versioned
+from core import kafka_admin
 from core.config import ClusterConfig, Settings
-from core.errors import InvalidJobGroup
+from core.errors import InvalidJobGroup, TopicNotFound
 from core.faults import fault_point
 from jobs import registry
 
 PartitionCount = Callable[[ClusterConfig, str, str], int]
+TopicPartitions = Callable[[ClusterConfig], Mapping[str, int]]  # every topic: its partitions
+JobKey = tuple[str, int]  # (topic, partition): what a StoredJob stands for
 REQUESTABLE_STATES = (job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED)
 UNVERSIONED_ATTEMPTS = 3
 IMMUTABLE_FIELDS = (
@@ -92,24 +98,35 @@ def with_actuals(
 
 
 def per_partition_jobs(
-    group: JobGroup, state: JobState, partitions: int, job_ids: Sequence[int]
+    group: JobGroup,
+    state: JobState,
+    partitions: int | Sequence[JobKey],
+    job_ids: Sequence[int],
 ) -> list[job_pb2.StoredJob]:
-    """One StoredJob per partition, the group's flow control split evenly (pure)."""
+    """One StoredJob per partition of the group's topic (`partitions` a count), or per
+    (topic, partition) of a topic selection (`partitions` the keys), the group's flow control
+    split evenly (pure)."""
     source = group.kafka_consumer_task_group
+    keys = (
+        [(source.topic, p) for p in range(partitions)]
+        if isinstance(partitions, int)
+        else list(partitions)
+    )
+    n = max(1, len(keys))
     share = job_pb2.FlowControl(
-        messages_per_sec=group.flow_control.messages_per_sec / partitions,
-        bytes_per_sec=group.flow_control.bytes_per_sec / partitions,
-        max_inflight_messages=group.flow_control.max_inflight_messages / partitions,
+        messages_per_sec=group.flow_control.messages_per_sec / n,
+        bytes_per_sec=group.flow_control.bytes_per_sec / n,
+        max_inflight_messages=group.flow_control.max_inflight_messages / n,
     )
     jobs = []
-    for partition, job_id in zip(range(partitions), job_ids, strict=True):
+    for (topic, partition), job_id in zip(keys, job_ids, strict=True):
         job = job_pb2.Job(
             job_id=job_id,
             type=group.type,
             flow_control=share,
             kafka_consumer_task=job_pb2.KafkaConsumerTask(
                 cluster=source.cluster,
-                topic=source.topic,
+                topic=topic,
                 partition=partition,
                 consumer_group=source.consumer_group,
                 auto_offset_reset_policy=source.auto_offset_reset_policy,
@@ -144,11 +161,13 @@ class JobGroups:
         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         fresh_seconds: float = 30.0,
         max_groups: int | None = None,
+        topic_partitions: TopicPartitions = kafka_admin.topic_partitions,
     ) -> None:
         self._store = store
         self._max_groups = max_groups
         self._settings = settings
         self._partition_count = partition_count
+        self._topic_partitions = topic_partitions
         self._now = now
         self._fresh_seconds = fresh_seconds
         self._listeners: list[Callable[[], None]] = []
@@ -170,18 +189,18 @@ class JobGroups:
         if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
             state = job_pb2.JOB_STATE_RUNNING
         _check_state("job_group_state", state)
-        partitions = self._validate(group)
+        keys = self._validate(group)
         # A cheap early refusal; the store's create enforces the cap atomically, since
         # concurrent adds all pass this check before any of them is stored.
         if self._max_groups is not None and self._store.count() >= self._max_groups:
             raise LimitReached("stored JobGroups", self._max_groups)
         fault_point("controlplane.group_limit_checked")
-        ids = self._store.next_ids("job", partitions)
+        ids = self._store.next_ids("job", len(keys))
         stored = StoredJobGroup(
             last_updated=self._timestamp(),
             job_group=group,
             state=state,
-            jobs=per_partition_jobs(group, state, partitions, ids),
+            jobs=per_partition_jobs(group, state, keys, ids),
             scale_status=scale or ScaleStatus(),
         )
         version = self._store.create(stored, self._max_groups)
@@ -192,7 +211,7 @@ class JobGroups:
         return self.update_versioned(group, expected_version).group
 
     def update_versioned(self, group: JobGroup, expected_version: int | None = None) -> Versioned:
-        partitions: list[int] = []  # validated once, on the first attempt that gets that far
+        partitions: list[list[JobKey]] = []  # validated once, on the first attempt to get there
 
         def change(current: StoredJobGroup) -> StoredJobGroup:
             for field, read in IMMUTABLE_FIELDS:
@@ -233,18 +252,18 @@ class JobGroups:
             return Versioned(updated, new_version)
         raise AssertionError("unreachable")
 
-    def _with_jobs(self, current: StoredJobGroup, partitions: int) -> StoredJobGroup:
-        """`current` with one job per partition: a partition keeps its job id, new ones get
-        fresh ids."""
-        by_partition = {j.job.kafka_consumer_task.partition: j.job.job_id for j in current.jobs}
-        missing = [p for p in range(partitions) if p not in by_partition]
-        by_partition.update(zip(missing, self._store.next_ids("job", len(missing)), strict=True))
-        ids = [by_partition[p] for p in range(partitions)]
+    def _with_jobs(self, current: StoredJobGroup, keys: Sequence[JobKey]) -> StoredJobGroup:
+        """`current` with one job per (topic, partition) of `keys`: a key keeps its job id,
+        new ones get fresh ids."""
+        by_key = _job_ids(current)
+        missing = [k for k in keys if k not in by_key]
+        by_key.update(zip(missing, self._store.next_ids("job", len(missing)), strict=True))
+        ids = [by_key[k] for k in keys]
         updated = StoredJobGroup()
         updated.CopyFrom(current)
         updated.last_updated.CopyFrom(self._timestamp())
         del updated.jobs[:]
-        updated.jobs.extend(per_partition_jobs(current.job_group, current.state, partitions, ids))
+        updated.jobs.extend(per_partition_jobs(current.job_group, current.state, keys, ids))
         return updated
 
     def set_state(
@@ -304,29 +323,40 @@ class JobGroups:
         )
 
     def refresh_partitions(self, job_group_id: str) -> bool:
-        """Re-read the topic's partition count; add StoredJobs for new partitions.
+        """Re-read the topic's partition count; add StoredJobs for new partitions. For a
+        topic selection, re-read which topics match: jobs for their new partitions are added,
+        those of topics no longer there dropped.
 
-        True when the jobs changed. Like uForwarder's partition-expansion watcher, it only
-        grows: Kafka cannot shrink a topic, and a failed lookup keeps what is stored.
+        True when the jobs changed. Like uForwarder's partition-expansion watcher, a topic's
+        jobs only grow: Kafka cannot shrink a topic, and a failed lookup keeps what is stored.
         """
         current, version = self._get(job_group_id)
         if current.state != job_pb2.JOB_STATE_RUNNING:
             return False
-        partitions = self._validate(current.job_group)
-        if partitions <= len(current.jobs):
+        keys = self._validate(current.job_group)
+        stored = set(_job_ids(current))
+        if set(keys) == stored or (set(keys) < stored and not _selects(current.job_group)):
             return False
-        self._store.replace(self._with_jobs(current, partitions), version)
+        self._store.replace(self._with_jobs(current, keys), version)
         return True
 
-    def _validate(self, group: JobGroup) -> int:
-        """Full job validation, then the source topic's partition count (0 is refused)."""
+    def _validate(self, group: JobGroup) -> list[JobKey]:
+        """Full job validation, then the (topic, partition)s of the source: every partition
+        of its topic (none is refused), or of each topic its selection picks now (a listed
+        topic must exist; a pattern may match none yet)."""
         _, spec = registry.validate(group, self._settings)
         source = spec.required_topic()
         cluster = self._settings.clusters[source.cluster]
+        if source.selection is not None:
+            counts = self._topic_partitions(cluster)
+            for i, name in enumerate(source.selection.names):
+                if name not in counts:
+                    raise TopicNotFound(f"extension.topics.names[{i}]", name, cluster.name)
+            return [(t, p) for t in source.selection.select(counts) for p in range(counts[t])]
         partitions = self._partition_count(cluster, source.topic, source.field)
         if partitions <= 0:
             raise InvalidJobGroup(source.field, source.topic, "topic has no partitions")
-        return partitions
+        return [(source.topic, p) for p in range(partitions)]
 
     def _get(self, job_group_id: str) -> tuple[StoredJobGroup, int]:
         found = self._store.get(job_group_id)
@@ -341,6 +371,19 @@ class JobGroups:
         stamp = Timestamp()
         stamp.FromDatetime(self._now())
         return stamp
+
+
+def _job_ids(group: StoredJobGroup) -> dict[JobKey, int]:
+    """{(topic, partition): job id} of the stored jobs."""
+    return {
+        (j.job.kafka_consumer_task.topic, j.job.kafka_consumer_task.partition): j.job.job_id
+        for j in group.jobs
+    }
+
+
+def _selects(group: JobGroup) -> bool:
+    """Whether the group reads a topic selection (its job keys may shrink)."""
+    return not group.kafka_consumer_task_group.topic
 
 
 def _check_state(field: str, state: JobState) -> None:

@@ -153,7 +153,10 @@ class Workers:
         job_group_id = launched.job_group_id if launched is not None else None
         group = self._store.get(job_group_id) if job_group_id else None
         if group is not None:
-            job_ids = {j.job.kafka_consumer_task.partition: j.job.job_id for j in group.group.jobs}
+            tasks = [(j.job.kafka_consumer_task, j.job.job_id) for j in group.group.jobs]
+            job_ids = {(t.topic, t.partition): job_id for t, job_id in tasks}
+            if len({topic for topic, _ in job_ids}) == 1:  # a status naming no topic: its
+                job_ids.update({("", p): i for (_, p), i in list(job_ids.items())})
             self._store.put_job_statuses(_stored_statuses(statuses, job_ids, worker.id, now))
         stored.state = WORKER_STATE_WORKING
         stored.last_updated.CopyFrom(now)
@@ -209,12 +212,17 @@ class Workers:
 
 
 def _stored_statuses(
-    statuses: Iterable[JobStatus], job_ids: dict[int, int], worker_id: int, now: Timestamp
+    statuses: Iterable[JobStatus],
+    job_ids: dict[tuple[str, int], int],
+    worker_id: int,
+    now: Timestamp,
 ) -> list[StoredJobStatus]:
-    """Statuses under the job id of their partition; partitions without a job are skipped."""
+    """Statuses under the job id of their (topic, partition); those without a job are
+    skipped."""
     stored = []
     for status in statuses:
-        job_id = job_ids.get(status.job.kafka_consumer_task.partition)
+        task = status.job.kafka_consumer_task
+        job_id = job_ids.get((task.topic, task.partition))
         if job_id is None:
             continue
         record = StoredJobStatus(last_updated=now, job_status=status, worker_id=worker_id)

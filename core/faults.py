@@ -94,6 +94,12 @@ class Point:
 
 # Every fault point, where it is and what a crash there proves.
 POINTS: Mapping[str, Point] = {
+    "audit.ranges_planned": Point(
+        "jobs/audit/fold.py, driver: a batch's offset ranges are planned and none is read "
+        "yet; with pause=<ms>, a pattern's topic deleted meanwhile is left out of the batch "
+        "and its planned ranges recorded as lost",
+        AUDIT,
+    ),
     "audit.keys_committed": Point(
         "jobs/audit/job.py, driver: the JVM fold has written a batch's new exact keys under "
         "the checkpoint and its partials are not yet saved",

@@ -71,6 +71,8 @@ class SourceTopic:
     field: str  # the JobGroup field that names it, for error messages
     topic: str
     cluster: str
+    # A job that reads a topic selection: `topic` is "", the selected topics are the source.
+    selection: TopicSelection | None = None
 
 
 class JobSpec(Protocol):
@@ -210,7 +212,7 @@ class SourceSpec:
         return bool(self.offset_ranges) or self.end_timestamp_ms is not None
 
     def topic_ref(self) -> SourceTopic:
-        return SourceTopic(self.field, self.topic, self.cluster.name)
+        return SourceTopic(self.field, self.topic, self.cluster.name, self.selection)
 
 
 def source_spec(

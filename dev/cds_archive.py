@@ -111,7 +111,10 @@ def build(out: Path, venv_bin: Path, jars: list[str]) -> None:
     """Record the archive into `out` (replaced only by an archive that maps)."""
     tmp = out.with_name(out.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    env = {**os.environ, "PYSPARK_PYTHON": str(venv_bin / "python")}
+    # The training driver is this file run as a script: its imports (core, jobs) come from
+    # the checkout's root, which a script's own folder does not put on the path.
+    python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYSPARK_PYTHON": str(venv_bin / "python"), "PYTHONPATH": python_path}
     started = time.monotonic()
     print(f"recording {out} (a training Spark run, about a minute)", flush=True)
     record = subprocess.run(

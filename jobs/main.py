@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 from core import faults, kafka_admin
-from core.config import default_conf_dir, load_settings
-from core.errors import ConfigError, UatuError
+from core.config import ClusterConfig, default_conf_dir, load_settings
+from core.errors import ConfigError, TopicNotFound, UatuError
 from core.jobgroup import JobGroup, load_jobgroup
+from core.spec import SourceTopic
 from jobs import registry
 from jobs.runtime import metrics
 from jobs.runtime.progress import JobIdentity
@@ -89,18 +90,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         source = spec.required_topic()
         job.ensure_source()
-        if source.topic:  # "": many topics (extension.topics), which the job's check lists
-            partitions = kafka_admin.partition_count(
-                settings.clusters[source.cluster], source.topic, source.field
-            )
-            log.info(
-                "JobGroup %s is valid: %s on %s/%s (%d partitions)",
-                group.job_group_id,
-                job_type.name,
-                source.cluster,
-                source.topic,
-                partitions,
-            )
+        shown, partitions = source_partitions(settings.clusters[source.cluster], source)
+        log.info(
+            "JobGroup %s is valid: %s on %s/%s (%d partitions)",
+            group.job_group_id,
+            job_type.name,
+            source.cluster,
+            shown,
+            partitions,
+        )
         if args.check:
             job.check()
             return 0
@@ -120,6 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
+
+
+def source_partitions(cluster: ClusterConfig, source: SourceTopic) -> tuple[str, int]:
+    """(what the job reads, its partitions): TopicNotFound when its topic, or a listed topic of
+    its selection, does not exist; a pattern may match no topic yet (the job audits the ones
+    that appear)."""
+    if source.selection is None:
+        return source.topic, kafka_admin.partition_count(cluster, source.topic, source.field)
+    counts = kafka_admin.topic_partitions(cluster)
+    for i, name in enumerate(source.selection.names):
+        if name not in counts:
+            raise TopicNotFound(f"extension.topics.names[{i}]", name, cluster.name)
+    selected = source.selection.select(counts)
+    shown = f"{source.selection} ({len(selected)} topics now)"
+    return shown, sum(counts[t] for t in selected)
 
 
 def apply_misc_config(group: JobGroup, job_type: str) -> None:

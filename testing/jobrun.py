@@ -155,8 +155,11 @@ def committed_batch(table_path: Path | str) -> int | None:
 
 def last_keys_batch(checkpoints: Path | str) -> int | None:
     """The newest batch whose exact keys an audit job's JVM fold wrote under the checkpoints
-    (`dev.uatu.audit.KeyFiles`: <checkpoint>/audit-keys/p<n>/log/<batch>), None if none."""
-    logs = Path(checkpoints).glob("*/audit-keys/p*/log/*")
+    (`dev.uatu.audit.KeyFiles`: <checkpoint>/audit-keys/p<n>/log/<batch>, or
+    <checkpoint>/audit-keys/topics/<topic>/p<n>/log/<batch> for a topic selection), None if
+    none."""
+    root = Path(checkpoints)
+    logs = [*root.glob("*/audit-keys/p*/log/*"), *root.glob("*/audit-keys/topics/*/p*/log/*")]
     return max((int(f.name) for f in logs if f.name.isdigit()), default=None)
 
 

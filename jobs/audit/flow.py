@@ -9,6 +9,11 @@ a batch occupies at least bytes / bytes_per_sec, counted from when the previous 
 job waits out the rest before it returns the batch to Spark. Over every batch and its wait the
 byte rate is therefore at or under the cap, in a streaming run and with --once alike; within a
 batch the records are read as fast as the consumer goes.
+
+A topic selection is one query, and Spark's maxOffsetsPerTrigger caps the records of a batch
+over all its topics together (Spark shares it out in proportion to each partition's backlog):
+the caps are the job's, not each topic's. Its record size is sampled from a few of the
+selected topics (`SAMPLED_TOPICS`, the first by name); the pacer corrects any difference.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from core import kafka_admin
 from core.config import ClusterConfig
 from core.errors import ClusterUnreachable
+from jobs.audit.spec import AuditSpec
 
 log = logging.getLogger("uatu.audit")
 
 SAMPLE_RECORDS = 200  # per partition
+SAMPLED_TOPICS = 5  # of a topic selection
 _TIMEOUT_S = 15.0
 
 
@@ -65,6 +73,37 @@ def sample_mean_record_bytes(
         raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from None
     finally:
         consumer.close()
+
+
+def sample_selection_record_bytes(spec: AuditSpec) -> float | None:
+    """`sample_mean_record_bytes` of the job's topic; for a topic selection, the mean of the
+    means of its first SAMPLED_TOPICS topics that have records. None: nothing to sample."""
+    source = spec.source
+    if source.selection is None:
+        partitions = kafka_admin.partition_count(source.cluster, source.topic, source.field)
+        return sample_mean_record_bytes(
+            source.cluster, source.topic, partitions, read_committed=source.read_committed
+        )
+    counts = kafka_admin.topic_partitions(source.cluster)
+    selected = source.selection.select(counts)
+    sampled = selected[:SAMPLED_TOPICS]
+    log.info(
+        "flow control: sampling the record size of %d of the %d topics of %s",
+        len(sampled),
+        len(selected),
+        source.selection,
+    )
+    means = [
+        m
+        for t in sampled
+        if (
+            m := sample_mean_record_bytes(
+                source.cluster, t, counts[t], read_committed=source.read_committed
+            )
+        )
+        is not None
+    ]
+    return sum(means) / len(means) if means else None
 
 
 @dataclass

@@ -14,14 +14,17 @@ computes the same fields directly (`dev.uatu.audit.KafkaTimestampFields`), held 
 the tests; that saves the expressions' share of the fold's CPU (docs/audit.md).
 
 Exact audits keep their keys per (partition, window) in the executor's memory and under the
-checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`): O(1) per key, windows
-leave memory once the partition's watermark passes their end plus the allowed lateness, and a
-late record still finds its window's keys on disk. A batch reads only earlier batches' keys
-and writes its own before the counts MERGE, so a replayed batch computes the same increments.
-A window's keys are dropped, from memory and disk, once its end is `key_retention_seconds`
-behind the partition's watermark as of the batches before (never the clock, so a replay drops
-the same windows); a later record of the window is still counted, its uniqueness left to the
-window's sketch (`unique_estimated_count`, `jobs/audit/tables.py`).
+checkpoint (`<checkpoint>/audit-keys`, `dev.uatu.audit.PartitionKeys`; a job that audits a
+topic selection keeps each topic's apart, `<checkpoint>/audit-keys/topics/<topic>`, so the
+state is per topic partition, while a one-topic job's checkpoints keep their layout): O(1)
+per key, windows leave memory once the partition's watermark passes their end plus the
+allowed lateness, and a late record still finds its window's keys on disk. A batch reads only
+earlier batches' keys and writes its own before the counts MERGE, so a replayed batch
+computes the same increments. A window's keys are dropped, from memory and disk, once its end
+is `key_retention_seconds` behind the partition's watermark as of the batches before (never
+the clock, so a replay drops the same windows); a later record of the window is still
+counted, its uniqueness left to the window's sketch (`unique_estimated_count`,
+`jobs/audit/tables.py`).
 
 Why not Spark rows: turning Kafka records into rows alone is slower than the audit's target
 against Kafka's own consumer (docs/benchmarks.md, audit job).
@@ -39,13 +42,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
+from core import kafka_admin
+from core.faults import fault_point
 from jobs.audit import metrics
 from jobs.audit.spec import AuditSpec, FieldRef
 from jobs.audit.transforms import audit_records, fold_partials
 from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
 from jobs.runtime.py4j import java_list, java_map, jvm_package
-from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
+from jobs.runtime.source_failure import LostRange, SourceGaps, read_past, record_lost
+from jobs.runtime.tables import data_loss_path
 
 log = logging.getLogger("uatu.audit")
 
@@ -99,7 +105,7 @@ class FoldedBatch:
     partials: DataFrame
     records: int
     bytes: int
-    state: Mapping[int, Mapping[str, Any]]  # exact keys per partition: STATE_FIELDS
+    state: Mapping[tuple[str, int], Mapping[str, Any]]  # exact keys per (topic, partition)
 
     @property
     def mean_record_bytes(self) -> float:
@@ -124,13 +130,15 @@ STATE_FIELDS = (
 _SUMMED = STATE_FIELDS[:6]
 
 
-def window_keys_line(state: Mapping[int, Mapping[str, Any]]) -> str:
-    """Keys per window in memory, per partition (the DEBUG detail of `state_line`)."""
-    return "; ".join(f"p{p}: {s['state_window_keys'] or '-'}" for p, s in sorted(state.items()))
+def window_keys_line(state: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
+    """Keys per window in memory, per topic partition (the DEBUG detail of `state_line`)."""
+    return "; ".join(
+        f"{t}/p{p}: {s['state_window_keys'] or '-'}" for (t, p), s in sorted(state.items())
+    )
 
 
-def state_line(state: Mapping[int, Mapping[str, Any]]) -> str:
-    """`state` (per partition, STATE_FIELDS) summed over partitions for the batch's log line;
+def state_line(state: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
+    """`state` (per topic partition, STATE_FIELDS) summed over partitions for the batch's log line;
     the oldest window kept is the oldest of any partition. "" without state."""
     if not state:
         return ""
@@ -155,9 +163,11 @@ def state_line(state: Mapping[int, Mapping[str, Any]]) -> str:
 class AuditFolder:
     """Folds the micro-batches of one audit job (built once per run, on the driver)."""
 
-    def __init__(self, spark: SparkSession, spec: AuditSpec, gaps: SourceGaps = NO_GAPS) -> None:
+    def __init__(
+        self, spark: SparkSession, spec: AuditSpec, gaps: Mapping[str, SourceGaps] | None = None
+    ) -> None:
         self.spec = spec
-        self.gaps = gaps  # lost ranges to read past (--skip-lost-records)
+        self.gaps = dict(gaps or {})  # lost ranges to read past, by topic (--skip-lost-records)
         self._batch = _jvm(spark).AuditBatch
         direct = uses_kafka_timestamp_defaults(spec)
         self._settings = self._batch.settings(
@@ -172,6 +182,7 @@ class AuditFolder:
             spec.max_future_skew_seconds,
             keys_dir(spec),
             spec.key_retention_seconds,
+            spec.many_topics,
         )
         self._consumer = java_map(spark, consumer_config(spec))
 
@@ -181,9 +192,16 @@ class AuditFolder:
         return str(self._batch.fieldsKind(self._settings))
 
     def fold(self, batch: DataFrame, batch_id: int) -> FoldedBatch | None:
-        """Read and fold the batch's planned offset ranges now; None when it has none."""
+        """Read and fold the batch's planned offset ranges now (of every topic it read, for a
+        topic selection); None when it has none."""
         spark = batch.sparkSession
-        ranges = self._batch.planned(batch._jdf, self.spec.source.topic)
+        selection = self.spec.source.selection
+        ranges = self._batch.planned(
+            batch._jdf, None if selection is not None else self.spec.source.topic
+        )
+        fault_point("audit.ranges_planned")  # core/faults.py: tests only
+        if selection is not None and selection.pattern:
+            ranges = self._of_existing_topics(spark, ranges, batch_id)
         if self.gaps:
             ranges = past_gaps(spark, ranges, self.gaps, batch_id)
         if ranges.isEmpty():
@@ -192,6 +210,36 @@ class AuditFolder:
             spark._jsparkSession, self.spec.output.checkpoint, batch_id
         )
         return self.fold_ranges(spark, ranges, batch_id, audit_ms)
+
+    def _of_existing_topics(self, spark: SparkSession, ranges: Any, batch_id: int) -> Any:
+        """The planned `ranges` of topics the cluster still lists. A pattern's topic deleted
+        after Spark planned the batch would otherwise stall its range's reader until
+        RANGE_TIMEOUT_MS and fail the batch; its range is logged and recorded as lost."""
+        existing = kafka_admin.topic_partitions(self.spec.source.cluster)
+        gone: dict[str, list[LostRange]] = {}
+        kept = []
+        for r in ranges:
+            if r.topic() in existing:
+                kept.append(r)
+            else:
+                unread = LostRange(r.partition(), r.fromOffset(), r.untilOffset())
+                gone.setdefault(r.topic(), []).append(unread)
+        if not gone:
+            return ranges
+        spec = self.spec
+        loss_table = data_loss_path(spec.output.table("audit_counts"))
+        for topic, lost in gone.items():
+            log.warning(
+                "batch %d: %s/%s was deleted before its planned ranges were read (%s); "
+                "recorded as lost in %s, the job goes on",
+                batch_id,
+                spec.source.cluster.name,
+                topic,
+                ", ".join(map(str, lost)),
+                loss_table,
+            )
+            record_lost(spark, loss_table, spec.job_group_id, spec.source.cluster.name, topic, lost)
+        return java_list(spark, kept)
 
     def fold_ranges(
         self, spark: SparkSession, ranges: object, batch_id: int, audit_ms: int
@@ -212,17 +260,20 @@ class AuditFolder:
         )
         summaries = rows.where(F.col("audit_type").isNull()).collect()
         state = {
-            r["partition"]: {k: r[k] for k in STATE_FIELDS}
+            (r["topic"], r["partition"]): {k: r[k] for k in STATE_FIELDS}
             for r in summaries
             if r["state_keys"] is not None
         }
         if state and runtime_metrics.serving():
-            metrics.key_state(self.spec.audited_cluster, self.spec.audited_topic, state)
+            metrics.key_state(self.spec.audited_cluster, state)
         if state and log.isEnabledFor(logging.DEBUG):
             log.debug("batch %d exact keys per window: %s", batch_id, window_keys_line(state))
         return FoldedBatch(
             partials=rows.where(F.col("audit_type").isNotNull()).transform(
-                fold_partials, self.spec.audited_cluster, self.spec.audited_topic, audit_ms
+                fold_partials,
+                self.spec.audited_cluster,
+                None if self.spec.many_topics else self.spec.audited_topic,
+                audit_ms,
             ),
             records=sum(r["records_read"] for r in summaries),
             bytes=sum(r["bytes_read"] for r in summaries),
@@ -234,16 +285,23 @@ class AuditFolder:
         self._batch.release(keys_dir(self.spec))
 
 
-def past_gaps(spark: SparkSession, ranges: Any, gaps: SourceGaps, batch_id: int) -> Any:
-    """The planned `ranges` (java FoldRanges of one topic) read from past the lost ranges they
-    start in (`source_failure.read_past`)."""
-    planned = [(r.partition(), r.fromOffset(), r.untilOffset()) for r in ranges]
+def past_gaps(
+    spark: SparkSession, ranges: Any, gaps: Mapping[str, SourceGaps], batch_id: int
+) -> Any:
+    """The planned `ranges` (java FoldRanges) read from past the lost ranges of their topic
+    they start in (`source_failure.read_past`)."""
+    planned: dict[str, list[tuple[int, int, int]]] = {}
+    for r in ranges:
+        planned.setdefault(r.topic(), []).append((r.partition(), r.fromOffset(), r.untilOffset()))
     if not planned:
         return ranges
-    topic = ranges[0].topic()
     fold_range = jvm_package(spark, "dev.uatu.fold", "the audit fold").FoldRange
-    kept = read_past(gaps, planned, f"batch {batch_id}")
-    return java_list(spark, [fold_range(topic, *r) for r in kept])
+    kept: list[Any] = []
+    for topic, topic_ranges in planned.items():
+        gap = gaps.get(topic)
+        moved = read_past(gap, topic_ranges, f"batch {batch_id}, {topic}") if gap else topic_ranges
+        kept.extend(fold_range(topic, *r) for r in moved)
+    return java_list(spark, kept)
 
 
 def _jvm(spark: SparkSession):  # a py4j package view

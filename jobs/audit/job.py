@@ -1,6 +1,8 @@
-"""KAFKA_AUDIT entry module: Kafka topic -> Delta table `audit_counts`.
+"""KAFKA_AUDIT entry module: Kafka topic(s) -> Delta table `audit_counts`.
 
-Source: the JobGroup's kafka_consumer_task_group topic, every partition. Spark's Kafka source
+Source: the JobGroup's kafka_consumer_task_group topic, every partition; or a topic selection
+(extension.topics: names, or a pattern whose matching topics Spark's source finds again at
+every trigger), every partition of every selected topic, in one query. Spark's Kafka source
 plans each micro-batch from `starting_offsets` (earliest unless auto_offset_reset_policy is
 LATEST) and keeps the checkpoint, at most maxOffsetsPerTrigger records a batch
 (flow_control.messages_per_sec x the trigger interval, and bytes_per_sec the same way through
@@ -10,12 +12,12 @@ them into per-window partial aggregates. Spark's progress therefore reports 0 in
 job logs each batch's records itself.
 
 Sink: Delta MERGE into `audit_counts` (schema in `jobs/audit/tables.py`), one row per cluster,
-topic, partition, audit type, interval and window. Every micro-batch updates the windows its
-records fall in, so late records update their window (and are counted in late_count) instead
-of being dropped. Exact audits keep their distinct keys under the checkpoint. The MERGE runs
-in a thread of its own once Spark has committed the batch, beside the next batch's fold
-(`jobs/audit/counts_writer.py`); foreachBatch only saves the batch's partials under the
-checkpoint. A run ends once every batch it folded is in the table.
+topic (a selection's: the record's own), partition, audit type, interval and window. Every
+micro-batch updates the windows its records fall in, so late records update their window (and
+are counted in late_count) instead of being dropped. Exact audits keep their distinct keys
+under the checkpoint. The MERGE runs in a thread of its own once Spark has committed the
+batch, beside the next batch's fold (`jobs/audit/counts_writer.py`); foreachBatch only saves
+the batch's partials under the checkpoint. A run ends once every batch it folded is in the table.
 
 Guarantee: exactly-once per checkpoint. Offsets are in the checkpoint; a batch's exact keys
 are computed against earlier batches' keys only and written before its partials are saved;
@@ -26,6 +28,8 @@ Latency columns are the one exception by nature: they are measured against the w
 the batch that audited the record. Records deleted before the job read them stop it (exit 1,
 the range in `source_data_loss`); a `--skip-lost-records` run reads past exactly that range
 on the same checkpoint, so no window is counted twice (`jobs/runtime/source_failure.py`).
+A pattern's topic deleted mid-run is logged and recorded in `source_data_loss`; the job goes
+on with the others.
 
 Trigger: AvailableNow with --once (process what is there, write, exit 0), else every
 trigger interval until stopped.
@@ -44,11 +48,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
-from core.errors import EXIT_FAILED, EXIT_OK, UatuError
+from core.errors import EXIT_FAILED, EXIT_OK, ClusterUnreachable, UatuError
 from core.faults import fault_point
 from jobs.audit import metrics, tables
 from jobs.audit.counts_writer import CountsWriter
-from jobs.audit.flow import BytePacer, sample_mean_record_bytes
+from jobs.audit.flow import BytePacer, sample_selection_record_bytes
 from jobs.audit.fold import AuditFolder
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY
@@ -69,7 +73,9 @@ def build_stream(
 ) -> DataFrame:
     """Spark's Kafka source over the topic: it plans the batches, the fold reads them."""
     options = source_read_options(
-        spec.source, max_offsets_per_trigger=spec.max_offsets_per_trigger(mean_record_bytes)
+        spec.source,
+        max_offsets_per_trigger=spec.max_offsets_per_trigger(mean_record_bytes),
+        own_loss_checks=True,  # the fold reads every planned range itself, see fold.py
     )
     return spark.readStream.format("kafka").options(**options).load()
 
@@ -90,6 +96,15 @@ class AuditBatchWriter:
         spark = batch.sparkSession
         spec = self.spec
         phases = PhaseTimes()
+        if spec.source.selection is not None and spec.source.selection.pattern:
+            source_failure.record_vanished(
+                spark,
+                checkpoint=spec.output.checkpoint,
+                batch_id=batch_id,
+                job_group_id=spec.job_group_id,
+                cluster=spec.source.cluster.name,
+                loss_table=data_loss_path(spec.output.table("audit_counts")),
+            )
         with phases("keys" if spec.has_exact_audit else "fold"):
             # Reads the batch's offset ranges in JVM tasks. Exact audits' keys of this batch
             # are written (under the checkpoint) when this returns: the keys commit.
@@ -183,7 +198,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         self._mean_record_bytes: float | None = None
         self._folder: AuditFolder | None = None
         self._writer: AuditBatchWriter | None = None
-        self._gaps = source_failure.NO_GAPS
+        self._gaps: dict[str, source_failure.SourceGaps] = {}  # by topic (--skip-lost-records)
         self._counts = CountsWriter(
             spec.output.table("audit_counts"),
             spec.output.checkpoint,
@@ -192,19 +207,12 @@ class AuditJob(StreamingJob[AuditSpec]):
         )
 
     def check(self) -> None:
-        """With a byte cap, sample the topic's record size (before any Spark work)."""
+        """With a byte cap, sample the topic's record size (before any Spark work); for a
+        topic selection, a few of its topics' (`flow.sample_selection_record_bytes`)."""
         spec = self.spec
         if spec.max_bytes_per_sec <= 0:
             return
-        partitions = kafka_admin.partition_count(
-            spec.source.cluster, spec.source.topic, spec.source.field
-        )
-        self._mean_record_bytes = sample_mean_record_bytes(
-            spec.source.cluster,
-            spec.source.topic,
-            partitions,
-            read_committed=spec.source.read_committed,
-        )
+        self._mean_record_bytes = sample_selection_record_bytes(spec)
         log.info(
             "flow control: %.0f bytes/s at a mean record size of %s: at most %s records a batch",
             spec.max_bytes_per_sec,
@@ -226,7 +234,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         log.info(
             "auditing %s/%s (%s) into %s: %s",
             spec.source.cluster.name,
-            spec.source.topic,
+            spec.source.selection or spec.source.topic,
             spec.source.cluster.bootstrap_servers,
             spec.output.table("audit_counts"),
             ", ".join(f"{w.audit_type}/{w.interval_seconds}s" for w in spec.windows),
@@ -285,22 +293,47 @@ class AuditJob(StreamingJob[AuditSpec]):
 
     def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
         spec = self.spec
-        self._gaps = source_failure.skip_lost(
-            spark,
-            job_group_id=spec.job_group_id,
-            cluster=spec.source.cluster,
-            source=source_failure.Source(spec.source.topic, spec.output.checkpoint),
-            loss_table=data_loss_path(spec.output.table("audit_counts")),
-        )
+        for topic in self._source_topics(spark):
+            gaps = source_failure.skip_lost(
+                spark,
+                job_group_id=spec.job_group_id,
+                cluster=spec.source.cluster,
+                source=source_failure.Source(topic, spec.output.checkpoint),
+                loss_table=data_loss_path(spec.output.table("audit_counts")),
+            )
+            if gaps:
+                self._gaps[topic] = gaps
         fault_point("source.lost_recorded")  # core/faults.py: tests only
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         spec = self.spec
-        return source_failure.explain(
+        return source_failure.explain_sources(
             spark,
             job_group_id=spec.job_group_id,
-            checkpoint=spec.output.checkpoint,
             cluster=spec.source.cluster,
-            topic=spec.source.topic,
+            sources=[
+                source_failure.Source(t, spec.output.checkpoint) for t in self._source_topics(spark)
+            ],
             loss_table=data_loss_path(spec.output.table("audit_counts")),
         )
+
+    def _source_topics(self, spark: SparkSession) -> list[str]:
+        """The topics whose lost records a start skips or a failure explains: the one topic;
+        a selection's names; a pattern's topics in the checkpoint that the cluster still lists
+        (a deleted one is recorded as the run goes, `source_failure.record_vanished`, and
+        is not the cause of a failure)."""
+        selection = self.spec.source.selection
+        if selection is None:
+            return [self.spec.source.topic]
+        if selection.names:
+            return list(selection.names)
+        try:
+            existing = kafka_admin.topic_partitions(self.spec.source.cluster)
+        except ClusterUnreachable as e:
+            log.warning("cannot list the topics of the selection: %s", e)
+            return []
+        return [
+            t
+            for t in source_failure.checkpoint_topics(spark, self.spec.output.checkpoint)
+            if t in existing and selection.matches(t)
+        ]

@@ -59,9 +59,10 @@ AUDIT_WINDOWS_KEPT = 4  # per partition and audit type: label sets stay bounded
 _audit_windows: dict[tuple[str, ...], list[str]] = {}
 
 
-def key_state(cluster: str, topic: str, state: Mapping[int, Mapping[str, Any]]) -> None:
-    """One batch's exact key state per partition (`FoldedBatch.state`) -> the key gauges."""
-    for partition, figures in state.items():
+def key_state(cluster: str, state: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+    """One batch's exact key state per topic partition (`FoldedBatch.state`) -> the key
+    gauges."""
+    for (topic, partition), figures in state.items():
         labels = (cluster, topic, str(partition))
         EXACT_KEYS.labels(*labels).set(figures["state_keys"] or 0)
         EXACT_KEY_WINDOWS.labels(*labels).set(figures["state_windows"] or 0)

@@ -6,6 +6,9 @@
 Defaults (all overridable through `uatu.v1.JobOptions` in the JobGroup's `extension`):
 
 =========================  ======================================================
+source                     kafka_consumer_task_group.topic, or many topics
+                           (extension.topics: names, or a pattern), each record
+                           labelled with its own topic
 event time                 the Kafka record timestamp
 dedupe key                 64-bit xxhash of key bytes and value bytes
 allowed lateness           the audit interval (records later than that are still
@@ -34,6 +37,7 @@ from core.errors import InvalidJobGroup
 from core.jobgroup import MAX_AUDIT_CONFIGS, JobGroup, check_topic, job_options, require_cluster
 from core.spec import (
     SOURCE_READS,
+    TOPIC_SELECTION_READS,
     OutputSpec,
     SourceSpec,
     SourceTopic,
@@ -47,6 +51,7 @@ TABLES = ("audit_counts",)  # jobs/audit/tables.py declares their schemas
 READS = frozenset(
     {
         *SOURCE_READS,
+        *TOPIC_SELECTION_READS,
         "kafka_consumer_task_group.audit_metadata.audit_configs.audit_type",
         "kafka_consumer_task_group.audit_metadata.audit_configs.audit_interval_in_seconds",
         "audit_task_group",
@@ -99,7 +104,8 @@ class AuditWindow:
 class AuditSpec:
     job_group_id: str
     source: SourceSpec
-    # Labels written to the table; the audit_task_group's when given, else the source's.
+    # Labels written to the table; the audit_task_group's when given, else the source's. With
+    # a topic selection (source.selection) audited_topic is "": each record's own topic.
     audited_cluster: str
     audited_topic: str
     windows: tuple[AuditWindow, ...]
@@ -122,6 +128,12 @@ class AuditSpec:
 
     def required_topic(self) -> SourceTopic:
         return self.source.topic_ref()
+
+    @property
+    def many_topics(self) -> bool:
+        """Whether the job audits a selection of topics (extension.topics), each labelled
+        with its own name, rather than the one topic."""
+        return self.source.selection is not None
 
     @property
     def needs_headers(self) -> bool:
@@ -202,7 +214,7 @@ def _audit_windows(group: JobGroup) -> tuple[AuditWindow, ...]:
 
 def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
     """Validate the audit-specific parts of `group` (common checks already passed)."""
-    source = source_spec(group, settings, bounded_reads=False)
+    source = source_spec(group, settings, bounded_reads=False, many_topics=True)
     audited_cluster, audited_topic = source.cluster.name, source.topic
     if group.HasField("audit_task_group"):
         if group.audit_task_group.cluster:
@@ -210,6 +222,13 @@ def audit_spec(group: JobGroup, settings: Settings) -> AuditSpec:
                 "audit_task_group.cluster", group.audit_task_group.cluster, settings.clusters
             )
             audited_cluster = group.audit_task_group.cluster
+        if group.audit_task_group.topic and source.selection is not None:
+            raise InvalidJobGroup(
+                "audit_task_group.topic",
+                group.audit_task_group.topic,
+                f"not with extension.topics: each record is labelled with its own topic "
+                f"({source.selection})",
+            )
         audited_topic = group.audit_task_group.topic or audited_topic
         check_topic("audit_task_group.topic", group.audit_task_group.topic)
 

@@ -197,16 +197,17 @@ def window_partials(windowed: DataFrame, hll_lg_config_k: int) -> DataFrame:
     )
 
 
-def fold_partials(rows: DataFrame, cluster: str, topic: str, audit_ms: int) -> DataFrame:
+def fold_partials(rows: DataFrame, cluster: str, topic: str | None, audit_ms: int) -> DataFrame:
     """The fold's per-window rows (`dev.uatu.audit.AuditFold.ROW_SCHEMA`, audit_type set) ->
     `window_partials`' columns plus new_unique_count, the counts MERGE's source.
 
-    The fold knows partitions, not labels: `cluster` and `topic` are the audited labels;
-    `audit_ms` is the batch's audit time, which becomes updated_at.
+    `cluster` and `topic` are the audited labels; `topic` None (a job that audits a topic
+    selection): each row's own topic, the one its records were read from. `audit_ms` is the
+    batch's audit time, which becomes updated_at.
     """
     return rows.select(
         F.lit(cluster).alias("cluster"),
-        F.lit(topic).alias("topic"),
+        (F.col("topic") if topic is None else F.lit(topic)).alias("topic"),
         "partition",
         "audit_type",
         "audit_interval_seconds",

@@ -213,3 +213,19 @@ def read_offset_log(spark: SparkSession, checkpoint: str) -> OffsetLog:
             json.loads(line) for line in started.splitlines() if line.startswith("{")
         )
     return OffsetLog(tuple(planned), tuple(committed), committed_sources, started_sources)
+
+
+def batch_end_offsets(
+    spark: SparkSession, checkpoint: str, batch_id: int
+) -> dict[str, dict[int, int]] | None:
+    """{topic: {partition: offset}} that micro-batch `batch_id` reads up to, over every Kafka
+    source of the query, from its offset-log entry; None when the batch is not in the log."""
+    text = HadoopFiles(spark).read_text(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
+    if text is None:
+        return None
+    ends: dict[str, dict[int, int]] = {}
+    for source in _source_lines(text):
+        for topic, offsets in source.items():
+            if isinstance(offsets, dict):
+                ends[topic] = {int(p): int(o) for p, o in offsets.items()}
+    return ends

@@ -19,6 +19,12 @@ RANGE_FETCH_CONFIG = {
 # the task (dev.uatu.fold.RangeReader): the records exist, so a silence this long is a broker
 # that stopped answering, not a quiet topic.
 RANGE_TIMEOUT_MS = 120_000
+# The driver consumer's metadata age for a topic selection. Spark's default offset reader
+# lists the topics through an admin client at every trigger, so a new matching topic is in
+# the next batch anyway; the consumer-based reader
+# (spark.sql.streaming.kafka.useDeprecatedOffsetFetching) sees one only when its metadata is
+# refreshed, 5 minutes by default.
+SELECTION_METADATA_MAX_AGE_MS = 5_000
 
 
 def kafka_read_options(
@@ -64,11 +70,22 @@ def source_read_options(
     starting_offsets: str | None = None,
     max_offsets_per_trigger: int | None = None,
     include_headers: bool = False,
+    own_loss_checks: bool = False,
 ) -> dict[str, str]:
-    """`kafka_read_options` of a job's SourceSpec: its cluster, topic, isolation level and
-    consumer group, starting where the spec says unless `starting_offsets` (Spark's JSON of
-    per-partition offsets, for a job that plans its own start) is given."""
-    return kafka_read_options(
+    """`kafka_read_options` of a job's SourceSpec: its cluster, topic (or topic selection),
+    isolation level and consumer group, starting where the spec says unless
+    `starting_offsets` (Spark's JSON of per-partition offsets, for a job that plans its own
+    start) is given.
+
+    A topic selection refreshes the driver's topic metadata every
+    SELECTION_METADATA_MAX_AGE_MS. `own_loss_checks`: the job reads every planned range
+    itself with `range_consumer_config` (which fails on offsets deleted unread) and records
+    a topic that disappears; then, for a pattern selection only, Spark's failOnDataLoss is
+    off, because with it a matching topic deleted mid-run fails the whole query (Spark's
+    source reports the topic's partitions as "gone") instead of the job going on with the
+    other topics.
+    """
+    options = kafka_read_options(
         source.cluster,
         source.topic,
         subscription=source.subscription(),
@@ -78,6 +95,11 @@ def source_read_options(
         group_id_prefix=source.consumer_group,
         include_headers=include_headers,
     )
+    if source.selection is not None:
+        options["kafka.metadata.max.age.ms"] = str(SELECTION_METADATA_MAX_AGE_MS)
+        if own_loss_checks and source.selection.pattern:
+            options["failOnDataLoss"] = "false"
+    return options
 
 
 def range_consumer_config(cluster: ClusterConfig, *, read_committed: bool) -> dict[str, str]:

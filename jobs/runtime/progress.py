@@ -11,7 +11,8 @@
   from progress-shaped records a job without Spark's engine feeds it).
 
 `JobIdentity` is what every per-partition Job of an application shares (type, cluster, topic,
-consumer group).
+consumer group). A job that reads a topic selection has no one topic (`topic` ""): its
+statuses are one per partition of every topic the query reads, each naming its topic.
 """
 
 from __future__ import annotations
@@ -42,15 +43,15 @@ class JobIdentity:
 
     type: int
     cluster: str
-    topic: str
+    topic: str  # "": a topic selection, every topic the query reads
     consumer_group: str = ""
 
-    def job(self, partition: int) -> job_pb2.Job:
+    def job(self, partition: int, topic: str | None = None) -> job_pb2.Job:
         return job_pb2.Job(
             type=self.type,  # type: ignore[arg-type]
             kafka_consumer_task=job_pb2.KafkaConsumerTask(
                 cluster=self.cluster,
-                topic=self.topic,
+                topic=self.topic if topic is None else topic,
                 partition=partition,
                 consumer_group=self.consumer_group,
             ),
@@ -69,6 +70,24 @@ def end_offsets(progress: Mapping, topic: str) -> dict[int, int]:
     return offsets
 
 
+def topic_end_offsets(progress: Mapping, topic: str) -> dict[tuple[str, int], int]:
+    """{(topic, partition): end offset} of `topic` in a progress record; of every topic
+    when `topic` is "" (a job that reads a topic selection)."""
+    if topic:
+        return {(topic, p): o for p, o in end_offsets(progress, topic).items()}
+    offsets: dict[tuple[str, int], int] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end) if end.startswith("{") else None
+        if not isinstance(end, dict):
+            continue
+        for name, partitions in end.items():
+            if isinstance(partitions, dict):
+                offsets.update({(name, int(p)): int(o) for p, o in partitions.items()})
+    return offsets
+
+
 def partition_statuses(
     progress: Mapping,
     previous: Mapping | None,
@@ -82,9 +101,9 @@ def partition_statuses(
     record: since the batch's start offsets, over its duration). Byte rates use
     `bytes_per_record`, or else the mean record size of the batch's SOURCE_METRIC.
     """
-    now = end_offsets(progress, identity.topic)
+    now = topic_end_offsets(progress, identity.topic)
     if previous is not None and elapsed_seconds:
-        before, seconds = end_offsets(previous, identity.topic), elapsed_seconds
+        before, seconds = topic_end_offsets(previous, identity.topic), elapsed_seconds
     else:
         before = _start_offsets(progress, identity.topic)
         seconds = max(progress.get("batchDuration", 0) / 1000, 1e-3)
@@ -93,11 +112,11 @@ def partition_statuses(
         records, size = metric.get("records") or 0, metric.get("bytes") or 0
         bytes_per_record = size / records if records else 0.0
     statuses = []
-    for partition, offset in sorted(now.items()):
-        rate = max(offset - before.get(partition, offset), 0) / seconds
+    for (topic, partition), offset in sorted(now.items()):
+        rate = max(offset - before.get((topic, partition), offset), 0) / seconds
         statuses.append(
             job_status_pb2.JobStatus(
-                job=identity.job(partition),
+                job=identity.job(partition, topic),
                 state=job_pb2.JOB_STATE_RUNNING,
                 kafka_consumer_task_status=job_status_pb2.KafkaConsumerTaskStatus(
                     read_offset=offset,
@@ -110,9 +129,9 @@ def partition_statuses(
     return statuses
 
 
-def _start_offsets(progress: Mapping, topic: str) -> dict[int, int]:
+def _start_offsets(progress: Mapping, topic: str) -> dict[tuple[str, int], int]:
     starts = [{**s, "endOffset": s.get("startOffset")} for s in progress.get("sources", [])]
-    return end_offsets({"sources": starts}, topic)
+    return topic_end_offsets({"sources": starts}, topic)
 
 
 class ProgressListener(StreamingQueryListener):
@@ -145,7 +164,7 @@ class ProgressListener(StreamingQueryListener):
         event's JSON, or one shaped like it by a job that runs without Spark's engine)."""
         if progress.get("name") != self.query_name:
             return
-        if not end_offsets(progress, self.identity.topic):
+        if not topic_end_offsets(progress, self.identity.topic):
             return  # a trigger without offsets (nothing to read yet): keep what we know
         with self._lock:
             elapsed = _seconds_between(self._last, progress) if self._last else None
@@ -167,7 +186,7 @@ class ProgressListener(StreamingQueryListener):
         (`OffsetLog.committed_progress`),
         rates zero: what a run that has stopped its query says last, whatever progress
         events Spark has not delivered yet."""
-        if not end_offsets(committed, self.identity.topic):
+        if not topic_end_offsets(committed, self.identity.topic):
             return
         with self._lock:
             self._statuses = partition_statuses(committed, committed, self.identity, 1.0)

@@ -18,6 +18,14 @@ broker:
 Both exit 1 with their one line (`jobs/main.py`). Nothing else is written: the failed
 micro-batch's own writes are exactly-once and are redone, or not, by the next run.
 
+A job that reads a topic pattern goes on when one of its topics is deleted
+(`kafka_source.source_read_options`, own_loss_checks): `record_vanished` finds, per
+micro-batch, the partitions the previous batch read and this one no longer lists (or lists
+at a lower offset: deleted and created again), logs them and records each in
+`source_data_loss` with until_offset DELETED_END, as how many records the topic had past
+where the job read is unknown; `record_lost` records a planned range whose topic was gone
+before the job read it.
+
 `--skip-lost-records` (`jobs/main.py`) is the operator's way past a loss on the same
 checkpoint: `skip_lost` finds and records the ranges lost before this start and returns them
 as `SourceGaps`, and the job reads each planned range from past the gap it starts in
@@ -46,13 +54,16 @@ from core.errors import (
     TopicNotFound,
     UatuError,
 )
-from jobs.runtime.checkpoint_files import read_offset_log
+from jobs.runtime.checkpoint_files import batch_end_offsets, read_offset_log
 from jobs.runtime.delta import ensure
 from jobs.runtime.tables import SOURCE_DATA_LOSS
 
 log = logging.getLogger("uatu.source")
 
 _TIMEOUT_S = 10.0
+# until_offset of a source_data_loss row for a partition whose topic was deleted: the end of
+# what was lost is unknown.
+DELETED_END = -1
 
 
 @dataclass(frozen=True)
@@ -275,6 +286,102 @@ def record_lost(
             "append"
         ).save(loss_table)
     return new
+
+
+def vanished(
+    before: Mapping[str, Mapping[int, int]], after: Mapping[str, Mapping[int, int]]
+) -> dict[str, list[LostRange]]:
+    """Per topic, the partitions that `before` (a batch's end offsets) lists and `after` (the
+    next batch's) does not, or lists at a lower offset (the topic was deleted, and perhaps
+    created again): LostRange(partition, where the job had read to, DELETED_END) (pure)."""
+    gone: dict[str, list[LostRange]] = {}
+    for topic, offsets in sorted(before.items()):
+        now = after.get(topic, {})
+        lost = [
+            LostRange(p, o, DELETED_END)
+            for p, o in sorted(offsets.items())
+            if p not in now or now[p] < o
+        ]
+        if lost:
+            gone[topic] = lost
+    return gone
+
+
+def record_vanished(
+    spark: SparkSession,
+    *,
+    checkpoint: str,
+    batch_id: int,
+    job_group_id: str,
+    cluster: str,
+    loss_table: str,
+) -> dict[str, list[LostRange]]:
+    """`vanished` between the end offsets of batches `batch_id` - 1 and `batch_id` (Spark's
+    offset log): each logged, and recorded in `loss_table` unless it is already (a replayed
+    batch finds the same ones)."""
+    if batch_id == 0:
+        return {}
+    before = batch_end_offsets(spark, checkpoint, batch_id - 1)
+    after = batch_end_offsets(spark, checkpoint, batch_id)
+    if before is None or after is None:
+        return {}
+    gone = vanished(before, after)
+    for topic, lost in gone.items():
+        log.warning(
+            "batch %d: %s/%s is gone (deleted%s); partition offsets the job had read to: %s; "
+            "what it held past them is recorded as lost in %s, the job goes on",
+            batch_id,
+            cluster,
+            topic,
+            ", then created again" if topic in after else "",
+            ", ".join(f"{r.partition} {r.from_offset}" for r in lost),
+            loss_table,
+        )
+        _record_deleted(spark, loss_table, job_group_id, cluster, topic, lost)
+    return gone
+
+
+def _record_deleted(
+    spark: SparkSession,
+    loss_table: str,
+    job_group_id: str,
+    cluster: str,
+    topic: str,
+    lost: Sequence[LostRange],
+) -> None:
+    """Append the DELETED_END ranges of `lost` that `loss_table` does not hold yet."""
+    ensure(spark, SOURCE_DATA_LOSS, loss_table)
+    held = {
+        (r["partition"], r["from_offset"])
+        for r in spark.read.format("delta")
+        .load(loss_table)
+        .where(
+            (F.col("job_group_id") == job_group_id)
+            & (F.col("cluster") == cluster)
+            & (F.col("topic") == topic)
+            & (F.col("until_offset") == DELETED_END)
+        )
+        .select("partition", "from_offset")
+        .collect()
+    }
+    now = datetime.now(UTC)
+    rows = [
+        (job_group_id, cluster, topic, r.partition, r.from_offset, r.until_offset, now)
+        for r in lost
+        if (r.partition, r.from_offset) not in held
+    ]
+    if rows:
+        spark.createDataFrame(rows, SOURCE_DATA_LOSS.schema).write.format("delta").mode(
+            "append"
+        ).save(loss_table)
+
+
+def checkpoint_topics(spark: SparkSession, checkpoint: str) -> list[str]:
+    """The topics a query's checkpoint says it reads (its last committed batch, else its
+    first), sorted: the topics of a topic selection that a restart resumes."""
+    offsets = read_offset_log(spark, checkpoint)
+    sources = offsets.committed_sources or offsets.started_sources or ()
+    return sorted({t for s in sources for t, o in s.items() if isinstance(o, dict)})
 
 
 def _listed(lost: Sequence[LostRange]) -> str:

@@ -9,6 +9,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from uatu.v1.job_options_pb2 import JobOptions
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
@@ -30,6 +31,7 @@ from core.errors import ConfigError
 from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
 from jobs.runtime.reporting import ReporterConfig
 from testing.conf import write_conf_dir
+from testing.polling import wait_for
 
 TEMPLATE = JobIdentity(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
 
@@ -211,6 +213,32 @@ def test_workers_map_heartbeats_to_jobs_through_the_launch_record():
     ]
 
 
+def test_a_selections_heartbeats_go_to_the_job_of_their_topic_partition():
+    """Two topics with a partition 0 each: a status is filed under the job of its (topic,
+    partition), not of its partition alone."""
+    store = SqliteStore(":memory:")
+    workers = Workers(store, SoleLeader("cp:1"), clock=Clock(1_000.0))
+    group = JobGroup(job_group_id="sel", type=job_pb2.JOB_TYPE_KAFKA_AUDIT)
+    state = job_pb2.JOB_STATE_RUNNING
+    jobs = per_partition_jobs(group, state, [("a", 0), ("b", 0)], [21, 22])
+    store.create(StoredJobGroup(job_group=group, state=state, jobs=jobs))
+    reserved, (secret, digest) = new_worker_id(), new_worker_secret()
+    store.put_launch("sel", launched(reserved, digest))
+    workers.register(Node(id=reserved), secret)
+    selection = JobIdentity(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="")
+    statuses = partition_statuses(
+        progress("2026-11-21T10:00:00.000Z", {}, {})
+        | {"sources": [{"startOffset": '{"a": {"0": 0}}', "endOffset": '{"a": {"0": 9}}'}]},
+        None,
+        selection,
+        None,
+    )
+    workers.heartbeat(Node(id=reserved), statuses, secret)
+    stored = store.job_statuses()
+    assert sorted(stored) == [21]
+    assert stored[21].job_status.kafka_consumer_task_status.commit_offset == 9
+
+
 def test_a_follower_redirects_workers_to_the_leader_and_stores_nothing():
     store = SqliteStore(":memory:")
     workers = Workers(store, Follower("leader:8087"))
@@ -361,6 +389,56 @@ def test_refresh_adds_jobs_for_new_partitions_only_when_the_topic_grows(kafka, t
     assert len({j.job.job_id for j in after.jobs}) == 4
     assert {j.job.flow_control.messages_per_sec for j in after.jobs} == {10.0}  # 40 / 4
     assert groups.refresh_partitions("grow") is False
+
+
+@pytest.mark.integration
+def test_a_topic_selection_has_a_job_per_matching_topic_partition_that_follows_the_topics(
+    kafka, tmp_path
+):
+    """A pattern audit's view: one job per partition of each matching topic, keyed by (topic,
+    partition); the refresh adds a new matching topic's jobs (old ids kept) and drops a
+    deleted topic's. A non-matching topic has none."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient
+
+    from core import kafka_admin
+    from testing.jobgroups import audit_group
+
+    prefix = f"sel{uuid.uuid4().hex[:8]}"
+    for name, partitions in (("a", 2), ("b", 3)):
+        kafka.create_topic(f"{prefix}-{name}", partitions=partitions)
+    kafka.create_topic(f"x{prefix}-a", partitions=1)  # not a whole-name match
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "w", tmp_path / "c"
+    )
+    groups = JobGroups(SqliteStore(":memory:"), load_settings(conf), kafka_admin.partition_count)
+    group = audit_group("sel", "", rate=60)
+    group.extension.Unpack(options := JobOptions())
+    options.topics.pattern = f"{prefix}-.*"
+    group.extension.Pack(options)
+
+    def keys(stored) -> list[tuple[str, int]]:
+        tasks = [j.job.kafka_consumer_task for j in stored.jobs]
+        return [(t.topic, t.partition) for t in tasks]
+
+    before = groups.add(group, job_pb2.JOB_STATE_RUNNING, None)
+    a, b, c = (f"{prefix}-{n}" for n in "abc")
+    assert keys(before) == [(a, 0), (a, 1), (b, 0), (b, 1), (b, 2)]
+    assert {j.job.flow_control.messages_per_sec for j in before.jobs} == {12.0}  # 60 / 5
+    assert groups.refresh_partitions("sel") is False
+
+    kafka.create_topic(c, partitions=1)
+    assert groups.refresh_partitions("sel") is True
+    grown = groups.get("sel")
+    assert keys(grown) == [*keys(before), (c, 0)]
+    assert [j.job.job_id for j in grown.jobs][:5] == [j.job.job_id for j in before.jobs]
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_topics([a]).values():
+        future.result(30)
+    wait_for(lambda: groups.refresh_partitions("sel"), 60, "the deleted topic's jobs dropped")
+    assert keys(groups.get("sel")) == [(b, 0), (b, 1), (b, 2), (c, 0)]
 
 
 def test_settle_replaces_the_statuses_with_a_checkpoints_offsets():

@@ -57,42 +57,50 @@ class CrashState:
 
 
 @pytest.mark.parametrize(
-    ("fault", "expected"),
+    ("fault", "expected", "topics"),
     [
         # Batch 1's keys written, its partials not saved; batch 0's MERGE runs beside batch 1,
-        # so it may or may not have committed.
+        # so it may or may not have committed. A group of two topics holding the same records
+        # (extension.topics): each topic partition's keys must be its own, under the crash too.
         (
             "audit.keys_committed@2",
             lambda s: s.keys_batch == 1 and s.saved in ([], [0]) and s.merged in (None, 0),
+            2,
         ),
         # Batch 1 saved, not committed by Spark; batch 0 committed and perhaps merged.
         (
             "audit.partials_saved@2",
             lambda s: s.spark_commit == 0 and s.merged in (None, 0) and 1 in s.saved,
+            1,
         ),
         # The first MERGE about to run: batch 0 committed by Spark, in no table, saved.
         (
             "audit.counts_merging@1",
             lambda s: s.spark_commit is not None and s.merged is None and 0 in s.saved,
+            1,
         ),
     ],
-    ids=["keys-not-saved", "saved-not-committed", "committed-not-merged"],
+    ids=["keys-not-saved-two-topics", "saved-not-committed", "committed-not-merged"],
 )
 def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
-    spark, kafka, tmp_path: Path, fault: str, expected
+    spark, kafka, tmp_path: Path, fault: str, expected, topics: int
 ) -> None:
-    """330 records in 3 batches of 150 (rate 150 x 1 s trigger; --once keeps the limit); the
-    job is SIGKILLed at `fault`, then run again on the same checkpoint."""
-    topic = f"audit-crash-{time.monotonic_ns()}"
-    kafka.create_topic(topic, partitions=3)
+    """330 records a topic in batches of 150 (rate 150 x 1 s trigger; --once keeps the
+    limit); the job is SIGKILLed at `fault`, then run again on the same checkpoint."""
+    names = [f"audit-crash-{time.monotonic_ns()}-{i}" for i in range(topics)]
     records = audit_dataset(300, partitions=3, now_ms=int(time.time() * 1000))  # 330 records
-    produce(kafka.bootstrap_servers, topic, records)
+    for topic in names:
+        kafka.create_topic(topic, partitions=3)
+        produce(kafka.bootstrap_servers, topic, records)
     conf_dir = write_conf_dir(
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
     counts_path = tmp_path / "wh" / "audit_counts"
     name = fault.split(".")[1].split("@")[0].replace("_", "-")
-    group = jobgroup(f"crash-{name}", topic, rate=150, trigger_s=1)
+    group = jobgroup(f"crash-{name}", names[0], rate=150, trigger_s=1)
+    if topics > 1:
+        del group["kafkaConsumerTaskGroup"]["topic"]
+        group["extension"]["topics"] = {"names": names}
 
     status, log = run_job(group, tmp_path, conf_dir, "--once", env={"UATU_FAULT": fault})
 
@@ -114,7 +122,7 @@ def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
     counts = spark.read.format("delta").load(str(counts_path))
     assert_df_equality(
         counts.select(*COMPARED),
-        expected_df(spark, expected_rows(records, topic)),
+        expected_df(spark, [row for t in names for row in expected_rows(records, t)]),
         ignore_row_order=True,
         ignore_nullable=True,
     )

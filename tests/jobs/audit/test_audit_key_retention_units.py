@@ -103,19 +103,21 @@ def partition_state(keys: int, dropped: int, oldest: int | None, windows: str) -
 
 def test_the_state_line_sums_partitions_and_names_the_oldest_window_kept() -> None:
     state = {
-        1: partition_state(30, 2, 1_800_000_060_000, "i60/w1800000060000=10 i60/w1800000120000=20"),
-        0: partition_state(5, 1, 1_800_000_000_000, "i60/w1800000000000=5"),
-        2: partition_state(0, 0, None, ""),
+        ("t", 1): partition_state(
+            30, 2, 1_800_000_060_000, "i60/w1800000060000=10 i60/w1800000120000=20"
+        ),
+        ("t", 0): partition_state(5, 1, 1_800_000_000_000, "i60/w1800000000000=5"),
+        ("s", 2): partition_state(0, 0, None, ""),
     }
     line = state_line(state)
     assert "exact keys in memory: 35 in 3 windows" in line
     assert "dropped by retention 3" in line
     assert line.endswith("oldest kept 2027-01-15T08:00:00Z")
     assert window_keys_line(state) == (
-        "p0: i60/w1800000000000=5; p1: i60/w1800000060000=10 i60/w1800000120000=20; p2: -"
+        "s/p2: -; t/p0: i60/w1800000000000=5; t/p1: i60/w1800000060000=10 i60/w1800000120000=20"
     )
     assert state_line({}) == ""
-    assert state_line({0: partition_state(0, 0, None, "")}).endswith("oldest kept none")
+    assert state_line({("t", 0): partition_state(0, 0, None, "")}).endswith("oldest kept none")
 
 
 def test_the_key_state_reaches_the_drivers_metrics() -> None:
@@ -123,10 +125,9 @@ def test_the_key_state_reaches_the_drivers_metrics() -> None:
     for dropped in (2, 3):
         audit_metrics.key_state(
             "kr-units",
-            "orders",
             {
-                0: partition_state(35, dropped, None, "i60/w0=30 i60/w60000=5"),
-                1: partition_state(7, 0, None, "i60/w0=7"),
+                ("orders", 0): partition_state(35, dropped, None, "i60/w0=30 i60/w60000=5"),
+                ("orders", 1): partition_state(7, 0, None, "i60/w0=7"),
             },
         )
     labels = (("cluster", "kr-units"), ("partition", "0"), ("topic", "orders"))

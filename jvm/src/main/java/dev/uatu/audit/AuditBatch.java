@@ -22,7 +22,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * The audit job's data path, called from Python ({@code jobs/audit/fold.py}) once per
  * micro-batch. Spark's Kafka source plans the batch (its offsets, maxOffsetsPerTrigger, the
- * checkpoint); {@link AuditFold} tasks, one per partition ({@link RangeFolds}), read the
+ * checkpoint); {@link AuditFold} tasks, one per topic partition ({@link RangeFolds}), read the
  * planned ranges with a byte-array consumer and fold them into per-window partial aggregates.
  * No record becomes a Spark row or crosses into Python: the few rows per window are what the
  * counts MERGE reads.
@@ -41,7 +41,10 @@ public final class AuditBatch {
     return RecordProjection.INPUT_SCHEMA;
   }
 
-  /** The offset ranges Spark's Kafka source planned for {@code batch}; reads no record. */
+  /**
+   * The offset ranges Spark's Kafka source planned for {@code batch} of {@code topic} (null: of
+   * every topic, a job that audits many); reads no record.
+   */
   public static List<FoldRange> planned(Dataset<Row> batch, String topic) {
     return RangeFolds.planned(batch, topic);
   }
@@ -78,7 +81,8 @@ public final class AuditBatch {
    * timestamp, dedupe key = key and value), the same computed directly ({@link
    * KafkaTimestampFields}, with {@code maxFutureSkewSeconds}; {@code projected} may then be
    * null). Exact audits drop a window's keys once its end is {@code keyRetentionSeconds} (at
-   * least its lateness) behind the partition's watermark.
+   * least its lateness) behind the partition's watermark. {@code keysPerTopic}: a job that
+   * audits many topics keeps each one's keys apart ({@link FoldSettings#keysDirOf}).
    */
   public static FoldSettings settings(
       SparkSession spark,
@@ -91,7 +95,8 @@ public final class AuditBatch {
       boolean kafkaTimestampDefaults,
       long maxFutureSkewSeconds,
       String keysDir,
-      long keyRetentionSeconds) {
+      long keyRetentionSeconds,
+      boolean keysPerTopic) {
     RecordFields fields =
         kafkaTimestampDefaults
             ? new KafkaTimestampFields(maxFutureSkewSeconds * 1000L)
@@ -104,6 +109,7 @@ public final class AuditBatch {
         fields,
         keysDir,
         keyRetentionSeconds,
+        keysPerTopic,
         spark.sparkContext().hadoopConfiguration());
   }
 

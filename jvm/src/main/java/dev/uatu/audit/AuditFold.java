@@ -28,15 +28,15 @@ import org.apache.spark.sql.RowFactory;
  * ({@link RecordFields}: Spark's own expressions, or their direct equivalent for the default
  * configuration).
  *
- * <p>Rows ({@link #ROW_SCHEMA}): one per window and audit type, then one summary row of the
- * range (null audit_type) with the records read and the exact keys' state figures (windows and
- * keys in memory, the keys per window in memory, windows dropped by retention, the oldest window
- * kept on disk).
+ * <p>Rows ({@link #ROW_SCHEMA}), each with the range's topic and partition: one per window and
+ * audit type, then one summary row of the range (null audit_type) with the records read and the
+ * exact keys' state figures (windows and keys in memory, the keys per window in memory, windows
+ * dropped by retention, the oldest window kept on disk).
  */
 final class AuditFold implements RecordFold {
   static final String ROW_SCHEMA =
-      "partition int, audit_type string, audit_interval_seconds int, window_start_ms long, "
-          + "window_end_ms long, message_count long, bytes long, no_event_time_count long, "
+      "topic string, partition int, audit_type string, audit_interval_seconds int, "
+          + "window_start_ms long, window_end_ms long, message_count long, bytes long, no_event_time_count long, "
           + "late_count long, hll_sketch binary, latency_kll_sketch binary, "
           + "new_unique_count long, unique_estimated_count long, records_read long, "
           + "bytes_read long, state_watermark_ms long, "
@@ -45,6 +45,7 @@ final class AuditFold implements RecordFold {
           + "state_oldest_window_ms long, state_window_keys string";
 
   private final FoldSettings settings;
+  private final String topic;
   private final int partition;
   private final long auditMs;
   private final long auditMicros;
@@ -59,6 +60,7 @@ final class AuditFold implements RecordFold {
 
   AuditFold(FoldSettings settings, FoldRange range, long batchId, long auditMs) {
     this.settings = settings;
+    this.topic = range.topic();
     this.partition = range.partition();
     this.auditMs = auditMs;
     this.auditMicros = auditMs * 1000L;
@@ -67,7 +69,7 @@ final class AuditFold implements RecordFold {
         settings.keysDir == null
             ? null
             : PartitionKeys.checkOut(
-                settings.keysDir, settings.hadoopConf.value(), partition, batchId);
+                settings.keysDirOf(topic), settings.hadoopConf.value(), partition, batchId);
     int n = settings.intervals.length;
     for (int i = 0; i < n; i++) {
       windows.add(new HashMap<>());
@@ -147,7 +149,7 @@ final class AuditFold implements RecordFold {
           boolean exact = FoldSettings.EXACT.equals(auditType);
           rows.add(
               RowFactory.create(
-                  partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
+                  topic, partition, auditType, interval.seconds, w.startMs, w.endMs, w.messages,
                   w.bytes, w.untimed, w.late, hll, kll, exact ? w.newUnique : 0L,
                   exact ? w.estimated : 0L,
                   null, null, null, null, null, null, null, null, null, null, null));
@@ -185,8 +187,8 @@ final class AuditFold implements RecordFold {
     }
     rows.add(
         RowFactory.create(
-            partition, null, null, null, null, null, null, null, null, null, null, null, null,
-            records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written,
+            topic, partition, null, null, null, null, null, null, null, null, null, null, null,
+            null, records, bytesRead, watermark, stateWindows, stateKeys, memory, read, written,
             dropped, oldest, windowKeys));
     return rows;
   }

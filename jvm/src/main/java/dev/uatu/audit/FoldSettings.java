@@ -47,6 +47,7 @@ public final class FoldSettings implements Serializable {
   final int hllLgConfigK;
   final RecordFields fields;
   final String keysDir; // null: no exact audit
+  final boolean keysPerTopic; // a job that audits many topics: keysDir/topics/<topic>/p<n>
   final SerializableConfiguration hadoopConf;
 
   private FoldSettings(
@@ -54,12 +55,24 @@ public final class FoldSettings implements Serializable {
       int hllLgConfigK,
       RecordFields fields,
       String keysDir,
+      boolean keysPerTopic,
       Configuration hadoopConf) {
     this.intervals = intervals;
     this.hllLgConfigK = hllLgConfigK;
     this.fields = fields;
     this.keysDir = keysDir;
+    this.keysPerTopic = keysPerTopic;
     this.hadoopConf = new SerializableConfiguration(hadoopConf);
+  }
+
+  /**
+   * Where the exact keys of {@code topic}'s partitions live ({@link PartitionKeys} adds
+   * {@code p<n>}): {@code keysDir} itself for a job of one topic (the layout its checkpoints
+   * have always had), {@code keysDir/topics/<topic>} for a job of many, so each (topic,
+   * partition) has keys of its own. A Kafka topic name is a safe path segment.
+   */
+  String keysDirOf(String topic) {
+    return keysPerTopic ? keysDir + "/topics/" + topic : keysDir;
   }
 
   /**
@@ -67,7 +80,7 @@ public final class FoldSettings implements Serializable {
    * the audit time passes its window's end plus {@code latenessSeconds} (negative: the window's
    * own length). {@code keysDir} is where exact audits keep their keys (under the checkpoint),
    * each window's until its end is {@code keyRetentionSeconds} (at least its lateness) behind
-   * the partition's watermark.
+   * the partition's watermark, per topic when {@code keysPerTopic} ({@link #keysDirOf}).
    */
   static FoldSettings of(
       List<String> auditTypes,
@@ -77,6 +90,7 @@ public final class FoldSettings implements Serializable {
       RecordFields fields,
       String keysDir,
       long keyRetentionSeconds,
+      boolean keysPerTopic,
       Configuration hadoopConf) {
     Map<Integer, List<String>> byInterval = new TreeMap<>();
     for (int i = 0; i < auditTypes.size(); i++) {
@@ -96,6 +110,7 @@ public final class FoldSettings implements Serializable {
         hllLgConfigK,
         fields,
         exact ? keysDir : null,
+        keysPerTopic,
         hadoopConf);
   }
 }

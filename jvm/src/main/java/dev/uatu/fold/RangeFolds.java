@@ -62,14 +62,16 @@ public final class RangeFolds {
 
   /**
    * The offset ranges Spark's Kafka source planned for the micro-batch {@code batch} of
-   * {@code topic}, as a foreachBatch function receives it; reading them reads no record. One
-   * range per partition with records, in partition order: a partition the source split
+   * {@code topic} (null: of every topic it reads, for a job that subscribes to many), as a
+   * foreachBatch function receives it; reading them reads no record. One range per topic
+   * partition with records, in (topic, partition) order: a partition the source split
    * (minPartitions) is joined again, since a fold reads its partition in offset order.
    */
   public static List<FoldRange> planned(Dataset<Row> batch, String topic) {
     List<FoldRange> ranges = new ArrayList<>();
     for (KafkaOffsetRange range : kafkaRanges(batch, topic)) {
-      ranges.add(new FoldRange(topic, range.partition(), range.fromOffset(), range.untilOffset()));
+      ranges.add(
+          new FoldRange(range.topic(), range.partition(), range.fromOffset(), range.untilOffset()));
     }
     return joined(ranges);
   }
@@ -116,15 +118,20 @@ public final class RangeFolds {
     return ranges;
   }
 
-  /** Adjoining ranges of a partition as one, in partition order, empty ones left out. */
+  /**
+   * Adjoining ranges of a topic partition as one, in (topic, partition) order, empty ones left
+   * out.
+   */
   static List<FoldRange> joined(List<FoldRange> ranges) {
     List<FoldRange> sorted = new ArrayList<>(ranges);
     sorted.sort(
-        Comparator.comparingInt(FoldRange::partition).thenComparingLong(FoldRange::fromOffset));
+        Comparator.comparing(FoldRange::topic)
+            .thenComparingInt(FoldRange::partition)
+            .thenComparingLong(FoldRange::fromOffset));
     List<FoldRange> out = new ArrayList<>();
     for (FoldRange r : sorted) {
       FoldRange last = out.isEmpty() ? null : out.get(out.size() - 1);
-      if (last != null && last.partition == r.partition) {
+      if (last != null && last.partition == r.partition && last.topic.equals(r.topic)) {
         if (last.untilOffset != r.fromOffset) {
           throw new FoldException("planned ranges " + last + " and " + r + " do not adjoin");
         }
