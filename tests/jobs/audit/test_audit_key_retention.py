@@ -102,9 +102,9 @@ def test_a_late_record_for_a_window_whose_keys_expired_is_counted_and_flagged(
 
     assert {s: k for s, (k, _) in before.items()} == {w: 101, w1: 10, x: 50}
     assert {s: k for s, (k, _) in after.items()} == {x: 50}  # W and W1 dropped from disk
-    assert folded.state[0]["state_windows_dropped"] == 2
-    assert folded.state[0]["state_oldest_window_ms"] == x
-    assert folded.state[0]["state_window_keys"] == f"i{WINDOW_S}/w{x}=50"
+    assert folded.state[(topic, 0)]["state_windows_dropped"] == 2
+    assert folded.state[(topic, 0)]["state_oldest_window_ms"] == x
+    assert folded.state[(topic, 0)]["state_window_keys"] == f"i{WINDOW_S}/w{x}=50"
 
     def exact_rows(partials) -> dict[int, tuple]:
         rows = partials.where(F.col("audit_type") == EXACT).collect()
