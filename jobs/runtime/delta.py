@@ -36,7 +36,6 @@ from typing import Literal, TypeVar
 
 from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -195,13 +194,21 @@ _CONCURRENT_MODIFICATION = (
 
 def _conflicting(error: Exception) -> bool:
     """Whether `error` is another writer's commit meeting this one: Delta's concurrent
-    modification exceptions, and a creation that found the table created meanwhile."""
+    modification exceptions, a creation that found the table created meanwhile, and a write
+    that found no table where another writer's creation was under way (named by its error
+    class, whatever Python class carries it)."""
     if isinstance(error, _CONCURRENT_MODIFICATION):
         return True
     text = str(error)
-    return isinstance(error, AnalysisException) and (
-        "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" in text or "DELTA_TABLE_ALREADY_EXISTS" in text
-    )
+    return any(f"[{name}]" in text for name in _MET_A_CREATION)
+
+
+# Error classes of a table being created by another writer at the same moment.
+_MET_A_CREATION = (
+    "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
+    "DELTA_TABLE_ALREADY_EXISTS",
+    "DELTA_TABLE_NOT_FOUND",
+)
 
 
 def with_retries(what: str, attempt: Callable[[], _T]) -> _T:

@@ -20,7 +20,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from jobs.runtime.delta import DeltaTableSpec, append_once, ensure, merge_once
+from jobs.runtime.delta import DeltaTableSpec, _conflicting, append_once, ensure, merge_once
 
 pytestmark = pytest.mark.spark
 
@@ -167,3 +167,19 @@ def test_writers_creating_one_table_at_once_all_succeed(spark, tmp_path):
     detail = DeltaTable.forPath(spark, path).detail().first()
     assert detail["partitionColumns"] == ["job_group_id"]
     assert spark.read.format("delta").load(path).schema == SHARED.schema
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        # Seen from a writer whose session found no table while another created it: the
+        # error class comes in a generic Python class, not an AnalysisException.
+        (Exception("[DELTA_TABLE_NOT_FOUND] Delta table `/w/audit_counts` doesn't exist."), True),
+        (Exception("[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table"), True),
+        (Exception("[DELTA_TABLE_ALREADY_EXISTS] Table already exists."), True),
+        (Exception("[DELTA_MERGE_INCOMPATIBLE_DATATYPE] Failed to merge"), False),
+        (ValueError("table audit_counts: MERGE sets ['x']"), False),
+    ],
+)
+def test_what_counts_as_meeting_another_writer(error, retried):
+    assert _conflicting(error) is retried
