@@ -37,7 +37,7 @@ from core.config import Settings, default_conf_dir, load_settings
 from core.errors import EXIT_OK, ConfigError, InvalidJobGroup, UatuError
 from core.storage import table_location
 from jobs.runtime.checkpoint_files import HadoopFiles
-from jobs.runtime.delta import with_retries
+from jobs.runtime.delta_retries import with_retries
 from jobs.runtime.session import build_session
 
 log = logging.getLogger("uatu.maintain")

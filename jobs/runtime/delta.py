@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal
 
-from delta import exceptions as delta_errors
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,6 +41,7 @@ from pyspark.sql.types import StructType
 from core.errors import TableSchemaMismatch
 from core.spec import OutputSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
+from jobs.runtime.delta_retries import with_retries
 from jobs.runtime.delta_schema import nullable, schema_differences, with_declared_columns
 
 log = logging.getLogger("uatu.delta")
@@ -54,16 +53,9 @@ KllKind = Literal["double", "bigint"]
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
-# Attempts of one write (or one creation) that meets another writer's commit.
-WRITE_ATTEMPTS = 6
-# The first retry's pause; each next one doubles it, with jitter so writers that met do not
-# meet again.
-RETRY_PAUSE_SECONDS = 0.5
 # A Delta log without a commit that changed this recently may be another writer's creation
 # in progress, not the leftover of a killed one: `ensure` waits for its commit that long.
 STALE_LOG_SECONDS = 60
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -177,60 +169,6 @@ def _partitioning_difference(table: DeltaTableSpec, actual: list[str]) -> str:
         f"partitioned by {list(actual)}, declared {list(table.partition_by)} "
         "(docs/operations.md, 'Shared tables': copy it into a new table)"
     )
-
-
-# Delta's Python classes of its concurrent modification errors share no base of their own.
-_CONCURRENT_MODIFICATION = (
-    delta_errors.DeltaConcurrentModificationException,
-    delta_errors.ConcurrentWriteException,
-    delta_errors.MetadataChangedException,
-    delta_errors.ProtocolChangedException,
-    delta_errors.ConcurrentAppendException,
-    delta_errors.ConcurrentDeleteReadException,
-    delta_errors.ConcurrentDeleteDeleteException,
-    delta_errors.ConcurrentTransactionException,
-)
-
-
-def _conflicting(error: Exception) -> bool:
-    """Whether `error` is another writer's commit meeting this one: Delta's concurrent
-    modification exceptions, a creation that found the table created meanwhile, and a write
-    that found no table where another writer's creation was under way (named by its error
-    class, whatever Python class carries it)."""
-    if isinstance(error, _CONCURRENT_MODIFICATION):
-        return True
-    text = str(error)
-    return any(f"[{name}]" in text for name in _MET_A_CREATION)
-
-
-# Error classes of a table being created by another writer at the same moment.
-_MET_A_CREATION = (
-    "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
-    "DELTA_TABLE_ALREADY_EXISTS",
-    "DELTA_TABLE_NOT_FOUND",
-)
-
-
-def with_retries(what: str, attempt: Callable[[], _T]) -> _T:
-    """`attempt()`, again after a pause when it met another writer (`_conflicting`), at most
-    WRITE_ATTEMPTS times; any other error, or the last conflict, is raised as it is."""
-    for number in range(1, WRITE_ATTEMPTS + 1):
-        try:
-            return attempt()
-        except Exception as error:
-            if number == WRITE_ATTEMPTS or not _conflicting(error):
-                raise
-            pause = RETRY_PAUSE_SECONDS * 2 ** (number - 1) * random.uniform(0.5, 1.5)
-            log.warning(
-                "%s met another writer (%s); attempt %d of %d in %.1f s",
-                what,
-                type(error).__name__,
-                number + 1,
-                WRITE_ATTEMPTS,
-                pause,
-            )
-            time.sleep(pause)
-    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def any_table_exists(spark: SparkSession, paths: Iterable[str]) -> bool:

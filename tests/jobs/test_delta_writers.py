@@ -20,7 +20,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from jobs.runtime.delta import DeltaTableSpec, _conflicting, append_once, ensure, merge_once
+from jobs.runtime.delta import DeltaTableSpec, append_once, ensure, merge_once
+from jobs.runtime.delta_retries import conflicting
 
 pytestmark = pytest.mark.spark
 
@@ -182,4 +183,4 @@ def test_writers_creating_one_table_at_once_all_succeed(spark, tmp_path):
     ],
 )
 def test_what_counts_as_meeting_another_writer(error, retried):
-    assert _conflicting(error) is retried
+    assert conflicting(error) is retried
