@@ -314,7 +314,17 @@ def bench(args) -> dict[str, Any]:
             producer = FleetProducer(bootstrap, topics, args.partitions, args.rate)
             producer.start()
             figures |= run_fleet(args, workdir, conf, admin, producer)
-            figures["baseline"] = run_baseline(args, workdir, conf, topics)
+            # The fleet's producer has stopped: the baseline's topics get their own, at the
+            # same rate, so the one-application-per-topic audits have records to fold.
+            feeder = FleetProducer(
+                bootstrap, topics[: args.baseline_apps], args.partitions, args.rate
+            )
+            feeder.start()
+            try:
+                figures["baseline"] = run_baseline(args, workdir, conf, topics)
+            finally:
+                feeder.stopping.set()
+                feeder.join()
             figures["ratio_memory_per_topic"] = (
                 figures["baseline"]["rss_mean_gib"] / args.baseline_apps
             ) / (figures["pattern_audit"]["rss_mean_gib"] / figures["topics_audited"])
