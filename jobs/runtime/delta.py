@@ -346,19 +346,16 @@ def merge_once(
     if unknown:
         raise ValueError(f"table {table.name}: MERGE sets {unknown}, which are not its columns")
     source = _with_writer(source, table, writer)
-    conditions = [f"t.`{k}` = s.`{k}`" for k in table.keys]
+    condition = F.expr(" AND ".join(f"t.`{k}` = s.`{k}`" for k in table.keys))
     if table.writer_column:
-        conditions.insert(0, f"t.`{table.writer_column}` = {_sql_string(writer)}")
+        # A literal, not s.<column>: Delta reads a target-only predicate as the MERGE's read
+        # set, which is what keeps other writers' commits out of its conflicts.
+        condition = (F.col(f"t.`{table.writer_column}`") == F.lit(writer)) & condition
         insert = {**insert, table.writer_column: f"s.`{table.writer_column}`"}
-    condition = " AND ".join(conditions)
     with_retries(
         f"merging batch {batch_id} into {table.name}",
         lambda: _merge(source, path, app_id, batch_id, condition, update, insert),
     )
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _merge(
@@ -366,7 +363,7 @@ def _merge(
     path: str,
     app_id: str,
     batch_id: int,
-    condition: str,
+    condition: Column,
     update: Mapping[str, str | Column],
     insert: Mapping[str, str | Column],
 ) -> None:
