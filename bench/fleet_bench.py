@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -192,8 +193,6 @@ def audit_group(group_id: str, *, pattern: str = "", topic: str = "", trigger: i
 
 
 def start_audit(group: dict, workdir: Path, conf: Path) -> tuple[Any, Path]:
-    import subprocess
-
     path = workdir / f"{group['jobGroupId']}.json"
     path.write_text(json.dumps(group))
     stop = workdir / f"{group['jobGroupId']}.stop"
