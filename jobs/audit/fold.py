@@ -1,12 +1,13 @@
 """The audit's micro-batch data path: Spark-planned Kafka offset ranges folded in JVM tasks.
 
 Spark's Kafka source plans each micro-batch (offsets, maxOffsetsPerTrigger, the checkpoint),
-but the batch's rows are never read. One task per partition (`dev.uatu.audit.AuditFold`, in
-build/uatu-jvm.jar) reads its range with a byte-array Kafka consumer and folds every record
-into the partial aggregate of its window: counts, bytes, untimed and late records, an HLL_8
-sketch of the dedupe keys and a KLL sketch of the latencies, in the formats Spark's
-`hll_sketch_agg` and `kll_sketch_agg_double` write, and, for exact audits, the number of keys
-new to the window. A record's own fields (event time, dedupe hash, placement, latency) come
+but the batch's rows are never read. JVM tasks, about one per core with the partitions' ranges
+packed into them (`dev.uatu.fold.RangeFolds.packed`), read the ranges with byte-array Kafka
+consumers, and a fold per range (`dev.uatu.audit.AuditFold`, in build/uatu-jvm.jar) folds
+every record into the partial aggregate of its window: counts, bytes, untimed and late
+records, an HLL_8 sketch of the dedupe keys and a KLL sketch of the latencies, in the formats
+Spark's `hll_sketch_agg` and `kll_sketch_agg_double` write, and, for exact audits, the number
+of keys new to the window. A record's own fields (event time, dedupe hash, placement, latency) come
 from `transforms.audit_records` itself: the fold evaluates Spark's compiled expressions of that
 transform on each record, so the SQL stays the one definition of what is audited. For the
 default configuration (event time = Kafka timestamp, dedupe key = key and value) the fold

@@ -3,9 +3,9 @@
 `loadgen_stats`, print a perf-tool line, commit the offsets to the consumer group.
 
 Spark's Kafka source plans each batch (offsets, maxOffsetsPerTrigger, the checkpoint), but the
-batch's rows are never read: one task per partition reads its range with a byte-array consumer
-and folds it into a few rows per window and generator. Spark's progress therefore reports 0
-input rows; `loadgen_stats` and the progress line have the counts.
+batch's rows are never read: JVM tasks (`dev.uatu.fold.RangeFolds.packed`) read the ranges
+with byte-array consumers and fold them into a few rows per window and generator. Spark's
+progress therefore reports 0 input rows; `loadgen_stats` and the progress line have the counts.
 
 The rows go to `loadgen_stats` every `FLUSH_SECONDS` and when the query ends, in one Delta
 commit for all the batches since the last one, not one commit per batch: a Delta commit of a

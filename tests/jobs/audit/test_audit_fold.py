@@ -155,18 +155,23 @@ def distinct_keys(records: list[SentRecord]) -> dict[tuple[int, int], set]:
 
 
 def test_fold_equals_the_sql_and_counts_new_exact_keys_once_across_batches(spark, kafka, tmp_path):
+    """Five partitions on the session's two slots: the folds share tasks (RangeFolds.packed),
+    each task's consumer reads several partitions, and batch 1 starts from what batch 0's
+    consumers fetched past their ranges' ends."""
+    partitions = 5
     topic = f"fold-{tmp_path.name[-20:].replace('_', '-')}"
-    kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(topic, partitions=partitions)
     now_ms = int(time.time() * 1000)
-    first = audit_dataset(200, partitions=2, now_ms=now_ms)
+    first = audit_dataset(200, partitions=partitions, now_ms=now_ms)
     # Batch 1 repeats 60 records of batch 0 (not new to their windows) and brings 80 others.
-    second = first[:60] + audit_dataset(80, partitions=2, now_ms=now_ms, seed=11)
+    second = first[:60] + audit_dataset(80, partitions=partitions, now_ms=now_ms, seed=11)
     produce(kafka.bootstrap_servers, topic, first)
     produce(kafka.bootstrap_servers, topic, second)
     per_partition = [
         (sum(r.partition == p for r in first), sum(r.partition == p for r in second))
-        for p in range(2)
+        for p in range(partitions)
     ]
+    assert all(n0 and n1 for n0, n1 in per_partition)  # every task reads every batch
     batch0 = {p: (0, n0) for p, (n0, _) in enumerate(per_partition)}
     batch1 = {p: (n0, n0 + n1) for p, (n0, n1) in enumerate(per_partition)}
     # Batch 1 is audited two hours later: every window of its records is then late.
@@ -287,3 +292,40 @@ def test_exact_keys_are_read_back_by_a_new_driver(spark, kafka, tmp_path):
         assert [r["new_unique_count"] for r in exact] == [0] * len(exact)
     finally:
         restarted.close()
+
+
+def test_ranges_are_packed_a_task_per_slot_with_a_busy_partition_alone(spark):
+    """RangeFolds.packed: about one task per slot, each range in one task, biggest first to
+    the lightest task; more tasks than slots only when the records call for it, never more
+    than ranges."""
+    jvm = spark.sparkContext._jvm
+    folds = jvm.dev.uatu.fold
+
+    def packed(sizes: list[int], slots: int, per_task: int) -> list[list[tuple[str, int]]]:
+        ranges = jvm.java.util.ArrayList()
+        for i, size in enumerate(sizes):
+            ranges.add(folds.FoldRange(f"t{i // 4}", i % 4, 100, 100 + size))
+        return [
+            [(r.topic(), r.partition()) for r in pack]
+            for pack in folds.RangeFolds.packed(ranges, slots, per_task)
+        ]
+
+    # 4,000 quiet partitions on two slots: two tasks of 2,000, in the given order.
+    many = packed([150] * 4000, 2, 1_000_000)
+    assert [len(p) for p in many] == [2000, 2000]
+    assert sorted(r for p in many for r in p) == sorted((f"t{i // 4}", i % 4) for i in range(4000))
+    given = {(f"t{i // 4}", i % 4): i for i in range(4000)}
+    assert all([given[r] for r in p] == sorted(given[r] for r in p) for p in many)
+    # One busy partition among quiet ones has a task to itself.
+    busy = packed([10, 10, 900, 10, 10, 10], 2, 1_000_000)
+    assert busy == [[("t0", 2)], [("t0", 0), ("t0", 1), ("t0", 3), ("t1", 0), ("t1", 1)]]
+    # More records than a task should read: more tasks than slots, never more than ranges.
+    six = [("t0", 0), ("t0", 1), ("t0", 2), ("t0", 3), ("t1", 0), ("t1", 1)]
+    assert packed([600] * 6, 2, 1000) == [
+        [six[0], six[4]],
+        [six[1], six[5]],
+        [six[2]],
+        [six[3]],
+    ]
+    assert len(packed([5000] * 3, 2, 1000)) == 3
+    assert packed([], 2, 1000) == []

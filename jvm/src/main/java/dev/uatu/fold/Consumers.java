@@ -16,13 +16,13 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * metadata set-up every time. Consumers are not thread-safe, so a task borrows one and gives
  * it back.
  *
- * <p>A consumer is given back still assigned to the partition it read, with the records it
- * fetched past the range's end ({@link PooledConsumer}). The next batch's range of that
- * partition starts there, so the task that reads it borrows that consumer ({@link #borrow}
+ * <p>A consumer is given back still assigned to the partitions it read, with the records it
+ * fetched past the ranges' ends ({@link PooledConsumer}). The next batch's ranges of those
+ * partitions start there, so the task that reads them borrows that consumer ({@link #borrow}
  * prefers it) and reads on without a seek, from the records already fetched: a seek to a
  * partition's new position cost a fetch round trip before the first record (50-100 ms a task
- * in the load generator's bench). So that each partition keeps a consumer, a new one is made
- * while the JVM has fewer than {@link #MAX_PER_CONFIG}.
+ * in the load generator's bench). So that each task's partitions keep a consumer, a new one is
+ * made while the JVM has fewer than {@link #MAX_PER_CONFIG}.
  *
  * <p>Pooled consumers wait at most {@link #FETCH_MAX_WAIT_MS} for a fetch, whatever the
  * configuration says. A consumer given back right after reading a range to the end of its
@@ -36,8 +36,8 @@ public final class Consumers {
   public static final String FETCH_MAX_WAIT_MS = "10";
 
   /**
-   * Consumers one JVM keeps per configuration. Each idle one holds at most one partition's
-   * fetch ({@code max.partition.fetch.bytes}), so the pool stays within that many times it.
+   * Consumers one JVM keeps per configuration. Each idle one holds at most one fetch of the
+   * partitions it read ({@code fetch.max.bytes}), so the pool stays within that many times it.
    */
   public static final int MAX_PER_CONFIG = 16;
 
@@ -50,20 +50,27 @@ public final class Consumers {
   private Consumers() {}
 
   /**
-   * A consumer of {@code config} for reading {@code tp} from {@code offset}: an idle one
-   * assigned to {@code tp} alone at {@code offset} if there is one; else a new one while this
-   * JVM has fewer than {@link #MAX_PER_CONFIG} of the configuration, so each partition it
-   * reads keeps a consumer of its own; else the idle one given back longest ago, which the
-   * caller seeks.
+   * A consumer of {@code config} for reading {@code starts}' partitions, each from its offset:
+   * the idle one that is already at the most of them, if any is at one; else a new one while
+   * this JVM has fewer than {@link #MAX_PER_CONFIG} of the configuration, so each task's
+   * partitions keep a consumer of their own; else the idle one given back longest ago. The
+   * caller moves it to {@code starts} ({@link PooledConsumer#moveTo}).
    */
   public static PooledConsumer borrow(
-      Map<String, String> config, TopicPartition tp, long offset) {
+      Map<String, String> config, Map<TopicPartition, Long> starts) {
     synchronized (IDLE) {
       List<PooledConsumer> idle = idle(config);
+      int best = -1;
+      int bestReady = 0;
       for (int i = idle.size() - 1; i >= 0; i--) {
-        if (idle.get(i).isAt(tp, offset)) {
-          return idle.remove(i);
+        int ready = idle.get(i).readyFor(starts);
+        if (ready > bestReady) {
+          best = i;
+          bestReady = ready;
         }
+      }
+      if (best >= 0) {
+        return idle.remove(best);
       }
       int made = MADE.getOrDefault(config, 0);
       if (made >= MAX_PER_CONFIG && !idle.isEmpty()) {
@@ -85,7 +92,7 @@ public final class Consumers {
     }
   }
 
-  /** Gives back a consumer that read its range to the end: it stays assigned where it is. */
+  /** Gives back a consumer that read its ranges to the end: it stays assigned where it is. */
   public static void giveBack(Map<String, String> config, PooledConsumer consumer) {
     synchronized (IDLE) {
       idle(config).add(consumer);

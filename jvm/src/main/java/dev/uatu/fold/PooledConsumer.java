@@ -1,87 +1,134 @@
 package dev.uatu.fold;
 
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 
 /**
- * A pooled byte-array consumer ({@link Consumers}) reading one partition, with the records it
- * fetched past the end of the last range it read. A poll returns whole fetches, so the read of
- * a range ends with records of the next one in hand; they are kept here, with the time they
- * were fetched, for the task that reads the next range of the partition, which then needs no
- * seek and no fetch before its first record. Not thread-safe: a task borrows it.
+ * A pooled byte-array consumer ({@link Consumers}) reading a set of partitions, with the
+ * records it fetched past the end of the ranges it read last. A poll returns whole fetches, so
+ * the read of a range ends with records of the next one in hand; they are kept here, per
+ * partition, with the time they were fetched, for the task that reads the next range of the
+ * partition, which then needs no seek and no fetch before its first record. One fetch carries
+ * every partition still being read, so a task that reads many small ranges pays one round trip
+ * for all of them, not one per partition. Not thread-safe: a task borrows it.
  */
 public final class PooledConsumer {
   final KafkaConsumer<byte[], byte[]> consumer;
-  private TopicPartition tp; // null until assigned
-  private List<ConsumerRecord<byte[], byte[]>> ahead = List.of(); // fetched, not handed out
-  private int next; // index of the first record of `ahead` not handed out
-  private long aheadFetchedMicros;
+  private Set<TopicPartition> assigned = Set.of();
+  private final Map<TopicPartition, Fetched> ahead = new HashMap<>(); // fetched, not handed out
+
+  /** Records of one partition, in offset order, and when their poll came back (epoch us). */
+  public record Fetched(
+      TopicPartition tp, List<ConsumerRecord<byte[], byte[]>> records, long fetchedMicros) {}
 
   PooledConsumer(KafkaConsumer<byte[], byte[]> consumer) {
     this.consumer = consumer;
   }
 
-  /** Whether the next record this consumer hands out is {@code offset} of {@code tp}. */
+  /** Whether the next record this consumer hands out of {@code tp} is {@code offset}. */
   boolean isAt(TopicPartition tp, long offset) {
-    if (!tp.equals(this.tp)) {
+    if (!assigned.contains(tp)) {
       return false;
     }
     try {
-      return position() == offset;
+      return position(tp) == offset;
     } catch (RuntimeException e) {
       return false; // whatever it is, a seek sets it right
     }
   }
 
-  /** Read {@code tp} from {@code offset} on, dropping what was fetched before. */
-  void seek(TopicPartition tp, long offset) {
-    consumer.assign(List.of(tp));
-    consumer.seek(tp, offset);
-    this.tp = tp;
-    ahead = List.of();
-    next = 0;
-  }
-
-  /** The offset of the next record this consumer hands out (or a position past markers). */
-  long position() {
-    return next < ahead.size() ? ahead.get(next).offset() : consumer.position(tp);
+  /** How many of {@code starts}' partitions this consumer would read without a seek. */
+  int readyFor(Map<TopicPartition, Long> starts) {
+    int ready = 0;
+    for (Map.Entry<TopicPartition, Long> e : starts.entrySet()) {
+      if (isAt(e.getKey(), e.getValue())) {
+        ready++;
+      }
+    }
+    return ready;
   }
 
   /**
-   * The next records of the partition, in offset order: the ones fetched before, if any, else
-   * one poll's (possibly none, after {@code poll}); {@link #fetchedMicros} says when they came.
+   * Reads exactly {@code starts}' partitions from now on, each from its offset: a partition
+   * already there keeps what was fetched of it, the others are sought (and lose it).
    */
-  List<ConsumerRecord<byte[], byte[]>> nextRecords(Duration poll) {
-    if (next < ahead.size()) {
-      List<ConsumerRecord<byte[], byte[]>> kept = ahead.subList(next, ahead.size());
-      ahead = List.of();
-      next = 0;
-      return kept;
+  void moveTo(Map<TopicPartition, Long> starts) {
+    if (!assigned.equals(starts.keySet())) {
+      consumer.assign(starts.keySet()); // kept partitions keep their positions
+      assigned = Set.copyOf(starts.keySet());
+      ahead.keySet().retainAll(assigned);
     }
-    List<ConsumerRecord<byte[], byte[]>> records = consumer.poll(poll).records(tp);
-    aheadFetchedMicros = MicroClock.nowMicros();
-    return records;
+    consumer.resume(consumer.paused());
+    for (Map.Entry<TopicPartition, Long> e : starts.entrySet()) {
+      if (!isAt(e.getKey(), e.getValue())) {
+        consumer.seek(e.getKey(), e.getValue());
+        ahead.remove(e.getKey());
+      }
+    }
   }
 
-  /** When the records {@link #nextRecords} returned last were fetched (epoch microseconds). */
-  long fetchedMicros() {
-    return aheadFetchedMicros;
+  /** The offset of the next record of {@code tp} this consumer hands out (or a position past markers). */
+  long position(TopicPartition tp) {
+    Fetched kept = ahead.get(tp);
+    return kept != null ? kept.records.get(0).offset() : consumer.position(tp);
   }
 
-  /** Keep {@code records[from:]} (fetched at {@link #fetchedMicros}) for the next read. */
-  void keep(List<ConsumerRecord<byte[], byte[]>> records, int from) {
-    ahead = records;
-    next = from;
+  /**
+   * The next records of the partitions in {@code reading}: those fetched before, if any of
+   * them has some; else one poll's (possibly none, after {@code poll}), which fetches nothing
+   * of the other assigned partitions (they are paused: their reads are done).
+   */
+  List<Fetched> next(Duration poll, Set<TopicPartition> reading) {
+    List<Fetched> out = new ArrayList<>();
+    for (TopicPartition tp : reading) {
+      Fetched kept = ahead.remove(tp);
+      if (kept != null) {
+        out.add(kept);
+      }
+    }
+    if (!out.isEmpty()) {
+      return out;
+    }
+    Set<TopicPartition> done = new HashSet<>(assigned);
+    done.removeAll(reading);
+    done.removeAll(consumer.paused());
+    if (!done.isEmpty()) {
+      consumer.pause(done);
+    }
+    ConsumerRecords<byte[], byte[]> polled = consumer.poll(poll);
+    long fetched = MicroClock.nowMicros();
+    for (TopicPartition tp : polled.partitions()) {
+      out.add(new Fetched(tp, polled.records(tp), fetched));
+    }
+    return out;
   }
 
-  /** Forget the partition and what was fetched of it (a read that failed). */
+  /** Keep {@code records[from:]} of {@code fetched}'s partition for the next read of it. */
+  void keep(Fetched fetched, int from) {
+    List<ConsumerRecord<byte[], byte[]>> rest =
+        fetched.records.subList(from, fetched.records.size());
+    if (rest.isEmpty()) {
+      return;
+    }
+    if (ahead.containsKey(fetched.tp)) {
+      throw new FoldException("records of " + fetched.tp + " fetched twice past a read's end");
+    }
+    ahead.put(fetched.tp, new Fetched(fetched.tp, rest, fetched.fetchedMicros));
+  }
+
+  /** Forget the partitions and what was fetched of them (a read that failed). */
   void reset() {
     consumer.unsubscribe();
-    tp = null;
-    ahead = List.of();
-    next = 0;
+    assigned = Set.of();
+    ahead.clear();
   }
 }

@@ -26,10 +26,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * Folds of Spark-planned Kafka offset ranges in JVM tasks: the way a job reads a topic at the
  * pace of a plain Kafka consumer. Spark's Kafka source still plans every micro-batch (its
  * offsets, {@code maxOffsetsPerTrigger}, the checkpoint) but the batch's rows are never read;
- * instead one task per range reads it with a byte-array consumer ({@link RangeReader}) and a
+ * instead tasks read the ranges with byte-array consumers ({@link RangeReader}) and a
  * {@link RecordFold} turns its records into a few partial-aggregate rows. No record becomes a
  * Spark row or crosses into Python, so the fold is not bound by Spark's Kafka-to-row conversion
- * (docs/loadgen.md, "How it reads").
+ * (docs/loadgen.md, "How it reads"). Ranges are packed into as few tasks as keep every slot
+ * busy ({@link #packed}), each read by one consumer whose fetches carry all its partitions,
+ * so a batch of thousands of quiet topic partitions costs a few tasks, not thousands.
  *
  * <p>Called from Python through py4j ({@code jobs/loadgen/measure.py} for LOAD_GEN_CONSUME,
  * {@code jobs/audit/fold.py} for the audit job); the replication job's copy
@@ -39,12 +41,15 @@ public final class RangeFolds {
   /** A range whose partition stays silent this long fails its task. */
   public static final long DEFAULT_TIMEOUT_MS = 120_000;
 
+  /** Records past which a batch gets more tasks than slots ({@link #packed}). */
+  public static final long RECORDS_PER_TASK = 1_000_000;
+
   private RangeFolds() {}
 
   /**
-   * Folds each range in its own Spark task and returns the folds' rows in {@code schemaDdl}.
-   * Lazy like any Dataset: the ranges are read when the result is computed, once per
-   * computation.
+   * Folds the ranges in Spark tasks ({@link #packed}: several ranges to a task when there are
+   * more ranges than slots) and returns the folds' rows in {@code schemaDdl}. Lazy like any
+   * Dataset: the ranges are read when the result is computed, once per computation.
    */
   public static Dataset<Row> fold(
       SparkSession spark,
@@ -53,11 +58,62 @@ public final class RangeFolds {
       FoldFactory factory,
       String schemaDdl,
       long timeoutMs) {
+    List<ArrayList<FoldRange>> packs =
+        packed(ranges, spark.sparkContext().defaultParallelism(), RECORDS_PER_TASK);
     JavaRDD<Row> rows =
         JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(ranges, Math.max(1, ranges.size()))
+            .parallelize(packs, Math.max(1, packs.size()))
             .mapPartitions(new FoldTask(consumerConfig, factory, timeoutMs));
     return spark.createDataFrame(rows, StructType.fromDDL(schemaDdl));
+  }
+
+  /**
+   * The ranges as Spark tasks: one task per slot, more when a task would otherwise read more
+   * than {@code recordsPerTask} records, never more than one per range. Each range, biggest
+   * first, goes to the task with the fewest records so far, so a busy partition gets a task to
+   * itself while thousands of quiet ones share a few (a task per range costs a task's launch
+   * and a consumer round trip per partition: thousands of topics would not fit a trigger).
+   * Within a task, ranges keep the order given.
+   */
+  public static List<ArrayList<FoldRange>> packed(
+      List<FoldRange> ranges, int slots, long recordsPerTask) {
+    long records = 0;
+    for (FoldRange r : ranges) {
+      records += r.untilOffset - r.fromOffset;
+    }
+    long needed = Math.max(slots, (records + recordsPerTask - 1) / Math.max(1, recordsPerTask));
+    int tasks = (int) Math.min(ranges.size(), needed);
+    List<Integer> order = new ArrayList<>();
+    for (int i = 0; i < ranges.size(); i++) {
+      order.add(i);
+    }
+    order.sort(
+        Comparator.comparingLong(
+                (Integer i) -> ranges.get(i).fromOffset - ranges.get(i).untilOffset)
+            .thenComparingInt(i -> i));
+    long[] load = new long[tasks];
+    List<List<Integer>> members = new ArrayList<>();
+    for (int t = 0; t < tasks; t++) {
+      members.add(new ArrayList<>());
+    }
+    for (int i : order) {
+      int lightest = 0;
+      for (int t = 1; t < tasks; t++) {
+        if (load[t] < load[lightest]) {
+          lightest = t;
+        }
+      }
+      members.get(lightest).add(i);
+      load[lightest] += ranges.get(i).untilOffset - ranges.get(i).fromOffset;
+    }
+    List<ArrayList<FoldRange>> packs = new ArrayList<>();
+    for (List<Integer> task : members) {
+      task.sort(Comparator.naturalOrder());
+      ArrayList<FoldRange> pack = new ArrayList<>();
+      task.forEach(i -> pack.add(ranges.get(i)));
+      packs.add(pack);
+    }
+    return packs;
   }
 
   /**

@@ -8,11 +8,12 @@
  * <ul>
  *   <li>{@link dev.uatu.fold.RangeFolds#planned}: the offset ranges Spark's Kafka source planned
  *       for a micro-batch, read from the batch's plan without reading its rows.
- *   <li>{@link dev.uatu.fold.RangeFolds#fold}: one Spark task per range (or group of ranges)
- *       reads it with a pooled byte-array consumer ({@link dev.uatu.fold.Consumers}, {@link
+ *   <li>{@link dev.uatu.fold.RangeFolds#fold}: the ranges packed into about one Spark task per
+ *       slot ({@link dev.uatu.fold.RangeFolds#packed}); each task reads its ranges with one
+ *       pooled byte-array consumer ({@link dev.uatu.fold.Consumers}, {@link
  *       dev.uatu.fold.RangeReader}) and hands every record, in offset order, to the {@link
- *       dev.uatu.fold.RecordFold} its {@link dev.uatu.fold.FoldFactory} made; the folds' rows
- *       come back as a Dataset in the schema the job gives.
+ *       dev.uatu.fold.RecordFold} its {@link dev.uatu.fold.FoldFactory} made for the range;
+ *       the folds' rows come back as a Dataset in the schema the job gives.
  *   <li>{@link dev.uatu.fold.BatchState}: a job's own state per micro-batch next to the
  *       checkpoint, written before the batch's output, so a replayed batch starts from the same
  *       state.
