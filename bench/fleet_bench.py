@@ -84,7 +84,14 @@ class FleetProducer(threading.Thread):
 
     def __init__(self, bootstrap: str, topics: list[str], partitions: int, rate: int) -> None:
         super().__init__(name="fleet-producer", daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 50,
+                # A second of the whole fleet's records, and its first metadata lookups.
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
         self.topics, self.partitions, self.rate = topics, partitions, rate
         self.truth = Truth()
         self.stopping = threading.Event()
@@ -109,9 +116,14 @@ class FleetProducer(threading.Thread):
         original = seq - 1 if repeat else seq
         partition = original % self.partitions
         payload = f"{topic}/{original}".encode()
-        self.producer.produce(
-            topic, key=payload, value=payload * 4, partition=partition, timestamp=now_ms
-        )
+        while True:
+            try:
+                self.producer.produce(
+                    topic, key=payload, value=payload * 4, partition=partition, timestamp=now_ms
+                )
+                break
+            except BufferError:  # the local queue is full: let it drain, then send
+                self.producer.poll(0.1)
         window = (now_ms // 1000) // WINDOW_S * WINDOW_S
         with self.truth.lock:
             self.truth.sent[(topic, partition, window)] += 1
