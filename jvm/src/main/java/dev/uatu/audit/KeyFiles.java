@@ -11,9 +11,11 @@ import java.nio.LongBuffer;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 
 /**
@@ -36,6 +38,33 @@ final class KeyFiles {
   static final String ALL = ".all";
 
   private KeyFiles() {}
+
+  /**
+   * The file system key files under {@code dir} are read and written with. For a local
+   * checkpoint, the raw local one: Hadoop's checksummed local file system writes a .crc beside
+   * every file and sets each new file's and folder's permissions by forking a {@code chmod}
+   * process when Hadoop's native library is absent (as in Spark's distribution), several
+   * processes per partition and batch; a batch of thousands of partitions spent minutes in
+   * them. Files written either way read the same.
+   */
+  static FileSystem fileSystem(Path dir, Configuration conf) throws IOException {
+    FileSystem fs = dir.getFileSystem(conf);
+    return fs instanceof LocalFileSystem local ? local.getRawFileSystem() : fs;
+  }
+
+  /**
+   * A new file, replacing any: with no permission given, so the raw local file system sets
+   * none (the folders it makes for it neither); other file systems apply their defaults.
+   */
+  private static FSDataOutputStream create(FileSystem fs, Path file) throws IOException {
+    return fs.create(
+        file,
+        true,
+        1 << 16,
+        fs.getDefaultReplication(file),
+        fs.getDefaultBlockSize(file),
+        null);
+  }
 
   /** One file of a window: its batch and whether it holds every key so far. */
   record Version(long batch, boolean all, Path path) {}
@@ -82,7 +111,7 @@ final class KeyFiles {
   static void write(FileSystem fs, Path file, long[] keys, int count) throws IOException {
     Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
     ByteBuffer buffer = ByteBuffer.allocate(1 << 16);
-    try (FSDataOutputStream stream = fs.create(tmp, true)) {
+    try (FSDataOutputStream stream = create(fs, tmp)) {
       OutputStream out = stream;
       DataOutputStream header = new DataOutputStream(out);
       header.writeInt(MAGIC);
@@ -161,7 +190,7 @@ final class KeyFiles {
 
   static void writeLog(FileSystem fs, Path file, long watermarkMs) throws IOException {
     Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
-    try (DataOutputStream out = new DataOutputStream(fs.create(tmp, true))) {
+    try (DataOutputStream out = new DataOutputStream(create(fs, tmp))) {
       out.writeInt(MAGIC);
       out.writeLong(watermarkMs);
     }

@@ -112,7 +112,7 @@ final class PartitionKeys {
   static PartitionKeys checkOut(String keysDir, Configuration conf, int partition, long batch) {
     Path dir = new Path(keysDir, "p" + partition);
     try {
-      FileSystem fs = dir.getFileSystem(conf);
+      FileSystem fs = KeyFiles.fileSystem(dir, conf);
       long newest = KeyFiles.newestLog(fs, new Path(dir, "log"), batch);
       PartitionKeys loaded = LOADED.remove(dir.toString());
       PartitionKeys state;
