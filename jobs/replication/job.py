@@ -9,9 +9,10 @@ the source planned (`writer.planned_ranges`, `ranges.batch_ranges`) from a Kafka
 straight to a Kafka producer in JVM tasks. Spark's progress therefore reports 0 input rows;
 `replication_stats` has the counts.
 
-Sink: the kafka_dispatcher_task_group topic (one Spark task per source partition; partition
-N -> N, or N % count with the modulo mapping). Key, value, headers and the source timestamp
-are kept; every record gets a provenance stamp (`core.provenance.STAMP`).
+Sink: the kafka_dispatcher_task_group topic (each source partition's range copied by one
+Spark task, which may copy others too; partition N -> N, or N % count with the modulo
+mapping). Key, value, headers and the source timestamp are kept; every record gets a
+provenance stamp (`core.provenance.STAMP`).
 
 Guarantee: no loss (a failed delivery fails the batch, which is replayed), order kept per
 partition, and no duplicate from restarts or task retries: each task skips what its

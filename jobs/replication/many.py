@@ -11,8 +11,9 @@ set of topics in step, in the micro-batch copy.
   destination gets the source's partition count and its synced configs
   (`topics.synced_configs`); an existing one is used as it is (partitions grown if fewer).
 * **Copy.** `ManyTopicsWriter` copies every planned range of every topic in one Spark job,
-  one task per topic and partition, each to its topic's destination (`writer.copy_topic_ranges`,
-  `RangeCopier.java`), with the same tail check, stamps, flow control and stats as one topic.
+  packed into about one task per slot, each range to its topic's destination
+  (`writer.copy_topic_ranges`, `RangeCopier.java`), with the same tail check, stamps, flow
+  control and stats as one topic.
 """
 
 from __future__ import annotations

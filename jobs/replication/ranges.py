@@ -3,7 +3,8 @@
 Spark's Kafka source plans every micro-batch: start offsets (the last batch's ends, or the
 resolved starting offsets), end offsets (the latest, capped by maxOffsetsPerTrigger), and the
 checkpoint that makes a restart resume there. The replication job copies exactly the ranges
-the source planned, one Spark task per partition, clipped to a bounded copy's end offsets.
+the source planned, each partition's range read by one Spark task, clipped to a bounded
+copy's end offsets.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ def batch_ranges(
     """One range per partition with records to copy, in partition order.
 
     `planned` are the ranges Spark's Kafka source planned for the batch; a partition split into
-    adjoining ranges (the source's minPartitions) becomes one again, because one task per
-    partition is what keeps its order. `copy_ends` are a bounded copy's end offsets (None for
-    a continuous copy); a partition it has no end for is not part of the copy.
+    adjoining ranges (the source's minPartitions) becomes one again, because one task reading
+    a partition's range is what keeps its order. `copy_ends` are a bounded copy's end offsets
+    (None for a continuous copy); a partition it has no end for is not part of the copy.
     """
     merged: dict[int, SourceRange] = {}
     for r in sorted(planned, key=lambda r: (r.partition, r.from_offset)):

@@ -1,15 +1,18 @@
 """The replication copy: JVM tasks that move Spark-planned source offset ranges from a Kafka
 consumer to a Kafka producer (`jvm/src/main/java/dev/uatu/replication/`, compiled into
-build/uatu-jvm.jar), one Spark task per source partition and micro-batch.
+build/uatu-jvm.jar). A micro-batch's ranges are packed into about one Spark task per slot
+(`ReplicationSink.packed`: each partition's range in exactly one task, a busy one alone).
 
-For the range its task holds (`ranges.SourceRange`), the copy
+For each range its task holds (`ranges.SourceRange`), the copy
 
-1. reads the tail of the destination partition and finds the highest source offset already
-   stamped there, so records a crashed run or a failed task attempt wrote are not written again;
-2. reads the range with a byte-array consumer and produces every newer record to the
-   destination partition with the Java Kafka producer, keeping key, value, headers and the
-   source timestamp, and appending the encoded-format headers, if any, and the provenance
-   stamp (`core.provenance.STAMP`, one header naming source cluster, topic, partition and offset);
+1. reads the tail of the destination partition (all the task's tails in the same fetches)
+   and finds the highest source offset already stamped there, so records a crashed run or a
+   failed task attempt wrote are not written again;
+2. reads the range with the task's byte-array consumer (one for all its ranges) and produces
+   every newer record to the destination partition with the Java Kafka producer, keeping
+   key, value, headers and the source timestamp, and appending the encoded-format headers, if
+   any, and the provenance stamp (`core.provenance.STAMP`, one header naming source cluster,
+   topic, partition and offset);
 3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
    and the query, fail rather than lose a record), and returns one summary row per window of
    source timestamps (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min,
@@ -23,7 +26,8 @@ Spark's own Kafka sink: in Spark 4.2 it cannot set the record timestamp (SPARK-5
 it), it reports no per-record ack, and a retried task re-sends records the failed attempt
 already wrote. Step 1 in every task makes task retries, executor loss and driver restarts all
 leave exactly one copy, provided the destination partition is written only by this job and in
-order (one task per partition, no speculation, idempotent or single-in-flight producer).
+order (one task per partition's range, no speculation, idempotent or single-in-flight
+producer).
 """
 
 from __future__ import annotations

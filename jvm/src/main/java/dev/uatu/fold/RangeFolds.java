@@ -6,6 +6,7 @@ import java.util.Comparator;
 import java.util.Deque;
 import java.util.List;
 import java.util.Map;
+import java.util.function.ToLongFunction;
 import org.apache.spark.Partition;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
@@ -77,19 +78,24 @@ public final class RangeFolds {
    */
   public static List<ArrayList<FoldRange>> packed(
       List<FoldRange> ranges, int slots, long recordsPerTask) {
-    long records = 0;
-    for (FoldRange r : ranges) {
-      records += r.untilOffset - r.fromOffset;
+    return packed(ranges, r -> r.untilOffset - r.fromOffset, slots, recordsPerTask);
+  }
+
+  /** {@link #packed(List, int, long)} for any kind of range, {@code records} its size. */
+  public static <T> List<ArrayList<T>> packed(
+      List<T> ranges, ToLongFunction<T> records, int slots, long recordsPerTask) {
+    long total = 0;
+    for (T r : ranges) {
+      total += records.applyAsLong(r);
     }
-    long needed = Math.max(slots, (records + recordsPerTask - 1) / Math.max(1, recordsPerTask));
+    long needed = Math.max(slots, (total + recordsPerTask - 1) / Math.max(1, recordsPerTask));
     int tasks = (int) Math.min(ranges.size(), needed);
     List<Integer> order = new ArrayList<>();
     for (int i = 0; i < ranges.size(); i++) {
       order.add(i);
     }
     order.sort(
-        Comparator.comparingLong(
-                (Integer i) -> ranges.get(i).fromOffset - ranges.get(i).untilOffset)
+        Comparator.comparingLong((Integer i) -> -records.applyAsLong(ranges.get(i)))
             .thenComparingInt(i -> i));
     long[] load = new long[tasks];
     List<List<Integer>> members = new ArrayList<>();
@@ -104,12 +110,12 @@ public final class RangeFolds {
         }
       }
       members.get(lightest).add(i);
-      load[lightest] += ranges.get(i).untilOffset - ranges.get(i).fromOffset;
+      load[lightest] += records.applyAsLong(ranges.get(i));
     }
-    List<ArrayList<FoldRange>> packs = new ArrayList<>();
+    List<ArrayList<T>> packs = new ArrayList<>();
     for (List<Integer> task : members) {
       task.sort(Comparator.naturalOrder());
-      ArrayList<FoldRange> pack = new ArrayList<>();
+      ArrayList<T> pack = new ArrayList<>();
       task.forEach(i -> pack.add(ranges.get(i)));
       packs.add(pack);
     }

@@ -46,17 +46,13 @@ public final class ReplicationSink {
   }
 
   /**
-   * Copies {@code ranges}, one Spark task per range, and returns the summary rows in {@code
-   * summarySchemaDdl}. Lazy like any Dataset: the copy happens when the result is computed,
-   * once per computation.
+   * Copies {@code ranges}, packed into about one Spark task per slot ({@link #packed}), and
+   * returns the summary rows in {@code summarySchemaDdl}. Lazy like any Dataset: the copy
+   * happens when the result is computed, once per computation.
    */
   public static Dataset<Row> copyRanges(
       SparkSession spark, List<SourceRange> ranges, CopyConfig config, String summarySchemaDdl) {
-    JavaRDD<Row> summaries =
-        JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(ranges, Math.max(1, ranges.size()))
-            .mapPartitions(new RangeCopier(config, Map.of(), ranges.size()));
-    return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
+    return copy(spark, ranges, config, Map.of(), summarySchemaDdl);
   }
 
   /**
@@ -68,11 +64,31 @@ public final class ReplicationSink {
       List<SourceRange> ranges,
       Map<String, CopyConfig> routes,
       String summarySchemaDdl) {
+    return copy(spark, ranges, null, routes, summarySchemaDdl);
+  }
+
+  private static Dataset<Row> copy(
+      SparkSession spark,
+      List<SourceRange> ranges,
+      CopyConfig single,
+      Map<String, CopyConfig> routes,
+      String summarySchemaDdl) {
+    List<ArrayList<SourceRange>> packs = packed(ranges, spark.sparkContext().defaultParallelism());
     JavaRDD<Row> summaries =
         JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(ranges, Math.max(1, ranges.size()))
-            .mapPartitions(new RangeCopier(null, routes, ranges.size()));
+            .parallelize(packs, Math.max(1, packs.size()))
+            .mapPartitions(new RangeCopier(single, routes, packs.size()));
     return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
+  }
+
+  /**
+   * The ranges as copy tasks, as the folds pack theirs ({@link RangeFolds#packed}): about one
+   * per slot, a busy partition alone; each partition is in one task, so its records are sent
+   * in order by one producer thread.
+   */
+  static List<ArrayList<SourceRange>> packed(List<SourceRange> ranges, int slots) {
+    return RangeFolds.packed(
+        ranges, r -> r.untilOffset - r.fromOffset, slots, RangeFolds.RECORDS_PER_TASK);
   }
 
   /**
