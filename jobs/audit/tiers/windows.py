@@ -8,13 +8,16 @@ horizon (`extension.audit.verdict_horizon_seconds`).
 
 The Kafka side of a topic is one counting audit's rows (`audit_counts`): of the audits whose
 interval divides the check's, the one with the largest interval, AUDIT_TYPE_EXACT_UNIQ
-preferred at equal interval; its windows are summed into the check's window.
+preferred at equal interval; its windows are summed into the check's window. When several
+counting JobGroups audit the topic (a pattern audit and a single-topic one, say: each writes
+its own rows, `job_group_id`), the rows of one of them are used, the one that updated the
+topic's rows last: two audits of the same records are never added together.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,16 +105,21 @@ def any_of(refs: Iterable[TopicRef]) -> Column:
     return match
 
 
-def per_check_window(rows: Iterable[Any], interval_s: int) -> KafkaRows:
-    """`audit_counts` rows (cluster, topic, audit_type, audit_interval_seconds, window_start
-    in epoch ms, ...) -> the chosen audit's rows of each topic per check window (the rule of
-    the module docstring). `rows` hold only audits whose interval divides `interval_s`."""
+def per_check_window(
+    rows: Iterable[Any], interval_s: int, updated: Mapping[tuple[TopicRef, str], int]
+) -> KafkaRows:
+    """`audit_counts` rows (cluster, topic, job_group_id, audit_type, audit_interval_seconds,
+    window_start in epoch ms, ...) -> the chosen audit's rows of each topic per check window
+    (the rule of the module docstring; `updated`: each (topic, writing group)'s latest update,
+    epoch ms). `rows` hold only audits whose interval divides `interval_s`."""
     rows = list(rows)
 
-    def rank(r: Any) -> tuple[int, int]:
-        return (r.audit_interval_seconds, 1 if r.audit_type == EXACT else 0)
+    def rank(r: Any) -> tuple[int, int, int, str]:
+        writer = (TopicRef(r.cluster, r.topic), r.job_group_id)
+        exact = 1 if r.audit_type == EXACT else 0
+        return (r.audit_interval_seconds, exact, updated.get(writer, 0), r.job_group_id)
 
-    chosen: dict[TopicRef, tuple[int, int]] = {}
+    chosen: dict[TopicRef, tuple[int, int, int, str]] = {}
     for r in rows:
         ref = TopicRef(r.cluster, r.topic)
         chosen[ref] = max(chosen.get(ref, rank(r)), rank(r))
@@ -133,18 +141,22 @@ def kafka_side(
         return {}, {}
     counts = spark.read.format("delta").load(spec.output.table("audit_counts"))
     mine = counts.where(any_of(refs))
-    until = {
-        TopicRef(r.cluster, r.topic): r.until
-        for r in mine.groupBy("cluster", "topic")
+    updated = {
+        (TopicRef(r.cluster, r.topic), r.job_group_id): r.until
+        for r in mine.groupBy("cluster", "topic", "job_group_id")
         .agg(F.max(F.unix_millis("updated_at")).alias("until"))
         .collect()
     }
+    until: dict[TopicRef, int] = {}
+    for (ref, _), ms in updated.items():
+        until[ref] = max(until.get(ref, ms), ms)
     rows = (
         mine.where(F.col("window_start") >= F.timestamp_millis(F.lit(at.horizon)))
         .where(F.lit(interval_s) % F.col("audit_interval_seconds") == 0)
         .select(
             "cluster",
             "topic",
+            "job_group_id",
             "audit_type",
             "audit_interval_seconds",
             epoch_ms("window_start"),
@@ -153,7 +165,7 @@ def kafka_side(
         )
         .collect()
     )
-    return per_check_window(rows, interval_s), until
+    return per_check_window(rows, interval_s, updated), until
 
 
 def named(refs: Sequence[TopicRef]) -> tuple[str, str]:

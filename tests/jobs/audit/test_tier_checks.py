@@ -17,10 +17,13 @@ T0 = 1_800_000_000_000 - 1_800_000_000_000 % 120_000  # a start of a 120 s windo
 ORDERS, COPY = TopicRef("local", "orders"), TopicRef("local", "orders-copy")
 
 
-def counted(topic: TopicRef, audit_type: str, interval: int, start: int, n: int) -> Row:
+def counted(
+    topic: TopicRef, audit_type: str, interval: int, start: int, n: int, group: str = "fleet"
+) -> Row:
     return Row(
         cluster=topic.cluster,
         topic=topic.topic,
+        job_group_id=group,
         audit_type=f"AUDIT_TYPE_{audit_type}",
         audit_interval_seconds=interval,
         window_start=start,
@@ -38,11 +41,29 @@ def test_the_kafka_side_is_one_audit_per_topic_summed_into_the_check_window():
         counted(ORDERS, "EXACT_UNIQ", 30, T0, 100),  # shorter interval
         counted(other, "APPROX_UNIQ", 30, T0 + 150_000, 3),
     ]
-    got = per_check_window(rows, 120)
+    got = per_check_window(rows, 120, {})
     assert {k: [r.message_count for r in v] for k, v in got.items()} == {
         (ORDERS, T0): [5, 7],
         (other, T0 + 120_000): [3],
     }
+
+
+def test_two_groups_counting_one_topic_are_never_added_together():
+    """A pattern audit and a single-topic audit both count `orders` (each its own rows): the
+    Kafka side is the rows of the group that updated them last, not their sum."""
+    rows = [
+        counted(ORDERS, "EXACT_UNIQ", 60, T0, 5, group="fleet"),
+        counted(ORDERS, "EXACT_UNIQ", 60, T0 + 60_000, 7, group="fleet"),
+        counted(ORDERS, "EXACT_UNIQ", 60, T0, 5, group="orders-only"),
+        counted(ORDERS, "EXACT_UNIQ", 60, T0 + 60_000, 6, group="orders-only"),  # behind
+    ]
+    updated = {(ORDERS, "fleet"): T0 + 200_000, (ORDERS, "orders-only"): T0 + 100_000}
+    got = per_check_window(rows, 120, updated)
+    assert {k: [r.message_count for r in v] for k, v in got.items()} == {(ORDERS, T0): [5, 7]}
+    # The other one's rows once it is the one updated last.
+    updated[(ORDERS, "orders-only")] = T0 + 300_000
+    got = per_check_window(rows, 120, updated)
+    assert {k: [r.message_count for r in v] for k, v in got.items()} == {(ORDERS, T0): [5, 6]}
 
 
 def ret_row(start: int, partition: int, deleted: int, lost: int, committed: int | None, of: int):
