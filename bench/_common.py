@@ -334,3 +334,14 @@ def write_latest(path: Path, figures: Mapping[str, Any]) -> None:
     JSON, replacing the previous run's: the bench's latest result."""
     latest = {**figures, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path.write_text(json.dumps(latest, indent=2, default=str) + "\n")
+
+
+def wait_for(what: str, check, deadline_s: float, every: float = 5.0) -> float | None:
+    """Seconds until `check()` is true, None at the deadline."""
+    started = time.monotonic()
+    while time.monotonic() - started < deadline_s:
+        if check():
+            return time.monotonic() - started
+        time.sleep(every)
+    say(f"  {what}: not within {deadline_s:.0f} s")
+    return None

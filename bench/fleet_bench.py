@@ -1,6 +1,7 @@
 """Fleet scale: one pattern audit over many topics against one application per topic.
 
-On a private 1-broker Kafka (heap 1g) under var/bench/:
+On a private 1-broker Kafka (heap 1g) under var/bench/ (its topics are created with a
+non-default ``retention.ms``, which the copies of step 6 must carry):
 
 1. --topics topics ``fleet.tNNNN`` of --partitions partitions each, fed --rate records/s per
    topic by one paced producer for the whole run. Records have known keys; every tenth record
@@ -21,7 +22,11 @@ On a private 1-broker Kafka (heap 1g) under var/bench/:
 5. Today's way, side by side in the same run: --baseline-apps single-topic audits, one
    application each, started at once on topics of the fleet with the same settings, sampled
    the same way for --baseline-minutes. Ratio per topic: memory and CPU of one application
-   per topic over the pattern audit's per-topic share.
+   per topic over the pattern audit's per-topic share (--baseline-apps 0: skipped).
+6. Every fleet topic copied by one regex replication JobGroup (bench/fleet_replication.py):
+   time and resources to copy the whole backlog, then every destination partition read back
+   (each record once, in order) and every destination topic's partitions and synced config
+   checked (--no-replication: skipped).
 
 Figures go to stdout, var/bench/fleet-result.json and docs/benchmarks/fleet-<UTC>-<commit>.json;
 job logs to var/bench/fleet-*.log. Nothing here asserts a duration.
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench._common import (
@@ -50,11 +55,14 @@ from bench._common import (
     parse_args,
     say,
     spark_submit_env,
+    wait_for,
     warn_if_jobs_zip_stale,
     work_dir,
     write_latest,
     write_result,
 )
+from bench.fleet_replication import SOURCE_ALIAS, SYNCED_CONFIG, run_replication
+from bench.process_usage import sample
 from core.paths import ROOT
 from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
@@ -124,58 +132,14 @@ class FleetProducer(threading.Thread):
                 break
             except BufferError:  # the local queue is full: let it drain, then send
                 self.producer.poll(0.1)
+            except KafkaException as e:  # a new topic's metadata not here yet
+                if e.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                    raise
+                self.producer.poll(0.1)
         window = (now_ms // 1000) // WINDOW_S * WINDOW_S
         with self.truth.lock:
             self.truth.sent[(topic, partition, window)] += 1
             self.truth.repeats[(topic, partition, window)] += repeat
-
-
-# --- the measured processes ------------------------------------------------------------------
-
-
-def _tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        try:
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        todo += [int(c) for c in children]
-    return pids
-
-
-def tree_usage(pid: int) -> tuple[int, float]:
-    """(resident bytes, CPU seconds) of `pid` and its descendants, now."""
-    rss, cpu = 0, 0.0
-    ticks = 100.0
-    for p in _tree(pid):
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                rss += int(line.split()[1]) * 1024
-        cpu += (int(stat[11]) + int(stat[12])) / ticks
-    return rss, cpu
-
-
-def sample(pids: Sequence[int], seconds: float) -> dict[str, float]:
-    """Mean and peak resident bytes of `pids`' trees together, and mean cores, over `seconds`."""
-    first_cpu = sum(tree_usage(p)[1] for p in pids)
-    started, rss = time.monotonic(), []
-    while time.monotonic() - started < seconds:
-        rss.append(sum(tree_usage(p)[0] for p in pids))
-        time.sleep(5)
-    cpu = sum(tree_usage(p)[1] for p in pids) - first_cpu
-    return {
-        "rss_mean_gib": sum(rss) / len(rss) / 2**30,
-        "rss_peak_gib": max(rss) / 2**30,
-        "cores": cpu / (time.monotonic() - started),
-    }
 
 
 def audit_group(group_id: str, *, pattern: str = "", topic: str = "", trigger: int) -> dict:
@@ -258,17 +222,6 @@ def read_counts(path: str) -> list[dict[str, Any]]:
     return table.to_pyarrow_table(columns=columns).to_pylist()
 
 
-def wait_for(what: str, check, deadline_s: float, every: float = 5.0) -> float | None:
-    """Seconds until `check()` is true, None at the deadline."""
-    started = time.monotonic()
-    while time.monotonic() - started < deadline_s:
-        if check():
-            return time.monotonic() - started
-        time.sleep(every)
-    say(f"  {what}: not within {deadline_s:.0f} s")
-    return None
-
-
 def compare(rows: list[dict[str, Any]], truth: Truth, group_id: str) -> dict[str, Any]:
     """Windows exact (counts, EXACT distinct) and APPROX within 3 standard errors."""
     mismatched, approx_outside, compared = [], 0, 0
@@ -305,10 +258,21 @@ def compare(rows: list[dict[str, Any]], truth: Truth, group_id: str) -> dict[str
 def create_topics(admin: AdminClient, names: Sequence[str], partitions: int) -> None:
     for start in range(0, len(names), 200):
         futures = admin.create_topics(
-            [NewTopic(n, partitions, 1) for n in names[start : start + 200]]
+            [
+                NewTopic(n, partitions, 1, config=dict([SYNCED_CONFIG]))
+                for n in names[start : start + 200]
+            ]
         )
         for future in futures.values():
             future.result()
+    # Created is not yet known to every client: wait until the cluster's metadata lists them
+    # all, so the producer never meets an unknown topic.
+    wanted = set(names)
+    wait_for(
+        f"{len(names)} topics in the metadata",
+        lambda: wanted <= set(admin.list_topics(timeout=30).topics),
+        300,
+    )
 
 
 def bench(args) -> dict[str, Any]:
@@ -317,7 +281,15 @@ def bench(args) -> dict[str, Any]:
         cluster = start_cluster(workdir / "kafka", heap="1g")
         try:
             bootstrap = cluster.bootstrap_servers
-            conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", workdir / "ck")
+            conf = write_conf_dir(
+                workdir / "conf",
+                bootstrap,
+                workdir / "wh",
+                workdir / "ck",
+                more_clusters={
+                    name: {"bootstrap_servers": bootstrap} for name in (SOURCE_ALIAS, "dst")
+                },
+            )
             admin = AdminClient({"bootstrap.servers": bootstrap})
             topics = [f"{PREFIX}{i:04d}" for i in range(args.topics)]
             say(f"creating {len(topics)} topics of {args.partitions} partitions")
@@ -325,26 +297,46 @@ def bench(args) -> dict[str, Any]:
             producer = FleetProducer(bootstrap, topics, args.partitions, args.rate)
             producer.start()
             figures |= run_fleet(args, workdir, conf, admin, producer)
-            # The fleet's producer has stopped: the baseline's topics get their own, at the
-            # same rate, so the one-application-per-topic audits have records to fold.
-            feeder = FleetProducer(
-                bootstrap, topics[: args.baseline_apps], args.partitions, args.rate
-            )
-            feeder.start()
-            try:
-                figures["baseline"] = run_baseline(args, workdir, conf, topics)
-            finally:
-                feeder.stopping.set()
-                feeder.join()
-            figures["ratio_memory_per_topic"] = (
-                figures["baseline"]["rss_mean_gib"] / args.baseline_apps
-            ) / (figures["pattern_audit"]["rss_mean_gib"] / figures["topics_audited"])
-            figures["ratio_cores_per_topic"] = (
-                figures["baseline"]["cores"] / args.baseline_apps
-            ) / (figures["pattern_audit"]["cores"] / figures["topics_audited"])
+            if args.baseline_apps:
+                figures |= run_baseline_beside(args, workdir, conf, bootstrap, topics, figures)
+            if args.replication:
+                figures["replication"] = run_replication(
+                    workdir,
+                    conf,
+                    admin,
+                    bootstrap,
+                    list(producer.topics),
+                    args.partitions,
+                    args.trigger_seconds,
+                )
         finally:
             cluster.stop()
     return figures
+
+
+def run_baseline_beside(
+    args, workdir: Path, conf: Path, bootstrap: str, topics: list[str], fleet: dict[str, Any]
+) -> dict[str, Any]:
+    """The baseline (below) and its ratios per topic to the pattern audit's figures."""
+    # The fleet's producer has stopped: the baseline's topics get their own, at the same
+    # rate, so the one-application-per-topic audits have records to fold.
+    feeder = FleetProducer(bootstrap, topics[: args.baseline_apps], args.partitions, args.rate)
+    feeder.start()
+    try:
+        baseline = run_baseline(args, workdir, conf, topics)
+    finally:
+        feeder.stopping.set()
+        feeder.join()
+    per_topic = {
+        k: fleet["pattern_audit"][k] / fleet["topics_audited"] for k in ("rss_mean_gib", "cores")
+    }
+    return {
+        "baseline": baseline,
+        "ratio_memory_per_topic": baseline["rss_mean_gib"]
+        / args.baseline_apps
+        / per_topic["rss_mean_gib"],
+        "ratio_cores_per_topic": baseline["cores"] / args.baseline_apps / per_topic["cores"],
+    }
 
 
 def run_fleet(args, workdir: Path, conf: Path, admin: AdminClient, producer: FleetProducer):
@@ -446,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-seconds", type=int, default=30)
     parser.add_argument("--baseline-apps", type=int, default=3)
     parser.add_argument("--baseline-minutes", type=float, default=3)
+    parser.add_argument(
+        "--no-replication",
+        dest="replication",
+        action="store_false",
+        help="skip the last phase (every fleet topic copied by one regex replication)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parse_args(
         parser,
