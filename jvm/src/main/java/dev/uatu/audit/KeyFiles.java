@@ -1,5 +1,6 @@
 package dev.uatu.audit;
 
+import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.FileNotFoundException;
@@ -8,14 +9,15 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.nio.ByteBuffer;
 import java.nio.LongBuffer;
+import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.fs.Path;
 
 /**
@@ -41,11 +43,11 @@ final class KeyFiles {
 
   /**
    * The file system key files under {@code dir} are read and written with. For a local
-   * checkpoint, the raw local one: Hadoop's checksummed local file system writes a .crc beside
-   * every file and sets each new file's and folder's permissions by forking a {@code chmod}
-   * process when Hadoop's native library is absent (as in Spark's distribution), several
-   * processes per partition and batch; a batch of thousands of partitions spent minutes in
-   * them. Files written either way read the same.
+   * checkpoint, the raw local one, whose new files {@link #create} makes through java.nio:
+   * Hadoop's checksummed local file system writes a .crc beside every file, and both set a new
+   * file's permissions by forking a {@code chmod} process when Hadoop's native library is
+   * absent (as in Spark's distribution); a batch of thousands of partitions spent minutes in
+   * those processes. Files written either way read the same.
    */
   static FileSystem fileSystem(Path dir, Configuration conf) throws IOException {
     FileSystem fs = dir.getFileSystem(conf);
@@ -53,17 +55,17 @@ final class KeyFiles {
   }
 
   /**
-   * A new file, replacing any: with no permission given, so the raw local file system sets
-   * none (the folders it makes for it neither); other file systems apply their defaults.
+   * A new file, replacing any, and the folders above it. On the raw local file system through
+   * java.nio: Hadoop's sets the new file's permissions by forking {@code chmod} whatever it is
+   * given (each fork a copy of the executor's address space).
    */
-  private static FSDataOutputStream create(FileSystem fs, Path file) throws IOException {
-    return fs.create(
-        file,
-        true,
-        1 << 16,
-        fs.getDefaultReplication(file),
-        fs.getDefaultBlockSize(file),
-        null);
+  private static OutputStream create(FileSystem fs, Path file) throws IOException {
+    if (fs instanceof RawLocalFileSystem local) {
+      java.nio.file.Path target = local.pathToFile(file).toPath();
+      Files.createDirectories(target.getParent());
+      return new BufferedOutputStream(Files.newOutputStream(target), 1 << 16);
+    }
+    return fs.create(file, true);
   }
 
   /** One file of a window: its batch and whether it holds every key so far. */
@@ -111,8 +113,7 @@ final class KeyFiles {
   static void write(FileSystem fs, Path file, long[] keys, int count) throws IOException {
     Path tmp = new Path(file.getParent(), "." + file.getName() + ".tmp");
     ByteBuffer buffer = ByteBuffer.allocate(1 << 16);
-    try (FSDataOutputStream stream = create(fs, tmp)) {
-      OutputStream out = stream;
+    try (OutputStream out = create(fs, tmp)) {
       DataOutputStream header = new DataOutputStream(out);
       header.writeInt(MAGIC);
       header.writeLong(count);
