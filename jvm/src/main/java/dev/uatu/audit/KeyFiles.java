@@ -56,8 +56,8 @@ final class KeyFiles {
 
   /**
    * A new file, replacing any, and the folders above it. On the raw local file system through
-   * java.nio: Hadoop's sets the new file's permissions by forking {@code chmod} whatever it is
-   * given (each fork a copy of the executor's address space).
+   * java.nio: Hadoop's sets a new file's or folder's permissions by forking {@code chmod}
+   * whatever it is given (each fork a copy of the executor's address space).
    */
   private static OutputStream create(FileSystem fs, Path file) throws IOException {
     if (fs instanceof RawLocalFileSystem local) {
@@ -66,6 +66,15 @@ final class KeyFiles {
       return new BufferedOutputStream(Files.newOutputStream(target), 1 << 16);
     }
     return fs.create(file, true);
+  }
+
+  /** Makes {@code dir} and the folders above it (as {@link #create}, without forking). */
+  static void mkdirs(FileSystem fs, Path dir) throws IOException {
+    if (fs instanceof RawLocalFileSystem local) {
+      Files.createDirectories(local.pathToFile(dir).toPath());
+    } else {
+      fs.mkdirs(dir);
+    }
   }
 
   /** One file of a window: its batch and whether it holds every key so far. */

@@ -272,7 +272,7 @@ final class PartitionKeys {
 
   private void persist(WindowId id, WindowKeys w) throws IOException {
     Path windowDir = windowDir(id);
-    fs.mkdirs(windowDir);
+    KeyFiles.mkdirs(fs, windowDir);
     oldestOnDisk.computeIfPresent(id.intervalSeconds(), (k, v) -> Math.min(v, id.startMs()));
     boolean compact = w.filesSinceAll + 1 >= COMPACT_AFTER;
     // A replay decides as the first run did; the other kind of file cannot be there, unless
