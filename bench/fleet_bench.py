@@ -9,9 +9,9 @@ non-default ``retention.ms``, which the copies of step 6 must carry):
    (topic, partition, window)'s count and distinct count are known without keeping keys.
 2. One ``./spark-submit.sh`` streaming KAFKA_AUDIT whose JobGroup selects the topics with
    ``extension.topics.pattern`` (EXACT_UNIQ and APPROX_UNIQ, 60 s windows, trigger
-   --trigger-seconds, 2g driver, local[2]). Sampled every 5 s for --minutes once its first
-   batch is written: resident memory of its whole process tree (/proc VmRSS) and CPU
-   (utime + stime of the tree) -> mean cores.
+   --trigger-seconds, --driver-memory (2g), local[2]). Sampled every 5 s for --minutes once
+   its first batch is written: resident memory of its whole process tree (/proc VmRSS) and
+   CPU (utime + stime of the tree) -> mean cores.
 3. A third of the way in, --new-topics more topics matching the pattern are created and fed:
    the time from each one's creation to its first row in audit_counts (polled with
    delta-rs, no Spark in this process), against two triggers.
@@ -168,11 +168,11 @@ def audit_group(group_id: str, *, pattern: str = "", topic: str = "", trigger: i
     }
 
 
-def start_audit(group: dict, workdir: Path, conf: Path) -> tuple[Any, Path]:
+def start_audit(group: dict, workdir: Path, conf: Path, driver_memory: str) -> tuple[Any, Path]:
     path = workdir / f"{group['jobGroupId']}.json"
     path.write_text(json.dumps(group))
     stop = workdir / f"{group['jobGroupId']}.stop"
-    env = spark_submit_env(conf, master="local[2]", driver_memory="2g")
+    env = spark_submit_env(conf, master="local[2]", driver_memory=driver_memory)
     env["UATU_STOP_FILE"] = str(stop)
     log = (BENCH_DIR / f"fleet-{group['jobGroupId']}.log").open("w")
     proc = subprocess.Popen(
@@ -308,6 +308,7 @@ def bench(args) -> dict[str, Any]:
                     list(producer.topics),
                     args.partitions,
                     args.trigger_seconds,
+                    args.driver_memory,
                 )
         finally:
             cluster.stop()
@@ -342,7 +343,7 @@ def run_baseline_beside(
 def run_fleet(args, workdir: Path, conf: Path, admin: AdminClient, producer: FleetProducer):
     counts = str(workdir / "wh" / "audit_counts")
     group = audit_group("fleet", pattern=r"fleet\.t.*", trigger=args.trigger_seconds)
-    proc, stop = start_audit(group, workdir, conf)
+    proc, stop = start_audit(group, workdir, conf, args.driver_memory)
     say("pattern audit started; waiting for its first rows")
     first = wait_for("first rows", lambda: bool(read_counts(counts)), 900)
     say(f"first rows after {first} s; sampling for {args.minutes} min")
@@ -411,7 +412,12 @@ def run_baseline(args, workdir: Path, conf: Path, topics: list[str]) -> dict[str
     """One application per topic, as today, for --baseline-apps topics at once."""
     say(f"baseline: {args.baseline_apps} single-topic audits, one application each")
     runs = [
-        start_audit(audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds), workdir, conf)
+        start_audit(
+            audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds),
+            workdir,
+            conf,
+            args.driver_memory,
+        )
         for t in topics[: args.baseline_apps]
     ]
     counts = str(workdir / "wh" / "audit_counts")
@@ -438,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger-seconds", type=int, default=30)
     parser.add_argument("--baseline-apps", type=int, default=3)
     parser.add_argument("--baseline-minutes", type=float, default=3)
+    parser.add_argument(
+        "--driver-memory",
+        default="2g",
+        help="of every job the bench starts (the pattern audit, the baseline, the copy)",
+    )
     parser.add_argument(
         "--no-replication",
         dest="replication",

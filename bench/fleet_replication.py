@@ -76,6 +76,7 @@ def run_replication(
     topics: Sequence[str],
     partitions: int,
     trigger: int,
+    driver_memory: str,
 ) -> dict[str, Any]:
     """Copy `topics` with one pattern JobGroup; the figures and the checks above."""
     sources = [(t, p) for t in topics for p in range(partitions)]
@@ -86,7 +87,7 @@ def run_replication(
     path = workdir / "fleet-copy.json"
     path.write_text(json.dumps(group))
     stop = workdir / "fleet-copy.stop"
-    env = spark_submit_env(conf, master="local[2]", driver_memory="2g")
+    env = spark_submit_env(conf, master="local[2]", driver_memory=driver_memory)
     env["UATU_STOP_FILE"] = str(stop)
     say(f"replication: {len(topics)} topics, {total:,} records, one regex JobGroup")
     started = time.monotonic()
