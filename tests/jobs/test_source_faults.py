@@ -337,7 +337,10 @@ def test_through_spark_submit_the_audit_stops_with_one_line_and_writes_nothing(
     spark, kafka, tmp_path
 ) -> None:
     """The entry point: `./spark-submit.sh` exits 1 with the one line, and the failed batch
-    wrote neither its exact keys nor its counts."""
+    wrote no counts. (A partition's task that finished before the batch failed may have left
+    its exact keys of the batch: files of the batch's own, which no later batch reads and its
+    replay rewrites; the SIGKILL tests of tests/jobs/audit/test_audit_job_integration.py
+    restart over such files and get the truth.)"""
     topic = f"loss-submit-{time.monotonic_ns()}"
     kafka.create_topic(topic, partitions=2)
     produce(kafka.bootstrap_servers, topic, audit_dataset(60, 2, int(time.time() * 1000)))
@@ -364,7 +367,8 @@ def test_through_spark_submit_the_audit_stops_with_one_line_and_writes_nothing(
     assert loss_rows(spark, tmp_path / "wh") == [
         ("loss", topic, 0, read_up_to[0], read_up_to[0] + 10)
     ]
-    assert last_keys_batch(checkpoints) == committed_batch(counts_path) == 0
+    assert committed_batch(counts_path) == 0
+    assert last_keys_batch(checkpoints) in (0, 1)  # batch 0's keys are still there
     assert_df_equality(
         spark.read.format("delta").load(str(counts_path)), before, ignore_row_order=True
     )

@@ -118,7 +118,16 @@ def test_sigkill_after_k_acknowledged_records_then_restart_finds_them_present(
     destination = f"{source.topic}-crash"
     kafka_dest.create_topic(destination, PARTITIONS, 1)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
-    group = group_json("crash-acked", source.topic, destination, continuous=False)
+    # Paced, so the crash at the 300th ack lands mid-copy: a task copies several partitions at
+    # once, and unpaced the 2,000 records have all reached the broker before the 300th ack's
+    # callback runs (nothing would be left for the restart to copy).
+    group = group_json(
+        "crash-acked",
+        source.topic,
+        destination,
+        continuous=False,
+        flowControl={"messagesPerSec": 1000},
+    )
 
     status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": "replication.record_acked@300"})
 
