@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=10, help="records/s per topic")
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--new-topics", type=int, default=50)
-    parser.add_argument("--trigger-seconds", type=int, default=30)
+    parser.add_argument("--trigger-seconds", type=int, default=60)
     parser.add_argument("--baseline-apps", type=int, default=3)
     parser.add_argument("--baseline-minutes", type=float, default=3)
     parser.add_argument(
