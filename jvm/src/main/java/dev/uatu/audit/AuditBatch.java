@@ -23,7 +23,8 @@ import org.apache.spark.sql.types.StructType;
  * The audit job's data path, called from Python ({@code jobs/audit/fold.py}) once per
  * micro-batch. Spark's Kafka source plans the batch (its offsets, maxOffsetsPerTrigger, the
  * checkpoint); {@link AuditFold}s, one per topic partition, packed into a few tasks ({@link
- * RangeFolds}), read the planned ranges with a byte-array consumer and fold them into per-window partial aggregates.
+ * RangeFolds}), read the planned ranges with a byte-array consumer and fold them into
+ * per-window partial aggregates.
  * No record becomes a Spark row or crosses into Python: the few rows per window are what the
  * counts MERGE reads.
  */
@@ -119,7 +120,8 @@ public final class AuditBatch {
   }
 
   /**
-   * Folds {@code ranges} now, once (a fold per range, {@link RangeFolds#packed} into tasks), and returns every row the folds gave
+   * Folds {@code ranges} now, once (a fold per range, {@link RangeFolds#packed} into tasks),
+   * and returns every row the folds gave
    * ({@link #rowSchema}) as a local Dataset: the per-window partials, then one summary row per
    * range. The exact audits' keys of batch {@code batchId} are written when this returns.
    */

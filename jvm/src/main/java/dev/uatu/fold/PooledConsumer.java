@@ -76,7 +76,7 @@ public final class PooledConsumer {
     }
   }
 
-  /** The offset of the next record of {@code tp} this consumer hands out (or a position past markers). */
+  /** The next offset of {@code tp} this consumer hands out (or a position past markers). */
   long position(TopicPartition tp) {
     Fetched kept = ahead.get(tp);
     return kept != null ? kept.records.get(0).offset() : consumer.position(tp);

@@ -22,7 +22,8 @@ import org.apache.spark.sql.types.StructType;
 /**
  * LOAD_GEN_CONSUME's data path, called from Python ({@code jobs/loadgen/measure.py}) once per
  * micro-batch: folds the batch's Spark-planned offset ranges with {@link SequenceFold}, one fold
- * per partition ({@link RangeFolds} packs them into tasks), and keeps the sequence numbers seen in {@link BatchState} under the
+ * per partition ({@link RangeFolds} packs them into tasks), and keeps the sequence numbers
+ * seen in {@link BatchState} under the
  * checkpoint, written before the batch's rows are: a replayed batch starts from the same state
  * and finds the same duplicates and gaps.
  */

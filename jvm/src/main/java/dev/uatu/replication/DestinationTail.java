@@ -69,7 +69,8 @@ final class DestinationTail {
   }
 
   private static TopicPartition destination(CopyConfig config, int sourcePartition) {
-    return new TopicPartition(config.destinationTopic, config.destinationPartition(sourcePartition));
+    int partition = config.destinationPartition(sourcePartition);
+    return new TopicPartition(config.destinationTopic, partition);
   }
 
   /** The scan of {@code which}, whose destination partitions are distinct, into {@code best}. */
@@ -144,7 +145,7 @@ final class DestinationTail {
         throw new ReplicationWriteException(
             "reading " + tp + " offsets " + starts.get(tp) + ".." + end.get(tp)
                 + " took longer than " + TIMEOUT
-                + (reading.size() > 1 ? " (and " + (reading.size() - 1) + " more partitions)" : ""));
+                + (reading.size() > 1 ? " (and " + (reading.size() - 1) + " more)" : ""));
       }
       ConsumerRecords<byte[], byte[]> polled = consumer.poll(Duration.ofMillis(200));
       for (TopicPartition tp : polled.partitions()) {

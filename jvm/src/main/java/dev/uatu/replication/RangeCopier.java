@@ -174,6 +174,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<ArrayList<SourceRang
       List<Integer> which,
       AckTimes acks) {
     Map<String, String> consumerConfig = configs.get(which.get(0)).sourceConsumerConfig;
+    long timeoutNanos = configs.get(which.get(0)).sourceTimeoutMs * 1_000_000L;
     Map<TopicPartition, Integer> index = new HashMap<>();
     for (int i : which) {
       SourceRange range = ranges.get(i);
@@ -229,8 +230,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<ArrayList<SourceRang
           // From the end of the records just copied: time spent waiting for the flow control
           // is not silence of the source.
           quietSince = System.nanoTime();
-        } else if (!reading.isEmpty()
-            && System.nanoTime() - quietSince > configs.get(which.get(0)).sourceTimeoutMs * 1_000_000L) {
+        } else if (!reading.isEmpty() && System.nanoTime() - quietSince > timeoutNanos) {
           // Spark planned these ranges from offsets the broker reported, so the records
           // exist; a source that stops answering fails the task rather than stalling the batch.
           TopicPartition tp = reading.iterator().next();
@@ -238,7 +238,7 @@ final class RangeCopier implements FlatMapFunction<Iterator<ArrayList<SourceRang
               "no record of " + tp + " came in " + configs.get(which.get(0)).sourceTimeoutMs
                   + " ms at offset " + source.position(tp) + " (the batch reads up to "
                   + ranges.get(index.get(tp)).untilOffset + ")"
-                  + (reading.size() > 1 ? "; " + (reading.size() - 1) + " more partitions wait" : ""));
+                  + (reading.size() > 1 ? "; " + (reading.size() - 1) + " more wait" : ""));
         }
       }
     } finally {
