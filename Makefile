@@ -205,6 +205,10 @@ bench-audit: setup ## benchmark: audit job vs kafka-consumer-perf-test on 5M rec
 bench-fleet: setup ## benchmark: one pattern audit over 1,000 topics vs one application per topic (BENCH_ARGS="--quick": 20 topics)
 	$(PY) -m bench.fleet_bench $(BENCH_ARGS)
 
+.PHONY: bench-fleet-pool
+bench-fleet-pool: setup ## benchmark: 190 JobGroups on 4 worker applications vs one application per group (BENCH_ARGS="--quick": 12 groups on 2)
+	$(PY) -m bench.fleet_pool $(BENCH_ARGS)
+
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
 	$(PY) -m bench.replication_bench $(BENCH_ARGS)
 

@@ -5,6 +5,8 @@
 #   ./spark-submit.sh JOBGROUP.json [--once] [--check] [--skip-lost-records] [--conf-dir DIR]
 #   ./spark-submit.sh maintain [--table PATH] [--vacuum-retention-hours H]   (compact and vacuum
 #       the warehouse's Delta tables: docs/operations.md, "Shared tables")
+#   ./spark-submit.sh worker [--conf-dir DIR]   (a worker application: runs the JobGroups the
+#       control plane assigns to it, each as its own query; docs/controlplane.md, "Worker pool")
 #
 # --skip-lost-records: go on past source records deleted before the job read them, on the same
 # checkpoint, for this run only (docs/operations.md, "Past a retention gap").
@@ -18,6 +20,8 @@
 #   UATU_CONTROL_PLANE       host:port[,host:port] of the control plane to heartbeat to (optional)
 #   UATU_WORKER_ID           worker id the control plane reserved for this application
 #   UATU_HEARTBEAT_SECONDS   heartbeat interval (default 5)
+#   UATU_WORKER_FENCE_SECONDS  a worker stops its queries after this long without an answered
+#                            heartbeat (default 30; the control plane's pool sets it)
 #   UATU_CDS                 0 starts the driver without the class-data sharing archive
 #   UATU_VENV                the virtualenv whose spark-submit and Python run (default .venv)
 #

@@ -22,6 +22,7 @@ from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
 from controlplane.lookups import PartitionLookups
+from controlplane.pool import WorkerLauncher, WorkerPool
 from controlplane.reconciler import Reconciler
 from controlplane.server import ServerSecurity
 from controlplane.state.base import Store
@@ -79,6 +80,10 @@ class ServeOptions:
     etcd_key: Path | None = None
     etcd_user: str | None = None
     etcd_password_file: Path | None = None
+    # A pool of worker applications that run many JobGroups each (controlplane/pool.py); 0
+    # runs an application per group.
+    workers: int = 0
+    worker_capacity: int = 50
 
     def __post_init__(self) -> None:
         self._check_security()
@@ -126,7 +131,9 @@ class ServeOptions:
                 "launch applications; give --tls-cert/--tls-key and --auth-token-file "
                 "(or --tls-client-ca), or --insecure to accept that",
             )
-        for name in ("max_groups", "max_running"):
+        if self.workers < 0:
+            raise ConfigError("--workers", f"{self.workers} < 0")
+        for name in ("max_groups", "max_running", "worker_capacity"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(self, name)} < 1")
 
@@ -266,10 +273,17 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
         max_groups=options.max_groups,
     )
     reconciler = None
+    workers = Workers(store, leadership, allow_external=options.allow_external_workers)
     if options.reconcile:
+        launcher = build_launcher(options, settings)
+        pool = None
+        if options.workers:
+            pool = build_pool(options, store, launcher)
+            workers.pool = pool
         reconciler = Reconciler(
             store,
-            build_launcher(options, settings),
+            pool or launcher,
+            pool=pool,
             interval=options.reconcile_seconds,
             lease_seconds=options.lease_seconds,
             startup_seconds=options.startup_seconds,
@@ -277,11 +291,28 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
             leadership=leadership,
             refresh_partitions=job_groups.refresh_partitions,
             partition_refresh_seconds=options.partition_refresh_seconds,
-            max_running=options.max_running,
+            # A pool's limit is its workers' capacity, not a count of applications.
+            max_running=None if pool is not None else options.max_running,
         )
         job_groups.subscribe(reconciler.wake)
-    workers = Workers(store, leadership, allow_external=options.allow_external_workers)
     return ControlPlane(store, leadership, job_groups, workers, reconciler, security)
+
+
+def build_pool(options: ServeOptions, store: Store, launcher: Launcher) -> WorkerPool:
+    """`--workers N`: the pool of worker applications the site's launcher starts."""
+    if not isinstance(launcher, WorkerLauncher):
+        raise ConfigError(
+            "--workers", f"the {options.launcher} launcher does not start worker applications"
+        )
+    return WorkerPool(
+        store,
+        launcher,
+        size=options.workers,
+        capacity=options.worker_capacity,
+        app_env=application_env(options),
+        lease_seconds=options.lease_seconds or 60.0,
+        startup_seconds=options.startup_seconds,
+    )
 
 
 def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:

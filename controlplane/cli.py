@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from uatu.v1 import worker_job_pb2  # noqa: F401  (a job's extension, shown as JSON)
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
@@ -172,9 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="admit heartbeats from applications this control plane did not launch (jobs a "
         "scheduler started with UATU_CONTROL_PLANE set); refused by default",
     )
-    limits = serve.add_argument_group("limits")
-    limits.add_argument("--max-groups", type=int, default=20_000, help="JobGroups stored")
-    limits.add_argument("--max-running", type=int, default=200, help="applications running at once")
+    _add_capacity_arguments(serve)
     timing = serve.add_argument_group("timing (seconds)")
     timing.add_argument("--reconcile-seconds", type=float, default=2.0)
     timing.add_argument(
@@ -235,6 +234,26 @@ def build_parser() -> argparse.ArgumentParser:
     client("list", "list every JobGroup")
     client("scale", "cluster scale status")
     return parser
+
+
+def _add_capacity_arguments(serve: argparse.ArgumentParser) -> None:
+    limits = serve.add_argument_group("limits")
+    limits.add_argument("--max-groups", type=int, default=20_000, help="JobGroups stored")
+    limits.add_argument("--max-running", type=int, default=200, help="applications running at once")
+    pool = serve.add_argument_group("worker pool (docs/controlplane.md, Worker pool)")
+    pool.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run JobGroups on this many worker applications, many groups each, instead of "
+        "an application per group (default 0: an application per group; local launcher)",
+    )
+    pool.add_argument(
+        "--worker-capacity",
+        type=int,
+        default=50,
+        help="JobGroups one worker application runs at most (default 50)",
+    )
 
 
 def version_of(call: grpc.Call) -> int | None:
@@ -330,6 +349,9 @@ def human(message: Message) -> str:
                 f"\n  partition {task.get('partition', 0)}  job {job['job'].get('job_id')}"
                 f"  worker {job.get('worker_id', '-')}  offset {task.get('start_offset', '-')}"
             )
+            run = job["job"].get("extension", {})  # a worker application's uatu.v1.WorkerJob
+            if run.get("last_error"):
+                line += f"  {job.get('state', '')}: {run['last_error']}"
         return line
     # Zero-valued fields are omitted by default; a scale status of all zeros is still news.
     full = json_format.MessageToDict(
@@ -420,6 +442,8 @@ def serve_command(args: argparse.Namespace) -> int:
             allow_external_workers=args.allow_external_workers,
             max_groups=args.max_groups,
             max_running=args.max_running,
+            workers=args.workers,
+            worker_capacity=args.worker_capacity,
             standalone_rest_token_file=args.standalone_rest_token_file,
             etcd_ca=args.etcd_ca,
             etcd_cert=args.etcd_cert,

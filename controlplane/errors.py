@@ -72,6 +72,14 @@ class LaunchFailed(UatuError):
         super().__init__(f"{action} of {handle} failed: {detail}")
 
 
+class NoWorkerRoom(LaunchFailed):
+    """`serve --workers`: no live worker application has room for one more JobGroup; the
+    group waits for the next reconcile pass (a worker starting, or a group leaving)."""
+
+    def __init__(self, job_group_id: str, detail: str) -> None:
+        super().__init__("placement", job_group_id, detail)
+
+
 class Unauthenticated(UatuError):
     """An admin call without a valid token or client certificate."""
 

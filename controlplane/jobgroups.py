@@ -71,7 +71,9 @@ class ClusterScale:
 def with_actuals(
     group: StoredJobGroup, statuses: Mapping[int, StoredJobStatus], fresh_after: float
 ) -> StoredJobGroup:
-    """The stored group with its heartbeats folded in (pure; `group` is not modified).
+    """The stored group with its heartbeats folded in (pure; `group` is not modified). A
+    worker application's status also gives its job the state it reports and, in
+    `job.extension`, its run: restarts and the one line of its last failure.
 
     `fresh_after` is a POSIX time: older heartbeats still give offsets, not rates.
     """
@@ -87,6 +89,10 @@ def with_actuals(
         stored_job.worker_id = status.worker_id
         stored_job.last_updated.CopyFrom(status.last_updated)
         stored_job.job.kafka_consumer_task.start_offset = task.commit_offset
+        reported = status.job_status.job
+        if reported.HasField("extension"):  # a worker application's account of the group's
+            stored_job.job.extension.CopyFrom(reported.extension)  # run (uatu.v1.WorkerJob)
+            stored_job.state = status.job_status.state
         if status.last_updated.ToNanoseconds() / 1e9 >= fresh_after:
             heard = True
             messages += task.messages_per_sec

@@ -48,12 +48,13 @@ from collections.abc import Callable, Mapping
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
-from controlplane.errors import NotLeader
+from controlplane.errors import NotLeader, NoWorkerRoom
 from controlplane.launchers.base import Launcher, LaunchRecord
+from controlplane.pool import WorkerPool
 from controlplane.reconcile import Action, decide, definition_of
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership, SoleLeader
-from controlplane.workers import new_worker_id, new_worker_secret
+from controlplane.workers import is_pool_key, new_worker_id, new_worker_secret
 from core.faults import fault_point
 
 log = logging.getLogger("uatu.reconciler")
@@ -78,6 +79,7 @@ class Reconciler:
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
         max_running: int | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.store = store
         self.launcher = launcher
@@ -94,22 +96,29 @@ class Reconciler:
         self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
         self.max_running = max_running
+        # With a worker pool, groups run on its applications (`launcher` is then the pool).
+        self.pool = pool
         self._recorded: set[str] = set()  # groups with a launch record (running, or may be)
         self._refreshed_at = float("-inf")
         self._wake = threading.Event()
 
     def reconcile_once(self) -> dict[str, Action]:
         """One pass over every group and launch; returns the action taken per group id."""
+        if self.pool is not None:
+            self.pool.maintain()
         groups = {v.group.job_group.job_group_id: v.group for v in self.store.all()}
-        launches = self.store.launches()
+        launches = {k: r for k, r in self.store.launches().items() if not is_pool_key(k)}
         self._recorded = set(launches)
-        heard = self._last_heartbeats() if self.lease_seconds is not None else {}
+        heard = last_heartbeats(self.store) if self.lease_seconds is not None else {}
         taken = {}
         for job_group_id in sorted(groups.keys() | launches.keys()):
             try:
                 taken[job_group_id] = self._reconcile_group(
                     job_group_id, groups.get(job_group_id), launches.get(job_group_id), heard
                 )
+            except NoWorkerRoom as e:
+                log.warning("%s: not placed yet: %s", job_group_id, e.detail)
+                taken[job_group_id] = Action.NONE
             except Exception:  # one group's launcher error must not hold up the others
                 log.exception("%s: reconcile failed; retrying next pass", job_group_id)
                 taken[job_group_id] = Action.NONE
@@ -182,29 +191,7 @@ class Reconciler:
 
     def expire_records(self, now: float) -> tuple[int, int]:
         """Delete workers and job statuses older than the TTL; returns how many of each."""
-        oldest = now - self.record_ttl_seconds
-        workers = [
-            w.node.id for w in self.store.workers() if w.last_updated.ToNanoseconds() / 1e9 < oldest
-        ]
-        for worker_id in workers:
-            self.store.delete_worker(worker_id)
-        statuses = [
-            job_id
-            for job_id, s in self.store.job_statuses().items()
-            if s.last_updated.ToNanoseconds() / 1e9 < oldest
-        ]
-        self.store.delete_job_statuses(statuses)
-        if workers or statuses:
-            log.info("expired %d worker(s) and %d job status(es)", len(workers), len(statuses))
-        return len(workers), len(statuses)
-
-    def _last_heartbeats(self) -> dict[int, float]:
-        """POSIX time of each worker's latest heartbeat."""
-        return {
-            w.node.id: w.last_updated.ToNanoseconds() / 1e9
-            for w in self.store.workers()
-            if w.last_updated.ToNanoseconds()
-        }
+        return expire_records(self.store, now - self.record_ttl_seconds)
 
     def _observed(self, record: LaunchRecord) -> bool:
         """True when the launcher itself can watch and stop this record's application."""
@@ -245,6 +232,8 @@ class Reconciler:
         record: LaunchRecord | None,
     ) -> Action:
         now = self.clock()
+        if action is Action.UPDATE and self.pool is not None and record and stored:
+            return update_on_worker(self.store, self.pool, job_group_id, record, stored)
         if action is Action.CANCEL or action is Action.UPDATE:
             assert record is not None  # decide() cancels or updates only what runs
             log.info("%s %s (%s)", action.value, job_group_id, record.handle or "intent")
@@ -261,16 +250,14 @@ class Reconciler:
             return action
         assert stored is not None  # decide() runs only what is stored as RUNNING
         failures = 0
-        # RUN with a record means the application died, unless it was asked to stop.
-        if record is not None and not record.cancel_requested:
+        # RUN with a record means the application died, unless it was asked to stop; a record
+        # that gave up, with the group RUNNING again, is an operator's new start.
+        if record is not None and not record.cancel_requested and not record.gave_up:
             failures = record.failures + 1
-            if failures > self.max_failures:
-                if not record.gave_up:
-                    log.error(
-                        "%s failed %d times in a row; not relaunching (see %s)",
-                        job_group_id, failures - 1, record.log,
-                    )  # fmt: skip
-                    self.store.put_launch(job_group_id, record.replace(gave_up=True))
+            refused = self.pool.refusal(record) if self.pool is not None else None
+            if failures > self.max_failures or refused is not None:
+                why = refused or f"failed {failures - 1} times in a row (see {record.log})"
+                give_up(self.store, job_group_id, record, why)
                 return Action.NONE
             retry_at = record.started_at + self.backoff_seconds * 2 ** (failures - 1)
             if now < retry_at:
@@ -305,9 +292,14 @@ class Reconciler:
         self.store.put_launch(job_group_id, intent)
         fault_point("controlplane.launch_intent_recorded")
         env = {**self.app_env, "UATU_WORKER_ID": str(worker_id), "UATU_WORKER_SECRET": secret}
-        launched = self.launcher.launch(stored.job_group, definition, env).replace(
-            failures=failures, worker_id=worker_id, worker_secret_sha256=digest
-        )
+        try:
+            launched = self.launcher.launch(stored.job_group, definition, env)
+        except NoWorkerRoom:  # nothing started, nothing to fence: wait for the next pass
+            self.store.delete_launch(job_group_id)
+            raise
+        if launched.worker_id is None:  # the pool's records name their worker application's
+            launched = launched.replace(worker_id=worker_id, worker_secret_sha256=digest)
+        launched = launched.replace(failures=failures)
         fault_point("controlplane.app_launched")
         try:
             self.store.put_launch(job_group_id, launched)
@@ -318,3 +310,56 @@ class Reconciler:
             self.launcher.cancel(launched)
             raise
         fault_point("controlplane.launch_recorded")
+
+
+def give_up(store: Store, job_group_id: str, record: LaunchRecord, why: str) -> None:
+    """No more relaunches: the group is JOB_STATE_FAILED (GetJobGroup, the CLI, the metrics)
+    until an operator sets it RUNNING again, which starts it afresh."""
+    log.error("%s: FAILED, not relaunching: %s", job_group_id, why)
+    versioned = store.get(job_group_id)
+    if versioned is not None and versioned.group.state == job_pb2.JOB_STATE_RUNNING:
+        failed = StoredJobGroup()
+        failed.CopyFrom(versioned.group)
+        failed.state = job_pb2.JOB_STATE_FAILED
+        for job in failed.jobs:
+            job.state = job_pb2.JOB_STATE_FAILED
+        store.replace(failed, versioned.version)
+    store.put_launch(job_group_id, record.replace(gave_up=True))
+
+
+def expire_records(store: Store, oldest: float) -> tuple[int, int]:
+    """Delete workers and job statuses last heard before `oldest` (POSIX seconds); returns
+    how many of each."""
+    workers = [w.node.id for w in store.workers() if w.last_updated.ToNanoseconds() / 1e9 < oldest]
+    for worker_id in workers:
+        store.delete_worker(worker_id)
+    statuses = [
+        job_id
+        for job_id, s in store.job_statuses().items()
+        if s.last_updated.ToNanoseconds() / 1e9 < oldest
+    ]
+    store.delete_job_statuses(statuses)
+    if workers or statuses:
+        log.info("expired %d worker(s) and %d job status(es)", len(workers), len(statuses))
+    return len(workers), len(statuses)
+
+
+def update_on_worker(
+    store: Store, pool: WorkerPool, job_group_id: str, record: LaunchRecord, stored: StoredJobGroup
+) -> Action:
+    """UPDATE of a group on a pool worker: the new definition on the same worker, which
+    restarts that query only."""
+    log.info("update %s on %s", job_group_id, record.handle)
+    store.put_launch(
+        job_group_id, pool.update(record, stored.job_group, definition_of(stored.job_group))
+    )
+    return Action.UPDATE
+
+
+def last_heartbeats(store: Store) -> dict[int, float]:
+    """POSIX time of each worker's latest heartbeat."""
+    return {
+        w.node.id: w.last_updated.ToNanoseconds() / 1e9
+        for w in store.workers()
+        if w.last_updated.ToNanoseconds()
+    }

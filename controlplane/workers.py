@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from uber.data.kafka.datatransfer import job_pb2
@@ -49,6 +50,24 @@ from uber.data.kafka.datatransfer.worker_pb2 import (
 from controlplane.errors import NotLeader, WorkerNotFound, WorkerRefused
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership
+
+
+class PoolHeartbeats(Protocol):
+    """The worker pool's side of a pool worker's heartbeat (controlplane/pool.py)."""
+
+    def heartbeat(
+        self, worker_id: int, statuses: Sequence[JobStatus]
+    ) -> Sequence[mw_pb2.Command]: ...
+
+
+# The launch records of a worker pool's own applications (controlplane/pool.py) are kept
+# under these keys; a JobGroup id cannot start with "~".
+POOL_PREFIX = "~worker/"
+
+
+def is_pool_key(key: str) -> bool:
+    """True for the launch record of one of the pool's worker applications."""
+    return key.startswith(POOL_PREFIX)
 
 
 def node_of(address: str | None) -> Node:
@@ -106,6 +125,8 @@ class Workers:
         self._launched: dict[int, _Launched] = {}
         self._external: dict[int, str] = {}  # worker id -> secret digest, this process only
         self._indexed_at = float("-inf")
+        # Set by the assembly when `serve --workers` runs a pool (controlplane/pool.py).
+        self.pool: PoolHeartbeats | None = None
 
     def register(self, proposed: Node, secret: str | None) -> Reply:
         master = self._master()
@@ -150,6 +171,8 @@ class Workers:
         if stored is None:
             raise WorkerNotFound(worker.id)
         now = self._now()
+        if launched is not None and self.pool is not None and is_pool_key(launched.job_group_id):
+            return self._pool_heartbeat(master, stored, statuses, now)
         job_group_id = launched.job_group_id if launched is not None else None
         group = self._store.get(job_group_id) if job_group_id else None
         if group is not None:
@@ -172,6 +195,22 @@ class Workers:
                 mw_pb2.Command(type=mw_pb2.COMMAND_TYPE_CANCEL_JOB, job=s.job) for s in statuses
             ]
         return Reply(master, stored.node, commands)
+
+    def _pool_heartbeat(
+        self, master: Node, stored: StoredWorker, statuses: Sequence[JobStatus], now: Timestamp
+    ) -> Reply:
+        """A pool worker's heartbeat: one status per group it runs, under the group's job id;
+        the pool answers with RUN, UPDATE and CANCEL (controlplane/pool.py)."""
+        assert self.pool is not None
+        self._store.put_job_statuses(
+            StoredJobStatus(last_updated=now, job_status=s, worker_id=stored.node.id)
+            for s in statuses
+            if s.job.job_id
+        )
+        stored.state = WORKER_STATE_WORKING
+        stored.last_updated.CopyFrom(now)
+        self._store.put_worker(stored)
+        return Reply(master, stored.node, self.pool.heartbeat(stored.node.id, statuses))
 
     @staticmethod
     def _check_secret(worker_id: int, expected: str | None, secret: str | None) -> None:
@@ -199,7 +238,8 @@ class Workers:
                 self._launched = {
                     record.worker_id: _Launched(job_group_id, record.worker_secret_sha256)
                     for job_group_id, record in self._store.launches().items()
-                    if record.worker_id
+                    # a group placed on a pool worker names that worker's id, not its own
+                    if record.worker_id and "pool_worker" not in record.details
                 }
                 self._indexed_at = self._clock()
                 found = self._launched.get(worker_id)

@@ -80,6 +80,8 @@ DISPATCH = ("JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",)
 LOAD_GEN_PRODUCE = ("JOB_TYPE_LOAD_GEN_PRODUCE",)
 # Reached by the control plane's own process (`python -m controlplane serve`), never by a job.
 CONTROL_PLANE = ("controlplane",)
+# Reached by a worker application's own loop (`spark-submit.sh worker`), whatever it runs.
+WORKER = ("worker",)
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,11 @@ POINTS: Mapping[str, Point] = {
         "controlplane/reconciler.py, a launch's step 3: the launcher's record replaced the "
         "intent, fenced; the launch is complete",
         CONTROL_PLANE,
+    ),
+    "worker.heartbeat": Point(
+        "jobs/worker/main.py, before each heartbeat of a worker application: a pause there is "
+        "a worker that cannot reach the control plane while its queries still run",
+        WORKER,
     ),
     "controlplane.etcd_answered": Point(
         "controlplane/state/etcd_client.py: etcd has applied a request and answered; "

@@ -1,6 +1,7 @@
 """Entry point of every job: `spark-submit ... jobs/main.py JOBGROUP.json [--once]
-[--skip-lost-records]`, and of the tables' upkeep: `... jobs/main.py maintain`
-(jobs/maintenance.py).
+[--skip-lost-records]`, of the tables' upkeep: `... jobs/main.py maintain`
+(jobs/maintenance.py), and of a worker application that runs the JobGroups the control plane
+assigns to it: `... jobs/main.py worker` (jobs/worker/).
 
 Loads the site configuration and the JobGroup, validates both (`registry.validate`), checks
 that the source topic exists, then runs the JobType's `StreamingJob` (`load_runtime()`).
@@ -16,13 +17,12 @@ import os
 import sys
 from pathlib import Path
 
-from core import faults, kafka_admin
-from core.config import ClusterConfig, default_conf_dir, load_settings
-from core.errors import ConfigError, TopicNotFound, UatuError
-from core.jobgroup import JobGroup, load_jobgroup
-from core.spec import SourceTopic
+from core import faults
+from core.config import default_conf_dir, load_settings
+from core.errors import ConfigError, UatuError
+from core.jobgroup import load_jobgroup
 from jobs import registry
-from jobs.runtime import metrics
+from jobs.prepare import build_job, check_source
 from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ReporterConfig, Reporting
 
@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         from jobs import maintenance
 
         return maintenance.main(argv[1:])
+    if argv[:1] == ["worker"]:  # spark-submit.sh worker ...: an application of many JobGroups
+        from jobs.worker import main as worker
+
+        return worker.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -78,10 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.conf_dir)
         group = load_jobgroup(args.jobgroup)
         job_type, spec = registry.validate(group, settings)
-        apply_misc_config(group, job_type.name)
         reporter_config = ReporterConfig.from_env(os.environ)
         faults.for_job(os.environ, job_type.name)  # a bad or unreachable UATU_FAULT: exit 2
-        job = job_type.load_runtime()(spec)
+        job = build_job(group, settings)
         if args.skip_lost_records and not job.skips_lost_records:
             raise ConfigError(
                 "--skip-lost-records",
@@ -89,16 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 "the counting audit, the replication and the dispatcher do",
             )
         source = spec.required_topic()
-        job.ensure_source()
-        shown, partitions = source_partitions(settings.clusters[source.cluster], source)
-        log.info(
-            "JobGroup %s is valid: %s on %s/%s (%d partitions)",
-            group.job_group_id,
-            job_type.name,
-            source.cluster,
-            shown,
-            partitions,
-        )
+        check_source(job, group, settings)
         if args.check:
             job.check()
             return 0
@@ -118,33 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
-
-
-def source_partitions(cluster: ClusterConfig, source: SourceTopic) -> tuple[str, int]:
-    """(what the job reads, its partitions): TopicNotFound when its topic, or a listed topic of
-    its selection, does not exist; a pattern may match no topic yet (the job audits the ones
-    that appear)."""
-    if source.selection is None:
-        return source.topic, kafka_admin.partition_count(cluster, source.topic, source.field)
-    counts = kafka_admin.topic_partitions(cluster)
-    for i, name in enumerate(source.selection.names):
-        if name not in counts:
-            raise TopicNotFound(f"extension.topics.names[{i}]", name, cluster.name)
-    selected = source.selection.select(counts)
-    shown = f"{source.selection} ({len(selected)} topics now)"
-    return shown, sum(counts[t] for t in selected)
-
-
-def apply_misc_config(group: JobGroup, job_type: str) -> None:
-    """uForwarder's misc_config: `enable_debug` turns on the job's debug logging (its own
-    loggers and librdkafka's, through Python logging); `owner_service_name` becomes the
-    `owner_service` label of `uatu_job_info`, uForwarder's metric tag."""
-    misc = group.misc_config
-    if misc.enable_debug:
-        for name in ("uatu", "uatu.librdkafka"):
-            logging.getLogger(name).setLevel(logging.DEBUG)
-        log.debug("misc_config.enable_debug: debug logging on")
-    metrics.job_info(group.job_group_id, job_type, misc.owner_service_name)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,12 @@ from pathlib import Path
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.launchers.submit import build_launch, prepare_app_dir
+from controlplane.launchers.submit import (
+    Launch,
+    build_launch,
+    build_worker_launch,
+    prepare_app_dir,
+)
 from core import faults
 from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 
@@ -62,6 +67,26 @@ class LocalLauncher:
             files.jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
             stop_file=files.stop_file,
         )  # fmt: skip
+        return self._start(group.job_group_id, app_dir, launch, files.stop_file, definition, env)
+
+    def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord:
+        """Start a worker application (`spark-submit.sh worker`) named `name`."""
+        app_dir = self.workdir / name
+        files = prepare_app_dir(app_dir, None)
+        launch = build_worker_launch(
+            conf_dir=self.conf_dir, spark_master=self.spark_master, stop_file=files.stop_file
+        )
+        return self._start(name, app_dir, launch, files.stop_file, definition, env)
+
+    def _start(
+        self,
+        name: str,
+        app_dir: Path,
+        launch: Launch,
+        stop_file: Path,
+        definition: str,
+        env: Mapping[str, str],
+    ) -> LaunchRecord:
         with (app_dir / "app.log").open("ab") as out:
             proc = subprocess.Popen(
                 launch.argv,
@@ -71,7 +96,7 @@ class LocalLauncher:
                 start_new_session=True,  # its own group: cancel reaches the JVM and Python
             )
         self._children[proc.pid] = proc
-        log.info("launched %s: pid %d, log %s", group.job_group_id, proc.pid, app_dir / "app.log")
+        log.info("launched %s: pid %d, log %s", name, proc.pid, app_dir / "app.log")
         return LaunchRecord(
             handle=str(proc.pid),
             definition=definition,
@@ -80,7 +105,7 @@ class LocalLauncher:
             details=launch_details(
                 pid=proc.pid,
                 pid_start=start_ticks(proc.pid),
-                stop_file=str(files.stop_file),
+                stop_file=str(stop_file),
                 host=self.host,
             ),
         )

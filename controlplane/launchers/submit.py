@@ -26,11 +26,13 @@ class AppFiles:
     stop_file: Path
 
 
-def prepare_app_dir(app_dir: Path, group: JobGroup) -> AppFiles:
-    """Write the group's JobGroup JSON into `app_dir` and clear a stale stop file."""
+def prepare_app_dir(app_dir: Path, group: JobGroup | None) -> AppFiles:
+    """Write the group's JobGroup JSON into `app_dir` (none for a worker application) and
+    clear a stale stop file."""
     app_dir.mkdir(parents=True, exist_ok=True)
     files = AppFiles(app_dir / "jobgroup.json", app_dir / "stop")
-    files.jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
+    if group is not None:
+        files.jobgroup_file.write_text(json_format.MessageToJson(group, indent=2))
     files.stop_file.unlink(missing_ok=True)
     return files
 
@@ -55,6 +57,28 @@ def build_launch(
     argv = [str(script), str(jobgroup_file)]
     if once:
         argv.append("--once")
+    return Launch(argv=argv, env=_site_env(conf_dir, spark_master, driver_memory, stop_file))
+
+
+def build_worker_launch(
+    *,
+    conf_dir: Path | None = None,
+    spark_master: str | None = None,
+    driver_memory: str | None = None,
+    stop_file: Path | None = None,
+    script: Path = SPARK_SUBMIT_SCRIPT,
+) -> Launch:
+    """argv and extra environment for one worker application (`spark-submit.sh worker`)."""
+    argv = [str(script), "worker"]
+    return Launch(argv=argv, env=_site_env(conf_dir, spark_master, driver_memory, stop_file))
+
+
+def _site_env(
+    conf_dir: Path | None,
+    spark_master: str | None,
+    driver_memory: str | None,
+    stop_file: Path | None,
+) -> dict[str, str]:
     env = {}
     if conf_dir is not None:
         env["UATU_CONF_DIR"] = str(conf_dir)
@@ -64,4 +88,4 @@ def build_launch(
         env["UATU_DRIVER_MEMORY"] = driver_memory
     if stop_file is not None:
         env["UATU_STOP_FILE"] = str(stop_file)
-    return Launch(argv=argv, env=env)
+    return env

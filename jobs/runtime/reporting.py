@@ -38,7 +38,8 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from pyspark.sql import SparkSession
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 from uber.data.kafka.datatransfer import worker_pb2
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from core.channel import ClientSecurity, open_channel
 from core.errors import ConfigError
@@ -116,47 +118,35 @@ def _node(address: str, node_id: int = 0) -> worker_pb2.Node:
     return worker_pb2.Node(id=node_id, host=host, port=int(port))
 
 
-class Heartbeater:
-    """Registers this application and heartbeats its listener's statuses in a daemon thread."""
+class ControlPlaneLink:
+    """The conversation with the control plane: register once, then heartbeat statuses and
+    take the commands of the reply. Follows redirects to listed addresses only, tries the
+    next address on UNAVAILABLE, registers again on NOT_FOUND or UNAUTHENTICATED. Used by
+    one thread at a time (a job's heartbeat thread, a worker application's loop)."""
 
-    def __init__(self, config: ReporterConfig, listener: ProgressListener, ui_port: int = 0):
+    def __init__(self, config: ReporterConfig, ui_port: int = 0) -> None:
         self.config = config
-        self.listener = listener
-        self.stop_requested = threading.Event()
-        self._stopped = threading.Event()
         self._target = config.addresses[0]
         self._worker = worker_pb2.Node(id=config.worker_id, host=socket.gethostname(), port=ui_port)
         self._registered = False
-        self._thread = threading.Thread(target=self._loop, name="uatu-heartbeat", daemon=True)
+        # Monotonic time of the last heartbeat the control plane answered: a worker fences
+        # itself (stops its queries) when it grows older than its lease allows.
+        self.last_success = time.monotonic()
 
     @property
     def worker_id(self) -> int:
         return self._worker.id if self._registered else 0
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=self.config.timeout_seconds + 1)
-
-    def beat_once(self) -> None:
-        """One heartbeat from the caller's thread (after `stop`: a run's last word); a failure
-        is logged, as in the loop."""
+    def beat(self, statuses: Sequence[JobStatus]) -> Sequence[mw_pb2.Command]:
+        """One heartbeat (registering first when needed); the reply's commands, none when
+        the call failed (logged) or was redirected."""
         try:
-            self._beat()
+            return self._beat(statuses)
         except grpc.RpcError as e:
             self._on_error(e)
+            return ()
 
-    def _loop(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._beat()
-            except grpc.RpcError as e:
-                self._on_error(e)
-            self._stopped.wait(self.config.interval_seconds)
-
-    def _beat(self) -> None:
+    def _beat(self, statuses: Sequence[JobStatus]) -> Sequence[mw_pb2.Command]:
         metadata = ((WORKER_SECRET_HEADER, self.config.secret),)
         with open_channel(self._target, self.config.security) as channel:
             stub = mw_grpc.MasterWorkerServiceStub(channel)
@@ -168,12 +158,11 @@ class Heartbeater:
                     metadata=metadata,
                 )
                 if self._redirected(reply.participants.master):
-                    return
+                    return ()
                 self._worker.CopyFrom(reply.participants.worker)
                 self._registered = True
                 log.info("registered with %s as worker %d", self._target, self._worker.id)
                 participants = worker_participants(self._target, self._worker)
-            statuses = self.listener.statuses()
             response = stub.Heartbeat(
                 mw_pb2.HeartbeatRequest(participants=participants, job_status=statuses),
                 timeout=self.config.timeout_seconds,
@@ -184,20 +173,9 @@ class Heartbeater:
             self._target, len(statuses), len(response.commands),
         )  # fmt: skip
         if self._redirected(response.participants.master):
-            return
-        for command in response.commands:
-            if command.type != mw_pb2.COMMAND_TYPE_CANCEL_JOB or self.stop_requested.is_set():
-                continue
-            task = command.job.kafka_consumer_task
-            identity = self.listener.identity
-            if (task.cluster, task.topic) != (identity.cluster, identity.topic):
-                log.warning(
-                    "ignoring CANCEL for %s/%s: not this application's job",
-                    task.cluster, task.topic,
-                )  # fmt: skip
-                continue
-            log.info("control plane sent CANCEL for job %d; stopping", command.job.job_id)
-            self.stop_requested.set()
+            return ()
+        self.last_success = time.monotonic()
+        return response.commands
 
     def _redirected(self, master: worker_pb2.Node) -> bool:
         leader = f"{master.host}:{master.port}"
@@ -231,6 +209,55 @@ class Heartbeater:
         elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             self._next_address()
         log.warning("heartbeat failed (%s): %s", code.name, error.details())  # type: ignore[attr-defined]
+
+
+class Heartbeater:
+    """Registers this application and heartbeats its listener's statuses in a daemon thread;
+    a CANCEL for the application's own job sets `stop_requested`."""
+
+    def __init__(self, config: ReporterConfig, listener: ProgressListener, ui_port: int = 0):
+        self.config = config
+        self.listener = listener
+        self.link = ControlPlaneLink(config, ui_port)
+        self.stop_requested = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="uatu-heartbeat", daemon=True)
+
+    @property
+    def worker_id(self) -> int:
+        return self.link.worker_id
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=self.config.timeout_seconds + 1)
+
+    def beat_once(self) -> None:
+        """One heartbeat from the caller's thread (after `stop`: a run's last word); a failure
+        is logged, as in the loop."""
+        self._take(self.link.beat(self.listener.statuses()))
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self.beat_once()
+            self._stopped.wait(self.config.interval_seconds)
+
+    def _take(self, commands: Sequence[mw_pb2.Command]) -> None:
+        for command in commands:
+            if command.type != mw_pb2.COMMAND_TYPE_CANCEL_JOB or self.stop_requested.is_set():
+                continue
+            task = command.job.kafka_consumer_task
+            identity = self.listener.identity
+            if (task.cluster, task.topic) != (identity.cluster, identity.topic):
+                log.warning(
+                    "ignoring CANCEL for %s/%s: not this application's job",
+                    task.cluster, task.topic,
+                )  # fmt: skip
+                continue
+            log.info("control plane sent CANCEL for job %d; stopping", command.job.job_id)
+            self.stop_requested.set()
 
 
 @dataclass(frozen=True)

@@ -181,10 +181,39 @@ class StreamingJob(ABC, Generic[S]):
         if endpoint is not None:
             spark.streams.addListener(QueryMetricsListener(self.spec.query_name))
         try:
+            return self.run_on(
+                spark,
+                once=once,
+                stop_file=stop_file,
+                reporting=reporting,
+                skip_lost_records=skip_lost_records,
+                timings=(began, checked, session_built),
+            )
+        finally:
+            if endpoint is not None:
+                endpoint.stop()
+
+    def run_on(
+        self,
+        spark: SparkSession,
+        *,
+        once: bool,
+        stop_file: str | None = None,
+        reporting: Reporting | None = None,
+        skip_lost_records: bool = False,
+        timings: tuple[float, float, float] | None = None,
+    ) -> int:
+        """The run after the session: tables, the query to its end, close. A worker
+        application (`jobs/worker/`) calls it for each of its JobGroups, in one session, from
+        the group's own thread (`check` is the caller's: `run` does it first). `timings`
+        (began, checked, session built) are `run`'s, for the start-up line."""
+        began, checked, session_built = timings or (time.time(),) * 3
+        launched = os.environ.get(LAUNCHED_AT, "") if timings else ""
+        try:
             self.check_session(spark)
             self.ensure_tables(spark)
             finished = self.before_query(spark)
-            _log_start_up(began, checked, session_built, time.time())
+            _log_start_up(launched, began, checked, session_built, time.time())
             if finished is not None:
                 return finished
             if skip_lost_records:
@@ -197,14 +226,14 @@ class StreamingJob(ABC, Generic[S]):
             return status
         finally:
             self.close()
-            if endpoint is not None:
-                endpoint.stop()
 
 
-def _log_start_up(began: float, checked: float, session_built: float, ready: float) -> None:
+def _log_start_up(
+    launched: str, began: float, checked: float, session_built: float, ready: float
+) -> None:
     """One line saying where the start-up went, up to the query's start (the start-up
-    bench reads it)."""
-    launched = os.environ.get(LAUNCHED_AT, "")
+    bench reads it); `launched` is the application's launch time, "" for a query started in
+    an application that was already running (a worker's)."""
     try:
         before = f"launch to run() {began - float(launched):.2f} s, "
     except ValueError:

@@ -403,22 +403,22 @@ def test_the_reporter_proves_itself_follows_only_listed_redirects_and_own_cancel
     )
     assert config is not None
     reporter = Heartbeater(config, Listener())  # type: ignore[arg-type]
-    reporter._beat()
+    reporter.beat_once()
     assert reporter.worker_id == worker_id
     assert plane.store.get_worker(worker_id) is not None
     assert list(plane.store.job_statuses()) != []
 
     # A redirect to an address not in UATU_CONTROL_PLANE is not followed.
-    assert reporter._redirected(Node(host="attacker.example", port=8087))
-    assert reporter._target == plane.target
+    assert reporter.link._redirected(Node(host="attacker.example", port=8087))
+    assert reporter.link._target == plane.target
     # CANCEL for somebody else's job is ignored; for its own, it stops.
     plane.groups.set_state("orders-audit", job_pb2.JOB_STATE_CANCELED)
     template_other = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "other")
     reporter.listener.identity = template_other  # type: ignore[misc]
-    reporter._beat()
+    reporter.beat_once()
     assert not reporter.stop_requested.is_set()
     reporter.listener.identity = template  # type: ignore[misc]
-    reporter._beat()
+    reporter.beat_once()
     assert reporter.stop_requested.is_set()
 
 

@@ -44,6 +44,7 @@ AUDIT = "JOB_TYPE_KAFKA_AUDIT"
 REPLICATION = "JOB_TYPE_KAFKA_REPLICATION"
 DISPATCH = "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER"
 CONTROL_PLANE = "controlplane"  # core.faults.CONTROL_PLANE: the control plane's own process
+WORKER = "worker"  # core.faults.WORKER: a worker application's own loop
 AFTER_DISPATCH = "dispatch.after_dispatch"
 
 
@@ -377,6 +378,7 @@ RUN_BY = {
     "jvm/src/main/java/dev/uatu/dispatch/": DISPATCH,
     "jvm/src/main/java/dev/uatu/loadgen/ProduceTask.java": "JOB_TYPE_LOAD_GEN_PRODUCE",
     "controlplane/": CONTROL_PLANE,
+    "jobs/worker/": WORKER,
 }
 NOT_SCANNED = {"tests", "var", "build", "node_modules", "target"}  # and hidden folders
 JAVA_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
@@ -435,7 +437,7 @@ def test_every_declared_point_is_placed_and_every_placed_point_declared() -> Non
 
 
 def test_each_point_names_the_job_types_that_run_its_placements() -> None:
-    assert set(RUN_BY.values()) - {CONTROL_PLANE} <= set(JOB_TYPES)
+    assert set(RUN_BY.values()) - {CONTROL_PLANE, WORKER} <= set(JOB_TYPES)
     reached: dict[str, set[str]] = {}
     for file, name, _ in placements():
         folders = [f for f in RUN_BY if file.startswith(f)]

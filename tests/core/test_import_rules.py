@@ -53,6 +53,12 @@ RULES = (
     # The shared runtime knows no job type and no registry: each job type asks it, not the
     # other way round.
     Rule("jobs/runtime", never=("jobs",), allowed=("jobs.runtime",)),
+    # A worker application runs every job type through the registry, never one directly.
+    Rule(
+        "jobs/worker",
+        never=("jobs",),
+        allowed=("jobs.worker", "jobs.runtime", "jobs.prepare", "jobs.registry"),
+    ),
     # A job type never imports another; what two share lives in core/ or jobs/runtime/.
     *(
         Rule(f"jobs/{job_type}", never=("jobs",), allowed=(f"jobs.{job_type}", "jobs.runtime"))
@@ -154,7 +160,7 @@ def test_a_broken_rule_is_reported_with_file_line_and_rule(tmp_path: Path) -> No
 def test_the_job_type_packages_are_every_package_of_jobs() -> None:
     """A new job type's package is covered by the rules as soon as it exists."""
     packages = {p.parent.name for p in (ROOT / "jobs").glob("*/__init__.py")}
-    assert packages == {*JOB_TYPE_PACKAGES, "runtime"}
+    assert packages == {*JOB_TYPE_PACKAGES, "runtime", "worker"}
 
 
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:

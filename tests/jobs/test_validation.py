@@ -528,6 +528,7 @@ def test_misc_config_turns_on_debug_logging_and_tags_the_job_with_its_owner():
 
     from prometheus_client import generate_latest
 
+    from jobs.prepare import apply_misc_config
     from jobs.runtime.metrics import REGISTRY
     from testing.jobgroups import parse
 
@@ -539,7 +540,7 @@ def test_misc_config_turns_on_debug_logging_and_tags_the_job_with_its_owner():
     loggers = [logging.getLogger(n) for n in ("uatu", "uatu.librdkafka")]
     before = [lg.level for lg in loggers]
     try:
-        job_main.apply_misc_config(group, "JOB_TYPE_KAFKA_AUDIT")
+        apply_misc_config(group, "JOB_TYPE_KAFKA_AUDIT")
         assert [lg.level for lg in loggers] == [logging.DEBUG, logging.DEBUG]
     finally:
         for lg, level in zip(loggers, before, strict=True):
@@ -550,7 +551,7 @@ def test_misc_config_turns_on_debug_logging_and_tags_the_job_with_its_owner():
         'owner_service="payments"} 1.0' in text
     )
     quiet = parse(minimal_group("audit", "quiet"))
-    job_main.apply_misc_config(quiet, "JOB_TYPE_KAFKA_AUDIT")
+    apply_misc_config(quiet, "JOB_TYPE_KAFKA_AUDIT")
     assert [lg.level for lg in loggers] == before
 
 

@@ -1,0 +1,405 @@
+"""Fleet scale, part 2: many JobGroups on a few worker applications, against one application
+per group.
+
+On a private 1-broker Kafka under var/bench/, with a control plane (`python -m controlplane
+serve --workers W`, SQLite store, local launcher, heartbeats every second):
+
+1. --audits single-topic KAFKA_AUDIT groups (EXACT_UNIQ, 60 s windows) and --replications
+   KAFKA_REPLICATION groups, each on its own topic of --partitions partitions, fed --rate
+   records/s per topic by one paced producer (bench/fleet_bench.py's: known counts per
+   window). The worker applications are up (registered) before the first AddJobGroup.
+2. Every group is added through AddJobGroup, one after another; for each, the time from its
+   AddJobGroup to its first committed batch (the `commits/0` file of its checkpoint):
+   p50, p99, max.
+3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
+4. --updates replication groups get a new flow-control rate (UpdateJobGroup): the time until
+   their worker runs the new definition and the query committed a batch after it.
+5. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
+   (the control plane then drops the launch record).
+6. One worker application is SIGKILLed: for each of its groups, the time from the kill to
+   the next batch committed (on the worker the pool relaunched, or another one).
+7. The producer stops; once every record is counted and copied (or a deadline), every
+   audit window is compared with the truth and every replication's destination partitions
+   with their source (each record once, in order).
+8. Today's way, side by side: --baseline-apps audits as one application each
+   (`spark-submit.sh`), same settings, sampled for --baseline-minutes; ratio per group of
+   memory and CPU.
+
+Figures go to stdout, var/bench/fleet-pool-result.json and
+docs/benchmarks/fleet-pool-<UTC>-<commit>.json. Nothing here asserts a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+from google.protobuf import json_format
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from bench._common import (
+    BENCH_DIR,
+    bench_parser,
+    parse_args,
+    percentiles,
+    say,
+    spark_submit_env,
+    wait_for,
+    warn_if_jobs_zip_stale,
+    work_dir,
+    write_latest,
+    write_result,
+)
+from bench.fleet_bench import (
+    FleetProducer,
+    audit_group,
+    compare,
+    create_topics,
+    read_counts,
+    start_audit,
+)
+from bench.process_usage import sample
+from controlplane.state.sqlite import SqliteStore
+from core.channel import open_channel
+from core.paths import ROOT
+from core.processes import free_ports, signal_group, terminate
+from devservices.kafka import start_cluster
+from testing.conf import write_conf_dir
+from testing.topic_data import read_partitions
+
+
+def replication_group(group_id: str, source: str, rate: float = 0) -> dict:
+    group: dict[str, Any] = {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": source,
+            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
+        },
+        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": f"{source}.copy"},
+    }
+    if rate:
+        group["flowControl"] = {"messagesPerSec": rate}
+    return group
+
+
+def commits(checkpoints: Path, group_id: str) -> list[Path]:
+    folder = checkpoints / group_id / "commits"
+    return [p for p in folder.glob("[0-9]*")] if folder.is_dir() else []
+
+
+def committed_after(checkpoints: Path, group_id: str, since: float) -> bool:
+    return any(p.stat().st_mtime > since for p in commits(checkpoints, group_id))
+
+
+def start_control_plane(workdir: Path, conf: Path, args) -> tuple[subprocess.Popen, str]:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    argv = [
+        sys.executable, "-m", "controlplane", "serve", "--address", address,
+        "--store", str(workdir / "cp.sqlite"), "--conf-dir", str(conf),
+        "--apps-dir", str(workdir / "apps"), "--workers", str(args.workers),
+        "--worker-capacity", str(args.capacity), "--heartbeat-seconds", "1",
+        "--reconcile-seconds", "1", "--lease-seconds", str(args.lease_seconds),
+    ]  # fmt: skip
+    env = spark_submit_env(conf, master="local[2]", driver_memory=args.driver_memory)
+    log = (BENCH_DIR / "fleet-pool-controlplane.log").open("w")
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+    return proc, address
+
+
+def worker_pids(store: SqliteStore) -> dict[int, int]:
+    """worker id -> pid of every pool worker application."""
+    return {
+        int(r.worker_id or 0): int(r.detail("pid"))
+        for k, r in store.launches().items()
+        if k.startswith("~worker/")
+    }
+
+
+def groups_on(store: SqliteStore, worker_id: int) -> list[str]:
+    return sorted(
+        k for k, r in store.launches().items() if not k.startswith("~") and r.worker_id == worker_id
+    )
+
+
+def seconds(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    p50, p99 = percentiles(values, (50, 99))
+    return {"n": len(values), "p50": p50, "p99": p99, "max": max(values)}
+
+
+def bench(args) -> dict[str, Any]:
+    with work_dir("fleet-pool", keep=args.keep) as workdir:
+        cluster = start_cluster(workdir / "kafka", heap="1g")
+        try:
+            return run(args, workdir, cluster.bootstrap_servers)
+        finally:
+            cluster.stop()
+
+
+def run(args, workdir: Path, bootstrap: str) -> dict[str, Any]:
+    audits = [f"pool.a{i:03d}" for i in range(args.audits)]
+    copies = [f"pool.r{i:03d}" for i in range(args.replications)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    create_topics(admin, audits + copies + [f"{t}.copy" for t in copies], args.partitions)
+    producer = FleetProducer(bootstrap, audits + copies, args.partitions, args.rate)
+    producer.start()
+    checkpoints = workdir / "ck"
+    conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", checkpoints)
+    plane, address = start_control_plane(workdir, conf, args)
+    store = SqliteStore(workdir / "cp.sqlite")
+    figures: dict[str, Any] = {"groups": args.audits + args.replications}
+    try:
+        with open_channel(address) as channel:
+            stub = admin_grpc.MasterAdminServiceStub(channel)
+            up = wait_for("the worker applications", lambda: _registered(store, args), 600, 1)
+            say(f"{args.workers} worker applications registered after {up} s")
+            figures.update(add_groups(stub, audits, copies, checkpoints, args))
+            pids = list(worker_pids(store).values())
+            figures["workers"] = sample(pids, args.minutes * 60)
+            say(f"workers: {figures['workers']}")
+            figures["update"] = update_some(stub, copies[: args.updates], checkpoints, store)
+            figures["cancel"] = cancel_some(stub, audits[-args.cancels :], store)
+            figures["sigkill"] = kill_one(store, checkpoints, args)
+        producer.stopping.set()
+        producer.join()
+        figures["truth"] = check_truth(workdir, bootstrap, producer, audits, copies, args)
+    finally:
+        terminate(plane)
+        for pid in worker_pids(store).values():
+            signal_group(pid, signal.SIGKILL)
+        store.close()
+    if args.baseline_apps:
+        figures["baseline"] = baseline(args, workdir, conf, bootstrap, audits, figures)
+    return figures
+
+
+def _registered(store: SqliteStore, args) -> bool:
+    ids = set(worker_pids(store))
+    return len(ids) == args.workers and ids <= {w.node.id for w in store.workers()}
+
+
+def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
+    groups = [audit_group(f"a-{t}", topic=t, trigger=args.trigger_seconds) for t in audits]
+    groups += [replication_group(f"r-{t}", t) for t in copies]
+    added: dict[str, float] = {}
+    for group in groups:
+        message = json_format.ParseDict(group, JobGroup())
+        stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=message))
+        added[group["jobGroupId"]] = time.time()
+    say(f"{len(groups)} groups added; waiting for each one's first committed batch")
+    first: dict[str, float] = {}
+
+    def all_committed() -> bool:
+        for group_id, at in added.items():
+            if group_id not in first and commits(checkpoints, group_id):
+                stamp = min(p.stat().st_mtime for p in commits(checkpoints, group_id))
+                first[group_id] = stamp - at
+        return len(first) == len(added)
+
+    wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
+    return {
+        "add_to_first_commit_s": seconds(list(first.values())),
+        "groups_never_committed": sorted(set(added) - set(first))[:10],
+    }
+
+
+def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore) -> dict:
+    """A new flow-control rate: time to the first batch the query committed after it."""
+    before = {f"r-{t}": store.launches()[f"r-{t}"].worker_id for t in topics}
+    at = time.time()
+    for topic in topics:
+        group = json_format.ParseDict(replication_group(f"r-{topic}", topic, 1000), JobGroup())
+        stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
+    done: dict[str, float] = {}
+
+    def applied() -> bool:
+        for group_id in before:
+            if group_id not in done and committed_after(checkpoints, group_id, at + 0.5):
+                done[group_id] = time.time() - at
+        return len(done) == len(before)
+
+    wait_for("the updated queries' next batches", applied, 300, 1)
+    same = all(store.launches()[g].worker_id == w for g, w in before.items())
+    return {"to_next_commit_s": seconds(list(done.values())), "same_worker": same}
+
+
+def cancel_some(stub, topics: list[str], store: SqliteStore) -> dict:
+    ids = [f"a-{t}" for t in topics]
+    at = time.monotonic()
+    for group_id in ids:
+        stub.UpdateJobGroupState(
+            admin_pb2.UpdateJobGroupStateRequest(id=group_id, state=job_pb2.JOB_STATE_CANCELED)
+        )
+    stopped: dict[str, float] = {}
+
+    def all_stopped() -> bool:
+        launches = store.launches()
+        for group_id in ids:
+            if group_id not in stopped and group_id not in launches:
+                stopped[group_id] = time.monotonic() - at
+        return len(stopped) == len(ids)
+
+    wait_for("the canceled queries to stop", all_stopped, 300, 0.5)
+    return {"to_stopped_s": seconds(list(stopped.values()))}
+
+
+def kill_one(store: SqliteStore, checkpoints: Path, args) -> dict:
+    worker_id, pid = next(iter(sorted(worker_pids(store).items())))
+    victims = groups_on(store, worker_id)
+    at = time.time()
+    signal_group(pid, signal.SIGKILL)
+    say(f"SIGKILLed worker {worker_id} (pid {pid}) with {len(victims)} groups")
+    resumed: dict[str, float] = {}
+
+    def all_resumed() -> bool:
+        for group_id in victims:
+            if group_id not in resumed and committed_after(checkpoints, group_id, at):
+                resumed[group_id] = time.time() - at
+        return len(resumed) == len(victims)
+
+    wait_for("the killed worker's groups to commit again", all_resumed, 600, 1)
+    return {
+        "groups": len(victims),
+        "to_next_commit_s": seconds(list(resumed.values())),
+        "lease_plus_10_s": args.lease_seconds + 10,
+    }
+
+
+def check_truth(workdir, bootstrap, producer, audits, copies, args) -> dict[str, Any]:
+    counts = str(workdir / "wh" / "audit_counts")
+    live = [f"a-{t}" for t in audits[: len(audits) - args.cancels]]
+    total = {f"a-{t}": 0 for t in audits}
+    for (topic, _, _), n in producer.truth.sent.items():
+        if f"a-{topic}" in total:
+            total[f"a-{topic}"] += n
+
+    def counted() -> bool:
+        rows = read_counts(counts)
+        got: dict[str, int] = {}
+        for r in rows:
+            if r["audit_type"] == "AUDIT_TYPE_EXACT_UNIQ":
+                got[r["job_group_id"]] = got.get(r["job_group_id"], 0) + r["message_count"]
+        return all(got.get(g, 0) >= total[g] for g in live)
+
+    wait_for("every record counted", counted, 900, 5)
+    rows = read_counts(counts)
+    wrong = 0
+    for group_id in live:
+        topic = group_id[2:]
+        truth = type(producer.truth)()
+        truth.sent.update({k: v for k, v in producer.truth.sent.items() if k[0] == topic})
+        truth.repeats.update({k: v for k, v in producer.truth.repeats.items() if k[0] == topic})
+        result = compare(rows, truth, group_id)
+        wrong += result["windows_wrong"] + result["rows_not_sent"]
+    copied_wrong = 0
+    for topic in copies:
+        want = read_partitions(bootstrap, topic, args.partitions, timeout_s=30)
+
+        def same(topic=topic, want=want) -> bool:
+            got = read_partitions(bootstrap, f"{topic}.copy", args.partitions, timeout_s=30)
+            return all(
+                [(r.key, r.value) for r in got[p]] == [(r.key, r.value) for r in want[p]]
+                for p in range(args.partitions)
+            )
+
+        copied_wrong += wait_for(f"{topic} copied", same, 300, 5) is None
+    return {
+        "audits_checked": len(live),
+        "audit_windows_wrong": wrong,
+        "replications_checked": len(copies),
+        "replications_not_exact": copied_wrong,
+        "records": producer.truth.total,
+    }
+
+
+def baseline(args, workdir, conf, bootstrap, audits, figures) -> dict[str, Any]:
+    """One application per group, as `spark-submit.sh JOBGROUP.json` runs it."""
+    feeder = FleetProducer(bootstrap, audits[: args.baseline_apps], args.partitions, args.rate)
+    feeder.start()
+    say(f"baseline: {args.baseline_apps} audits, one application each")
+    runs = [
+        start_audit(
+            audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds),
+            workdir,
+            conf,
+            args.driver_memory,
+        )
+        for t in audits[: args.baseline_apps]
+    ]
+    try:
+        usage = sample([proc.pid for proc, _ in runs], args.baseline_minutes * 60)
+    finally:
+        for _, stop in runs:
+            stop.touch()
+        for proc, _ in runs:
+            proc.wait(600)
+        feeder.stopping.set()
+        feeder.join()
+    groups = figures["groups"]
+    pooled = figures["workers"]
+    return {
+        "apps": args.baseline_apps,
+        "usage": usage,
+        "ratio_memory_per_group": usage["rss_mean_gib"]
+        / args.baseline_apps
+        / (pooled["rss_mean_gib"] / groups),
+        "ratio_cores_per_group": usage["cores"] / args.baseline_apps / (pooled["cores"] / groups),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser("bench.fleet_pool", __doc__)
+    parser.add_argument("--audits", type=int, default=150)
+    parser.add_argument("--replications", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--capacity", type=int, default=50, help="groups per worker at most")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--rate", type=int, default=2, help="records/s per topic")
+    parser.add_argument("--trigger-seconds", type=int, default=60, help="of the audits")
+    parser.add_argument("--minutes", type=float, default=5, help="memory and CPU sampling")
+    parser.add_argument("--updates", type=int, default=5)
+    parser.add_argument("--cancels", type=int, default=10)
+    parser.add_argument("--lease-seconds", type=float, default=20)
+    parser.add_argument("--first-batch-deadline", type=float, default=1200)
+    parser.add_argument("--baseline-apps", type=int, default=3)
+    parser.add_argument("--baseline-minutes", type=float, default=3)
+    parser.add_argument("--driver-memory", default="2g", help="of every application")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    args = parse_args(
+        parser,
+        argv,
+        {
+            "audits": 8,
+            "replications": 4,
+            "workers": 2,
+            "minutes": 1,
+            "updates": 2,
+            "cancels": 2,
+            "baseline_apps": 1,
+            "baseline_minutes": 1,
+        },
+    )
+    warn_if_jobs_zip_stale()
+    os.environ.pop("UATU_FAULT", None)
+    figures = bench(args)
+    say(json.dumps(figures, indent=2, default=str))
+    write_latest(BENCH_DIR / "fleet-pool-result.json", figures)
+    say(f"result: {write_result('fleet-pool', figures, args)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""A worker application: many JobGroups in one Spark application (main.py, runs.py)."""

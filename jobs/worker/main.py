@@ -1,0 +1,185 @@
+"""A worker application: `spark-submit.sh worker`. One long-running Spark application that
+registers with the control plane (RegisterWorker) and runs the JobGroups it is assigned, each
+as its own streaming query in one SparkSession (jobs/worker/runs.py), as uForwarder's
+workers run the jobs their master assigns. Assignment, update and removal arrive as the
+commands of the heartbeat replies (RUN, UPDATE, CANCEL); every heartbeat carries one status
+per group.
+
+It needs the control plane: `UATU_CONTROL_PLANE` (and, when the control plane launched it,
+`UATU_WORKER_ID` and `UATU_WORKER_SECRET`; jobs/runtime/reporting.py reads them all).
+
+Fencing: when no heartbeat has been answered for `UATU_WORKER_FENCE_SECONDS` (the control
+plane sets it below its lease), the worker stops every query it runs, from a thread of its
+own, so a stuck heartbeat cannot keep it running. The control plane moves a worker's groups
+only after its lease expired, so by then the worker has stopped them: a group never runs in
+two places. The control plane starts them again here when heartbeats are answered again and
+it still assigns them here.
+
+Exit status: 0 stopped (SIGTERM, SIGINT or the stop file), 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+from uatu.v1.worker_job_pb2 import WorkerJob
+
+from core import faults
+from core.config import Settings, default_conf_dir, load_settings
+from core.errors import ConfigError, UatuError
+from jobs.prepare import build_job, check_source
+from jobs.runtime.metrics import SESSION_CONF, ui_port_of
+from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
+from jobs.runtime.runner import StopRequests
+from jobs.runtime.session import build_session
+from jobs.worker.runs import GroupRuns
+
+log = logging.getLogger("uatu.worker")
+
+FENCE_ENV = "UATU_WORKER_FENCE_SECONDS"
+
+# On top of the jobs' own: every group's Spark jobs go to a FAIR pool of its own.
+WORKER_CONF = {
+    **SESSION_CONF,
+    "spark.scheduler.mode": "FAIR",
+    # A second attempt of a dispatch task would call the service again for the same records.
+    "spark.speculation": "false",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="spark-submit.sh worker",
+        description="Run the JobGroups the control plane assigns to this application, each "
+        "as its own streaming query in one SparkSession (docs/controlplane.md, Workers).",
+    )
+    parser.add_argument(
+        "--conf-dir",
+        type=Path,
+        default=None,
+        help=f"folder with uatu.yaml and clusters.yaml (default: $UATU_CONF_DIR or "
+        f"{default_conf_dir()})",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        settings = load_settings(args.conf_dir)
+        config = ReporterConfig.from_env(os.environ)
+        if config is None:
+            raise ConfigError("UATU_CONTROL_PLANE", "unset; a worker runs what it assigns")
+        fence_seconds = _fence_seconds(os.environ)
+        faults.parse(os.environ.get(faults.ENV, ""))  # a bad UATU_FAULT: exit 2
+    except UatuError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_status
+    spark = build_session("uatu-worker", conf=WORKER_CONF)
+    link = ControlPlaneLink(config, ui_port_of(spark.sparkContext.uiWebUrl) or 0)
+    query_groups: dict[str, str] = {}  # query name -> job group id
+    runs = GroupRuns(
+        lambda job, stop_file: _run_group(spark, settings, job, stop_file, query_groups)
+    )
+    spark.streams.addListener(_FailureNotes(runs, query_groups))
+    stopped = threading.Event()
+    fence = threading.Thread(
+        target=_fence, args=(link, runs, fence_seconds, stopped), name="uatu-fence", daemon=True
+    )
+    fence.start()
+    log.info(
+        "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
+    )
+    try:
+        with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
+            while stop.reason() is None:
+                faults.fault_point("worker.heartbeat")
+                commands = link.beat(runs.statuses())
+                if time.monotonic() - link.last_success <= fence_seconds:
+                    runs.take(commands)
+                time.sleep(config.interval_seconds)
+            log.info("received %s; stopping the worker", stop.reason())
+    finally:
+        stopped.set()
+        runs.stop_all("the worker is stopping")
+        runs.wait_stopped(120)
+        link.beat(runs.statuses())  # the last word: every group stopped
+    return 0
+
+
+def _run_group(
+    spark: SparkSession,
+    settings: Settings,
+    job: WorkerJob,
+    stop_file: str,
+    query_groups: dict[str, str],
+) -> int:
+    """Run one group's query to its end in this thread, in the group's FAIR pool."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_group_id)
+    streaming_job = build_job(job.job_group, settings)
+    check_source(streaming_job, job.job_group, settings)
+    streaming_job.check()
+    query_groups[streaming_job.spec.query_name] = job.job_group_id
+    return streaming_job.run_on(spark, once=False, stop_file=stop_file)
+
+
+def _fence(
+    link: ControlPlaneLink, runs: GroupRuns, seconds: float, stopped: threading.Event
+) -> None:
+    """Stop every query once no heartbeat has been answered for `seconds`."""
+    fenced = False
+    while not stopped.wait(1.0):
+        silent = time.monotonic() - link.last_success
+        if silent > seconds and not fenced:
+            runs.stop_all(f"no heartbeat answered for {silent:.0f} s (fenced)")
+        fenced = silent > seconds
+
+
+class _FailureNotes(StreamingQueryListener):
+    """Keeps the cause of a failed query for its group's status (Spark's one line). A
+    termination event names the query by id only, so the start event's name is kept."""
+
+    def __init__(self, runs: GroupRuns, query_groups: dict[str, str]) -> None:
+        self.runs = runs
+        self.query_groups = query_groups
+        self.names: dict[str, str] = {}  # query id -> name
+
+    def onQueryStarted(self, event) -> None:
+        self.names[str(event.id)] = event.name or ""
+
+    def onQueryProgress(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        query = self.names.pop(str(event.id), "")
+        if not event.exception:
+            return
+        for name, group_id in list(self.query_groups.items()):
+            if query == name or query.startswith(f"{name}-"):
+                self.runs.note_failure(group_id, event.exception)
+
+
+def _fence_seconds(env: dict[str, str] | os._Environ[str]) -> float:
+    raw = env.get(FENCE_ENV, "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(FENCE_ENV, f"{raw!r} is not a number") from None
+    if value <= 0:
+        raise ConfigError(FENCE_ENV, f"{raw!r} must be above 0")
+    return value

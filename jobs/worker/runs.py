@@ -1,0 +1,206 @@
+"""The JobGroups one worker application runs: one streaming query each, in one SparkSession.
+
+`GroupRuns.take(commands)` applies the control plane's commands (uForwarder's matrix, carried
+as `core/worker_jobs.py` says):
+
+=================  ===============================  =====================================
+command            the group is not here, or over   the group runs here
+=================  ===============================  =====================================
+RUN                start it                         a repeat (same run id): nothing;
+                   (a FAILED run: only a new run)   a new run id: restart it
+UPDATE             start it                         restart it with the new definition
+CANCEL             forget it                        stop it; forget it once stopped
+=================  ===============================  =====================================
+
+(`decide`, pure, is that table.) Each group runs in a thread of its own, whose Spark jobs go
+to a FAIR scheduler pool named after the group, so a heavy group cannot take every task slot
+from the others. A run that fails, or is refused as bad input, is reported FAILED with the
+one line of its cause; it is never restarted here: relaunching with backoff, and giving up,
+is the control plane's (controlplane/reconciler.py), which sends a RUN with a new run id.
+
+A stop (CANCEL, UPDATE, `stop_all`) creates the run's stop file, which its query polls
+(jobs/runtime/runner.py): the query stops between two micro-batches and its thread ends.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from uatu.v1.worker_job_pb2 import WorkerJob
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
+
+from core import worker_jobs
+from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError
+
+log = logging.getLogger("uatu.worker")
+
+# Runs one JobGroup to its end in the caller's thread; returns the exit status (0 stopped,
+# 1 failed) or raises UatuError. `jobs/worker/main.py` binds it to the session and settings.
+GroupRunner = Callable[[WorkerJob, str], int]
+
+
+class Step(enum.Enum):
+    NOTHING = "nothing"
+    START = "start"
+    RESTART = "restart"
+    STOP = "stop"
+    FORGET = "forget"
+
+
+def decide(kind: int, running: bool, here: WorkerJob | None, wanted: WorkerJob) -> Step:
+    """What a command means for a group (the table of the module docstring). `here` is the
+    group's run on this worker, if any; `running` whether its query still runs."""
+    if kind == worker_jobs.CANCEL:
+        return Step.STOP if running else Step.FORGET
+    if here is None:
+        return Step.START
+    if kind == worker_jobs.UPDATE:
+        return Step.RESTART if running else Step.START
+    if here.run == wanted.run:
+        return Step.NOTHING
+    return Step.RESTART if running else Step.START
+
+
+@dataclass
+class GroupRun:
+    """One JobGroup's run on this worker: its command's job id and WorkerJob, its state."""
+
+    job_id: int
+    job: WorkerJob
+    stop_file: Path
+    state: job_pb2.JobState = job_pb2.JOB_STATE_RUNNING
+    thread: threading.Thread | None = None
+    stop_requested: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def stop(self) -> None:
+        self.stop_requested = True
+        self.stop_file.touch()
+
+    def status(self) -> JobStatus:
+        return worker_jobs.status(self.job_id, self.job, self.state)
+
+
+class GroupRuns:
+    """The worker's runs, keyed by job group id; thread-safe."""
+
+    def __init__(self, runner: GroupRunner, stop_dir: Path | None = None) -> None:
+        self._runner = runner
+        self._stop_dir = stop_dir or Path(tempfile.mkdtemp(prefix="uatu-worker-"))
+        self._lock = threading.Lock()
+        self._runs: dict[str, GroupRun] = {}
+
+    def statuses(self) -> list[JobStatus]:
+        with self._lock:
+            return [run.status() for run in self._runs.values()]
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(g for g, run in self._runs.items() if run.running)
+
+    def take(self, commands: Iterable[mw_pb2.Command]) -> None:
+        for command in commands:
+            wanted = worker_jobs.worker_job_of(command.job)
+            if wanted is None or not wanted.job_group_id:
+                log.warning(
+                    "ignoring a command that names no JobGroup (job %d)", command.job.job_id
+                )
+                continue
+            self._take(command.type, command.job.job_id, wanted)
+
+    def _take(self, kind: int, job_id: int, wanted: WorkerJob) -> None:
+        group_id = wanted.job_group_id
+        with self._lock:
+            here = self._runs.get(group_id)
+        running = here is not None and here.running
+        step = decide(kind, running, here.job if here else None, wanted)
+        if step is Step.NOTHING:
+            return
+        name = mw_pb2.CommandType.Name(kind)
+        log.info("%s for %s (run %s): %s", name, group_id, wanted.run, step.value)
+        if step is Step.FORGET:
+            with self._lock:
+                self._runs.pop(group_id, None)
+            return
+        if here is not None and running:
+            here.stop()
+            if step is Step.STOP:
+                return
+            here.done.wait()  # the same checkpoint: never two queries on it at once
+        self._start(job_id, wanted)
+
+    def _start(self, job_id: int, wanted: WorkerJob) -> None:
+        group_id = wanted.job_group_id
+        stop_file = self._stop_dir / f"{group_id}.stop"
+        stop_file.unlink(missing_ok=True)
+        run = GroupRun(job_id=job_id, job=wanted, stop_file=stop_file)
+        run.thread = threading.Thread(
+            target=self._run, args=(run,), name=f"uatu-group-{group_id}", daemon=True
+        )
+        with self._lock:
+            self._runs[group_id] = run
+        run.thread.start()
+
+    def _run(self, run: GroupRun) -> None:
+        group_id = run.job.job_group_id
+        try:
+            status = self._runner(run.job, str(run.stop_file))
+        except UatuError as e:
+            self._failed(run, str(e), refused=e.exit_status == EXIT_BAD_INPUT)
+        except Exception as e:  # the neighbours must keep running whatever this one raised
+            log.exception("%s failed", group_id)
+            self._failed(run, f"{type(e).__name__}: {first_line(str(e))}")
+        else:
+            if status == EXIT_OK and run.stop_requested:
+                run.state = job_pb2.JOB_STATE_CANCELED
+                log.info("%s stopped", group_id)
+            else:
+                self._failed(run, run.job.last_error or f"its query ended (exit {status})")
+        finally:
+            run.done.set()
+
+    @staticmethod
+    def _failed(run: GroupRun, why: str, *, refused: bool = False) -> None:
+        run.job.last_error = first_line(why)
+        run.job.refused = refused
+        run.state = job_pb2.JOB_STATE_FAILED
+        log.error("%s FAILED%s: %s", run.job.job_group_id, " (bad input)" if refused else "", why)
+
+    def note_failure(self, group_id: str, why: str) -> None:
+        """The cause of a query's failure, as Spark reported it (before its thread ends)."""
+        with self._lock:
+            run = self._runs.get(group_id)
+        if run is not None and run.running:
+            run.job.last_error = first_line(why)
+
+    def stop_all(self, why: str) -> None:
+        """Stop every running query (the worker is stopping, or fenced)."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.running]
+        if runs:
+            log.warning("%s: stopping %d queries", why, len(runs))
+        for run in runs:
+            run.stop()
+
+    def wait_stopped(self, timeout: float) -> bool:
+        with self._lock:
+            runs = list(self._runs.values())
+        return all(run.done.wait(timeout) for run in runs)
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line, at most 300 characters: what a status and a CLI show."""
+    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    return line[:300]

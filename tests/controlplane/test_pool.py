@@ -1,0 +1,268 @@
+"""The worker pool's decisions: placement, the command matrix of a worker's heartbeat, and
+the reconciler's relaunch, give-up and refusal for groups that run on pool workers. A real
+SQLite store; a recording stand-in for the site's launcher of worker applications (the
+applications themselves are tests/controlplane/test_worker_pool.py's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+from uatu.v1.worker_job_pb2 import WorkerJob
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node, StoredWorker
+
+from controlplane.jobgroups import JobGroups
+from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.pool import Reported, WorkerPool, commands_for, place
+from controlplane.reconcile import Action, definition_of
+from controlplane.reconciler import Reconciler
+from controlplane.state.sqlite import SqliteStore
+from core import worker_jobs
+from core.config import load_settings
+from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
+
+RUNNING, FAILED = job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_FAILED
+CANCELED = job_pb2.JOB_STATE_CANCELED
+
+
+@pytest.mark.parametrize(
+    ("assigned", "capacity", "chosen"),
+    [
+        ({1: 3, 2: 1, 3: 2}, 10, 2),  # the fewest groups
+        ({1: 1, 2: 1}, 10, 1),  # a tie: the lowest id
+        ({1: 2, 2: 5}, 5, 1),  # worker 2 is full
+        ({1: 5, 2: 5}, 5, None),  # every worker is full
+        ({}, 5, None),  # no live worker
+    ],
+)
+def test_place_picks_the_least_loaded_worker_with_room(assigned, capacity, chosen):
+    assert place(assigned, capacity) == chosen
+
+
+def _record(definition: str, run: str, worker_id: int = 7, job_id: int = 11) -> LaunchRecord:
+    return LaunchRecord(
+        handle=f"worker {worker_id}",
+        definition=definition,
+        started_at=0.0,
+        log="",
+        details=launch_details(pool_worker=worker_id, job_group_id="g", run=run, job_id=job_id),
+        worker_id=worker_id,
+    )
+
+
+def _stored(state=RUNNING):
+    from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
+
+    return StoredJobGroup(job_group=audit_group("g", "orders"), state=state)
+
+
+def _reported(run: str, definition: str, state=RUNNING) -> Reported:
+    return Reported(11, WorkerJob(job_group_id="g", run=run, definition=definition), state)
+
+
+def _kinds(commands) -> list[tuple[str, str]]:
+    return [
+        (worker_jobs.worker_job_of(c.job).job_group_id, c.type)  # type: ignore[union-attr]
+        for c in commands
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reported", "stored_state", "cancelling", "expected"),
+    [
+        ({}, RUNNING, False, [("g", worker_jobs.RUN)]),  # not running here yet
+        ({"g": _reported("r1", "d1")}, RUNNING, False, []),  # runs what it should
+        ({"g": _reported("r0", "d1", FAILED)}, RUNNING, False, [("g", worker_jobs.RUN)]),
+        ({"g": _reported("r1", "d1", FAILED)}, RUNNING, False, []),  # the reconciler's call
+        ({"g": _reported("r1", "d1", CANCELED)}, RUNNING, False, [("g", worker_jobs.RUN)]),
+        ({"g": _reported("r1", "d0")}, RUNNING, False, [("g", worker_jobs.UPDATE)]),
+        ({"g": _reported("r1", "d1")}, RUNNING, True, [("g", worker_jobs.CANCEL)]),
+        ({"g": _reported("r1", "d1")}, CANCELED, False, []),  # the reconciler cancels it
+    ],
+)
+def test_a_workers_heartbeat_gets_the_command_matrix(reported, stored_state, cancelling, expected):
+    assigned = {"g": (_record("d1", "r1"), _stored(stored_state))}
+    commands = commands_for(reported, assigned, frozenset({"g"} if cancelling else ()))
+    assert _kinds(commands) == expected
+
+
+def test_a_group_reported_by_a_worker_it_is_not_placed_on_is_cancelled_there():
+    commands = commands_for({"other": _reported("r", "d")}, {}, frozenset())
+    assert len(commands) == 1 and commands[0].type == worker_jobs.CANCEL
+    assert worker_jobs.worker_job_of(commands[0].job).job_group_id == "other"  # type: ignore[union-attr]
+
+
+def test_run_commands_carry_the_whole_group_and_its_run():
+    (command,) = commands_for({}, {"g": (_record("d1", "r1"), _stored())}, frozenset())
+    carried = worker_jobs.worker_job_of(command.job)
+    assert carried is not None
+    assert (carried.run, carried.definition, command.job.job_id) == ("r1", "d1", 11)
+    assert carried.job_group == audit_group("g", "orders")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class WorkerApps:
+    """Records the worker applications the pool starts; each "runs" until cancelled."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+
+    def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord:
+        self.started.append(env["UATU_WORKER_ID"])
+        return LaunchRecord(
+            handle=f"{name}#{len(self.started)}",
+            definition=definition,
+            started_at=self.clock(),
+            log="",
+            details=launch_details(name=name),
+        )
+
+    def observes(self, record: LaunchRecord) -> bool:
+        return True
+
+    def alive(self, record: LaunchRecord) -> bool:
+        return record.handle not in self.cancelled
+
+    def cancel(self, record: LaunchRecord) -> None:
+        self.cancelled.append(record.handle)
+
+
+def _heard(store: SqliteStore, worker_id: int, at: float) -> None:
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(at * 1e9))
+    store.put_worker(
+        StoredWorker(last_updated=stamp, node=Node(id=worker_id), state=WORKER_STATE_WORKING)
+    )
+
+
+@pytest.fixture
+def pooled(tmp_path):
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    clock = Clock()
+    apps = WorkerApps(clock)
+    pool = WorkerPool(store, apps, size=1, lease_seconds=20, clock=clock)
+    reconciler = Reconciler(
+        store,
+        pool,
+        pool=pool,
+        backoff_seconds=1,
+        max_failures=2,
+        lease_seconds=20,
+        clock=clock,
+        max_running=None,
+    )
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:1", tmp_path / "wh", tmp_path / "ck")
+    groups = JobGroups(store, load_settings(conf), lambda *_: 2)
+    yield store, clock, apps, pool, reconciler, groups
+    store.close()
+
+
+def _report(pool: WorkerPool, worker_id: int, record: LaunchRecord, state, **fields) -> list:
+    job = WorkerJob(
+        job_group_id=str(record.detail("job_group_id")),
+        run=str(record.detail("run")),
+        definition=record.definition,
+        **fields,
+    )
+    return pool.heartbeat(worker_id, [worker_jobs.status(11, job, state)])
+
+
+def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled):
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()  # the pool's worker application starts
+    worker_id = store.launches()["~worker/0"].worker_id
+    _heard(store, worker_id, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    assert reconciler.reconcile_once()["g"] is Action.RUN
+    first = store.launches()["g"]
+    assert first.worker_id == worker_id and first.definition == definition_of(
+        groups.get("g").job_group
+    )
+
+    _report(pool, worker_id, first, FAILED, last_error="boom")
+    assert reconciler.reconcile_once()["g"] is Action.NONE  # backing off (1 s)
+    clock.now += 1.5
+    _heard(store, worker_id, clock.now)
+    assert reconciler.reconcile_once()["g"] is Action.RUN
+    second = store.launches()["g"]
+    assert second.failures == 1 and second.details["run"] != first.details["run"]
+
+    _report(pool, worker_id, second, FAILED, last_error="boom")
+    clock.now += 2.5
+    _heard(store, worker_id, clock.now)
+    assert reconciler.reconcile_once()["g"] is Action.RUN
+    third = store.launches()["g"]
+    _report(pool, worker_id, third, FAILED, last_error="boom")
+    clock.now += 4.5
+    _heard(store, worker_id, clock.now)
+    assert reconciler.reconcile_once()["g"] is Action.NONE  # third failure > max_failures=2
+    assert groups.get("g").state == FAILED
+    assert all(j.state == FAILED for j in groups.get("g").jobs)
+    assert reconciler.reconcile_once()["g"] is Action.NONE  # and never relaunched
+
+
+def test_a_run_refused_as_bad_input_fails_the_group_at_once(pooled):
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    worker_id = store.launches()["~worker/0"].worker_id
+    _heard(store, worker_id, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    record = store.launches()["g"]
+    _report(pool, worker_id, record, FAILED, last_error="bad", refused=True)
+    clock.now += 100  # past any backoff: the refusal, not the clock, decides
+    _heard(store, worker_id, clock.now)
+    assert reconciler.reconcile_once()["g"] is Action.NONE
+    assert groups.get("g").state == FAILED
+    assert store.launches()["g"].failures == 0
+
+
+def test_an_update_keeps_the_group_on_its_worker_with_a_new_run(pooled):
+    store, clock, apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    worker_id = store.launches()["~worker/0"].worker_id
+    _heard(store, worker_id, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    first = store.launches()["g"]
+    _report(pool, worker_id, first, RUNNING)
+    groups.update(audit_group("g", "orders", rate=50))
+    assert reconciler.reconcile_once()["g"] is Action.UPDATE
+    second = store.launches()["g"]
+    assert second.worker_id == worker_id and second.definition != first.definition
+    commands = _report(pool, worker_id, first, RUNNING)
+    assert [c.type for c in commands] == [worker_jobs.UPDATE]
+    assert apps.started == [str(worker_id)]  # the application was never restarted
+
+
+def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_lease(pooled):
+    store, clock, apps, _pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    first_worker = store.launches()["~worker/0"].worker_id
+    _heard(store, first_worker, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    assert store.launches()["g"].worker_id == first_worker
+    clock.now += 15  # within the lease (20 s): nothing moves
+    reconciler.reconcile_once()
+    assert store.launches()["g"].worker_id == first_worker
+    clock.now += 10  # past it: the slot is relaunched, the group placed on the new worker
+    reconciler.reconcile_once()
+    second_worker = store.launches()["~worker/0"].worker_id
+    assert second_worker != first_worker and apps.cancelled == ["worker-0#1"]
+    _heard(store, second_worker, clock.now)
+    reconciler.reconcile_once()
+    reconciler.reconcile_once()
+    assert store.launches()["g"].worker_id == second_worker

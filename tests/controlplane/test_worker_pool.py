@@ -1,0 +1,232 @@
+"""The worker pool as operators run it: `serve --workers 1` keeps one worker application
+(`spark-submit.sh worker`) that runs every JobGroup added through gRPC, each as its own
+streaming query, with RUN, UPDATE and CANCEL travelling in its heartbeat replies.
+
+One control plane and one worker application serve the whole test, so it pays for one
+Spark start-up: an audit and a replication run side by side and are checked against the
+records produced; bad input is FAILED at once, never relaunched, while its neighbours keep
+committing; a flow-control update restarts that query only; CANCELED stops one query; a
+SIGKILLed worker is relaunched by the pool and its groups go on, with nothing lost or copied
+twice. Durations are printed, never asserted (`make bench-fleet` measures them).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from uatu.v1.worker_job_pb2 import WorkerJob
+from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
+from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+
+from controlplane.state.sqlite import SqliteStore
+from core.channel import open_channel
+from core.processes import free_ports, pid_alive, signal_group
+from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
+from testing.jobgroups import audit_group, parse
+from testing.polling import wait_for
+from testing.topic_data import read_partitions
+from tests.controlplane.test_controlplane_e2e import control_plane_process, stop_applications
+
+TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
+
+
+def replication_group(group_id: str, source: str, destination: str, rate: float = 0) -> JobGroup:
+    data: dict = {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": source,
+            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
+        },
+        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": destination},
+        "extension": TRIGGER,
+    }
+    if rate:
+        data["flowControl"] = {"messagesPerSec": rate}
+    return parse(data)
+
+
+def audited_messages(warehouse: Path, group_id: str) -> int:
+    """The audit's message count over every window, read with delta-rs (no Spark here)."""
+    from deltalake import DeltaTable
+
+    table = warehouse / "audit_counts"
+    if not (table / "_delta_log").exists():
+        return 0
+    rows = (
+        DeltaTable(str(table))
+        .to_pyarrow_table(columns=["job_group_id", "message_count"])
+        .to_pylist()
+    )
+    return sum(r["message_count"] for r in rows if r["job_group_id"] == group_id)
+
+
+def copied_exactly(bootstrap: str, source: str, destination: str, partitions: int) -> bool:
+    """Each destination partition holds its source partition's records, once, in order."""
+    want = read_partitions(bootstrap, source, partitions, timeout_s=10)
+    got = read_partitions(bootstrap, destination, partitions, timeout_s=10)
+    return all(
+        [(r.key, r.value) for r in got[p]] == [(r.key, r.value) for r in want[p]]
+        for p in range(partitions)
+    )
+
+
+def worker_run(group) -> WorkerJob | None:
+    """The worker's account of the group's run, as GetJobGroup shows it."""
+    for stored_job in group.jobs:
+        carried = WorkerJob()
+        if stored_job.job.HasField("extension") and stored_job.job.extension.Unpack(carried):
+            return carried
+    return None
+
+
+@pytest.mark.integration
+def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    source, copy, audited = f"pool-src-{suffix}", f"pool-dst-{suffix}", f"pool-aud-{suffix}"
+    kafka.create_topic(source, partitions=2)
+    kafka.create_topic(copy, partitions=2)
+    kafka.create_topic(audited, partitions=2)
+    now_ms = int(time.time() * 1000)
+    sent = audit_dataset(200, 2, now_ms)
+    produce(kafka.bootstrap_servers, audited, sent)
+    produce(kafka.bootstrap_servers, source, audit_dataset(150, 2, now_ms, seed=3))
+    warehouse = tmp_path / "wh"
+    conf = write_conf_dir(tmp_path / "conf", kafka.bootstrap_servers, warehouse, tmp_path / "ck")
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    store = SqliteStore(tmp_path / "cp.sqlite")  # read-only view of what the control plane keeps
+    options = ("--workers", "1", "--lease-seconds", "20")
+    try:
+        with (
+            control_plane_process(
+                address,
+                str(tmp_path / "cp.sqlite"),
+                conf,
+                tmp_path / "apps",
+                tmp_path / "controlplane.log",
+                *options,
+            ),  # fmt: skip
+            open_channel(address) as channel,
+        ):
+            admin = admin_grpc.MasterAdminServiceStub(channel)
+
+            def get(group_id: str):
+                return admin.GetJobGroup(admin_pb2.GetJobGroupRequest(id=group_id)).group
+
+            def add(group: JobGroup) -> None:
+                admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
+
+            worker = wait_for(
+                lambda: store.launches().get("~worker/0"), 30, "the pool's worker application"
+            )
+            started = time.monotonic()  # groups wait for the worker's first heartbeat
+            add(audit_group("pool-audit", audited, audit_types=("AUDIT_TYPE_EXACT_UNIQ",),
+                            from_earliest=True))  # fmt: skip
+            add(replication_group("pool-copy", source, copy))
+            # Bad input the control plane cannot see: the destination has fewer partitions.
+            kafka.create_topic(f"pool-narrow-{suffix}", partitions=1)
+            add(replication_group("pool-bad", source, f"pool-narrow-{suffix}"))
+
+            # Bad input is FAILED at once, with its one line, and never relaunched.
+            failed = wait_for(
+                lambda: (g := get("pool-bad")).state == job_pb2.JOB_STATE_FAILED and g,
+                240,
+                "the group with a narrower destination to be FAILED",
+            )
+            run = worker_run(failed)
+            assert run is not None and run.refused, failed
+            assert f"pool-narrow-{suffix}" in run.last_error and "fewer" in run.last_error
+            assert store.launches()["pool-bad"].failures == 0
+
+            wait_for(
+                lambda: audited_messages(warehouse, "pool-audit") == len(sent),
+                240,
+                "the audit to count every record",
+            )
+            print(f"AddJobGroup -> audit counted: {time.monotonic() - started:.1f} s")
+            wait_for(
+                lambda: copied_exactly(kafka.bootstrap_servers, source, copy, 2),
+                240,
+                "the replication to copy every record",
+            )
+            # Every group ran in the one worker application.
+            assert {store.launches()[g].worker_id for g in ("pool-audit", "pool-copy")} == {
+                worker.worker_id
+            }
+
+            # The neighbours of the failed group keep committing.
+            more = audit_dataset(50, 2, int(time.time() * 1000), seed=11)
+            produce(kafka.bootstrap_servers, audited, more)
+            wait_for(
+                lambda: audited_messages(warehouse, "pool-audit") == len(sent) + len(more),
+                120,
+                "the audit to count the new records",
+            )
+
+            # A flow-control update restarts that query only, on the same application.
+            before = store.launches()["pool-copy"]
+            admin.UpdateJobGroup(
+                admin_pb2.UpdateJobGroupRequest(
+                    job_group=replication_group("pool-copy", source, copy, rate=500)
+                )
+            )
+            wait_for(
+                lambda: (
+                    (r := worker_run(get("pool-copy"))) is not None
+                    and r.run != before.details["run"]
+                    and r.definition == store.launches()["pool-copy"].definition
+                ),
+                120,
+                "the worker to run the updated definition",
+            )
+            assert pid_alive(int(worker.detail("pid")))
+            produce(kafka.bootstrap_servers, source, audit_dataset(40, 2, now_ms, seed=5))
+            wait_for(
+                lambda: copied_exactly(kafka.bootstrap_servers, source, copy, 2),
+                120,
+                "the updated replication to copy the new records",
+            )
+
+            # CANCELED stops one query; the application and its other query stay.
+            admin.UpdateJobGroupState(
+                admin_pb2.UpdateJobGroupStateRequest(
+                    id="pool-audit", state=job_pb2.JOB_STATE_CANCELED
+                )
+            )
+            canceled_at = time.monotonic()
+            wait_for(lambda: "pool-audit" not in store.launches(), 60, "the audit query to stop")
+            print(f"CANCELED -> query stopped: {time.monotonic() - canceled_at:.1f} s")
+            assert pid_alive(int(worker.detail("pid")))
+
+            # SIGKILL the worker: the pool relaunches it and the copy goes on, exactly once.
+            signal_group(int(worker.detail("pid")), signal.SIGKILL)
+            produce(kafka.bootstrap_servers, source, audit_dataset(60, 2, now_ms, seed=9))
+            relaunched = wait_for(
+                lambda: (
+                    (r := store.launches().get("~worker/0")) is not None
+                    and r.detail("pid") != worker.detail("pid")
+                    and r
+                ),
+                120,
+                "the pool to relaunch its worker",
+            )
+            wait_for(
+                lambda: copied_exactly(kafka.bootstrap_servers, source, copy, 2),
+                240,
+                "the copy to go on after the worker was killed",
+            )
+            assert store.launches()["pool-copy"].worker_id == relaunched.worker_id
+            assert get("pool-bad").state == job_pb2.JOB_STATE_FAILED  # still not relaunched
+            assert json_format.MessageToDict(get("pool-copy"))["state"] == "JOB_STATE_RUNNING"
+    finally:
+        stop_applications(store.launches())
+        store.close()

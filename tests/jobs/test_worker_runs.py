@@ -1,0 +1,156 @@
+"""A worker application's side of the command matrix (jobs/worker/runs.py) and its fence
+(jobs/worker/main.py), with a stand-in for the streaming query: a runner that runs until its
+stop file appears, or fails as told. The queries themselves are
+tests/controlplane/test_worker_pool.py's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from uatu.v1.worker_job_pb2 import WorkerJob
+from uber.data.kafka.datatransfer import job_pb2
+
+from core import worker_jobs
+from core.errors import InvalidJobGroup
+from jobs.worker.main import _fence
+from jobs.worker.runs import GroupRuns, Step, decide
+from testing.jobgroups import audit_group
+from testing.polling import wait_for
+
+RUN, UPDATE, CANCEL = worker_jobs.RUN, worker_jobs.UPDATE, worker_jobs.CANCEL
+
+
+def _job(run: str = "r1", definition: str = "d1") -> WorkerJob:
+    return WorkerJob(job_group_id="g", run=run, definition=definition)
+
+
+@pytest.mark.parametrize(
+    ("kind", "running", "here", "wanted", "step"),
+    [
+        (RUN, False, None, _job(), Step.START),
+        (RUN, True, _job(), _job(), Step.NOTHING),  # a repeat
+        (RUN, False, _job(), _job(), Step.NOTHING),  # failed: only a new run restarts it
+        (RUN, True, _job(), _job("r2"), Step.RESTART),
+        (RUN, False, _job(), _job("r2"), Step.START),
+        (UPDATE, True, _job(), _job("r2", "d2"), Step.RESTART),
+        (UPDATE, False, None, _job("r2", "d2"), Step.START),
+        (CANCEL, True, _job(), _job(), Step.STOP),
+        (CANCEL, False, _job(), _job(), Step.FORGET),
+        (CANCEL, False, None, _job(), Step.FORGET),
+    ],
+)
+def test_the_workers_command_matrix(kind, running, here, wanted, step):
+    assert decide(kind, running, here, wanted) is step
+
+
+class Queries:
+    """Runs each group "query" until its stop file appears; `fail` makes the next one raise."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str]] = []
+        self.fail: Exception | None = None
+        self.live: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, job: WorkerJob, stop_file: str) -> int:
+        with self.lock:
+            self.started.append((job.job_group_id, job.run))
+            if self.fail is not None:
+                error, self.fail = self.fail, None
+                raise error
+            assert job.job_group_id not in self.live, "two queries of one group at once"
+            self.live.add(job.job_group_id)
+        try:
+            while not Path(stop_file).exists():
+                time.sleep(0.02)
+            return 0
+        finally:
+            with self.lock:
+                self.live.discard(job.job_group_id)
+
+
+def _command(kind, group_id: str, run: str, definition: str = "d1"):
+    return worker_jobs.command(kind, 5, audit_group(group_id, "orders"), definition, run)
+
+
+def _states(runs: GroupRuns) -> dict[str, tuple[str, int]]:
+    return {
+        worker_jobs.worker_job_of(s.job).job_group_id: (  # type: ignore[union-attr]
+            worker_jobs.worker_job_of(s.job).run,  # type: ignore[union-attr]
+            s.state,
+        )
+        for s in runs.statuses()
+    }
+
+
+@pytest.fixture
+def runs(tmp_path):
+    queries = Queries()
+    group_runs = GroupRuns(queries, tmp_path)
+    yield group_runs, queries
+    group_runs.stop_all("test over")
+    assert group_runs.wait_stopped(10)
+
+
+def test_run_update_and_cancel_each_touch_one_query(runs):
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
+    wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries")
+    group_runs.take([_command(RUN, "a", "r1")])  # a repeat starts nothing
+    group_runs.take([_command(UPDATE, "a", "r2", "d2")])
+    wait_for(lambda: ("a", "r2") in queries.started and "a" in queries.live, 10, "the update")
+    assert queries.started.count(("b", "r1")) == 1  # b was never touched
+    group_runs.take([_command(CANCEL, "b", "r1")])
+    wait_for(lambda: _states(group_runs)["b"][1] == job_pb2.JOB_STATE_CANCELED, 10, "b stopped")
+    assert queries.live == {"a"}
+    group_runs.take([_command(CANCEL, "b", "r1")])  # stopped and cancelled again: forgotten
+    assert set(_states(group_runs)) == {"a"}
+
+
+def test_a_failure_is_reported_with_its_line_and_a_refusal_as_such(runs):
+    group_runs, queries = runs
+    queries.fail = RuntimeError("broker went away\n  at some.Java.frame")
+    group_runs.take([_command(RUN, "a", "r1")])
+    wait_for(lambda: _states(group_runs)["a"][1] == job_pb2.JOB_STATE_FAILED, 10, "a FAILED")
+    (status,) = group_runs.statuses()
+    reported = worker_jobs.worker_job_of(status.job)
+    assert reported is not None
+    assert (reported.last_error, reported.refused) == ("RuntimeError: broker went away", False)
+    group_runs.take([_command(RUN, "a", "r1")])  # the same run: not restarted here
+    assert queries.started == [("a", "r1")]
+
+    queries.fail = InvalidJobGroup("kafka_consumer_task_group.topic", "t", "bad")
+    group_runs.take([_command(RUN, "a", "r2")])  # a new run from the control plane
+    wait_for(lambda: _states(group_runs)["a"] == ("r2", job_pb2.JOB_STATE_FAILED), 10, "r2")
+    reported = worker_jobs.worker_job_of(group_runs.statuses()[0].job)
+    assert reported is not None and reported.refused
+    assert "kafka_consumer_task_group.topic" in reported.last_error
+
+
+class Link:
+    def __init__(self) -> None:
+        self.last_success = time.monotonic()
+
+
+def test_a_worker_that_cannot_heartbeat_stops_every_query_before_its_lease_ends(runs):
+    """The fence of "never in two places": silent for longer than its fence, the worker has
+    stopped every query; the control plane places them elsewhere only after the lease."""
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
+    wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries")
+    link, stopped = Link(), threading.Event()
+    fence = threading.Thread(target=_fence, args=(link, group_runs, 1.5, stopped), daemon=True)
+    fence.start()
+    try:
+        time.sleep(1.2)  # answered recently enough: nothing stops
+        link.last_success = time.monotonic()
+        time.sleep(1.2)
+        assert queries.live == {"a", "b"}
+        wait_for(lambda: queries.live == set(), 10, "the fence to stop every query")
+        assert {state for _, state in _states(group_runs).values()} == {job_pb2.JOB_STATE_CANCELED}
+    finally:
+        stopped.set()
+        fence.join(5)
