@@ -15,7 +15,7 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
 4. --updates replication groups get a new flow-control rate (UpdateJobGroup): the time until
    their worker runs the new definition and the query committed a batch after it.
 5. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
-   (the control plane then drops the launch record).
+   (GetJobGroup shows the job CANCELED, as the worker's heartbeat said).
 6. One worker application is SIGKILLed: for each of its groups, the time from the kill to
    the next batch committed (on the worker the pool relaunched, or another one).
 7. The producer stops; once every record is counted and copied (or a deadline), every
@@ -42,6 +42,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from google.protobuf import json_format
+from uatu.v1 import job_options_pb2  # noqa: F401  (JobGroup.extension in JSON)
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
@@ -78,7 +79,7 @@ from testing.conf import write_conf_dir
 from testing.topic_data import read_partitions
 
 
-def replication_group(group_id: str, source: str, rate: float = 0) -> dict:
+def replication_group(group_id: str, source: str, trigger: int, rate: float = 0) -> dict:
     group: dict[str, Any] = {
         "jobGroupId": group_id,
         "type": "JOB_TYPE_KAFKA_REPLICATION",
@@ -88,6 +89,10 @@ def replication_group(group_id: str, source: str, rate: float = 0) -> dict:
             "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
         },
         "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": f"{source}.copy"},
+        "extension": {
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "trigger": {"intervalSeconds": trigger},
+        },
     }
     if rate:
         group["flowControl"] = {"messagesPerSec": rate}
@@ -170,13 +175,14 @@ def run(args, workdir: Path, bootstrap: str) -> dict[str, Any]:
             pids = list(worker_pids(store).values())
             figures["workers"] = sample(pids, args.minutes * 60)
             say(f"workers: {figures['workers']}")
-            figures["update"] = update_some(stub, copies[: args.updates], checkpoints, store)
-            figures["cancel"] = cancel_some(stub, audits[-args.cancels :], store)
+            figures["update"] = update_some(stub, copies[: args.updates], checkpoints, store, args)
+            figures["cancel"] = cancel_some(stub, audits[-args.cancels :])
             figures["sigkill"] = kill_one(store, checkpoints, args)
         producer.stopping.set()
         producer.join()
         figures["truth"] = check_truth(workdir, bootstrap, producer, audits, copies, args)
     finally:
+        producer.stopping.set()
         terminate(plane)
         for pid in worker_pids(store).values():
             signal_group(pid, signal.SIGKILL)
@@ -193,7 +199,7 @@ def _registered(store: SqliteStore, args) -> bool:
 
 def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
     groups = [audit_group(f"a-{t}", topic=t, trigger=args.trigger_seconds) for t in audits]
-    groups += [replication_group(f"r-{t}", t) for t in copies]
+    groups += [replication_group(f"r-{t}", t, args.replication_trigger_seconds) for t in copies]
     added: dict[str, float] = {}
     for group in groups:
         message = json_format.ParseDict(group, JobGroup())
@@ -216,12 +222,15 @@ def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
     }
 
 
-def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore) -> dict:
+def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore, args) -> dict:
     """A new flow-control rate: time to the first batch the query committed after it."""
     before = {f"r-{t}": store.launches()[f"r-{t}"].worker_id for t in topics}
     at = time.time()
     for topic in topics:
-        group = json_format.ParseDict(replication_group(f"r-{topic}", topic, 1000), JobGroup())
+        group = json_format.ParseDict(
+            replication_group(f"r-{topic}", topic, args.replication_trigger_seconds, 1000),
+            JobGroup(),
+        )
         stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
     done: dict[str, float] = {}
 
@@ -236,7 +245,7 @@ def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore) 
     return {"to_next_commit_s": seconds(list(done.values())), "same_worker": same}
 
 
-def cancel_some(stub, topics: list[str], store: SqliteStore) -> dict:
+def cancel_some(stub, topics: list[str]) -> dict:
     ids = [f"a-{t}" for t in topics]
     at = time.monotonic()
     for group_id in ids:
@@ -246,9 +255,11 @@ def cancel_some(stub, topics: list[str], store: SqliteStore) -> dict:
     stopped: dict[str, float] = {}
 
     def all_stopped() -> bool:
-        launches = store.launches()
         for group_id in ids:
-            if group_id not in stopped and group_id not in launches:
+            if group_id in stopped:
+                continue
+            jobs = stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=group_id)).group.jobs
+            if {j.state for j in jobs} == {job_pb2.JOB_STATE_CANCELED}:  # the worker's report
                 stopped[group_id] = time.monotonic() - at
         return len(stopped) == len(ids)
 
@@ -369,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--rate", type=int, default=2, help="records/s per topic")
     parser.add_argument("--trigger-seconds", type=int, default=60, help="of the audits")
+    parser.add_argument("--replication-trigger-seconds", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=5, help="memory and CPU sampling")
     parser.add_argument("--updates", type=int, default=5)
     parser.add_argument("--cancels", type=int, default=10)

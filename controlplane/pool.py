@@ -7,21 +7,23 @@ of starting an application per group. `WorkerPool` is a `Launcher` for the recon
 (controlplane/reconciler.py), so a group's lifecycle, backoff and give-up are the same as
 with an application per group:
 
-* `launch` places the group (`place`: the live worker with the most free room, by the
-  capacity it declares) and returns a record naming the worker and a new run id; nothing is
+* `launch` places the group (`place`: the live worker with the fewest groups, below
+  `capacity`) and returns a record naming the worker and a new run id; nothing is
   started here. The worker gets RUN in the reply to its next heartbeat (`commands_for`).
 * `alive` is False once the worker reports the run FAILED; the reconciler then relaunches it
   with backoff, or gives up and marks the group FAILED. A worker that stops heartbeating is
   the reconciler's lease check (the record's `worker_id` is the worker's).
 * `update` keeps the group on its worker with a new definition and run: UPDATE restarts that
   query only, never the application.
-* `cancel` answers the worker's heartbeats with CANCEL and returns once the worker reports
-  the query stopped, or the worker is gone (its lease expired: it fenced itself before).
+* `cancel` answers the worker's heartbeats with CANCEL and returns at once; the worker stops
+  the query between two batches and reports it.
 
-Never in two places: a group leaves a worker only through `cancel` (the worker confirmed the
-stop) or after the worker's lease expired; a worker that cannot heartbeat stops its queries
-itself after `fence_seconds`, below the lease (jobs/worker/main.py). The reconciler places it
-anew only after that.
+Never in two places: `launch` places a group only when no worker may still run it
+(`running_on`): none reports it running, or the one that does is silent past its lease (a
+worker that cannot heartbeat stops its queries itself after `fence_seconds`, below the lease:
+jobs/worker/main.py), or its application was seen dead and its slot relaunched. A leader
+places nothing before every live worker has heartbeated to it: until then it does not know
+what runs where.
 
 The pool's own applications are launch records under `~worker/<slot>` keys (a JobGroup id
 cannot start with `~`), so a new leader knows them; `maintain` relaunches a slot whose
@@ -147,7 +149,6 @@ class WorkerPool:
         app_env: Mapping[str, str] | None = None,
         lease_seconds: float = 60.0,
         startup_seconds: float = 300.0,
-        cancel_timeout_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -157,12 +158,10 @@ class WorkerPool:
         self.app_env = dict(app_env or {})
         self.lease_seconds = lease_seconds
         self.startup_seconds = startup_seconds
-        self.cancel_timeout_seconds = cancel_timeout_seconds
         self.clock = clock
         self._lock = threading.Lock()
         self._views: dict[int, WorkerView] = {}
         self._cancelling: dict[str, int] = {}  # group id -> the worker asked to stop it
-        self._changed = threading.Condition(self._lock)
 
     # --- the pool's own applications ---------------------------------------------------
 
@@ -237,7 +236,14 @@ class WorkerPool:
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         """Place the group; NoWorkerRoom when no live worker has room."""
         del env  # the worker application has its own
-        counts = {worker_id: 0 for worker_id in self.live_workers()}
+        live = self.live_workers()
+        unheard = [w for w in live if not self.has_heard(w)]
+        if unheard:  # a new leader: what runs where is known only from heartbeats
+            raise NoWorkerRoom(group.job_group_id, f"no heartbeat yet from worker {unheard[0]}")
+        elsewhere = self.running_on(group.job_group_id)
+        if elsewhere:  # never in two places: wait until it stopped there
+            raise NoWorkerRoom(group.job_group_id, f"still stopping on worker {elsewhere[0]}")
+        counts = {worker_id: 0 for worker_id in live}
         for key, record in self.store.launches().items():
             if not is_pool_key(key) and record.worker_id in counts:
                 counts[record.worker_id] += 1
@@ -309,38 +315,44 @@ class WorkerPool:
         return failure.last_error if failure is not None and failure.refused else None
 
     def cancel(self, record: LaunchRecord) -> None:
-        """CANCEL through the worker's heartbeats; returns once it stopped the query, or the
-        worker is gone (past its lease it has fenced itself)."""
-        worker_id = int(record.detail("pool_worker"))
-        group_id = str(record.detail("job_group_id"))
-        deadline = time.monotonic() + self.cancel_timeout_seconds
-        with self._changed:
-            self._cancelling[group_id] = worker_id
-            try:
-                while time.monotonic() < deadline:
-                    view = self._views.get(worker_id)
-                    here = view.groups.get(group_id) if view is not None else None
-                    if here is None or not here.running:
-                        return
-                    if view is not None and self.clock() - view.heard_at > self.lease_seconds:
-                        return
-                    self._changed.wait(0.5)
-                log.error(
-                    "worker %d did not stop %s within %.0f s",
-                    worker_id, group_id, self.cancel_timeout_seconds,
-                )  # fmt: skip
-            finally:
-                self._cancelling.pop(group_id, None)
+        """CANCEL through the worker's heartbeats. Returns at once (a reconcile pass must not
+        wait on one worker): the worker stops the query with its next heartbeat, and the
+        group is placed nowhere until it has (`running_on`)."""
+        with self._lock:
+            self._cancelling[str(record.detail("job_group_id"))] = int(record.detail("pool_worker"))
+
+    def running_on(self, group_id: str) -> list[int]:
+        """The workers that last reported the group's query running and may still run it:
+        not silent past the lease (a silent one has fenced itself) and still the pool's (a
+        slot's application seen dead was replaced)."""
+        now, pool = self.clock(), self.pool_worker_ids()
+        with self._lock:
+            return sorted(
+                worker_id
+                for worker_id, view in self._views.items()
+                if now - view.heard_at <= self.lease_seconds
+                and worker_id in pool
+                and (here := view.groups.get(group_id)) is not None
+                and here.running
+            )
 
     # --- heartbeats of the pool's workers ----------------------------------------------
+
+    def has_heard(self, worker_id: int) -> bool:
+        """Whether this process has had a heartbeat of the worker (since it started leading)."""
+        with self._lock:
+            return worker_id in self._views
 
     def heartbeat(self, worker_id: int, statuses: Sequence[JobStatus]) -> list[mw_pb2.Command]:
         """Take one worker's statuses; the commands of the reply."""
         reported = reported_groups(statuses)
-        with self._changed:
+        with self._lock:
             self._views[worker_id] = WorkerView(self.clock(), reported)
+            for group_id, asked in list(self._cancelling.items()):
+                here = reported.get(group_id)
+                if asked == worker_id and (here is None or not here.running):
+                    del self._cancelling[group_id]  # stopped
             cancelling = frozenset(g for g, w in self._cancelling.items() if w == worker_id)
-            self._changed.notify_all()
         assigned: dict[str, tuple[LaunchRecord, StoredJobGroup]] = {}
         for key, record in self.store.launches().items():
             if is_pool_key(key) or record.worker_id != worker_id or record.intent:

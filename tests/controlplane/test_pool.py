@@ -139,12 +139,16 @@ class WorkerApps:
         self.cancelled.append(record.handle)
 
 
-def _heard(store: SqliteStore, worker_id: int, at: float) -> None:
+def _heard(store: SqliteStore, pool: WorkerPool, worker_id: int, at: float) -> None:
+    """A heartbeat of the worker, as the worker service records it; the pool hears what it
+    runs (nothing, at first contact) from `_report`."""
     stamp = Timestamp()
     stamp.FromNanoseconds(int(at * 1e9))
     store.put_worker(
         StoredWorker(last_updated=stamp, node=Node(id=worker_id), state=WORKER_STATE_WORKING)
     )
+    if not pool.has_heard(worker_id):
+        pool.heartbeat(worker_id, [])
 
 
 @pytest.fixture
@@ -183,7 +187,7 @@ def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled
     store, clock, _apps, pool, reconciler, groups = pooled
     reconciler.reconcile_once()  # the pool's worker application starts
     worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     groups.add(audit_group("g", "orders"), RUNNING, None)
     assert reconciler.reconcile_once()["g"] is Action.RUN
     first = store.launches()["g"]
@@ -194,19 +198,19 @@ def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled
     _report(pool, worker_id, first, FAILED, last_error="boom")
     assert reconciler.reconcile_once()["g"] is Action.NONE  # backing off (1 s)
     clock.now += 1.5
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     assert reconciler.reconcile_once()["g"] is Action.RUN
     second = store.launches()["g"]
     assert second.failures == 1 and second.details["run"] != first.details["run"]
 
     _report(pool, worker_id, second, FAILED, last_error="boom")
     clock.now += 2.5
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     assert reconciler.reconcile_once()["g"] is Action.RUN
     third = store.launches()["g"]
     _report(pool, worker_id, third, FAILED, last_error="boom")
     clock.now += 4.5
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     assert reconciler.reconcile_once()["g"] is Action.NONE  # third failure > max_failures=2
     assert groups.get("g").state == FAILED
     assert all(j.state == FAILED for j in groups.get("g").jobs)
@@ -217,13 +221,13 @@ def test_a_run_refused_as_bad_input_fails_the_group_at_once(pooled):
     store, clock, _apps, pool, reconciler, groups = pooled
     reconciler.reconcile_once()
     worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     groups.add(audit_group("g", "orders"), RUNNING, None)
     reconciler.reconcile_once()
     record = store.launches()["g"]
     _report(pool, worker_id, record, FAILED, last_error="bad", refused=True)
     clock.now += 100  # past any backoff: the refusal, not the clock, decides
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     assert reconciler.reconcile_once()["g"] is Action.NONE
     assert groups.get("g").state == FAILED
     assert store.launches()["g"].failures == 0
@@ -233,7 +237,7 @@ def test_an_update_keeps_the_group_on_its_worker_with_a_new_run(pooled):
     store, clock, apps, pool, reconciler, groups = pooled
     reconciler.reconcile_once()
     worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, worker_id, clock.now)
+    _heard(store, pool, worker_id, clock.now)
     groups.add(audit_group("g", "orders"), RUNNING, None)
     reconciler.reconcile_once()
     first = store.launches()["g"]
@@ -248,10 +252,10 @@ def test_an_update_keeps_the_group_on_its_worker_with_a_new_run(pooled):
 
 
 def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_lease(pooled):
-    store, clock, apps, _pool, reconciler, groups = pooled
+    store, clock, apps, pool, reconciler, groups = pooled
     reconciler.reconcile_once()
     first_worker = store.launches()["~worker/0"].worker_id
-    _heard(store, first_worker, clock.now)
+    _heard(store, pool, first_worker, clock.now)
     groups.add(audit_group("g", "orders"), RUNNING, None)
     reconciler.reconcile_once()
     assert store.launches()["g"].worker_id == first_worker
@@ -262,7 +266,50 @@ def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_leas
     reconciler.reconcile_once()
     second_worker = store.launches()["~worker/0"].worker_id
     assert second_worker != first_worker and apps.cancelled == ["worker-0#1"]
-    _heard(store, second_worker, clock.now)
+    _heard(store, pool, second_worker, clock.now)
     reconciler.reconcile_once()
     reconciler.reconcile_once()
     assert store.launches()["g"].worker_id == second_worker
+
+
+def test_a_group_is_placed_again_only_once_its_worker_reported_it_stopped(pooled):
+    """Never in two places, at the step where it could break: CANCELED and at once RUNNING
+    again, the group is placed nowhere while its worker still reports it running; once that
+    worker reports it stopped, it is placed (and its old worker told to cancel nothing)."""
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    worker_id = store.launches()["~worker/0"].worker_id
+    _heard(store, pool, worker_id, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    first = store.launches()["g"]
+    _report(pool, worker_id, first, RUNNING)
+
+    groups.set_state("g", CANCELED)
+    assert reconciler.reconcile_once()["g"] is Action.CANCEL
+    assert "g" not in store.launches()
+    groups.set_state("g", RUNNING)
+    assert reconciler.reconcile_once()["g"] is Action.NONE  # still running on the worker
+    assert "g" not in store.launches()
+    commands = _report(pool, worker_id, first, RUNNING)  # its heartbeat gets CANCEL
+    assert [c.type for c in commands] == [worker_jobs.CANCEL]
+
+    _report(pool, worker_id, first, CANCELED)  # stopped
+    assert reconciler.reconcile_once()["g"] is Action.RUN
+    assert store.launches()["g"].details["run"] != first.details["run"]
+
+
+def test_a_new_leader_places_nothing_before_every_live_worker_heartbeated_to_it(pooled):
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    worker_id = store.launches()["~worker/0"].worker_id
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(clock.now * 1e9))  # heard by the previous leader
+    store.put_worker(
+        StoredWorker(last_updated=stamp, node=Node(id=worker_id), state=WORKER_STATE_WORKING)
+    )
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    assert reconciler.reconcile_once()["g"] is Action.NONE
+    assert "g" not in store.launches()
+    pool.heartbeat(worker_id, [])
+    assert reconciler.reconcile_once()["g"] is Action.RUN
