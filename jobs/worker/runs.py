@@ -101,6 +101,7 @@ class GroupRuns:
         self._stop_dir = stop_dir or Path(tempfile.mkdtemp(prefix="uatu-worker-"))
         self._lock = threading.Lock()
         self._runs: dict[str, GroupRun] = {}
+        self._started = 0
 
     def statuses(self) -> list[JobStatus]:
         with self._lock:
@@ -126,7 +127,7 @@ class GroupRuns:
             here = self._runs.get(group_id)
         running = here is not None and here.running
         step = decide(kind, running, here.job if here else None, wanted)
-        if step is Step.NOTHING:
+        if step is Step.NOTHING or (step is Step.STOP and here is not None and here.stop_requested):
             return
         name = mw_pb2.CommandType.Name(kind)
         log.info("%s for %s (run %s): %s", name, group_id, wanted.run, step.value)
@@ -134,28 +135,36 @@ class GroupRuns:
             with self._lock:
                 self._runs.pop(group_id, None)
             return
-        if here is not None and running:
-            here.stop()
+        previous = here if here is not None and running else None
+        if previous is not None:
+            previous.stop()
             if step is Step.STOP:
                 return
-            here.done.wait()  # the same checkpoint: never two queries on it at once
-        self._start(job_id, wanted)
+        self._start(job_id, wanted, after=previous)
 
-    def _start(self, job_id: int, wanted: WorkerJob) -> None:
+    def _start(self, job_id: int, wanted: WorkerJob, after: GroupRun | None = None) -> None:
+        """Start the group's run in its own thread; with `after`, once that run has ended (the
+        same checkpoint: never two queries on it at once). Never blocks the caller: the
+        worker's heartbeats go on while a query stops."""
         group_id = wanted.job_group_id
-        stop_file = self._stop_dir / f"{group_id}.stop"
-        stop_file.unlink(missing_ok=True)
+        self._started += 1  # each run its own stop file: the one before may still be stopping
+        stop_file = self._stop_dir / f"{group_id}.{self._started}.stop"
         run = GroupRun(job_id=job_id, job=wanted, stop_file=stop_file)
         run.thread = threading.Thread(
-            target=self._run, args=(run,), name=f"uatu-group-{group_id}", daemon=True
+            target=self._run, args=(run, after), name=f"uatu-group-{group_id}", daemon=True
         )
         with self._lock:
             self._runs[group_id] = run
         run.thread.start()
 
-    def _run(self, run: GroupRun) -> None:
+    def _run(self, run: GroupRun, after: GroupRun | None) -> None:
         group_id = run.job.job_group_id
         try:
+            if after is not None:
+                after.done.wait()
+            if run.stop_requested:  # stopped before it started
+                run.state = job_pb2.JOB_STATE_CANCELED
+                return
             status = self._runner(run.job, str(run.stop_file))
         except UatuError as e:
             self._failed(run, str(e), refused=e.exit_status == EXIT_BAD_INPUT)
@@ -169,6 +178,7 @@ class GroupRuns:
             else:
                 self._failed(run, run.job.last_error or f"its query ended (exit {status})")
         finally:
+            run.stop_file.unlink(missing_ok=True)
             run.done.set()
 
     @staticmethod

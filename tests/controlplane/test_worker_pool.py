@@ -12,11 +12,13 @@ twice. Durations are printed, never asserted (`make bench-fleet` measures them).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf import json_format
 from uatu.v1.worker_job_pb2 import WorkerJob
@@ -229,6 +231,100 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
             assert store.launches()["pool-copy"].worker_id == relaunched.worker_id
             assert get("pool-bad").state == job_pb2.JOB_STATE_FAILED  # still not relaunched
             assert json_format.MessageToDict(get("pool-copy"))["state"] == "JOB_STATE_RUNNING"
+    finally:
+        stop_applications(store.launches())
+        store.close()
+
+
+@pytest.mark.integration
+def test_workers_keep_running_their_groups_across_a_leader_failover(kafka, etcd, tmp_path):
+    """Two control-plane replicas on one etcd with a pool of one worker: SIGKILL the leader;
+    the other takes over, the worker application and its query keep running (the same
+    process, the same run: nothing restarted), and the new leader places a new group on it."""
+    from controlplane.state.etcd_store import EtcdStore
+
+    topic = f"pool-ha-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=2)
+    sent = audit_dataset(120, 2, int(time.time() * 1000))
+    produce(kafka.bootstrap_servers, topic, sent)
+    warehouse = tmp_path / "wh"
+    conf = write_conf_dir(tmp_path / "conf", kafka.bootstrap_servers, warehouse, tmp_path / "ck")
+    first, second = (f"127.0.0.1:{port}" for port in free_ports(2))
+    prefix = f"/pool-{uuid.uuid4().hex[:8]}"
+    store = EtcdStore(etcd.endpoint, prefix)  # read-only view for the test
+    common = (
+        "--etcd-prefix", prefix, "--leader-ttl", "3", "--lease-seconds", "20",
+        "--app-control-plane", f"{first},{second}", "--workers", "1",
+    )  # fmt: skip
+
+    def replica(address: str, name: str):
+        return control_plane_process(
+            address, etcd.endpoint, conf, tmp_path / "apps", tmp_path / f"{name}.log", *common
+        )
+
+    def leads(address: str) -> bool:
+        with open_channel(address) as channel:
+            stub = admin_grpc.MasterAdminServiceStub(channel)
+            try:
+                list(stub.GetAllJobGroups(admin_pb2.GetAllJobGroupsRequest(), timeout=2))
+            except grpc.RpcError:
+                return False
+        return True
+
+    try:
+        with replica(first, "first") as leader_proc:
+            wait_for(lambda: leads(first), 30, "the first replica to lead")
+            with replica(second, "second"), open_channel(second) as to_second:
+                with open_channel(first) as to_first:
+                    admin_grpc.MasterAdminServiceStub(to_first).AddJobGroup(
+                        admin_pb2.AddJobGroupRequest(
+                            job_group=audit_group("ha-a", topic, from_earliest=True)
+                        )
+                    )
+                wait_for(
+                    lambda: audited_messages(warehouse, "ha-a") == len(sent),
+                    240,
+                    "the audit on the worker to count every record",
+                )
+                worker = store.launches()["~worker/0"]
+                placed = store.launches()["ha-a"]
+
+                os.killpg(leader_proc.pid, signal.SIGKILL)  # the worker runs in its own group
+                wait_for(lambda: leads(second), 30, "the takeover")
+                heard_at = time.time()
+                wait_for(
+                    lambda: (
+                        (w := store.get_worker(worker.worker_id)) is not None
+                        and w.last_updated.ToNanoseconds() / 1e9 > heard_at + 1
+                    ),
+                    60,
+                    "the worker's heartbeats to reach the new leader",
+                )
+                admin = admin_grpc.MasterAdminServiceStub(to_second)
+                admin.AddJobGroup(
+                    admin_pb2.AddJobGroupRequest(
+                        job_group=audit_group("ha-b", topic, from_earliest=True)
+                    )
+                )
+                wait_for(
+                    lambda: audited_messages(warehouse, "ha-b") == len(sent),
+                    240,
+                    "the new leader's group to run on the same worker",
+                )
+                more = audit_dataset(40, 2, int(time.time() * 1000), seed=21)
+                produce(kafka.bootstrap_servers, topic, more)
+                wait_for(
+                    lambda: audited_messages(warehouse, "ha-a") == len(sent) + len(more),
+                    120,
+                    "the first group to keep counting",
+                )
+                # Nothing restarted: the same worker process, the same run of the first group.
+                assert store.launches()["~worker/0"] == worker
+                assert pid_alive(int(worker.detail("pid")))
+                assert store.launches()["ha-a"] == placed
+                run = worker_run(admin.GetJobGroup(admin_pb2.GetJobGroupRequest(id="ha-a")).group)
+                assert run is not None and run.run == placed.details["run"]
+                assert store.launches()["ha-b"].worker_id == worker.worker_id
     finally:
         stop_applications(store.launches())
         store.close()

@@ -52,6 +52,8 @@ class Queries:
     def __init__(self) -> None:
         self.started: list[tuple[str, str]] = []
         self.fail: Exception | None = None
+        self.release = threading.Event()  # a query that has seen its stop file ends on it
+        self.release.set()
         self.live: set[str] = set()
         self.lock = threading.Lock()
 
@@ -66,6 +68,7 @@ class Queries:
         try:
             while not Path(stop_file).exists():
                 time.sleep(0.02)
+            self.release.wait()  # a batch still running when the stop came
             return 0
         finally:
             with self.lock:
@@ -154,3 +157,27 @@ def test_a_worker_that_cannot_heartbeat_stops_every_query_before_its_lease_ends(
     finally:
         stopped.set()
         fence.join(5)
+
+
+def test_a_restart_waits_for_the_old_query_in_the_background_never_in_the_caller(runs):
+    """The worker's heartbeats go on while a query stops: UPDATE returns at once, the new run
+    starts once the old one ended (never two queries on one checkpoint: `Queries` asserts
+    it), and a repeat of the UPDATE meanwhile does nothing."""
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1")])
+    wait_for(lambda: queries.live == {"a"}, 10, "the first query")
+    queries.release.clear()  # the old query takes its time to stop: until released
+    taken = threading.Event()
+
+    def heartbeat_replies() -> None:
+        group_runs.take([_command(UPDATE, "a", "r2", "d2")])
+        group_runs.take([_command(UPDATE, "a", "r2", "d2")])  # the next heartbeat's reply
+        taken.set()
+
+    threading.Thread(target=heartbeat_replies, daemon=True).start()
+    wait_for(taken.is_set, 10, "the heartbeat loop to go on while the old query stops")
+    assert queries.started == [("a", "r1")] and queries.live == {"a"}
+    assert _states(group_runs) == {"a": ("r2", job_pb2.JOB_STATE_RUNNING)}
+    queries.release.set()
+    wait_for(lambda: ("a", "r2") in queries.started, 10, "the new run")
+    assert queries.started == [("a", "r1"), ("a", "r2")]
