@@ -6,8 +6,8 @@ as `core/worker_jobs.py` says):
 =================  ===============================  =====================================
 command            the group is not here, or over   the group runs here
 =================  ===============================  =====================================
-RUN                start it                         a repeat (same run id): nothing;
-                   (a FAILED run: only a new run)   a new run id: restart it
+RUN                start it (a FAILED run: only     a repeat (same run id): nothing;
+                   with a new run id)               a new run id: restart it
 UPDATE             start it                         restart it with the new definition
 CANCEL             forget it                        stop it; forget it once stopped
 =================  ===============================  =====================================
@@ -55,9 +55,12 @@ class Step(enum.Enum):
     FORGET = "forget"
 
 
-def decide(kind: int, running: bool, here: WorkerJob | None, wanted: WorkerJob) -> Step:
+def decide(
+    kind: int, running: bool, here: WorkerJob | None, wanted: WorkerJob, failed: bool = False
+) -> Step:
     """What a command means for a group (the table of the module docstring). `here` is the
-    group's run on this worker, if any; `running` whether its query still runs."""
+    group's run on this worker, if any; `running` whether its query still runs, `failed`
+    whether it ended FAILED (else it was stopped: asked to, or fenced)."""
     if kind == worker_jobs.CANCEL:
         return Step.STOP if running else Step.FORGET
     if here is None:
@@ -65,7 +68,7 @@ def decide(kind: int, running: bool, here: WorkerJob | None, wanted: WorkerJob) 
     if kind == worker_jobs.UPDATE:
         return Step.RESTART if running else Step.START
     if here.run == wanted.run:
-        return Step.NOTHING
+        return Step.START if not running and not failed else Step.NOTHING
     return Step.RESTART if running else Step.START
 
 
@@ -126,7 +129,8 @@ class GroupRuns:
         with self._lock:
             here = self._runs.get(group_id)
         running = here is not None and here.running
-        step = decide(kind, running, here.job if here else None, wanted)
+        failed = here is not None and here.state == job_pb2.JOB_STATE_FAILED
+        step = decide(kind, running, here.job if here else None, wanted, failed)
         if step is Step.NOTHING or (step is Step.STOP and here is not None and here.stop_requested):
             return
         name = mw_pb2.CommandType.Name(kind)

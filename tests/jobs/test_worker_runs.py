@@ -28,22 +28,23 @@ def _job(run: str = "r1", definition: str = "d1") -> WorkerJob:
 
 
 @pytest.mark.parametrize(
-    ("kind", "running", "here", "wanted", "step"),
+    ("kind", "running", "failed", "here", "wanted", "step"),
     [
-        (RUN, False, None, _job(), Step.START),
-        (RUN, True, _job(), _job(), Step.NOTHING),  # a repeat
-        (RUN, False, _job(), _job(), Step.NOTHING),  # failed: only a new run restarts it
-        (RUN, True, _job(), _job("r2"), Step.RESTART),
-        (RUN, False, _job(), _job("r2"), Step.START),
-        (UPDATE, True, _job(), _job("r2", "d2"), Step.RESTART),
-        (UPDATE, False, None, _job("r2", "d2"), Step.START),
-        (CANCEL, True, _job(), _job(), Step.STOP),
-        (CANCEL, False, _job(), _job(), Step.FORGET),
-        (CANCEL, False, None, _job(), Step.FORGET),
+        (RUN, False, False, None, _job(), Step.START),
+        (RUN, True, False, _job(), _job(), Step.NOTHING),  # a repeat
+        (RUN, False, True, _job(), _job(), Step.NOTHING),  # failed: only a new run restarts it
+        (RUN, False, False, _job(), _job(), Step.START),  # stopped unasked (fenced): again
+        (RUN, True, False, _job(), _job("r2"), Step.RESTART),
+        (RUN, False, True, _job(), _job("r2"), Step.START),
+        (UPDATE, True, False, _job(), _job("r2", "d2"), Step.RESTART),
+        (UPDATE, False, False, None, _job("r2", "d2"), Step.START),
+        (CANCEL, True, False, _job(), _job(), Step.STOP),
+        (CANCEL, False, False, _job(), _job(), Step.FORGET),
+        (CANCEL, False, False, None, _job(), Step.FORGET),
     ],
 )
-def test_the_workers_command_matrix(kind, running, here, wanted, step):
-    assert decide(kind, running, here, wanted) is step
+def test_the_workers_command_matrix(kind, running, failed, here, wanted, step):
+    assert decide(kind, running, here, wanted, failed) is step
 
 
 class Queries:
@@ -154,6 +155,9 @@ def test_a_worker_that_cannot_heartbeat_stops_every_query_before_its_lease_ends(
         assert queries.live == {"a", "b"}
         wait_for(lambda: queries.live == set(), 10, "the fence to stop every query")
         assert {state for _, state in _states(group_runs).values()} == {job_pb2.JOB_STATE_CANCELED}
+        # Heartbeats answered again, the groups still placed here: RUN starts them again.
+        group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
+        wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries again")
     finally:
         stopped.set()
         fence.join(5)
