@@ -59,7 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="spark-submit.sh worker",
         description="Run the JobGroups the control plane assigns to this application, each "
-        "as its own streaming query in one SparkSession (docs/controlplane.md, Workers).",
+        "as its own streaming query in one SparkSession (docs/controlplane.md, Worker pool).",
     )
     parser.add_argument(
         "--conf-dir",
@@ -81,7 +81,9 @@ def main(argv: list[str]) -> int:
         settings = load_settings(args.conf_dir)
         config = ReporterConfig.from_env(os.environ)
         if config is None:
-            raise ConfigError("UATU_CONTROL_PLANE", "unset; a worker runs what it assigns")
+            raise ConfigError(
+                "UATU_CONTROL_PLANE", "unset; a worker runs what the control plane assigns to it"
+            )
         fence_seconds = _fence_seconds(os.environ)
         faults.parse(os.environ.get(faults.ENV, ""))  # a bad UATU_FAULT: exit 2
     except UatuError as e:

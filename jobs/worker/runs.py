@@ -83,6 +83,7 @@ class GroupRun:
     thread: threading.Thread | None = None
     stop_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+    told_ended: bool = False  # a heartbeat carried its final state
 
     @property
     def running(self) -> bool:
@@ -107,8 +108,14 @@ class GroupRuns:
         self._started = 0
 
     def statuses(self) -> list[JobStatus]:
+        """One status per group, for the next heartbeat; a run that has ended is marked as
+        told, so a CANCEL may forget it from then on (not before: its final state would
+        never reach the control plane)."""
         with self._lock:
-            return [run.status() for run in self._runs.values()]
+            runs = list(self._runs.values())
+        for run in runs:
+            run.told_ended = not run.running
+        return [run.status() for run in runs]
 
     def running(self) -> list[str]:
         with self._lock:
@@ -136,6 +143,8 @@ class GroupRuns:
         name = mw_pb2.CommandType.Name(kind)
         log.info("%s for %s (run %s): %s", name, group_id, wanted.run, step.value)
         if step is Step.FORGET:
+            if here is not None and not here.told_ended:
+                return  # the next heartbeat tells its final state; the next CANCEL forgets it
             with self._lock:
                 self._runs.pop(group_id, None)
             return
