@@ -67,7 +67,7 @@ from bench.fleet_bench import (
     compare,
     create_topics,
     read_counts,
-    start_audit,
+    run_baseline,
 )
 from bench.process_usage import sample
 from controlplane.state.sqlite import SqliteStore
@@ -337,26 +337,13 @@ def check_truth(workdir, bootstrap, producer, audits, copies, args) -> dict[str,
 
 
 def baseline(args, workdir, conf, bootstrap, audits, figures) -> dict[str, Any]:
-    """One application per group, as `spark-submit.sh JOBGROUP.json` runs it."""
+    """One application per group, as `spark-submit.sh JOBGROUP.json` runs it (fleet_bench's
+    baseline, on audits of the pool's topics, fed again at the same rate)."""
     feeder = FleetProducer(bootstrap, audits[: args.baseline_apps], args.partitions, args.rate)
     feeder.start()
-    say(f"baseline: {args.baseline_apps} audits, one application each")
-    runs = [
-        start_audit(
-            audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds),
-            workdir,
-            conf,
-            args.driver_memory,
-        )
-        for t in audits[: args.baseline_apps]
-    ]
     try:
-        usage = sample([proc.pid for proc, _ in runs], args.baseline_minutes * 60)
+        usage = run_baseline(args, workdir, conf, audits)
     finally:
-        for _, stop in runs:
-            stop.touch()
-        for proc, _ in runs:
-            proc.wait(600)
         feeder.stopping.set()
         feeder.join()
     groups = figures["groups"]

@@ -183,14 +183,20 @@ def _report(pool: WorkerPool, worker_id: int, record: LaunchRecord, state, **fie
     return pool.heartbeat(worker_id, [worker_jobs.status(11, job, state)])
 
 
-def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled):
+def _placed(pooled, group=None):
+    """The pool's worker up and heard, and one group placed on it: (worker id, its record)."""
     store, clock, _apps, pool, reconciler, groups = pooled
     reconciler.reconcile_once()  # the pool's worker application starts
     worker_id = store.launches()["~worker/0"].worker_id
     _heard(store, pool, worker_id, clock.now)
-    groups.add(audit_group("g", "orders"), RUNNING, None)
+    groups.add(group or audit_group("g", "orders"), RUNNING, None)
     assert reconciler.reconcile_once()["g"] is Action.RUN
-    first = store.launches()["g"]
+    return worker_id, store.launches()["g"]
+
+
+def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled):
+    store, clock, _apps, pool, reconciler, groups = pooled
+    worker_id, first = _placed(pooled)
     assert first.worker_id == worker_id and first.definition == definition_of(
         groups.get("g").job_group
     )
@@ -219,12 +225,7 @@ def test_a_failed_run_is_relaunched_with_backoff_then_the_group_is_failed(pooled
 
 def test_a_run_refused_as_bad_input_fails_the_group_at_once(pooled):
     store, clock, _apps, pool, reconciler, groups = pooled
-    reconciler.reconcile_once()
-    worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, pool, worker_id, clock.now)
-    groups.add(audit_group("g", "orders"), RUNNING, None)
-    reconciler.reconcile_once()
-    record = store.launches()["g"]
+    worker_id, record = _placed(pooled)
     _report(pool, worker_id, record, FAILED, last_error="bad", refused=True)
     clock.now += 100  # past any backoff: the refusal, not the clock, decides
     _heard(store, pool, worker_id, clock.now)
@@ -234,13 +235,8 @@ def test_a_run_refused_as_bad_input_fails_the_group_at_once(pooled):
 
 
 def test_an_update_keeps_the_group_on_its_worker_with_a_new_run(pooled):
-    store, clock, apps, pool, reconciler, groups = pooled
-    reconciler.reconcile_once()
-    worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, pool, worker_id, clock.now)
-    groups.add(audit_group("g", "orders"), RUNNING, None)
-    reconciler.reconcile_once()
-    first = store.launches()["g"]
+    store, _clock, apps, pool, reconciler, groups = pooled
+    worker_id, first = _placed(pooled)
     _report(pool, worker_id, first, RUNNING)
     groups.update(audit_group("g", "orders", rate=50))
     assert reconciler.reconcile_once()["g"] is Action.UPDATE
@@ -275,14 +271,9 @@ def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_leas
 def test_a_group_is_placed_again_only_once_its_worker_reported_it_stopped(pooled):
     """Never in two places, at the step where it could break: CANCELED and at once RUNNING
     again, the group is placed nowhere while its worker still reports it running; once that
-    worker reports it stopped, it is placed (and its old worker told to cancel nothing)."""
-    store, clock, _apps, pool, reconciler, groups = pooled
-    reconciler.reconcile_once()
-    worker_id = store.launches()["~worker/0"].worker_id
-    _heard(store, pool, worker_id, clock.now)
-    groups.add(audit_group("g", "orders"), RUNNING, None)
-    reconciler.reconcile_once()
-    first = store.launches()["g"]
+    worker reports it stopped, it is placed."""
+    store, _clock, _apps, pool, reconciler, groups = pooled
+    worker_id, first = _placed(pooled)
     _report(pool, worker_id, first, RUNNING)
 
     groups.set_state("g", CANCELED)
