@@ -66,6 +66,9 @@ class ClusterScale:
     working_workers: int
     used_messages_per_sec: float
     used_bytes_per_sec: float
+    # What the RUNNING groups' flow control allows (0 where a group sets no limit).
+    allowed_messages_per_sec: float = 0.0
+    allowed_bytes_per_sec: float = 0.0
 
 
 def with_actuals(
@@ -313,7 +316,8 @@ class JobGroups:
             yield with_actuals(versioned.group, statuses, fresh)
 
     def cluster_scale(self) -> ClusterScale:
-        """RUNNING groups, WORKING workers heard from recently, and their summed rates."""
+        """RUNNING groups, WORKING workers heard from recently, their summed rates and the
+        rates their flow control allows."""
         running = [g for g in self.all() if g.state == job_pb2.JOB_STATE_RUNNING]
         fresh = self._fresh()
         workers = [
@@ -326,6 +330,10 @@ class JobGroups:
             working_workers=len(workers),
             used_messages_per_sec=sum(g.scale_status.total_messages_per_sec for g in running),
             used_bytes_per_sec=sum(g.scale_status.total_bytes_per_sec for g in running),
+            allowed_messages_per_sec=sum(
+                g.job_group.flow_control.messages_per_sec for g in running
+            ),
+            allowed_bytes_per_sec=sum(g.job_group.flow_control.bytes_per_sec for g in running),
         )
 
     def refresh_partitions(self, job_group_id: str) -> bool:

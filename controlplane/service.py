@@ -136,6 +136,8 @@ class MasterAdminServicer(admin_grpc.MasterAdminServiceServicer):
         return admin_pb2.GetClusterScaleStatusResponse(
             total_jobgroup_count=scale.running_groups,
             total_worker_count=scale.working_workers,
+            total_allowed_messages_per_sec=scale.allowed_messages_per_sec,
+            total_allowed_bytes_per_sec=scale.allowed_bytes_per_sec,
             total_used_messages_per_sec=scale.used_messages_per_sec,
             total_used_bytes_per_sec=scale.used_bytes_per_sec,
         )

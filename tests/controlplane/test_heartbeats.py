@@ -31,6 +31,7 @@ from core.errors import ConfigError
 from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
 from jobs.runtime.reporting import ReporterConfig
 from testing.conf import write_conf_dir
+from testing.jobgroups import audit_group
 from testing.polling import wait_for
 
 TEMPLATE = JobIdentity(type=job_pb2.JOB_TYPE_KAFKA_AUDIT, cluster="local", topic="orders")
@@ -268,6 +269,22 @@ def test_reads_fold_in_the_latest_heartbeats():
     stale = with_actuals(group, store.job_statuses(), fresh_after=1_001.0)
     assert stale.scale_status.total_messages_per_sec == 0.0  # offsets yes, rates no
     assert [j.job.kafka_consumer_task.start_offset for j in stale.jobs] == [40, 60]
+
+
+def test_cluster_scale_sums_what_running_groups_allow_beside_what_they_use(tmp_path):
+    """GetClusterScaleStatus's allowed rates: the flow control of the RUNNING groups only."""
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:1", tmp_path / "wh", tmp_path / "ck")
+    store = SqliteStore(tmp_path / "cp.sqlite")
+    groups = JobGroups(store, load_settings(conf), lambda *_: 1)
+    limited = audit_group("limited", "orders", rate=100)
+    limited.flow_control.bytes_per_sec = 5_000
+    groups.add(limited, job_pb2.JOB_STATE_RUNNING, None)
+    groups.add(audit_group("open", "orders"), job_pb2.JOB_STATE_RUNNING, None)
+    groups.add(audit_group("stopped", "orders", rate=40), job_pb2.JOB_STATE_CANCELED, None)
+    scale = groups.cluster_scale()
+    assert scale.running_groups == 2
+    assert (scale.allowed_messages_per_sec, scale.allowed_bytes_per_sec) == (100.0, 5_000.0)
+    store.close()
 
 
 def test_followers_refuse_admin_calls_naming_the_leader_but_answer_scale(tmp_path):
