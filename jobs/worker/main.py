@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
 from uatu.v1.worker_job_pb2 import WorkerJob
 
 from core import faults
@@ -37,9 +36,11 @@ from core.config import Settings, default_conf_dir, load_settings
 from core.errors import ConfigError, UatuError
 from jobs.prepare import build_job, check_source
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
+from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.runtime.runner import StopRequests
 from jobs.runtime.session import build_session
+from jobs.worker.events import QueryEvents
 from jobs.worker.runs import GroupRuns
 
 log = logging.getLogger("uatu.worker")
@@ -91,11 +92,12 @@ def main(argv: list[str]) -> int:
         return e.exit_status
     spark = build_session("uatu-worker", conf=WORKER_CONF)
     link = ControlPlaneLink(config, ui_port_of(spark.sparkContext.uiWebUrl) or 0)
-    query_groups: dict[str, str] = {}  # query name -> job group id
     runs = GroupRuns(
-        lambda job, stop_file: _run_group(spark, settings, job, stop_file, query_groups)
+        lambda job, stop_file: _run_group(spark, settings, job, stop_file, events),
+        task_status=lambda group_id: events.task_status(group_id),
     )
-    spark.streams.addListener(_FailureNotes(runs, query_groups))
+    events = QueryEvents(runs)  # the worker's one listener (the lambdas above run later)
+    spark.streams.addListener(events)
     stopped = threading.Event()
     fence = threading.Thread(
         target=_fence, args=(link, runs, fence_seconds, stopped), name="uatu-fence", daemon=True
@@ -122,19 +124,22 @@ def main(argv: list[str]) -> int:
 
 
 def _run_group(
-    spark: SparkSession,
-    settings: Settings,
-    job: WorkerJob,
-    stop_file: str,
-    query_groups: dict[str, str],
+    spark: SparkSession, settings: Settings, job: WorkerJob, stop_file: str, events: QueryEvents
 ) -> int:
     """Run one group's query to its end in this thread, in the group's FAIR pool."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_group_id)
-    streaming_job = build_job(job.job_group, settings)
-    check_source(streaming_job, job.job_group, settings)
+    group = job.job_group
+    streaming_job = build_job(group, settings)
+    check_source(streaming_job, group, settings)
     streaming_job.check()
-    query_groups[streaming_job.spec.query_name] = job.job_group_id
-    return streaming_job.run_on(spark, once=False, stop_file=stop_file)
+    name = streaming_job.spec.query_name
+    source = group.kafka_consumer_task_group
+    identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
+    events.watch(name, job.job_group_id, identity)
+    try:
+        return streaming_job.run_on(spark, once=False, stop_file=stop_file)
+    finally:
+        events.unwatch(name, job.job_group_id)
 
 
 def _fence(
@@ -147,33 +152,6 @@ def _fence(
         if silent > seconds and not fenced:
             runs.stop_all(f"no heartbeat answered for {silent:.0f} s (fenced)")
         fenced = silent > seconds
-
-
-class _FailureNotes(StreamingQueryListener):
-    """Keeps the cause of a failed query for its group's status (Spark's one line). A
-    termination event names the query by id only, so the start event's name is kept."""
-
-    def __init__(self, runs: GroupRuns, query_groups: dict[str, str]) -> None:
-        self.runs = runs
-        self.query_groups = query_groups
-        self.names: dict[str, str] = {}  # query id -> name
-
-    def onQueryStarted(self, event) -> None:
-        self.names[str(event.id)] = event.name or ""
-
-    def onQueryProgress(self, event) -> None:
-        pass
-
-    def onQueryIdle(self, event) -> None:
-        pass
-
-    def onQueryTerminated(self, event) -> None:
-        query = self.names.pop(str(event.id), "")
-        if not event.exception:
-            return
-        for name, group_id in list(self.query_groups.items()):
-            if query == name or query.startswith(f"{name}-"):
-                self.runs.note_failure(group_id, event.exception)
 
 
 def _fence_seconds(env: dict[str, str] | os._Environ[str]) -> float:

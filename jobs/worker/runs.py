@@ -35,7 +35,7 @@ from pathlib import Path
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
-from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus, KafkaConsumerTaskStatus
 
 from core import worker_jobs
 from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError
@@ -93,15 +93,23 @@ class GroupRun:
         self.stop_requested = True
         self.stop_file.touch()
 
-    def status(self) -> JobStatus:
-        return worker_jobs.status(self.job_id, self.job, self.state)
+    def status(self, task_status: KafkaConsumerTaskStatus | None = None) -> JobStatus:
+        return worker_jobs.status(self.job_id, self.job, self.state, task_status)
 
 
 class GroupRuns:
     """The worker's runs, keyed by job group id; thread-safe."""
 
-    def __init__(self, runner: GroupRunner, stop_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        runner: GroupRunner,
+        stop_dir: Path | None = None,
+        task_status: Callable[[str], KafkaConsumerTaskStatus | None] = lambda _: None,
+    ) -> None:
+        """`task_status` gives a group's offsets and rates for its status (the worker's
+        QueryEvents: jobs/worker/events.py)."""
         self._runner = runner
+        self._task_status = task_status
         self._stop_dir = stop_dir or Path(tempfile.mkdtemp(prefix="uatu-worker-"))
         self._lock = threading.Lock()
         self._runs: dict[str, GroupRun] = {}
@@ -115,7 +123,7 @@ class GroupRuns:
             runs = list(self._runs.values())
         for run in runs:
             run.told_ended = not run.running
-        return [run.status() for run in runs]
+        return [run.status(self._task_status(run.job.job_group_id)) for run in runs]
 
     def running(self) -> list[str]:
         with self._lock:

@@ -153,6 +153,13 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
                 "the audit to count every record",
             )
             print(f"AddJobGroup -> audit counted: {time.monotonic() - started:.1f} s")
+            # The worker's heartbeats carry the group's committed offsets (summed over its
+            # partitions, on its first job) from its query's progress.
+            wait_for(
+                lambda: get("pool-audit").jobs[0].job.kafka_consumer_task.start_offset == len(sent),
+                60,
+                "the audit's committed offsets in GetJobGroup",
+            )
             wait_for(
                 lambda: copied_exactly(kafka.bootstrap_servers, source, copy, 2),
                 240,

@@ -187,3 +187,56 @@ def test_a_restart_waits_for_the_old_query_in_the_background_never_in_the_caller
     queries.release.set()
     wait_for(lambda: ("a", "r2") in queries.started, 10, "the new run")
     assert queries.started == [("a", "r1"), ("a", "r2")]
+
+
+def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
+    """The worker's one listener routes each query's progress to its group: the group's
+    status sums its partitions' committed offsets and rates; another query's progress and a
+    failure's line go to their own group."""
+    import json
+    from types import SimpleNamespace
+
+    from jobs.runtime.progress import JobIdentity
+    from jobs.worker.events import QueryEvents
+
+    queries = Queries()
+    group_runs = GroupRuns(queries, tmp_path, task_status=lambda g: events.task_status(g))
+    events = QueryEvents(group_runs)  # as jobs/worker/main.py wires them
+    identity = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "orders")
+    events.watch("audit-a", "a", identity)
+    events.watch("audit-b", "b", identity)
+    group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
+    wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries")
+
+    def progress(name: str, start: dict, end: dict) -> SimpleNamespace:
+        record = {
+            "name": name,
+            "timestamp": "2026-12-02T10:00:00.000Z",
+            "batchDuration": 2000,
+            "sources": [
+                {
+                    "startOffset": json.dumps({"orders": start}),
+                    "endOffset": json.dumps({"orders": end}),
+                }
+            ],
+        }
+        return SimpleNamespace(progress=SimpleNamespace(json=json.dumps(record)))
+
+    events.onQueryProgress(progress("audit-a", {"0": 0, "1": 0}, {"0": 100, "1": 300}))
+    events.onQueryProgress(progress("audit-b", {"0": 0}, {"0": 7}))
+    by_group = {
+        worker_jobs.worker_job_of(s.job).job_group_id: s.kafka_consumer_task_status  # type: ignore[union-attr]
+        for s in group_runs.statuses()
+    }
+    assert (by_group["a"].commit_offset, by_group["a"].messages_per_sec) == (400, 200.0)
+    assert by_group["b"].commit_offset == 7
+
+    events.onQueryStarted(SimpleNamespace(id="q-b", name="audit-b"))
+    events.onQueryTerminated(SimpleNamespace(id="q-b", exception="java.lang.X: boom\n\tat y"))
+    errors = {
+        worker_jobs.worker_job_of(s.job).job_group_id: worker_jobs.worker_job_of(s.job).last_error  # type: ignore[union-attr]
+        for s in group_runs.statuses()
+    }
+    assert errors == {"a": "", "b": "java.lang.X: boom"}
+    group_runs.stop_all("test over")
+    assert group_runs.wait_stopped(10)
