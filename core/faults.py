@@ -251,6 +251,7 @@ POINTS: Mapping[str, Point] = {
         "jobs/worker/main.py, before each heartbeat of a worker application: a pause there is "
         "a worker that cannot reach the control plane while its queries still run",
         WORKER,
+        "the worker's id (UATU_WORKER_ID; 0 for a worker the control plane did not launch)",
     ),
     "controlplane.etcd_answered": Point(
         "controlplane/state/etcd_client.py: etcd has applied a request and answered; "

@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -98,29 +99,44 @@ def main(argv: list[str]) -> int:
     )
     events = QueryEvents(runs)  # the worker's one listener (the lambdas above run later)
     spark.streams.addListener(events)
+    log.info(
+        "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
+    )
+    with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
+        serve_commands(link, runs, fence_seconds, config.interval_seconds, stop.reason)
+    return 0
+
+
+def serve_commands(
+    link: ControlPlaneLink,
+    runs: GroupRuns,
+    fence_seconds: float,
+    interval_seconds: float,
+    stop_reason: Callable[[], str | None],
+) -> None:
+    """The worker's life: heartbeat every `interval_seconds` and take the reply's commands
+    until `stop_reason()` names one, with the fence watching from a thread of its own; then
+    stop every query and tell the control plane so. Commands that arrive after a silence
+    longer than the fence are dropped: the control plane may have moved those groups."""
     stopped = threading.Event()
     fence = threading.Thread(
         target=_fence, args=(link, runs, fence_seconds, stopped), name="uatu-fence", daemon=True
     )
     fence.start()
-    log.info(
-        "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
-    )
+    scope = str(link.config.worker_id)  # UATU_FAULT=worker.heartbeat/<id>: one worker's drill
     try:
-        with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
-            while stop.reason() is None:
-                faults.fault_point("worker.heartbeat")
-                commands = link.beat(runs.statuses())
-                if time.monotonic() - link.last_success <= fence_seconds:
-                    runs.take(commands)
-                time.sleep(config.interval_seconds)
-            log.info("received %s; stopping the worker", stop.reason())
+        while (reason := stop_reason()) is None:
+            faults.fault_point("worker.heartbeat", scope)
+            commands = link.beat(runs.statuses())
+            if time.monotonic() - link.last_success <= fence_seconds:
+                runs.take(commands)
+            time.sleep(interval_seconds)
+        log.info("received %s; stopping the worker", reason)
     finally:
         stopped.set()
         runs.stop_all("the worker is stopping")
         runs.wait_stopped(120)
         link.beat(runs.statuses())  # the last word: every group stopped
-    return 0
 
 
 def _run_group(
@@ -147,7 +163,7 @@ def _fence(
 ) -> None:
     """Stop every query once no heartbeat has been answered for `seconds`."""
     fenced = False
-    while not stopped.wait(1.0):
+    while not stopped.wait(min(1.0, seconds / 4)):  # well within the fence
         silent = time.monotonic() - link.last_success
         if silent > seconds and not fenced:
             runs.stop_all(f"no heartbeat answered for {silent:.0f} s (fenced)")
