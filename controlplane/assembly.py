@@ -22,7 +22,7 @@ from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
 from controlplane.lookups import PartitionLookups
-from controlplane.pool import WorkerLauncher, WorkerPool
+from controlplane.pool import Capacity, WorkerLauncher, WorkerPool
 from controlplane.reconciler import Reconciler
 from controlplane.server import ServerSecurity
 from controlplane.state.base import Store
@@ -84,6 +84,8 @@ class ServeOptions:
     # runs an application per group.
     workers: int = 0
     worker_capacity: int = 50
+    worker_messages_per_sec: float = 0.0  # 0: no bound
+    worker_bytes_per_sec: float = 0.0
 
     def __post_init__(self) -> None:
         self._check_security()
@@ -136,6 +138,9 @@ class ServeOptions:
         for name in ("max_groups", "max_running", "worker_capacity"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(self, name)} < 1")
+        for name in ("worker_messages_per_sec", "worker_bytes_per_sec"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(self, name)} < 0")
 
     @property
     def tls(self) -> bool:
@@ -308,7 +313,9 @@ def build_pool(options: ServeOptions, store: Store, launcher: Launcher) -> Worke
         store,
         launcher,
         size=options.workers,
-        capacity=options.worker_capacity,
+        capacity=Capacity(
+            options.worker_capacity, options.worker_messages_per_sec, options.worker_bytes_per_sec
+        ),
         app_env=application_env(options),
         lease_seconds=options.lease_seconds or 60.0,
         startup_seconds=options.startup_seconds,

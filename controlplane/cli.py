@@ -24,12 +24,13 @@ concurrent write lands first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format
@@ -45,6 +46,9 @@ from core.config import default_conf_dir, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
 from core.paths import VAR_DIR
+
+if TYPE_CHECKING:  # the client commands do not load the server's modules
+    from controlplane.assembly import ServeOptions
 
 DEFAULT_ADDRESS = "127.0.0.1:8087"
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -254,6 +258,14 @@ def _add_capacity_arguments(serve: argparse.ArgumentParser) -> None:
         default=50,
         help="JobGroups one worker application runs at most (default 50)",
     )
+    for unit in ("messages", "bytes"):
+        pool.add_argument(
+            f"--worker-{unit}-per-sec",
+            type=float,
+            default=0.0,
+            help=f"{unit} per second one worker application carries at most: a worker whose "
+            f"heartbeats report that much gets no new group (default 0: no bound)",
+        )
 
 
 def version_of(call: grpc.Call) -> int | None:
@@ -400,8 +412,28 @@ def rpc_error_line(error: grpc.RpcError, args: argparse.Namespace) -> str:
     return f"error: {code.name}: {details}{hint}"
 
 
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    """`serve`'s flags as ServeOptions (validated there): every flag named as its field,
+    and these few that are not."""
+    from controlplane.assembly import ServeOptions
+
+    renamed = {
+        "advertise": args.advertise or args.address,
+        "app_control_plane": args.app_control_plane or args.advertise or args.address,
+        "leader_ttl_seconds": args.leader_ttl,
+        "reconcile": not args.no_reconcile,
+        "lease_seconds": args.lease_seconds or None,
+    }
+    same = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ServeOptions)
+        if f.name not in renamed and hasattr(args, f.name)
+    }
+    return ServeOptions(**same, **renamed)
+
+
 def serve_command(args: argparse.Namespace) -> int:
-    from controlplane.assembly import ServeOptions, assemble
+    from controlplane.assembly import assemble
     from controlplane.metrics import metrics_bind
     from controlplane.server import serve
 
@@ -411,46 +443,7 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         if args.metrics_address:
             metrics_bind(args.metrics_address)  # a bad value: one line, before anything starts
-        options = ServeOptions(
-            address=args.address,
-            advertise=args.advertise or args.address,
-            app_control_plane=args.app_control_plane or args.advertise or args.address,
-            store=args.store,
-            etcd_prefix=args.etcd_prefix,
-            leader_ttl_seconds=args.leader_ttl,
-            launcher=args.launcher,
-            apps_dir=args.apps_dir,
-            spark_master=args.spark_master,
-            standalone_rest_url=args.standalone_rest_url,
-            kubernetes_config=args.kubernetes_config,
-            reconcile=not args.no_reconcile,
-            reconcile_seconds=args.reconcile_seconds,
-            lease_seconds=args.lease_seconds or None,
-            startup_seconds=args.startup_seconds,
-            heartbeat_seconds=args.heartbeat_seconds,
-            partition_refresh_seconds=args.partition_refresh_seconds,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            tls_client_ca=args.tls_client_ca,
-            auth_token_file=args.auth_token_file,
-            admin_token_file=args.admin_token_file,
-            insecure=args.insecure,
-            reflection=args.reflection,
-            app_ca=args.app_ca,
-            app_tls_cert=args.app_tls_cert,
-            app_tls_key=args.app_tls_key,
-            allow_external_workers=args.allow_external_workers,
-            max_groups=args.max_groups,
-            max_running=args.max_running,
-            workers=args.workers,
-            worker_capacity=args.worker_capacity,
-            standalone_rest_token_file=args.standalone_rest_token_file,
-            etcd_ca=args.etcd_ca,
-            etcd_cert=args.etcd_cert,
-            etcd_key=args.etcd_key,
-            etcd_user=args.etcd_user,
-            etcd_password_file=args.etcd_password_file,
-        )
+        options = serve_options(args)
         plane = assemble(options, load_settings(args.conf_dir))
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)

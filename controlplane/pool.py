@@ -7,9 +7,10 @@ of starting an application per group. `WorkerPool` is a `Launcher` for the recon
 (controlplane/reconciler.py), so a group's lifecycle, backoff and give-up are the same as
 with an application per group:
 
-* `launch` places the group (`place`: the live worker with the fewest groups, below
-  `capacity`) and returns a record naming the worker and a new run id; nothing is
-  started here. The worker gets RUN in the reply to its next heartbeat (`commands_for`).
+* `launch` places the group (`place`: among the live workers with room in `capacity`, the
+  one with the fewest groups, then the least traffic its heartbeats report) and returns a
+  record naming the worker and a new run id; nothing is started here. The worker gets RUN
+  in the reply to its next heartbeat (`commands_for`).
 * `alive` is False once the worker reports the run FAILED; the reconciler then relaunches it
   with backoff, or gives up and marks the group FAILED. A worker that stops heartbeating is
   the reconciler's lease check (the record's `worker_id` is the worker's).
@@ -19,11 +20,20 @@ with an application per group:
   the query between two batches and reports it.
 
 Never in two places: `launch` places a group only when no worker may still run it
-(`running_on`): none reports it running, or the one that does is silent past its lease (a
+(`_running`): none reports it running, or the one that does is silent past its lease (a
 worker that cannot heartbeat stops its queries itself after `fence_seconds`, below the lease:
 jobs/worker/main.py), or its application was seen dead and its slot relaunched. A leader
 places nothing before every live worker has heartbeated to it: until then it does not know
 what runs where.
+
+Rebalancing: when a worker joins (a slot relaunched, the first heartbeats of a new pool),
+`maintain` moves groups from the most loaded live workers to it until no two differ by more
+than one group (`rebalance_moves`). A move rewrites the group's record to the new worker
+with a new run; the old worker gets CANCEL (the group is no longer assigned to it) and the
+new one gets RUN only once no other worker reports it running: the same gate as a launch.
+
+The decisions themselves (placement, rebalancing, the command matrix) are pure functions
+of controlplane/placement.py; the pool gathers what they need and acts on them.
 
 The pool's own applications are launch records under `~worker/<slot>` keys (a JobGroup id
 cannot start with `~`), so a new leader knows them; `maintain` relaunches a slot whose
@@ -36,6 +46,7 @@ import logging
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -48,9 +59,17 @@ from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from controlplane.errors import NoWorkerRoom
 from controlplane.launchers.base import LaunchRecord, launch_details
+from controlplane.placement import (
+    Capacity,
+    Load,
+    Reported,
+    commands_for,
+    place,
+    rebalance_moves,
+    reported_groups,
+)
 from controlplane.state.base import Store
 from controlplane.workers import POOL_PREFIX, is_pool_key, new_worker_id, new_worker_secret
-from core import worker_jobs
 
 log = logging.getLogger("uatu.pool")
 
@@ -65,19 +84,6 @@ class WorkerLauncher(Protocol):
     def cancel(self, record: LaunchRecord) -> None: ...
 
 
-@dataclass(frozen=True)
-class Reported:
-    """One group as a worker's last heartbeat reported it."""
-
-    job_id: int
-    job: WorkerJob
-    state: int
-
-    @property
-    def running(self) -> bool:
-        return self.state == job_pb2.JOB_STATE_RUNNING
-
-
 @dataclass
 class WorkerView:
     """What the leader last heard from one pool worker (memory only: a new leader learns it
@@ -87,53 +93,64 @@ class WorkerView:
     groups: dict[str, Reported] = field(default_factory=dict)
 
 
-def reported_groups(statuses: Sequence[JobStatus]) -> dict[str, Reported]:
-    found = {}
-    for status in statuses:
-        job = worker_jobs.worker_job_of(status.job)
-        if job is not None and job.job_group_id:
-            found[job.job_group_id] = Reported(status.job.job_id, job, status.state)
-    return found
+class Heard:
+    """What this leader heard from the pool's workers, and which groups it asked which
+    worker to stop; memory only (a new leader learns it from the next heartbeats).
+    Thread-safe: heartbeats arrive on the server's threads, the reconciler reads."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[int, WorkerView] = {}
+        self._stopping: dict[str, int] = {}  # group id -> the worker asked to stop it
 
-def place(assigned: Mapping[int, int], capacity: int) -> int | None:
-    """The worker for a new group: the one with the fewest groups (the lowest id on a tie),
-    among those below `capacity`; None when every worker is full or none is live."""
-    free = [(count, worker_id) for worker_id, count in assigned.items() if count < capacity]
-    return min(free)[1] if free else None
+    def take(self, worker_id: int, at: float, reported: dict[str, Reported]) -> frozenset[str]:
+        """Record one heartbeat; -> the groups this worker is still asked to stop (a
+        request ends once the worker reports the group stopped or gone)."""
+        with self._lock:
+            self._views[worker_id] = WorkerView(at, reported)
+            for group_id, asked in list(self._stopping.items()):
+                here = reported.get(group_id)
+                if asked == worker_id and (here is None or not here.running):
+                    del self._stopping[group_id]
+            return frozenset(g for g, w in self._stopping.items() if w == worker_id)
 
+    def has(self, worker_id: int) -> bool:
+        with self._lock:
+            return worker_id in self._views
 
-def commands_for(
-    reported: Mapping[str, Reported],
-    assigned: Mapping[str, tuple[LaunchRecord, StoredJobGroup]],
-    cancelling: frozenset[str],
-) -> list[mw_pb2.Command]:
-    """The reply to one worker's heartbeat (uForwarder's command matrix, pure).
+    def group(self, worker_id: int, group_id: str) -> Reported | None:
+        """The group as the worker's last heartbeat reported it."""
+        with self._lock:
+            view = self._views.get(worker_id)
+            return view.groups.get(group_id) if view is not None else None
 
-    `assigned` maps each group placed on this worker to its launch record and stored group.
-    UPDATE when it runs the group with another definition, RUN when it does not run the
-    record's run (or stopped it without being asked: fenced), CANCEL for every group it
-    reports that is not assigned to it, or is being cancelled."""
-    commands = []
-    for group_id, (record, stored) in sorted(assigned.items()):
-        if group_id in cancelling or stored.state != job_pb2.JOB_STATE_RUNNING:
-            continue
-        run = str(record.details.get("run", ""))
-        job_id = int(record.details.get("job_id", 0) or 0)
-        here = reported.get(group_id)
-        if here is not None and here.running and here.job.definition != record.definition:
-            kind = worker_jobs.UPDATE
-        elif here is None or here.job.run != run:
-            kind = worker_jobs.RUN
-        elif here.state == job_pb2.JOB_STATE_CANCELED:
-            kind = worker_jobs.RUN  # stopped without a CANCEL (fenced): start it again
-        else:
-            continue
-        commands.append(worker_jobs.command(kind, job_id, stored.job_group, record.definition, run))
-    for group_id, here in sorted(reported.items()):
-        if group_id not in assigned or group_id in cancelling:
-            commands.append(worker_jobs.cancel_command(here.job_id, group_id))
-    return commands
+    def ask_to_stop(self, group_id: str, worker_id: int) -> None:
+        with self._lock:
+            self._stopping[group_id] = worker_id
+
+    def stopping(self) -> set[str]:
+        with self._lock:
+            return set(self._stopping)
+
+    def running(self, since: float, workers: set[int]) -> dict[str, list[int]]:
+        """Every group that one of `workers` heard at `since` or later reported running ->
+        those workers, sorted."""
+        found: dict[str, list[int]] = {}
+        with self._lock:
+            for worker_id, view in sorted(self._views.items()):
+                if view.heard_at < since or worker_id not in workers:
+                    continue
+                for group_id, here in view.groups.items():
+                    if here.running:
+                        found.setdefault(group_id, []).append(worker_id)
+        return found
+
+    def traffic(self, worker_id: int) -> tuple[float, float]:
+        """The msgs/s and bytes/s of the groups the worker reported running."""
+        with self._lock:
+            view = self._views.get(worker_id)
+            running = [r for r in view.groups.values() if r.running] if view else []
+        return sum(r.messages_per_sec for r in running), sum(r.bytes_per_sec for r in running)
 
 
 class WorkerPool:
@@ -145,7 +162,7 @@ class WorkerPool:
         launcher: WorkerLauncher,
         *,
         size: int,
-        capacity: int = 100,
+        capacity: Capacity | None = None,
         app_env: Mapping[str, str] | None = None,
         lease_seconds: float = 60.0,
         startup_seconds: float = 300.0,
@@ -154,20 +171,22 @@ class WorkerPool:
         self.store = store
         self.launcher = launcher
         self.size = size
-        self.capacity = capacity
+        self.capacity = capacity or Capacity()
         self.app_env = dict(app_env or {})
         self.lease_seconds = lease_seconds
         self.startup_seconds = startup_seconds
         self.clock = clock
-        self._lock = threading.Lock()
-        self._views: dict[int, WorkerView] = {}
-        self._cancelling: dict[str, int] = {}  # group id -> the worker asked to stop it
+        self.heard = Heard()
 
     # --- the pool's own applications ---------------------------------------------------
 
     def maintain(self) -> None:
-        """Launch every slot's application that is missing, dead, or silent past its lease."""
-        records = self.store.launches()
+        """Launch every slot's application that is missing, dead, or silent past its lease;
+        then even out the groups of the live workers (`rebalance`)."""
+        self._maintain_slots(self.store.launches())
+        self.rebalance(self.store.launches())
+
+    def _maintain_slots(self, records: Mapping[str, LaunchRecord]) -> None:
         for slot in range(self.size):
             key = f"{POOL_PREFIX}{slot}"
             record = records.get(key)
@@ -211,11 +230,11 @@ class WorkerPool:
             return None
         return stored.last_updated.ToNanoseconds() / 1e9
 
-    def live_workers(self) -> list[int]:
+    def live_workers(self, records: Mapping[str, LaunchRecord] | None = None) -> list[int]:
         """The ids of the pool's applications heard within the lease."""
         now = self.clock()
         live = []
-        for key, record in self.store.launches().items():
+        for key, record in (self.store.launches() if records is None else records).items():
             if not is_pool_key(key) or not record.worker_id:
                 continue
             heard = self._heard_at(record.worker_id)
@@ -223,10 +242,43 @@ class WorkerPool:
                 live.append(record.worker_id)
         return sorted(live)
 
-    def pool_worker_ids(self) -> set[int]:
-        return {
-            r.worker_id for k, r in self.store.launches().items() if is_pool_key(k) and r.worker_id
-        }
+    def pool_worker_ids(self, records: Mapping[str, LaunchRecord] | None = None) -> set[int]:
+        found = self.store.launches() if records is None else records
+        return {r.worker_id for k, r in found.items() if is_pool_key(k) and r.worker_id}
+
+    def loads(self, records: Mapping[str, LaunchRecord]) -> dict[int, Load]:
+        """Each live worker's load: the groups placed on it, the traffic of the ones its
+        last heartbeat reported running."""
+        live = self.live_workers(records)
+        placed = Counter(
+            r.worker_id for k, r in records.items() if not is_pool_key(k) and r.worker_id in live
+        )
+        return {w: Load(placed[w], *self.heard.traffic(w)) for w in live}
+
+    def rebalance(self, records: Mapping[str, LaunchRecord]) -> None:
+        """Move groups to live workers that run fewer (`rebalance_moves`): a worker that
+        joined gets its share. Only when every live worker has heartbeated to this leader."""
+        live = self.live_workers(records)
+        if not live or not all(self.heard.has(w) for w in live):
+            return
+        cancelling = self.heard.stopping()
+        placed: dict[int, list[str]] = {w: [] for w in live}
+        for key, record in records.items():
+            if is_pool_key(key) or record.intent or key in cancelling:
+                continue
+            if record.worker_id in placed:
+                placed[record.worker_id].append(key)
+        for group_id, source, target in rebalance_moves(placed, self.capacity, self.loads(records)):
+            stored = self.store.get(group_id)
+            if stored is None or stored.group.state != job_pb2.JOB_STATE_RUNNING:
+                continue
+            record = records[group_id]
+            moved = self._record(
+                group_id, target, record.definition, int(record.details.get("job_id", 0) or 0)
+            )
+            self.store.put_launch(group_id, moved.replace(failures=record.failures))
+            log.info("%s: moved from worker %d to worker %d (rebalancing)", group_id, source,
+                     target)  # fmt: skip
 
     # --- the Launcher of groups --------------------------------------------------------
 
@@ -236,26 +288,24 @@ class WorkerPool:
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         """Place the group; NoWorkerRoom when no live worker has room."""
         del env  # the worker application has its own
-        live = self.live_workers()
-        unheard = [w for w in live if not self.has_heard(w)]
+        records = self.store.launches()
+        live = self.live_workers(records)
+        unheard = [w for w in live if not self.heard.has(w)]
         if unheard:  # a new leader: what runs where is known only from heartbeats
             raise NoWorkerRoom(group.job_group_id, f"no heartbeat yet from worker {unheard[0]}")
-        elsewhere = self.running_on(group.job_group_id)
+        elsewhere = self._running(records).get(group.job_group_id)
         if elsewhere:  # never in two places: wait until it stopped there
             raise NoWorkerRoom(group.job_group_id, f"still stopping on worker {elsewhere[0]}")
-        counts = {worker_id: 0 for worker_id in live}
-        for key, record in self.store.launches().items():
-            if not is_pool_key(key) and record.worker_id in counts:
-                counts[record.worker_id] += 1
-        worker_id = place(counts, self.capacity)
+        loads = self.loads(records)
+        worker_id = place(loads, self.capacity)
         if worker_id is None:
             raise NoWorkerRoom(
                 group.job_group_id,
-                f"no worker has room ({len(counts)} live of {self.size}, "
-                f"{self.capacity} groups each)",
+                f"no worker has room ({len(loads)} live of {self.size}, "
+                f"{self.capacity.describe()} each)",
             )
         log.info("%s: placed on worker %d (%d groups there)", group.job_group_id, worker_id,
-                 counts[worker_id])  # fmt: skip
+                 loads[worker_id].groups)  # fmt: skip
         return self._record(group.job_group_id, worker_id, definition, self._job_id(group))
 
     def update(self, record: LaunchRecord, group: JobGroup, definition: str) -> LaunchRecord:
@@ -292,19 +342,16 @@ class WorkerPool:
         group_id = str(record.detail("job_group_id"))
         if worker_id not in self.pool_worker_ids():
             return False
-        with self._lock:
-            view = self._views.get(worker_id)
-            here = view.groups.get(group_id) if view is not None else None
+        here = self.heard.group(worker_id, group_id)
         if here is not None and here.job.run == record.details.get("run"):
             return here.state != job_pb2.JOB_STATE_FAILED
         return True
 
     def failure_of(self, record: LaunchRecord) -> WorkerJob | None:
         """The worker's account of this run, when it reported it FAILED."""
-        worker_id = int(record.detail("pool_worker"))
-        with self._lock:
-            view = self._views.get(worker_id)
-            here = view.groups.get(str(record.detail("job_group_id"))) if view else None
+        here = self.heard.group(
+            int(record.detail("pool_worker")), str(record.detail("job_group_id"))
+        )
         if here is None or here.state != job_pb2.JOB_STATE_FAILED:
             return None
         return here.job if here.job.run == record.details.get("run") else None
@@ -317,46 +364,32 @@ class WorkerPool:
     def cancel(self, record: LaunchRecord) -> None:
         """CANCEL through the worker's heartbeats. Returns at once (a reconcile pass must not
         wait on one worker): the worker stops the query with its next heartbeat, and the
-        group is placed nowhere until it has (`running_on`)."""
-        with self._lock:
-            self._cancelling[str(record.detail("job_group_id"))] = int(record.detail("pool_worker"))
+        group is placed nowhere until it has (`_running`)."""
+        self.heard.ask_to_stop(
+            str(record.detail("job_group_id")), int(record.detail("pool_worker"))
+        )
 
-    def running_on(self, group_id: str) -> list[int]:
-        """The workers that last reported the group's query running and may still run it:
-        not silent past the lease (a silent one has fenced itself) and still the pool's (a
-        slot's application seen dead was replaced)."""
-        now, pool = self.clock(), self.pool_worker_ids()
-        with self._lock:
-            return sorted(
-                worker_id
-                for worker_id, view in self._views.items()
-                if now - view.heard_at <= self.lease_seconds
-                and worker_id in pool
-                and (here := view.groups.get(group_id)) is not None
-                and here.running
-            )
+    def _running(self, records: Mapping[str, LaunchRecord] | None = None) -> dict[str, list[int]]:
+        """Every group some worker may still run -> those workers, sorted: the ones that last
+        reported its query running, not silent past the lease (a silent one has fenced
+        itself) and still the pool's (a slot's application seen dead was replaced)."""
+        return self.heard.running(self.clock() - self.lease_seconds, self.pool_worker_ids(records))
 
     # --- heartbeats of the pool's workers ----------------------------------------------
-
-    def has_heard(self, worker_id: int) -> bool:
-        """Whether this process has had a heartbeat of the worker (since it started leading)."""
-        with self._lock:
-            return worker_id in self._views
 
     def heartbeat(self, worker_id: int, statuses: Sequence[JobStatus]) -> list[mw_pb2.Command]:
         """Take one worker's statuses; the commands of the reply."""
         reported = reported_groups(statuses)
-        with self._lock:
-            self._views[worker_id] = WorkerView(self.clock(), reported)
-            for group_id, asked in list(self._cancelling.items()):
-                here = reported.get(group_id)
-                if asked == worker_id and (here is None or not here.running):
-                    del self._cancelling[group_id]  # stopped
-            cancelling = frozenset(g for g, w in self._cancelling.items() if w == worker_id)
+        cancelling = self.heard.take(worker_id, self.clock(), reported)
+        records = self.store.launches()
+        # Never in two places: a group moved here starts once its old worker stopped it.
+        elsewhere = {g for g, ws in self._running(records).items() if set(ws) - {worker_id}}
         assigned: dict[str, tuple[LaunchRecord, StoredJobGroup]] = {}
-        for key, record in self.store.launches().items():
+        for key, record in records.items():
             if is_pool_key(key) or record.worker_id != worker_id or record.intent:
                 continue
+            if key in elsewhere and not (key in reported and reported[key].running):
+                continue  # the other worker gets CANCEL; RUN here once it reports it stopped
             stored = self.store.get(key)
             if stored is not None:
                 assigned[key] = (record, stored.group)

@@ -278,6 +278,21 @@ def test_serve_options_parse():
     )
 
 
+def test_serve_flags_become_the_options_of_the_same_name_and_the_renamed_ones():
+    args = cli.build_parser().parse_args(
+        ["serve", "--address", "127.0.0.1:9001", "--workers", "2", "--worker-capacity", "7",
+         "--worker-messages-per-sec", "500", "--leader-ttl", "4", "--no-reconcile",
+         "--lease-seconds", "0", "--max-groups", "9"]
+    )  # fmt: skip
+    options = cli.serve_options(args)
+    assert (options.workers, options.worker_capacity, options.max_groups) == (2, 7, 9)
+    assert (options.worker_messages_per_sec, options.worker_bytes_per_sec) == (500.0, 0.0)
+    assert (options.advertise, options.app_control_plane) == ("127.0.0.1:9001",) * 2
+    assert (options.leader_ttl_seconds, options.reconcile, options.lease_seconds) == (
+        4, False, None
+    )  # fmt: skip
+
+
 def serve_options(**changes) -> ServeOptions:
     values = dict(
         address="127.0.0.1:8087", advertise="127.0.0.1:8087", app_control_plane="127.0.0.1:8087",
@@ -298,6 +313,7 @@ def serve_options(**changes) -> ServeOptions:
         ({"launcher": "kubernetes"}, "needs --kubernetes-config"),
         ({"heartbeat_seconds": 0}, "--heartbeat-seconds: 0 <= 0"),
         ({"lease_seconds": 5}, "--lease-seconds: 5 must exceed --heartbeat-seconds 5"),
+        ({"worker_bytes_per_sec": -1.0}, "--worker-bytes-per-sec: -1.0 < 0"),
     ],
 )
 def test_serve_options_name_the_bad_option(changes, message):

@@ -15,7 +15,15 @@ from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node, 
 
 from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.pool import Reported, WorkerPool, commands_for, place
+from controlplane.placement import (
+    Capacity,
+    Load,
+    Reported,
+    commands_for,
+    place,
+    rebalance_moves,
+)
+from controlplane.pool import WorkerPool
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.state.sqlite import SqliteStore
@@ -29,17 +37,37 @@ CANCELED = job_pb2.JOB_STATE_CANCELED
 
 
 @pytest.mark.parametrize(
-    ("assigned", "capacity", "chosen"),
+    ("loads", "capacity", "chosen"),
     [
-        ({1: 3, 2: 1, 3: 2}, 10, 2),  # the fewest groups
-        ({1: 1, 2: 1}, 10, 1),  # a tie: the lowest id
-        ({1: 2, 2: 5}, 5, 1),  # worker 2 is full
-        ({1: 5, 2: 5}, 5, None),  # every worker is full
-        ({}, 5, None),  # no live worker
+        ({1: Load(3), 2: Load(1), 3: Load(2)}, Capacity(10), 2),  # the fewest groups
+        ({1: Load(1), 2: Load(1)}, Capacity(10), 1),  # a tie: the lowest id
+        ({1: Load(1, 900.0), 2: Load(1, 100.0)}, Capacity(10), 2),  # then the least traffic
+        ({1: Load(2), 2: Load(5)}, Capacity(5), 1),  # worker 2 is full
+        ({1: Load(5), 2: Load(5)}, Capacity(5), None),  # every worker is full
+        ({1: Load(0, 1000.0), 2: Load(4, 10.0)}, Capacity(5, 1000.0), 2),  # 1 at its msgs/s
+        ({1: Load(0, 0, 5e6), 2: Load(4, 0, 1e3)}, Capacity(5, 0, 5e6), 2),  # 1 at its bytes/s
+        ({}, Capacity(5), None),  # no live worker
     ],
 )
-def test_place_picks_the_least_loaded_worker_with_room(assigned, capacity, chosen):
-    assert place(assigned, capacity) == chosen
+def test_place_picks_the_least_loaded_worker_with_room(loads, capacity, chosen):
+    assert place(loads, capacity) == chosen
+
+
+@pytest.mark.parametrize(
+    ("placed", "capacity", "loads", "moves"),
+    [
+        # A worker joined: it gets its share, the busiest first, nothing moves twice.
+        ({1: ["a", "b", "c", "d"], 2: []}, Capacity(10), {}, [("d", 1, 2), ("c", 1, 2)]),
+        ({1: ["a", "b", "c"], 2: ["d"], 3: []}, Capacity(10), {}, [("c", 1, 3)]),
+        ({1: ["a", "b"], 2: ["c"]}, Capacity(10), {}, []),  # one apart: a move buys nothing
+        ({1: ["a", "b", "c", "d"], 2: []}, Capacity(1), {}, [("d", 1, 2)]),  # 2 is then full
+        # The idle worker already carries its msgs/s bound: nothing moves to it.
+        ({1: ["a", "b", "c"], 2: []}, Capacity(10, 50.0), {2: Load(0, 50.0)}, []),
+        ({}, Capacity(10), {}, []),
+    ],
+)
+def test_rebalance_evens_out_the_groups_within_capacity(placed, capacity, loads, moves):
+    assert rebalance_moves(placed, capacity, loads) == moves
 
 
 def _record(definition: str, run: str, worker_id: int = 7, job_id: int = 11) -> LaunchRecord:
@@ -147,16 +175,17 @@ def _heard(store: SqliteStore, pool: WorkerPool, worker_id: int, at: float) -> N
     store.put_worker(
         StoredWorker(last_updated=stamp, node=Node(id=worker_id), state=WORKER_STATE_WORKING)
     )
-    if not pool.has_heard(worker_id):
+    if not pool.heard.has(worker_id):
         pool.heartbeat(worker_id, [])
 
 
 @pytest.fixture
-def pooled(tmp_path):
+def pooled(tmp_path, request):
+    """A pool of one worker application (`indirect` parametrization gives another size)."""
     store = SqliteStore(tmp_path / "cp.sqlite")
     clock = Clock()
     apps = WorkerApps(clock)
-    pool = WorkerPool(store, apps, size=1, lease_seconds=20, clock=clock)
+    pool = WorkerPool(store, apps, size=getattr(request, "param", 1), lease_seconds=20, clock=clock)
     reconciler = Reconciler(
         store,
         pool,
@@ -304,3 +333,52 @@ def test_a_new_leader_places_nothing_before_every_live_worker_heartbeated_to_it(
     assert "g" not in store.launches()
     pool.heartbeat(worker_id, [])
     assert reconciler.reconcile_once()["g"] is Action.RUN
+
+
+def _report_all(
+    pool: WorkerPool, worker_id: int, records: dict[str, LaunchRecord], stopped=()
+) -> list:
+    """One heartbeat of `worker_id` reporting each record's run RUNNING (CANCELED for the
+    groups in `stopped`); the kinds of its reply's commands."""
+    statuses = [
+        worker_jobs.status(
+            11,
+            WorkerJob(job_group_id=g, run=str(r.detail("run")), definition=r.definition),
+            CANCELED if g in stopped else RUNNING,
+        )
+        for g, r in sorted(records.items())
+    ]
+    return _kinds(pool.heartbeat(worker_id, statuses))
+
+
+@pytest.mark.parametrize("pooled", [2], indirect=True)
+def test_a_worker_that_joins_gets_its_share_once_the_old_worker_stopped_it(pooled):
+    """Rebalancing, and never in two places while a group moves: the new worker gets RUN for
+    a moved group only once its old worker reports it stopped (the mutant without that gate
+    sends RUN at once)."""
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()  # both slots launched; only the first one heard yet
+    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
+    _heard(store, pool, first, clock.now)
+    for name in ("g1", "g2", "g3", "g4"):
+        groups.add(audit_group(name, "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    before = {g: r for g, r in store.launches().items() if g.startswith("g")}
+    assert {r.worker_id for r in before.values()} == {first}
+    _report_all(pool, first, before)
+
+    _heard(store, pool, second, clock.now)  # the second worker joins
+    reconciler.reconcile_once()
+    after = {g: store.launches()[g] for g in before}
+    moved = sorted(g for g, r in after.items() if r.worker_id == second)
+    assert moved == ["g3", "g4"]
+    assert all(after[g].details["run"] != before[g].details["run"] for g in moved)
+    assert all(after[g].failures == before[g].failures for g in moved)
+    reconciler.reconcile_once()  # settled: nothing moves back
+    assert {g: store.launches()[g] for g in before} == after
+
+    assert _report_all(pool, second, {}) == []  # still running on the first worker
+    assert _report_all(pool, first, before) == [(g, worker_jobs.CANCEL) for g in moved]
+    assert _report_all(pool, second, {}) == []
+    _report_all(pool, first, before, stopped=moved)  # it stopped them
+    assert _report_all(pool, second, {}) == [(g, worker_jobs.RUN) for g in moved]
