@@ -1,17 +1,22 @@
-"""A real Spark standalone cluster (one master, one worker) on 127.0.0.1, from pyspark's jars.
+"""A real Spark standalone cluster (one master, one or more workers) on 127.0.0.1, from
+pyspark's jars.
 
 Used by the standalone launcher's integration test (:func:`start_standalone`, the
 ``standalone`` fixture of tests/controlplane/test_standalone_launcher.py) and by hand through
 the CLI at the bottom::
 
     python -m devservices.spark_standalone up [--dir var/standalone] [--cores 4] [--memory 4g]
+                                             [--workers 1]
     python -m devservices.spark_standalone status [--dir var/standalone]
     python -m devservices.spark_standalone down [--dir var/standalone]
 
 The master runs its REST submission server (``spark.master.rest.enabled=true``), which is
 what ``controlplane/launchers/standalone.py`` talks to. All ports (master RPC, master web UI, REST,
-worker RPC, worker web UI) are free ports picked at start. The worker may declare more cores
+worker RPC, worker web UI) are free ports picked at start. A worker may declare more cores
 and memory than the machine has: the daemons only book-keep them, and the apps here are small.
+With `--workers N`, the workers after the first are `worker-2` ... `worker-N` (their own pid,
+ports and output files) and share the first one's work dir (driver and application dirs are
+named by unique ids).
 
 Process groups matter: the worker starts drivers and executors as its own children, so they
 share the worker's process group. Killing only the worker JVM orphans a Python driver
@@ -78,6 +83,7 @@ STOP_TIMEOUT_S = 20.0
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 _PROBE_TIMEOUT_S = 2.0
+_MAX_WORKERS = 64  # a recorded cluster's workers are looked for up to this many
 # The daemons' environment is inherited by every driver the worker starts; the caller's job
 # settings must not leak into them (a driver gets exactly what its submission says).
 _DROPPED_ENV_PREFIXES = ("UATU_", "PYSPARK_", "SPARK_")
@@ -111,23 +117,38 @@ class SparkDaemon(LocalService):
 
 
 class StandaloneCluster(StopOnExit):
-    """A master and one worker started by :func:`start_standalone`.
+    """A master and its workers started by :func:`start_standalone`.
 
     The JVMs are not tied to this object's lifetime: they run until :meth:`stop` (or the end
     of a ``with`` block), which lets the CLI leave them in the background. ``ports`` holds
-    ``master``, ``webui``, ``rest``, ``worker`` and ``worker_webui``.
+    ``master``, ``webui``, ``rest``, and ``<role>`` and ``<role>_webui`` for each worker
+    (roles ``worker``, ``worker-2``, ...: `worker_roles`).
     """
 
     def __init__(
-        self, dir: Path, ports: Mapping[str, int], cores: int | None = None, memory: str = ""
+        self,
+        dir: Path,
+        ports: Mapping[str, int],
+        cores: int | None = None,
+        memory: str = "",
+        workers: int = 1,
     ) -> None:
         self.cores = cores
         self.memory = memory
         master_ports = {"rpc": ports["master"], "webui": ports["webui"], "rest": ports["rest"]}
-        worker_ports = {"rpc": ports["worker"], "webui": ports["worker_webui"]}
         self.master = SparkDaemon(dir, "master", master_ports, self.ready)
-        self.worker = SparkDaemon(dir, "worker", worker_ports, self.ready)
+        self.workers = [
+            SparkDaemon(
+                dir, role, {"rpc": ports[role], "webui": ports[f"{role}_webui"]}, self.ready
+            )
+            for role in worker_roles(workers)
+        ]
         self.dir = self.master.dir
+
+    @property
+    def worker(self) -> SparkDaemon:
+        """The first worker."""
+        return self.workers[0]
 
     @property
     def master_url(self) -> str:
@@ -145,17 +166,17 @@ class StandaloneCluster(StopOnExit):
 
     @property
     def worker_dir(self) -> Path:
-        """The worker's work dir: each driver writes ``<driver-id>/stdout`` and ``stderr``."""
+        """The workers' work dir: each driver writes ``<driver-id>/stdout`` and ``stderr``."""
         return self.dir / "worker"
 
     @property
     def daemons(self) -> list[SparkDaemon]:
-        return [self.master, self.worker]
+        return [self.master, *self.workers]
 
     def ready(self) -> bool:
-        """True if the REST server accepts submissions and the master lists an ALIVE worker
-        (with :attr:`cores` cores, when known)."""
-        return ready(self.rest_url, self.webui_url, self.cores)
+        """True if the REST server accepts submissions and the master lists every worker
+        ALIVE (with :attr:`cores` cores, when known)."""
+        return ready(self.rest_url, self.webui_url, self.cores, len(self.workers))
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop the worker with its drivers and executors, and the master; idempotent.
@@ -174,11 +195,13 @@ def start_standalone(
     daemon_memory: str = "512m",
     spark_home: Path = SPARK_HOME,
     timeout: float = READY_TIMEOUT_S,
+    workers: int = 1,
 ) -> StandaloneCluster:
-    """Start a master (REST server on) and one worker under ``work_dir``; wait until ready.
+    """Start a master (REST server on) and ``workers`` workers of ``cores`` cores and
+    ``memory`` each under ``work_dir``; wait until ready.
 
     Ready means the REST server answers ``/v1/submissions/readyz`` with 200 and the master's
-    ``/json/`` lists the worker ALIVE with ``cores`` cores, so a submission is scheduled at
+    ``/json/`` lists every worker ALIVE with ``cores`` cores, so a submission is scheduled at
     once. On failure, or after ``timeout`` seconds, stops what it started and raises
     :class:`StandaloneError` carrying the tail of the daemon's output.
     """
@@ -187,8 +210,10 @@ def start_standalone(
         raise StandaloneError(f"a cluster from {work_dir} is already running (pids {live})")
     if not (spark_home / "bin" / "spark-class").exists():
         raise StandaloneError(f"no bin/spark-class under {spark_home}")
-    ports = choose_ports(dict.fromkeys(("master", "webui", "rest", "worker", "worker_webui"), 0))
-    cluster = StandaloneCluster(work_dir, ports, cores=cores, memory=memory)
+    roles = worker_roles(workers)
+    names = ("master", "webui", "rest", *roles, *(f"{role}_webui" for role in roles))
+    ports = choose_ports(dict.fromkeys(names, 0))
+    cluster = StandaloneCluster(work_dir, ports, cores=cores, memory=memory, workers=workers)
     (cluster.dir / "conf").mkdir(parents=True, exist_ok=True)
     cluster.worker_dir.mkdir(exist_ok=True)
     properties = cluster.dir / "master.properties"
@@ -196,25 +221,26 @@ def start_standalone(
     env = _daemon_env(os.environ, spark_home, cluster.dir / "conf", daemon_memory)
     spark_class = str(spark_home / "bin" / "spark-class")
 
-    master, worker = cluster.master.ports, cluster.worker.ports
+    master = cluster.master.ports
     with stopped_on_failure(cluster):
         cluster.master.launch(
             [spark_class, _MASTER_CLASS, "--host", HOST, "--port", str(master["rpc"]),
              "--webui-port", str(master["webui"]), "--properties-file", str(properties)],
             env,
         )  # fmt: skip
-        cluster.worker.launch(
-            [spark_class, _WORKER_CLASS, "--host", HOST, "--port", str(worker["rpc"]),
-             "--webui-port", str(worker["webui"]), "--cores", str(cores),
-             "--memory", memory, "--work-dir", str(cluster.worker_dir), cluster.master_url],
-            env,
-        )  # fmt: skip
-        # The worker first: when time runs out, its output says why it did not register.
+        for worker in cluster.workers:
+            worker.launch(
+                [spark_class, _WORKER_CLASS, "--host", HOST, "--port", str(worker.ports["rpc"]),
+                 "--webui-port", str(worker.ports["webui"]), "--cores", str(cores),
+                 "--memory", memory, "--work-dir", str(cluster.worker_dir), cluster.master_url],
+                env,
+            )  # fmt: skip
+        # The workers first: when time runs out, their output says why they did not register.
         took = wait_all_ready(
-            [cluster.worker, cluster.master],
+            [*cluster.workers, cluster.master],
             cluster.ready,
             timeout,
-            f"offer an ALIVE worker with {cores} cores behind {cluster.rest_url}",
+            f"offer {workers} ALIVE worker(s) with {cores} cores behind {cluster.rest_url}",
         )
     log.info(
         "spark standalone ready: master %s, REST %s, UI %s (took %.1f s)",
@@ -225,17 +251,27 @@ def start_standalone(
 
 def recorded_cluster(work_dir: Path) -> StandaloneCluster | None:
     """The cluster whose ports files are in ``work_dir`` (running or not), None if none."""
-    master, worker = read_ports(work_dir, "master"), read_ports(work_dir, "worker")
-    if not master or not worker:
+    master = read_ports(work_dir, "master")
+    ports = (
+        {"master": master["rpc"], "webui": master["webui"], "rest": master["rest"]}
+        if master
+        else {}
+    )
+    roles = []
+    for role in worker_roles(_MAX_WORKERS):
+        found = read_ports(work_dir, role)
+        if not found:
+            break
+        roles.append(role)
+        ports.update({role: found["rpc"], f"{role}_webui": found["webui"]})
+    if not master or not roles:
         return None
-    ports = {
-        "master": master["rpc"],
-        "webui": master["webui"],
-        "rest": master["rest"],
-        "worker": worker["rpc"],
-        "worker_webui": worker["webui"],
-    }
-    return StandaloneCluster(work_dir, ports)
+    return StandaloneCluster(work_dir, ports, workers=len(roles))
+
+
+def worker_roles(count: int) -> list[str]:
+    """The workers' roles (file name prefixes): ``worker``, ``worker-2``, ..."""
+    return ["worker", *(f"worker-{n}" for n in range(2, count + 1))]
 
 
 def running_pids(work_dir: Path) -> list[int]:
@@ -246,10 +282,9 @@ def running_pids(work_dir: Path) -> list[int]:
     return [pgid for d in daemons if (pgid := d.running_pid()) is not None]
 
 
-def ready(rest_url: str, webui_url: str, cores: int | None = None) -> bool:
-    """True if the REST server accepts submissions and the master has an ALIVE worker.
-
-    With ``cores``, that worker must also offer that many cores.
+def ready(rest_url: str, webui_url: str, cores: int | None = None, workers: int = 1) -> bool:
+    """True if the REST server accepts submissions and the master has ``workers`` ALIVE
+    workers; with ``cores``, each offering that many cores.
     """
     try:
         with urllib.request.urlopen(
@@ -263,10 +298,12 @@ def ready(rest_url: str, webui_url: str, cores: int | None = None) -> bool:
         # URLError, HTTPError (503 while STANDBY) and timeouts are OSErrors; a half-written
         # body is a ValueError.
         return False
-    return any(
-        w.get("state") == "ALIVE" and (cores is None or w.get("cores") == cores)
+    alive = [
+        w
         for w in state.get("workers", [])
-    )
+        if w.get("state") == "ALIVE" and (cores is None or w.get("cores") == cores)
+    ]
+    return len(alive) >= workers
 
 
 # --- internals -------------------------------------------------------------------------------
@@ -307,13 +344,16 @@ def _recorded(dir: Path) -> list[SparkDaemon]:
 def _up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--cores", type=int, default=4, help="cores the worker offers (default: 4)")
     up.add_argument("--memory", default="4g", help="memory the worker offers (default: 4g)")
+    up.add_argument("--workers", type=int, default=1, help="workers to start (default: 1)")
     up.add_argument(
         "--timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for readiness"
     )
 
 
 def _start(args: argparse.Namespace) -> list[SparkDaemon]:
-    cluster = start_standalone(args.dir, cores=args.cores, memory=args.memory, timeout=args.timeout)
+    cluster = start_standalone(
+        args.dir, cores=args.cores, memory=args.memory, timeout=args.timeout, workers=args.workers
+    )
     print(json.dumps(_urls(cluster), indent=2))
     return cluster.daemons
 

@@ -89,7 +89,7 @@ class Resources:
 
 
 def submission_request(
-    jobgroup_file: Path,
+    app_arg: Path | str,
     *,
     app_name: str,
     master_url: str,
@@ -103,7 +103,8 @@ def submission_request(
     python: Path | None = None,
     spark_version: str = SPARK_VERSION,
 ) -> dict:
-    """The ``CreateSubmissionRequest`` body that runs ``jobs/main.py jobgroup_file`` (pure).
+    """The ``CreateSubmissionRequest`` body that runs ``jobs/main.py app_arg`` (pure):
+    ``app_arg`` is a JobGroup file, or ``worker`` for a worker application (jobs/worker/).
 
     Mirrors ``spark-submit.sh``: ``jars`` become ``spark.jars`` (on the driver's class path
     and shipped to executors), ``root/build/uatu-jobs.zip`` is the py-files argument of
@@ -152,7 +153,7 @@ def submission_request(
         "appResource": "",
         "mainClass": "org.apache.spark.deploy.PythonRunner",
         # PythonRunner's arguments: <main python file> <py-files, comma-separated> <app args>.
-        "appArgs": [str(root / "jobs" / "main.py"), py_files, str(jobgroup_file)],
+        "appArgs": [str(root / "jobs" / "main.py"), py_files, str(app_arg)],
         "sparkProperties": properties,
         "environmentVariables": environment,
     }
@@ -229,10 +230,28 @@ class StandaloneLauncher:
         """
         app_dir = (self.workdir / group.job_group_id).resolve()
         files = prepare_app_dir(app_dir, group)
-        jobgroup_file, stop_file = files.jobgroup_file, files.stop_file
+        return self._submit(
+            group.job_group_id, app_dir, files.jobgroup_file, files.stop_file, definition, env
+        )
+
+    def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord:
+        """Submit a worker application (`jobs/main.py worker`) named `name`, as `launch`."""
+        app_dir = (self.workdir / name).resolve()
+        files = prepare_app_dir(app_dir, None)
+        return self._submit(name, app_dir, "worker", files.stop_file, definition, env)
+
+    def _submit(
+        self,
+        name: str,
+        app_dir: Path,
+        app_arg: Path | str,
+        stop_file: Path,
+        definition: str,
+        env: Mapping[str, str],
+    ) -> LaunchRecord:
         request = submission_request(
-            jobgroup_file,
-            app_name=f"uatu-{group.job_group_id}",
+            app_arg,
+            app_name=f"uatu-{name}",
             master_url=self.master_url,
             jars=self.jars,
             stop_file=stop_file,
@@ -245,17 +264,17 @@ class StandaloneLauncher:
         try:
             response = self._call("POST", "create", request)
         except MasterUnreachable as e:
-            raise LaunchFailed("launch", group.job_group_id, f"master {self.rest_url}: {e}") from e
+            raise LaunchFailed("launch", name, f"master {self.rest_url}: {e}") from e
         driver_id = response.get("submissionId")
         if not response.get("success") or not driver_id:
             raise LaunchFailed(
                 "launch",
-                group.job_group_id,
+                name,
                 f"master {self.rest_url} rejected the submission: {response.get('message')}",
             )
         if response.get("unknownFields"):
             log.warning("master ignored request fields %s", response["unknownFields"])
-        log.info("launched %s as %s on %s", group.job_group_id, driver_id, self.master_url)
+        log.info("launched %s as %s on %s", name, driver_id, self.master_url)
         return LaunchRecord(
             handle=driver_id,
             definition=definition,
@@ -266,7 +285,7 @@ class StandaloneLauncher:
                 master_url=self.master_url,
                 rest_url=self.rest_url,
                 stop_file=str(stop_file),
-                jobgroup_file=str(jobgroup_file),
+                **({"jobgroup_file": str(app_arg)} if isinstance(app_arg, Path) else {}),
             ),
         )
 

@@ -334,6 +334,24 @@ def test_serve_assembles_the_embedded_default(tmp_path):
     plane.store.close()
 
 
+def test_serve_keeps_a_worker_pool_on_the_standalone_launcher(tmp_path):
+    from controlplane.launchers.standalone import StandaloneLauncher
+    from controlplane.pool import WorkerPool
+
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    options = serve_options(
+        store=str(tmp_path / "cp.sqlite"), launcher="standalone", workers=2,
+        standalone_rest_url="http://127.0.0.1:9", spark_master="spark://127.0.0.1:7077",
+        worker_messages_per_sec=500.0,
+    )  # fmt: skip
+    plane = assemble(options, load_settings(conf))
+    assert plane.reconciler is not None
+    pool = plane.reconciler.pool
+    assert isinstance(pool, WorkerPool) and isinstance(pool.launcher, StandaloneLauncher)
+    assert (pool.size, pool.capacity.groups, pool.capacity.messages_per_sec) == (2, 50, 500.0)
+    plane.store.close()
+
+
 def test_kubernetes_config_file_refuses_unknown_fields(tmp_path):
     path = tmp_path / "k8s.yaml"
     # Jars named in the file: the default (this checkout's var/jars) needs `make jars`.

@@ -32,26 +32,18 @@ from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 
 from controlplane import pool as pool_module
-from controlplane.jobgroups import JobGroups
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.pool import WorkerPool
-from controlplane.reconciler import Reconciler
-from controlplane.server import create_server
-from controlplane.state.leadership import SoleLeader
-from controlplane.state.sqlite import SqliteStore
-from controlplane.workers import Workers
 from core import faults
-from core.config import load_settings
-from core.processes import free_ports
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.worker.main import FENCE_ENV, serve_commands
 from jobs.worker.runs import GroupRuns
 from testing.conf import write_conf_dir
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
+from tests.controlplane.in_process import InProcessControlPlane, in_process_control_plane
 
 LEASE_SECONDS = 4.0
-HEARTBEAT_SECONDS = "0.2"
+HEARTBEAT_SECONDS = 0.2
 PAUSE_MS = int(LEASE_SECONDS * 2.5 * 1000)  # silent well past the lease
 
 
@@ -142,56 +134,34 @@ def overlaps(spans: list[Span]) -> list[tuple[Span, Span]]:
 
 
 @pytest.fixture
-def control_plane(tmp_path, monkeypatch) -> Iterator[tuple]:
-    """A real control plane in this process with a pool of two in-process workers; ids are
-    numbered so the test can name a worker in UATU_FAULT before it exists."""
+def control_plane(tmp_path, monkeypatch) -> Iterator[InProcessControlPlane]:
+    """A real control plane in this process; worker ids are numbered so the test can name a
+    worker in UATU_FAULT before it exists."""
     ids = iter(range(1001, 2000))
     monkeypatch.setattr(pool_module, "new_worker_id", lambda: next(ids))
     monkeypatch.delenv(faults.ENV, raising=False)
     faults.reset()
-    address = f"127.0.0.1:{free_ports(1)[0]}"
-    store = SqliteStore(tmp_path / "cp.sqlite")
-    leader = SoleLeader(address)
     conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:1", tmp_path / "wh", tmp_path / "ck")
-    groups = JobGroups(store, load_settings(conf), lambda *_: 2)
-    workers = Workers(store, leader)
-    server, _port, _health = create_server(address, groups, workers, leader)
-    server.start()
-    stopping = threading.Event()
-    threads: list[threading.Thread] = []
-
-    def start(apps: InProcessWorkers) -> WorkerPool:
-        env = {"UATU_CONTROL_PLANE": address, "UATU_HEARTBEAT_SECONDS": HEARTBEAT_SECONDS}
-        pool = WorkerPool(store, apps, size=2, app_env=env, lease_seconds=LEASE_SECONDS)
-        workers.pool = pool
-        reconciler = Reconciler(
-            store, pool, pool=pool, interval=0.2, backoff_seconds=0.2,
-            lease_seconds=LEASE_SECONDS, max_running=None,
-        )  # fmt: skip
-        threads.append(threading.Thread(target=reconciler.run, args=(stopping,), daemon=True))
-        threads[-1].start()
-        return pool
-
     try:
-        yield start, groups
+        with in_process_control_plane(tmp_path, conf, lambda *_: 2) as plane:
+            yield plane
     finally:
-        stopping.set()
-        for thread in threads:
-            thread.join(10)
-        server.stop(None).wait()
-        store.close()
         faults.reset()
 
 
-def moved_while_silent(control_plane, monkeypatch, apps: InProcessWorkers) -> list[Span]:
+def moved_while_silent(
+    control_plane: InProcessControlPlane, monkeypatch, apps: InProcessWorkers
+) -> list[Span]:
     """Two groups on two workers; the first worker goes silent for 2.5 leases; -> the runs
     of its group, once another worker runs it."""
-    start, groups = control_plane
-    pool = start(apps)
+    pool = control_plane.start(
+        apps, size=2, lease_seconds=LEASE_SECONDS, heartbeat_seconds=HEARTBEAT_SECONDS,
+        interval=0.2,
+    )  # fmt: skip
     # Both heard first: a group goes to the least loaded live worker, and a silent one is not.
     wait_for(lambda: len(pool.live_workers()) == 2, 30, "both workers heartbeating")
     for group_id in ("g-a", "g-b"):
-        groups.add(audit_group(group_id, "orders"), job_pb2.JOB_STATE_RUNNING, None)
+        control_plane.groups.add(audit_group(group_id, "orders"), job_pb2.JOB_STATE_RUNNING, None)
     wait_for(lambda: apps.running("g-a") and apps.running("g-b"), 30, "both groups running")
     (silent,) = {s.worker_id for s in apps.running("g-a")}
     assert {s.worker_id for s in apps.running("g-b")} != {silent}  # one group per worker

@@ -1,5 +1,6 @@
 """The standalone launcher: its pure request builder, its answers to a stub master, and the
-real thing (a Spark standalone master and worker on 127.0.0.1 running an audit JobGroup)."""
+real thing (a Spark standalone master and two workers on 127.0.0.1): an audit JobGroup as an
+application of its own, and a worker pool of two worker applications running audits."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from uber.data.kafka.datatransfer import job_pb2
 
 from controlplane.errors import LaunchFailed
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.standalone import Resources, StandaloneLauncher, submission_request
+from core.kafka_admin import partition_count
 from core.processes import free_ports, group_pids
 from devservices.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
 from testing.conf import write_conf_dir
@@ -25,6 +28,8 @@ from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
 from testing.spark import C1_ONLY_JIT
+from tests.controlplane.in_process import in_process_control_plane
+from tests.controlplane.test_worker_pool import audited_messages
 
 ROOT = Path("/srv/uatu")
 JARS = ["/srv/uatu/var/jars/spark/a.jar", "/srv/uatu/var/jars/spark/b.jar"]
@@ -192,6 +197,31 @@ def test_launch_posts_the_request_and_records_the_submission(stub, tmp_path):
     assert LaunchRecord.from_json(record.to_json()) == record  # the store keeps it as JSON
 
 
+def test_launch_worker_submits_a_worker_application(stub, tmp_path):
+    stub.answer("create", {"success": True, "submissionId": "driver-9", "message": "ok"})
+    launcher = stub_launcher(stub.url, tmp_path, worker_dir=Path("/w"))
+    env = {"UATU_WORKER_ID": "7", "UATU_WORKER_SECRET": "s3cret", "UATU_WORKER_FENCE_SECONDS": "10"}
+    record = launcher.launch_worker("worker-0", "worker", env)
+    sent = json.loads(stub.requests[0][2])
+    main_py, py_files, app_arg = sent["appArgs"]
+    assert (main_py.endswith("jobs/main.py"), py_files.endswith("uatu-jobs.zip")) == (True, True)
+    assert app_arg == "worker"
+    assert sent["sparkProperties"]["spark.app.name"] == "uatu-worker-0"
+    assert sent["environmentVariables"]["UATU_WORKER_FENCE_SECONDS"] == "10"
+    assert sent["environmentVariables"]["UATU_STOP_FILE"] == str(
+        (tmp_path / "apps" / "worker-0" / "stop").resolve()
+    )
+    written = json.loads((tmp_path / "apps" / "worker-0" / "submission.json").read_text())
+    assert "s3cret" not in json.dumps(written)  # the secret is not kept on disk
+    assert not (tmp_path / "apps" / "worker-0" / "jobgroup.json").exists()
+    assert (record.handle, record.definition, record.log) == (
+        "driver-9",
+        "worker",
+        "/w/driver-9/stdout",
+    )
+    assert "jobgroup_file" not in record.details
+
+
 def test_launch_raises_with_the_masters_message_when_rejected(stub, tmp_path):
     standby = "Can only accept driver submissions in ALIVE state. Current state: STANDBY."
     stub.answer("create", {"success": False, "message": standby})
@@ -277,8 +307,10 @@ def test_standalone_cli_has_help(capsys):
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    cluster = start_standalone(tmp_path_factory.mktemp("standalone"), cores=4, memory="4g")
-    groups = [p.pid for p in (cluster.master, cluster.worker) if p is not None]
+    cluster = start_standalone(
+        tmp_path_factory.mktemp("standalone"), cores=2, memory="3g", workers=2
+    )
+    groups = [p.pid for p in cluster.daemons if p is not None]
     try:
         yield cluster
     finally:
@@ -293,20 +325,22 @@ def _cmdline(pid: int) -> list[bytes]:
         return []  # exited meanwhile
 
 
-def cluster_processes(cluster: StandaloneCluster) -> list[str]:
-    """Command lines of every process in the worker's group except the worker JVM itself."""
-    assert cluster.worker is not None
+def launched_pids(cluster: StandaloneCluster) -> list[int]:
+    """Every process the workers started (drivers, executors): their groups minus the JVMs."""
+    daemons = {w.pid for w in cluster.workers}
     return [
-        b" ".join(_cmdline(pid)).decode(errors="replace")
-        for pid in group_pids(cluster.worker.pid)
-        if pid != cluster.worker.pid
+        pid for w in cluster.workers if w.pid for pid in group_pids(w.pid) if pid not in daemons
     ]
+
+
+def cluster_processes(cluster: StandaloneCluster) -> list[str]:
+    """Command lines of every process the workers started."""
+    return [b" ".join(_cmdline(pid)).decode(errors="replace") for pid in launched_pids(cluster)]
 
 
 def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[str, str]:
     """The environment of the Python driver running `jobgroup_file`; {} while there is none."""
-    assert cluster.worker is not None
-    for pid in group_pids(cluster.worker.pid):
+    for pid in launched_pids(cluster):
         cmdline = _cmdline(pid)
         if (
             cmdline[1:2]
@@ -320,9 +354,9 @@ def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[st
 
 @pytest.mark.integration
 def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path):
-    assert standalone.master is not None and standalone.worker is not None
     # What `python -m devservices.spark_standalone down` would stop.
-    assert running_pids(standalone.dir) == [standalone.master.pid, standalone.worker.pid]
+    assert running_pids(standalone.dir) == [d.pid for d in standalone.daemons]
+    assert len(standalone.workers) == 2
     topic = f"sa-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)
     produce(kafka.bootstrap_servers, topic, audit_dataset(200, 2, int(time.time() * 1000)))
@@ -402,3 +436,68 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     wait_for(lambda: cluster_processes(standalone) == [], 60, "no processes after a kill")
     measured["kill_to_no_processes_s"] = time.monotonic() - started
     print("standalone launcher timings:", json.dumps({k: round(v, 1) for k, v in measured.items()}))
+
+
+@pytest.mark.integration
+def test_a_worker_pool_runs_on_the_standalone_cluster(standalone, kafka, tmp_path):
+    """`serve --launcher standalone --workers 2`, in this process: two worker applications
+    submitted to the cluster's two Spark workers, one audit placed on each, each counting
+    exactly the records produced; CANCEL over the wire stops one query, not its application."""
+    suffix = uuid.uuid4().hex[:8]
+    now_ms = int(time.time() * 1000)
+    sent = {}
+    for n in (1, 2):
+        topic = f"sa-pool-{n}-{suffix}"
+        kafka.create_topic(topic, partitions=2)
+        sent[f"sa-pool-{n}"] = (topic, audit_dataset(80 * n, 2, now_ms, seed=n))
+        produce(kafka.bootstrap_servers, topic, sent[f"sa-pool-{n}"][1])
+    warehouse = tmp_path / "wh"
+    conf = write_conf_dir(tmp_path / "conf", kafka.bootstrap_servers, warehouse, tmp_path / "ck")
+    launcher = StandaloneLauncher(
+        standalone.rest_url,
+        standalone.master_url,
+        tmp_path / "apps",
+        conf_dir=conf,
+        worker_dir=standalone.worker_dir,
+        grace_seconds=30,
+        # One core for the driver and one executor of one core: two applications fit the
+        # cluster's four cores.
+        executor_cores=1,
+        max_cores=1,
+        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
+    )
+    started = time.monotonic()
+    launched: list[LaunchRecord] = []
+    try:
+        with in_process_control_plane(tmp_path, conf, partition_count) as plane:
+            pool = plane.start(launcher, size=2, lease_seconds=60, heartbeat_seconds=1)
+            wait_for(lambda: len(pool.live_workers()) == 2, 240, "two worker applications")
+            print(f"two worker applications heartbeating: {time.monotonic() - started:.1f} s")
+            slots = [plane.store.launches()[f"~worker/{n}"] for n in (0, 1)]
+            launched.extend(slots)
+            assert all(launcher.driver_state(r.handle) == "RUNNING" for r in slots)
+            for group_id, (topic, _) in sent.items():
+                group = audit_group(group_id, topic, from_earliest=True)
+                plane.groups.add(group, job_pb2.JOB_STATE_RUNNING, None)
+            wait_for(
+                lambda: all(audited_messages(warehouse, g) == len(r) for g, (_, r) in sent.items()),
+                240,
+                "both audits to count every record",
+            )
+            print(f"both audits counted: {time.monotonic() - started:.1f} s")
+            placed = {plane.store.launches()[g].worker_id for g in sent}
+            assert placed == {r.worker_id for r in slots}  # one group on each application
+
+            plane.groups.set_state("sa-pool-1", job_pb2.JOB_STATE_CANCELED)
+            wait_for(
+                lambda: "sa-pool-1" not in pool.heard.running(0, pool.pool_worker_ids()),
+                60,
+                "the worker to report the query stopped",
+            )
+            assert all(launcher.driver_state(r.handle) == "RUNNING" for r in slots)
+            assert plane.store.launches()["~worker/0"] == slots[0]  # nothing relaunched
+    finally:  # the control plane stopped first: it would relaunch the workers being stopped
+        for record in launched:
+            launcher.cancel(record)
+    assert all(launcher.driver_state(r.handle) == "FINISHED" for r in launched)  # stop file
+    wait_for(lambda: cluster_processes(standalone) == [], 60, "no driver or executor processes")
