@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from controlplane.auth import ensure_token_file, load_auth_file
-from controlplane.jobgroups import JobGroups
+from controlplane.jobgroups import JobGroups, WorkerQuota
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
 from controlplane.lookups import PartitionLookups
@@ -276,6 +276,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
         PartitionLookups(kafka_admin.partition_count),
         fresh_seconds=3 * options.heartbeat_seconds,
         max_groups=options.max_groups,
+        quota=worker_quota(options),
     )
     reconciler = None
     workers = Workers(store, leadership, allow_external=options.allow_external_workers)
@@ -301,6 +302,15 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
         )
         job_groups.subscribe(reconciler.wake)
     return ControlPlane(store, leadership, job_groups, workers, reconciler, security)
+
+
+def worker_quota(options: ServeOptions) -> WorkerQuota:
+    """The unit of a group's scale: the traffic bounds of one worker, where given."""
+    default = WorkerQuota()
+    return WorkerQuota(
+        options.worker_messages_per_sec or default.messages_per_sec,
+        options.worker_bytes_per_sec or default.bytes_per_sec,
+    )
 
 
 def build_pool(options: ServeOptions, store: Store, launcher: Launcher) -> WorkerPool:

@@ -24,7 +24,9 @@ Semantics follow uForwarder's master (its MasterAdminService and
 * the expected state is RUNNING or CANCELED (FAILED is reported by workers, not requested);
 * reads show the actual state next to the expected one: each StoredJob gets the worker and
   the committed offset (as start_offset, where it would resume) of its latest heartbeat, and
-  the group's scale_status totals are the rates of heartbeats younger than `fresh_seconds`.
+  the group's scale_status totals are the rates of heartbeats younger than `fresh_seconds`,
+  and its `scale` (and each job's share of it) the workers' worth of traffic they make
+  (`scale_of`).
 """
 
 from __future__ import annotations
@@ -71,14 +73,36 @@ class ClusterScale:
     allowed_bytes_per_sec: float = 0.0
 
 
+@dataclass(frozen=True)
+class WorkerQuota:
+    """One worker's worth of traffic: the unit of a group's `scale`. The defaults are
+    uForwarder's autoscaler's per-worker capacity; `serve --worker-messages-per-sec` and
+    `--worker-bytes-per-sec` replace them."""
+
+    messages_per_sec: float = 4000.0
+    bytes_per_sec: float = 16 * 1024 * 1024
+
+
+def scale_of(messages_per_sec: float, bytes_per_sec: float, quota: WorkerQuota) -> float:
+    """How many workers' worth of traffic the rates are (uForwarder's ScaleStatus.scale:
+    the larger of the two ratios; 0 for a group that moves nothing)."""
+    return max(messages_per_sec / quota.messages_per_sec, bytes_per_sec / quota.bytes_per_sec)
+
+
 def with_actuals(
-    group: StoredJobGroup, statuses: Mapping[int, StoredJobStatus], fresh_after: float
+    group: StoredJobGroup,
+    statuses: Mapping[int, StoredJobStatus],
+    fresh_after: float,
+    quota: WorkerQuota = WorkerQuota(),
 ) -> StoredJobGroup:
     """The stored group with its heartbeats folded in (pure; `group` is not modified). A
     worker application's status also gives its job the state it reports and, in
     `job.extension`, its run: restarts and the one line of its last failure.
 
-    `fresh_after` is a POSIX time: older heartbeats still give offsets, not rates.
+    `fresh_after` is a POSIX time: older heartbeats still give offsets, not rates. With fresh
+    rates, `scale_status.scale` is their `scale_of` in `quota`, and each job's `scale` an even
+    share of it (as uForwarder splits a group's scale over its jobs); without, the stored
+    scale (AddJobGroup's hint) stays.
     """
     shown = StoredJobGroup()
     shown.CopyFrom(group)
@@ -103,6 +127,9 @@ def with_actuals(
     if heard:
         shown.scale_status.total_messages_per_sec = messages
         shown.scale_status.total_bytes_per_sec = bytes_
+        shown.scale_status.scale = scale_of(messages, bytes_, quota)
+        for stored_job in shown.jobs:
+            stored_job.scale = shown.scale_status.scale / len(shown.jobs)
     return shown
 
 
@@ -171,6 +198,7 @@ class JobGroups:
         fresh_seconds: float = 30.0,
         max_groups: int | None = None,
         topic_partitions: TopicPartitions = kafka_admin.topic_partitions,
+        quota: WorkerQuota = WorkerQuota(),
     ) -> None:
         self._store = store
         self._max_groups = max_groups
@@ -179,6 +207,7 @@ class JobGroups:
         self._topic_partitions = topic_partitions
         self._now = now
         self._fresh_seconds = fresh_seconds
+        self._quota = quota
         self._listeners: list[Callable[[], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
@@ -308,12 +337,12 @@ class JobGroups:
     def get_versioned(self, job_group_id: str) -> Versioned:
         group, version = self._get(job_group_id)
         statuses = self._store.job_statuses(j.job.job_id for j in group.jobs)
-        return Versioned(with_actuals(group, statuses, self._fresh()), version)
+        return Versioned(with_actuals(group, statuses, self._fresh(), self._quota), version)
 
     def all(self) -> Iterator[StoredJobGroup]:
         statuses, fresh = self._store.job_statuses(), self._fresh()
         for versioned in self._store.all():
-            yield with_actuals(versioned.group, statuses, fresh)
+            yield with_actuals(versioned.group, statuses, fresh, self._quota)
 
     def cluster_scale(self) -> ClusterScale:
         """RUNNING groups, WORKING workers heard from recently, their summed rates and the

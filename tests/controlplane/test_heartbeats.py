@@ -20,7 +20,13 @@ from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING, Node
 
 from controlplane.errors import NotLeader, WorkerNotFound, WorkerRefused
-from controlplane.jobgroups import JobGroups, per_partition_jobs, with_actuals
+from controlplane.jobgroups import (
+    JobGroups,
+    WorkerQuota,
+    per_partition_jobs,
+    scale_of,
+    with_actuals,
+)
 from controlplane.launchers.base import LaunchRecord
 from controlplane.server import create_server
 from controlplane.state.leadership import SoleLeader
@@ -268,7 +274,25 @@ def test_reads_fold_in_the_latest_heartbeats():
     assert [j.job.kafka_consumer_task.start_offset for j in group.jobs] == [-1, -1]  # unchanged
     stale = with_actuals(group, store.job_statuses(), fresh_after=1_001.0)
     assert stale.scale_status.total_messages_per_sec == 0.0  # offsets yes, rates no
+    assert stale.scale_status.scale == group.scale_status.scale  # the stored hint stays
     assert [j.job.kafka_consumer_task.start_offset for j in stale.jobs] == [40, 60]
+    # scale: workers' worth of traffic, the larger ratio; each job an even share.
+    quota = WorkerQuota(messages_per_sec=24.0, bytes_per_sec=1e9)
+    scaled = with_actuals(group, store.job_statuses(), fresh_after=900.0, quota=quota)
+    assert scaled.scale_status.scale == 0.5
+    assert [j.scale for j in scaled.jobs] == [0.25, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("messages", "bytes_", "scale"),
+    [
+        (2000.0, 0.0, 0.5),  # half a worker's messages
+        (100.0, 32 * 1024 * 1024, 2.0),  # bytes weigh more: two workers' worth
+        (0.0, 0.0, 0.0),  # idle (uForwarder: hibernating)
+    ],
+)
+def test_scale_is_the_larger_ratio_to_one_workers_quota(messages, bytes_, scale):
+    assert scale_of(messages, bytes_, WorkerQuota()) == scale
 
 
 def test_cluster_scale_sums_what_running_groups_allow_beside_what_they_use(tmp_path):
