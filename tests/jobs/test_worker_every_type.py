@@ -1,0 +1,108 @@
+"""Every JobType runs on a worker: one group of each kind, all at once, as the streaming
+queries of one SparkSession, started by the worker's own GroupRuns and runner
+(jobs/worker/runs.py, `_run_group` of jobs/worker/main.py) from RUN commands, against a real
+broker. In this process, on the test session: what is under test is that the jobs share one
+session side by side, not the worker's entry point (tests/controlplane/test_worker_pool.py
+runs that)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from uber.data.kafka.datatransfer import job_pb2
+
+from core import worker_jobs
+from core.config import load_settings
+from jobs.prepare import build_job
+from jobs.worker.events import QueryEvents
+from jobs.worker.main import _run_group
+from jobs.worker.runs import GroupRuns
+from testing.conf import write_conf_dir
+from testing.demo_data import audit_dataset, produce
+from testing.dispatch_service import ScriptedService
+from testing.jobgroups import MINIMAL_GROUPS, minimal_group, parse
+from testing.polling import wait_for
+
+TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
+EARLIEST = {"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST"}
+
+
+def every_kind(suffix: str, sink: str) -> dict[str, dict]:
+    """One group of each kind in MINIMAL_GROUPS, on this test's topics."""
+    t, u, load = f"every-t-{suffix}", f"every-u-{suffix}", f"every-load-{suffix}"
+    topics = {
+        "audit": {"kafkaConsumerTaskGroup": {"topic": t, **EARLIEST}},
+        "tier-audit": {"kafkaConsumerTaskGroup": {"topic": f"every-reports-{suffix}"}},
+        "replication": {
+            "kafkaConsumerTaskGroup": {"topic": t, **EARLIEST},
+            "kafkaDispatcherTaskGroup": {"topic": u},
+        },
+        "availability": {"kafkaConsumerTaskGroup": {"topic": f"every-probe-{suffix}"}},
+        "loadgen-produce": {
+            "kafkaDispatcherTaskGroup": {"topic": load},
+            "flowControl": {"messagesPerSec": 20},
+        },
+        "loadgen-consume": {"kafkaConsumerTaskGroup": {"topic": load, **EARLIEST}},
+        "dispatch": {
+            "kafkaConsumerTaskGroup": {"topic": t, **EARLIEST},
+            "rpcDispatcherTaskGroup": {"uri": f"dns:///{sink}", "rpcTimeoutMs": 4000},
+        },
+    }
+    assert set(topics) == set(MINIMAL_GROUPS)  # a new kind must be added here
+    groups = {}
+    for kind, sections in topics.items():
+        data = minimal_group(kind, f"every-{kind}-{suffix}", **sections)
+        data["extension"] = TRIGGER
+        groups[kind] = data
+    return groups
+
+
+@pytest.mark.integration
+def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    for topic in ("t", "u", "load", "probe", "reports"):
+        kafka.create_topic(f"every-{topic}-{suffix}", partitions=2)
+    produce(
+        kafka.bootstrap_servers, f"every-t-{suffix}", audit_dataset(60, 2, int(time.time() * 1000))
+    )
+    conf = write_conf_dir(
+        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
+    )
+    settings = load_settings(conf)
+    with ScriptedService() as sink:
+        groups = {kind: parse(data) for kind, data in every_kind(suffix, sink.address).items()}
+        names = {kind: build_job(g, settings).spec.query_name for kind, g in groups.items()}
+        runs = GroupRuns(lambda job, stop_file: _run_group(spark, settings, job, stop_file, events))
+        events = QueryEvents(runs)
+        spark.streams.addListener(events)
+        try:
+            runs.take(
+                worker_jobs.command(worker_jobs.RUN, n, g, "d1", "r1")
+                for n, g in enumerate(groups.values(), start=1)
+            )
+
+            def batches(kind: str) -> int:
+                """Micro-batches the kind's queries have completed (0 before the first)."""
+                done = [
+                    (q.lastProgress or {}).get("batchId", -1) + 1
+                    for q in spark.streams.active
+                    if q.name == names[kind] or q.name.startswith(f"{names[kind]}-")
+                ]
+                return max(done, default=0)
+
+            def all_ran() -> bool:
+                failed = [s for s in runs.statuses() if s.state == job_pb2.JOB_STATE_FAILED]
+                assert failed == [], failed  # fail fast, with the one line of each
+                return all(batches(kind) >= 2 for kind in groups)
+
+            wait_for(all_ran, 300, "every kind's query to complete two micro-batches")
+            assert sorted(runs.running()) == sorted(g.job_group_id for g in groups.values())
+        finally:
+            runs.stop_all("the end of the test")
+            stopped = runs.wait_stopped(120)
+            spark.streams.removeListener(events)
+    assert stopped
+    states = {worker_jobs.worker_job_of(s.job).job_group_id: s.state for s in runs.statuses()}
+    assert set(states.values()) == {job_pb2.JOB_STATE_CANCELED}, states
