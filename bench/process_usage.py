@@ -6,34 +6,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
-def _tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        try:
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        todo += [int(c) for c in children]
-    return pids
+from core.processes import cpu_seconds, process_tree
 
 
 def tree_usage(pid: int) -> tuple[int, float]:
     """(resident bytes, CPU seconds) of `pid` and its descendants, now."""
     rss, cpu = 0, 0.0
-    ticks = 100.0
-    for p in _tree(pid):
+    for p in process_tree(pid):
         try:
             status = Path(f"/proc/{p}/status").read_text()
-            stat = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 rss += int(line.split()[1]) * 1024
-        cpu += (int(stat[11]) + int(stat[12])) / ticks
+        cpu += cpu_seconds(p)
     return rss, cpu
 
 

@@ -190,6 +190,8 @@ class StateCollector(Collector):
         yield phases
         yield failures
 
+        yield from self._reported()
+
         yield GaugeMetricFamily(
             "uatu_controlplane_workers",
             "Registered workers (Spark applications) in the store",
@@ -200,6 +202,49 @@ class StateCollector(Collector):
             "1 while this replica leads (reconciles and answers admin calls)",
             value=1 if self.leadership.is_leader() else 0,
         )
+
+    def _reported(self) -> Iterator[GaugeMetricFamily]:
+        """What each group's latest heartbeats reported, summed over its jobs (a worker
+        application reports a group on its first job)."""
+        families = {
+            "cpu_usage": GaugeMetricFamily(
+                "uatu_controlplane_group_cpu_cores",
+                "Cores its worker application spends on the group, as last reported",
+                labels=["job_group_id"],
+            ),
+            "messages_per_sec": GaugeMetricFamily(
+                "uatu_controlplane_group_messages_per_sec",
+                "Messages per second the group reads, as last reported",
+                labels=["job_group_id"],
+            ),
+            "num_records_produced": GaugeMetricFamily(
+                "uatu_controlplane_group_records_produced",
+                "Records the group's run has written to Kafka (a replication's copies), as last "
+                "reported",
+                labels=["job_group_id"],
+            ),
+        }
+        statuses = self.store.job_statuses()
+        for versioned in self.store.all():
+            reported = [
+                statuses[j.job.job_id].job_status
+                for j in versioned.group.jobs
+                if j.job.job_id in statuses
+            ]
+            if not reported:
+                continue
+            group_id = versioned.group.job_group.job_group_id
+            consumer = [r.kafka_consumer_task_status for r in reported]
+            families["cpu_usage"].add_metric([group_id], sum(c.cpu_usage for c in consumer))
+            families["messages_per_sec"].add_metric(
+                [group_id], sum(c.messages_per_sec for c in consumer)
+            )
+            if any(r.HasField("kafka_dispatcher_task_status") for r in reported):
+                produced = sum(
+                    r.kafka_dispatcher_task_status.num_records_produced for r in reported
+                )
+                families["num_records_produced"].add_metric([group_id], produced)
+        yield from families.values()
 
 
 def _phase(record: LaunchRecord) -> str:

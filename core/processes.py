@@ -1,4 +1,5 @@
-"""Small process helpers shared by the broker and etcd tooling and the control plane's launcher."""
+"""Small process helpers shared by the broker and etcd tooling, the control plane's launcher
+and the worker's CPU meter."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 
@@ -54,6 +55,62 @@ def start_ticks(pid: int) -> int | None:
     # The command name (field 2) may contain spaces; the fields after it follow ") ".
     fields = stat.rpartition(") ")[2].split()
     return int(fields[19]) if len(fields) > 19 else None
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, now (Linux: /proc/PID/task/PID/children)."""
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        try:
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        todo += [int(c) for c in children]
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) `pid` has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time `pid` and its living descendants have used so far."""
+    return sum(cpu_seconds(p) for p in process_tree(pid))
+
+
+_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
+
+
+class CpuMeter:
+    """Cores a process tree uses: CPU seconds over wall seconds between two readings, a
+    reading at most every `min_seconds` (the value between readings is the last one)."""
+
+    def __init__(
+        self,
+        pid: int,
+        *,
+        min_seconds: float = 1.0,
+        read: Callable[[int], float] = tree_cpu_seconds,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pid, self.min_seconds, self._read, self._clock = pid, min_seconds, read, clock
+        self._at, self._cpu = clock(), read(pid)
+        self._cores = 0.0
+
+    def cores(self) -> float:
+        now = self._clock()
+        if now - self._at >= self.min_seconds:
+            cpu = self._read(self.pid)
+            self._cores = max(cpu - self._cpu, 0.0) / (now - self._at)
+            self._at, self._cpu = now, cpu
+        return self._cores
 
 
 def terminate(proc: subprocess.Popen, timeout: float = 30.0) -> None:

@@ -25,7 +25,7 @@ from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
-from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus, KafkaConsumerTaskStatus
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 RUN = mw_pb2.COMMAND_TYPE_RUN_JOB
 CANCEL = mw_pb2.COMMAND_TYPE_CANCEL_JOB
@@ -73,13 +73,16 @@ def status(
     job_id: int,
     reported: WorkerJob,
     state: job_pb2.JobState,
-    task_status: KafkaConsumerTaskStatus | None = None,
+    traffic: JobStatus | None = None,
 ) -> JobStatus:
-    """One group's status in a worker's heartbeat (`reported` without its JobGroup)."""
+    """One group's status in a worker's heartbeat (`reported` without its JobGroup); its
+    task statuses (offsets, rates, CPU, records produced) from `traffic`."""
     copied = WorkerJob()
     copied.CopyFrom(reported)
     copied.ClearField("job_group")
     result = JobStatus(job=_job(job_id, None, copied), state=state)
-    if task_status is not None:
-        result.kafka_consumer_task_status.CopyFrom(task_status)
+    if traffic is not None:
+        result.kafka_consumer_task_status.CopyFrom(traffic.kafka_consumer_task_status)
+        if traffic.HasField("kafka_dispatcher_task_status"):
+            result.kafka_dispatcher_task_status.CopyFrom(traffic.kafka_dispatcher_task_status)
     return result

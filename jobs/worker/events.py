@@ -4,55 +4,124 @@ Spark calls every listener for every query's events, so the worker registers one
 by query name (a termination event names the query by id only: the start event's name is
 kept): a group's progress goes to its `ProgressListener` (jobs/runtime/progress.py), whose
 per-partition statuses become the group's rates and offsets in the worker's heartbeats
-(`task_status`, summed over the partitions); a failure's one line goes to the group's run
+(`traffic`, summed over the partitions); a failure's one line goes to the group's run
 (`GroupRuns.note_failure`).
+
+Beside offsets and rates, a group's traffic carries what uForwarder's heartbeats do where
+Spark can tell it:
+
+* `cpu_usage`: the cores the worker application uses (its driver's process tree: in local
+  mode the executors too; on a cluster, executors elsewhere are not counted), shared out by
+  each group's part of the time its queries spent in micro-batches over the last `window`
+  seconds;
+* `num_records_produced` (KafkaDispatcherTaskStatus), for a group that writes what it reads
+  to Kafka (a replication): the records its batches copied since this run started.
+
+In-flight counts stay 0: a micro-batch's records are known only once it has committed them.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pyspark.sql.streaming import StreamingQueryListener
-from uber.data.kafka.datatransfer.job_status_pb2 import KafkaConsumerTaskStatus
+from uber.data.kafka.datatransfer.job_status_pb2 import (
+    JobStatus,
+    KafkaConsumerTaskStatus,
+    KafkaDispatcherTaskStatus,
+)
 
 from jobs.runtime.progress import JobIdentity, ProgressListener
 from jobs.worker.runs import GroupRuns
 
 
+@dataclass
+class Watched:
+    """One group's query as the listener follows it."""
+
+    group_id: str
+    progress: ProgressListener
+    produces: bool  # its input is written to Kafka: records produced = records read
+    produced: int = 0
+    busy: deque[tuple[float, float]] = field(default_factory=deque)  # (when, batch ms)
+
+
 class QueryEvents(StreamingQueryListener):
-    def __init__(self, runs: GroupRuns) -> None:
+    def __init__(
+        self,
+        runs: GroupRuns,
+        cpu_cores: Callable[[], float] = lambda: 0.0,
+        *,
+        window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`cpu_cores` gives the cores the application uses now (a `core.processes.CpuMeter`)."""
         self._runs = runs
+        self._cpu_cores = cpu_cores
+        self._window = window
+        self._clock = clock
         self._lock = threading.Lock()
-        self._watched: dict[str, tuple[str, ProgressListener]] = {}  # query name -> group
+        self._watched: dict[str, Watched] = {}  # query name -> its group
         self._names: dict[str, str] = {}  # query id -> name
 
-    def watch(self, query_name: str, group_id: str, identity: JobIdentity) -> None:
+    def watch(
+        self, query_name: str, group_id: str, identity: JobIdentity, *, produces: bool = False
+    ) -> None:
         """Follow the group's query (and the queries named after it: the dispatcher's tiers)."""
         with self._lock:
-            self._watched[query_name] = (group_id, ProgressListener(query_name, identity))
+            self._watched[query_name] = Watched(
+                group_id, ProgressListener(query_name, identity), produces
+            )
 
     def unwatch(self, query_name: str, group_id: str) -> None:
         with self._lock:
-            if self._watched.get(query_name, ("",))[0] == group_id:
+            watched = self._watched.get(query_name)
+            if watched is not None and watched.group_id == group_id:
                 del self._watched[query_name]
 
-    def task_status(self, group_id: str) -> KafkaConsumerTaskStatus | None:
-        """The group's offsets and rates, summed over its partitions; None before its query
-        reported any."""
+    def traffic(self, group_id: str) -> JobStatus | None:
+        """The group's task statuses for its heartbeat status: offsets and rates summed over
+        its partitions, its share of the CPU, its records produced; None before its query
+        reported any progress."""
         with self._lock:
-            listeners = [p for g, p in self._watched.values() if g == group_id]
-        statuses = [s.kafka_consumer_task_status for p in listeners for s in p.statuses()]
+            mine = [w for w in self._watched.values() if w.group_id == group_id]
+            share = self._busy_share(group_id)
+        statuses = [s.kafka_consumer_task_status for w in mine for s in w.progress.statuses()]
         if not statuses:
             return None
-        return KafkaConsumerTaskStatus(
-            read_offset=sum(s.read_offset for s in statuses),
-            commit_offset=sum(s.commit_offset for s in statuses),
-            messages_per_sec=sum(s.messages_per_sec for s in statuses),
-            bytes_per_sec=sum(s.bytes_per_sec for s in statuses),
+        result = JobStatus(
+            kafka_consumer_task_status=KafkaConsumerTaskStatus(
+                read_offset=sum(s.read_offset for s in statuses),
+                commit_offset=sum(s.commit_offset for s in statuses),
+                messages_per_sec=sum(s.messages_per_sec for s in statuses),
+                bytes_per_sec=sum(s.bytes_per_sec for s in statuses),
+                cpu_usage=self._cpu_cores() * share,
+            )
         )
+        if any(w.produces for w in mine):
+            result.kafka_dispatcher_task_status.CopyFrom(
+                KafkaDispatcherTaskStatus(num_records_produced=sum(w.produced for w in mine))
+            )
+        return result
 
-    def _group_of(self, query_name: str) -> tuple[str, ProgressListener] | None:
+    def _busy_share(self, group_id: str) -> float:
+        """The group's part of the batch time of every query in the window (lock held)."""
+        since = self._clock() - self._window
+        total = mine = 0.0
+        for watched in self._watched.values():
+            while watched.busy and watched.busy[0][0] < since:
+                watched.busy.popleft()
+            spent = sum(ms for _, ms in watched.busy)
+            total += spent
+            mine += spent if watched.group_id == group_id else 0.0
+        return mine / total if total else 0.0
+
+    def _group_of(self, query_name: str) -> Watched | None:
         with self._lock:
             for name, watched in self._watched.items():
                 if query_name == name or query_name.startswith(f"{name}-"):
@@ -66,19 +135,25 @@ class QueryEvents(StreamingQueryListener):
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
         watched = self._group_of(progress.get("name") or "")
-        if watched is not None:
-            watched[1].record(progress)
+        if watched is None:
+            return
+        watched.progress.record(progress)
+        with self._lock:
+            spent = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+            watched.busy.append((self._clock(), float(spent)))
+            if watched.produces:
+                watched.produced += int(progress.get("numInputRows") or 0)
 
     def onQueryIdle(self, event) -> None:
         with self._lock:
             name = self._names.get(str(event.id), "")
         watched = self._group_of(name)
         if watched is not None:
-            watched[1].onQueryIdle(event)
+            watched.progress.onQueryIdle(event)
 
     def onQueryTerminated(self, event) -> None:
         with self._lock:
             name = self._names.pop(str(event.id), "")
         watched = self._group_of(name) if event.exception else None
         if watched is not None:
-            self._runs.note_failure(watched[0], event.exception)
+            self._runs.note_failure(watched.group_id, event.exception)

@@ -31,10 +31,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 from uatu.v1.worker_job_pb2 import WorkerJob
+from uber.data.kafka.datatransfer import job_pb2
 
 from core import faults
 from core.config import Settings, default_conf_dir, load_settings
 from core.errors import ConfigError, UatuError
+from core.processes import CpuMeter
 from jobs.prepare import build_job, check_source
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
 from jobs.runtime.progress import JobIdentity
@@ -95,9 +97,11 @@ def main(argv: list[str]) -> int:
     link = ControlPlaneLink(config, ui_port_of(spark.sparkContext.uiWebUrl) or 0)
     runs = GroupRuns(
         lambda job, stop_file: _run_group(spark, settings, job, stop_file, events),
-        task_status=lambda group_id: events.task_status(group_id),
+        traffic=lambda group_id: events.traffic(group_id),
     )
-    events = QueryEvents(runs)  # the worker's one listener (the lambdas above run later)
+    # The worker's one listener (the lambdas above run later). The application's CPU is its
+    # driver's process tree: spark-submit's JVM is this Python process's parent.
+    events = QueryEvents(runs, CpuMeter(os.getppid()).cores)
     spark.streams.addListener(events)
     log.info(
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
@@ -151,7 +155,8 @@ def _run_group(
     name = streaming_job.spec.query_name
     source = group.kafka_consumer_task_group
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
-    events.watch(name, job.job_group_id, identity)
+    produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
+    events.watch(name, job.job_group_id, identity, produces=produces)
     try:
         return streaming_job.run_on(spark, once=False, stop_file=stop_file)
     finally:

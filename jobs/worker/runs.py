@@ -35,7 +35,7 @@ from pathlib import Path
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
-from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus, KafkaConsumerTaskStatus
+from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from core import worker_jobs
 from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError
@@ -93,8 +93,8 @@ class GroupRun:
         self.stop_requested = True
         self.stop_file.touch()
 
-    def status(self, task_status: KafkaConsumerTaskStatus | None = None) -> JobStatus:
-        return worker_jobs.status(self.job_id, self.job, self.state, task_status)
+    def status(self, traffic: JobStatus | None = None) -> JobStatus:
+        return worker_jobs.status(self.job_id, self.job, self.state, traffic)
 
 
 class GroupRuns:
@@ -104,12 +104,12 @@ class GroupRuns:
         self,
         runner: GroupRunner,
         stop_dir: Path | None = None,
-        task_status: Callable[[str], KafkaConsumerTaskStatus | None] = lambda _: None,
+        traffic: Callable[[str], JobStatus | None] = lambda _: None,
     ) -> None:
-        """`task_status` gives a group's offsets and rates for its status (the worker's
-        QueryEvents: jobs/worker/events.py)."""
+        """`traffic` gives a group's offsets, rates, CPU share and records produced for its
+        status (the worker's QueryEvents: jobs/worker/events.py)."""
         self._runner = runner
-        self._task_status = task_status
+        self._traffic = traffic
         self._stop_dir = stop_dir or Path(tempfile.mkdtemp(prefix="uatu-worker-"))
         self._lock = threading.Lock()
         self._runs: dict[str, GroupRun] = {}
@@ -123,7 +123,7 @@ class GroupRuns:
             runs = list(self._runs.values())
         for run in runs:
             run.told_ended = not run.running
-        return [run.status(self._task_status(run.job.job_group_id)) for run in runs]
+        return [run.status(self._traffic(run.job.job_group_id)) for run in runs]
 
     def running(self) -> list[str]:
         with self._lock:

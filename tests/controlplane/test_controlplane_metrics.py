@@ -10,6 +10,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
@@ -133,3 +134,35 @@ def test_launches_relaunches_and_lease_expiries_are_counted(plane) -> None:
     assert inner.cancelled == ["42", "42"]
     assert found["uatu_controlplane_applications"][(("phase", "intent"),)] == 1
     assert found["uatu_controlplane_application_failures"][(("job_group_id", "orders-audit"),)] == 1
+
+
+def test_what_heartbeats_reported_is_a_gauge_per_group(plane) -> None:
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from uber.data.kafka.datatransfer.job_status_pb2 import (
+        JobStatus,
+        KafkaConsumerTaskStatus,
+        KafkaDispatcherTaskStatus,
+        StoredJobStatus,
+    )
+
+    admin, port, store, _ = plane
+    admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=orders_audit()))
+    first, second = (j.job.job_id for j in store.get("orders-audit").group.jobs[:2])
+    consumed = KafkaConsumerTaskStatus(messages_per_sec=40.0, cpu_usage=0.25)
+    store.put_job_statuses(
+        StoredJobStatus(
+            last_updated=Timestamp(seconds=1),
+            worker_id=7,
+            job_status=JobStatus(
+                job=job_pb2.Job(job_id=job_id),
+                kafka_consumer_task_status=consumed,
+                kafka_dispatcher_task_status=KafkaDispatcherTaskStatus(num_records_produced=9),
+            ),
+        )
+        for job_id in (first, second)
+    )
+    found = scrape(port)
+    label = (("job_group_id", "orders-audit"),)
+    assert found["uatu_controlplane_group_cpu_cores"][label] == 0.5
+    assert found["uatu_controlplane_group_messages_per_sec"][label] == 80.0
+    assert found["uatu_controlplane_group_records_produced"][label] == 18

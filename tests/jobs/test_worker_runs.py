@@ -200,19 +200,23 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
     from jobs.worker.events import QueryEvents
 
     queries = Queries()
-    group_runs = GroupRuns(queries, tmp_path, task_status=lambda g: events.task_status(g))
-    events = QueryEvents(group_runs)  # as jobs/worker/main.py wires them
+    group_runs = GroupRuns(queries, tmp_path, traffic=lambda g: events.traffic(g))
+    now = [1000.0]
+    # As jobs/worker/main.py wires them, with an application that uses 1.5 cores.
+    events = QueryEvents(group_runs, lambda: 1.5, window=60.0, clock=lambda: now[0])
     identity = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "orders")
     events.watch("audit-a", "a", identity)
-    events.watch("audit-b", "b", identity)
+    events.watch("audit-b", "b", identity, produces=True)
     group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
     wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries")
 
-    def progress(name: str, start: dict, end: dict) -> SimpleNamespace:
+    def progress(name: str, start: dict, end: dict, busy_ms: int = 1000) -> SimpleNamespace:
         record = {
             "name": name,
             "timestamp": "2026-12-02T10:00:00.000Z",
             "batchDuration": 2000,
+            "durationMs": {"triggerExecution": busy_ms},
+            "numInputRows": sum(end.values()) - sum(start.values()),
             "sources": [
                 {
                     "startOffset": json.dumps({"orders": start}),
@@ -222,14 +226,22 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
         }
         return SimpleNamespace(progress=SimpleNamespace(json=json.dumps(record)))
 
-    events.onQueryProgress(progress("audit-a", {"0": 0, "1": 0}, {"0": 100, "1": 300}))
-    events.onQueryProgress(progress("audit-b", {"0": 0}, {"0": 7}))
+    events.onQueryProgress(progress("audit-b", {"0": 0}, {"0": 3}, busy_ms=4000))
+    now[0] += 61  # past the window: that batch no longer counts for the CPU share
+    events.onQueryProgress(progress("audit-a", {"0": 0, "1": 0}, {"0": 100, "1": 300}, 3000))
+    events.onQueryProgress(progress("audit-b", {"0": 3}, {"0": 7}, busy_ms=1000))
     by_group = {
-        worker_jobs.worker_job_of(s.job).job_group_id: s.kafka_consumer_task_status  # type: ignore[union-attr]
+        worker_jobs.worker_job_of(s.job).job_group_id: s  # type: ignore[union-attr]
         for s in group_runs.statuses()
     }
-    assert (by_group["a"].commit_offset, by_group["a"].messages_per_sec) == (400, 200.0)
-    assert by_group["b"].commit_offset == 7
+    a, b = by_group["a"].kafka_consumer_task_status, by_group["b"].kafka_consumer_task_status
+    assert (a.commit_offset, a.messages_per_sec) == (400, 200.0)
+    assert b.commit_offset == 7
+    # The CPU shared out by batch time within the window: 3 s of a's against 1 s of b's.
+    assert (a.cpu_usage, b.cpu_usage) == (1.125, 0.375)
+    # Records produced: b's batches copied 3 + 4; a produces nothing, and says nothing.
+    assert by_group["b"].kafka_dispatcher_task_status.num_records_produced == 7
+    assert not by_group["a"].HasField("kafka_dispatcher_task_status")
 
     events.onQueryStarted(SimpleNamespace(id="q-b", name="audit-b"))
     events.onQueryTerminated(SimpleNamespace(id="q-b", exception="java.lang.X: boom\n\tat y"))
