@@ -22,7 +22,9 @@ from controlplane.jobgroups import JobGroups, WorkerQuota
 from controlplane.launchers.base import Launcher
 from controlplane.launchers.local import LocalLauncher
 from controlplane.lookups import PartitionLookups
-from controlplane.pool import Capacity, WorkerLauncher, WorkerPool
+from controlplane.placement import Capacity
+from controlplane.pool import WorkerPool
+from controlplane.pool_slots import WorkerLauncher
 from controlplane.reconciler import Reconciler
 from controlplane.server import ServerSecurity
 from controlplane.state.base import Store
@@ -83,6 +85,7 @@ class ServeOptions:
     # A pool of worker applications that run many JobGroups each (controlplane/pool.py); 0
     # runs an application per group.
     workers: int = 0
+    max_workers: int = 0  # above `workers`: the pool follows the load up to this many
     worker_capacity: int = 50
     worker_messages_per_sec: float = 0.0  # 0: no bound
     worker_bytes_per_sec: float = 0.0
@@ -135,6 +138,10 @@ class ServeOptions:
             )
         if self.workers < 0:
             raise ConfigError("--workers", f"{self.workers} < 0")
+        if self.max_workers and self.max_workers < max(self.workers, 1):
+            raise ConfigError(
+                "--max-workers", f"{self.max_workers} is below --workers {self.workers}"
+            )
         for name in ("max_groups", "max_running", "worker_capacity"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(self, name)} < 1")
@@ -323,6 +330,7 @@ def build_pool(options: ServeOptions, store: Store, launcher: Launcher) -> Worke
         store,
         launcher,
         size=options.workers,
+        max_size=options.max_workers or None,
         capacity=Capacity(
             options.worker_capacity, options.worker_messages_per_sec, options.worker_bytes_per_sec
         ),

@@ -253,6 +253,13 @@ def _add_capacity_arguments(serve: argparse.ArgumentParser) -> None:
         "an application per group (default 0: an application per group; local launcher)",
     )
     pool.add_argument(
+        "--max-workers",
+        type=int,
+        default=0,
+        help="follow the load with --workers to this many worker applications, as the "
+        "RUNNING groups and their traffic need at --worker-capacity (default 0: fixed)",
+    )
+    pool.add_argument(
         "--worker-capacity",
         type=int,
         default=50,
@@ -263,8 +270,7 @@ def _add_capacity_arguments(serve: argparse.ArgumentParser) -> None:
             f"--worker-{unit}-per-sec",
             type=float,
             default=0.0,
-            help=f"{unit} per second one worker application carries at most: a worker whose "
-            f"heartbeats report that much gets no new group (default 0: no bound)",
+            help=f"{unit}/s one worker application carries at most (default 0: no bound)",
         )
 
 

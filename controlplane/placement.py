@@ -6,6 +6,7 @@ on them is controlplane/pool.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -91,6 +92,35 @@ def place(loads: Mapping[int, Load], capacity: Capacity) -> int | None:
         if capacity.has_room(load)
     ]
     return min(free)[2] if free else None
+
+
+SHRINK_FILL = 0.8  # a pool shrinks only when the rest would be at most this full
+
+
+def wanted_workers(
+    groups: int, traffic: Load, capacity: Capacity, current: int, bounds: tuple[int, int]
+) -> int:
+    """Worker applications a pool that follows the load wants, within `bounds` (least,
+    most): enough for `groups` RUNNING groups and the `traffic` its workers report at
+    `capacity`; it grows as soon as they need more than `current`, and shrinks only once
+    they would fit the smaller pool at `SHRINK_FILL` of its capacity (each shrink moves
+    groups, so it waits for headroom rather than flapping at the boundary)."""
+
+    def needed(fill: float) -> int:
+        counts = [math.ceil(groups / (capacity.groups * fill))]
+        if capacity.messages_per_sec:
+            counts.append(math.ceil(traffic.messages_per_sec / (capacity.messages_per_sec * fill)))
+        if capacity.bytes_per_sec:
+            counts.append(math.ceil(traffic.bytes_per_sec / (capacity.bytes_per_sec * fill)))
+        return max(counts)
+
+    least, most = bounds
+    target = current
+    if needed(1.0) > current:
+        target = needed(1.0)
+    elif needed(SHRINK_FILL) < current:
+        target = needed(SHRINK_FILL)
+    return min(most, max(least, target))
 
 
 def rebalance_moves(

@@ -42,6 +42,7 @@ application died or whose lease expired.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -49,7 +50,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
@@ -67,21 +67,13 @@ from controlplane.placement import (
     place,
     rebalance_moves,
     reported_groups,
+    wanted_workers,
 )
+from controlplane.pool_slots import WorkerLauncher, WorkerSlots
 from controlplane.state.base import Store
-from controlplane.workers import POOL_PREFIX, is_pool_key, new_worker_id, new_worker_secret
+from controlplane.workers import is_pool_key
 
 log = logging.getLogger("uatu.pool")
-
-
-@runtime_checkable
-class WorkerLauncher(Protocol):
-    """What the pool needs of the site's launcher: start a worker application, watch it."""
-
-    def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord: ...
-    def observes(self, record: LaunchRecord) -> bool: ...
-    def alive(self, record: LaunchRecord) -> bool: ...
-    def cancel(self, record: LaunchRecord) -> None: ...
 
 
 @dataclass
@@ -145,6 +137,12 @@ class Heard:
                         found.setdefault(group_id, []).append(worker_id)
         return found
 
+    def runs_any(self, worker_id: int) -> bool:
+        """Whether the worker's last heartbeat reported a query running."""
+        with self._lock:
+            view = self._views.get(worker_id)
+            return view is not None and any(r.running for r in view.groups.values())
+
     def traffic(self, worker_id: int) -> tuple[float, float]:
         """The msgs/s and bytes/s of the groups the worker reported running."""
         with self._lock:
@@ -162,89 +160,53 @@ class WorkerPool:
         launcher: WorkerLauncher,
         *,
         size: int,
+        max_size: int | None = None,
         capacity: Capacity | None = None,
         app_env: Mapping[str, str] | None = None,
         lease_seconds: float = 60.0,
         startup_seconds: float = 300.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`size` workers, or, with `max_size` above it, as many as the load needs within
+        `size .. max_size` (`wanted_workers`)."""
         self.store = store
         self.launcher = launcher
         self.size = size
+        self.max_size = max(max_size or size, size)
         self.capacity = capacity or Capacity()
-        self.app_env = dict(app_env or {})
         self.lease_seconds = lease_seconds
-        self.startup_seconds = startup_seconds
         self.clock = clock
         self.heard = Heard()
+        self.slots = WorkerSlots(
+            store, launcher, app_env=app_env or {}, lease_seconds=lease_seconds,
+            startup_seconds=startup_seconds, clock=clock,
+        )  # fmt: skip
 
     # --- the pool's own applications ---------------------------------------------------
 
     def maintain(self) -> None:
-        """Launch every slot's application that is missing, dead, or silent past its lease;
-        then even out the groups of the live workers (`rebalance`)."""
-        self._maintain_slots(self.store.launches())
+        """Keep the wanted number of worker applications (pool_slots.py), then move groups
+        off draining workers and even out the others (`rebalance`)."""
+        wanted = self.wanted(self.store.launches())
+        self.slots.maintain(wanted, idle=lambda worker_id: not self.heard.runs_any(worker_id))
         self.rebalance(self.store.launches())
 
-    def _maintain_slots(self, records: Mapping[str, LaunchRecord]) -> None:
-        for slot in range(self.size):
-            key = f"{POOL_PREFIX}{slot}"
-            record = records.get(key)
-            if record is not None and self._worker_up(record):
-                continue
-            if record is not None:
-                log.warning("worker %s (%s) is gone; relaunching it", key, record.handle)
-                if self.launcher.observes(record) and self.launcher.alive(record):
-                    self.launcher.cancel(record)
-            self._launch_worker(key, slot)
-
-    def _launch_worker(self, key: str, slot: int) -> None:
-        worker_id = new_worker_id()
-        secret, digest = new_worker_secret()
-        env = {
-            **self.app_env,
-            "UATU_WORKER_ID": str(worker_id),
-            "UATU_WORKER_SECRET": secret,
-            # Below the lease: a worker that cannot heartbeat stops its queries before the
-            # control plane may place them elsewhere.
-            "UATU_WORKER_FENCE_SECONDS": str(max(1.0, self.lease_seconds / 2)),
-        }
-        record = self.launcher.launch_worker(f"worker-{slot}", "worker", env)
-        self.store.put_launch(key, record.replace(worker_id=worker_id, worker_secret_sha256=digest))
-        log.info("worker slot %d: launched %s as worker %d", slot, record.handle, worker_id)
-
-    def _worker_up(self, record: LaunchRecord) -> bool:
-        if self.launcher.observes(record) and not self.launcher.alive(record):
-            return False
-        heard = self._heard_at(record.worker_id)
-        now = self.clock()
-        if heard is None or heard < record.started_at:
-            return now - record.started_at <= self.startup_seconds
-        return now - heard <= self.lease_seconds
-
-    def _heard_at(self, worker_id: int | None) -> float | None:
-        if not worker_id:
-            return None
-        stored = self.store.get_worker(worker_id)
-        if stored is None or not stored.last_updated.ToNanoseconds():
-            return None
-        return stored.last_updated.ToNanoseconds() / 1e9
+    def wanted(self, records: Mapping[str, LaunchRecord]) -> int:
+        """`size`, or what the RUNNING groups and the reported traffic need."""
+        if self.max_size == self.size:
+            return self.size
+        groups = sum(1 for v in self.store.all() if v.group.state == job_pb2.JOB_STATE_RUNNING)
+        rates = [self.heard.traffic(w) for w in self.slots.live_workers(records)]
+        traffic = Load(0, sum(m for m, _ in rates), sum(b for _, b in rates))
+        current = max(self.slots.wanted, self.size)
+        return wanted_workers(groups, traffic, self.capacity, current, (self.size, self.max_size))
 
     def live_workers(self, records: Mapping[str, LaunchRecord] | None = None) -> list[int]:
-        """The ids of the pool's applications heard within the lease."""
-        now = self.clock()
-        live = []
-        for key, record in (self.store.launches() if records is None else records).items():
-            if not is_pool_key(key) or not record.worker_id:
-                continue
-            heard = self._heard_at(record.worker_id)
-            if heard is not None and now - heard <= self.lease_seconds:
-                live.append(record.worker_id)
-        return sorted(live)
+        """The workers that take groups: heard within the lease, not draining."""
+        return self.slots.live_workers(records, serving=True)
 
     def pool_worker_ids(self, records: Mapping[str, LaunchRecord] | None = None) -> set[int]:
-        found = self.store.launches() if records is None else records
-        return {r.worker_id for k, r in found.items() if is_pool_key(k) and r.worker_id}
+        return self.slots.worker_ids(records)
 
     def loads(self, records: Mapping[str, LaunchRecord]) -> dict[int, Load]:
         """Each live worker's load: the groups placed on it, the traffic of the ones its
@@ -256,29 +218,45 @@ class WorkerPool:
         return {w: Load(placed[w], *self.heard.traffic(w)) for w in live}
 
     def rebalance(self, records: Mapping[str, LaunchRecord]) -> None:
-        """Move groups to live workers that run fewer (`rebalance_moves`): a worker that
-        joined gets its share. Only when every live worker has heartbeated to this leader."""
-        live = self.live_workers(records)
-        if not live or not all(self.heard.has(w) for w in live):
+        """Move the groups of draining workers to serving ones (`place`), then groups to
+        serving workers that run fewer (`rebalance_moves`): a worker that joined gets its
+        share. Only when every live worker has heartbeated to this leader."""
+        serving = self.live_workers(records)
+        if not serving or not all(self.heard.has(w) for w in self.slots.live_workers(records)):
             return
         cancelling = self.heard.stopping()
-        placed: dict[int, list[str]] = {w: [] for w in live}
-        for key, record in records.items():
+        placed: dict[int, list[str]] = {w: [] for w in serving}
+        leaving = []
+        draining = self.pool_worker_ids(records) - set(serving)
+        for key, record in sorted(records.items()):
             if is_pool_key(key) or record.intent or key in cancelling:
                 continue
             if record.worker_id in placed:
                 placed[record.worker_id].append(key)
-        for group_id, source, target in rebalance_moves(placed, self.capacity, self.loads(records)):
-            stored = self.store.get(group_id)
-            if stored is None or stored.group.state != job_pb2.JOB_STATE_RUNNING:
-                continue
-            record = records[group_id]
-            moved = self._record(
-                group_id, target, record.definition, int(record.details.get("job_id", 0) or 0)
-            )
-            self.store.put_launch(group_id, moved.replace(failures=record.failures))
-            log.info("%s: moved from worker %d to worker %d (rebalancing)", group_id, source,
-                     target)  # fmt: skip
+            elif record.worker_id in draining:
+                leaving.append((key, record.worker_id))
+        loads = self.loads(records)
+        moves = []
+        for group_id, source in leaving:
+            target = place(loads, self.capacity)
+            if target is None:
+                break
+            moves.append((group_id, source, target))
+            placed[target].append(group_id)
+            loads[target] = dataclasses.replace(loads[target], groups=loads[target].groups + 1)
+        for move in moves + rebalance_moves(placed, self.capacity, loads):
+            self._move(records, *move)
+
+    def _move(self, records: Mapping[str, LaunchRecord], group_id: str, source: int, target: int):
+        """The group's record on `target` with a new run; its old worker gets CANCEL."""
+        stored = self.store.get(group_id)
+        if stored is None or stored.group.state != job_pb2.JOB_STATE_RUNNING:
+            return
+        record = records[group_id]
+        job_id = int(record.details.get("job_id", 0) or 0)
+        moved = self._record(group_id, target, record.definition, job_id)
+        self.store.put_launch(group_id, moved.replace(failures=record.failures))
+        log.info("%s: moved from worker %d to worker %d", group_id, source, target)
 
     # --- the Launcher of groups --------------------------------------------------------
 

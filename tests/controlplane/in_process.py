@@ -13,7 +13,8 @@ from pathlib import Path
 
 from controlplane.jobgroups import JobGroups, PartitionCount
 from controlplane.placement import Capacity
-from controlplane.pool import WorkerLauncher, WorkerPool
+from controlplane.pool import WorkerPool
+from controlplane.pool_slots import WorkerLauncher
 from controlplane.reconciler import Reconciler
 from controlplane.server import create_server
 from controlplane.state.leadership import SoleLeader

@@ -282,10 +282,12 @@ def test_serve_flags_become_the_options_of_the_same_name_and_the_renamed_ones():
     args = cli.build_parser().parse_args(
         ["serve", "--address", "127.0.0.1:9001", "--workers", "2", "--worker-capacity", "7",
          "--worker-messages-per-sec", "500", "--leader-ttl", "4", "--no-reconcile",
+         "--max-workers", "5",
          "--lease-seconds", "0", "--max-groups", "9"]
     )  # fmt: skip
     options = cli.serve_options(args)
     assert (options.workers, options.worker_capacity, options.max_groups) == (2, 7, 9)
+    assert options.max_workers == 5
     assert (options.worker_messages_per_sec, options.worker_bytes_per_sec) == (500.0, 0.0)
     assert (options.advertise, options.app_control_plane) == ("127.0.0.1:9001",) * 2
     assert (options.leader_ttl_seconds, options.reconcile, options.lease_seconds) == (
@@ -314,6 +316,7 @@ def serve_options(**changes) -> ServeOptions:
         ({"heartbeat_seconds": 0}, "--heartbeat-seconds: 0 <= 0"),
         ({"lease_seconds": 5}, "--lease-seconds: 5 must exceed --heartbeat-seconds 5"),
         ({"worker_bytes_per_sec": -1.0}, "--worker-bytes-per-sec: -1.0 < 0"),
+        ({"workers": 3, "max_workers": 2}, "--max-workers: 2 is below --workers 3"),
     ],
 )
 def test_serve_options_name_the_bad_option(changes, message):
@@ -342,13 +345,14 @@ def test_serve_keeps_a_worker_pool_on_the_standalone_launcher(tmp_path):
     options = serve_options(
         store=str(tmp_path / "cp.sqlite"), launcher="standalone", workers=2,
         standalone_rest_url="http://127.0.0.1:9", spark_master="spark://127.0.0.1:7077",
-        worker_messages_per_sec=500.0,
+        worker_messages_per_sec=500.0, max_workers=4,
     )  # fmt: skip
     plane = assemble(options, load_settings(conf))
     assert plane.reconciler is not None
     pool = plane.reconciler.pool
     assert isinstance(pool, WorkerPool) and isinstance(pool.launcher, StandaloneLauncher)
-    assert (pool.size, pool.capacity.groups, pool.capacity.messages_per_sec) == (2, 50, 500.0)
+    assert (pool.size, pool.max_size) == (2, 4)
+    assert (pool.capacity.groups, pool.capacity.messages_per_sec) == (50, 500.0)
     plane.store.close()
 
 

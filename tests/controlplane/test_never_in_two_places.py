@@ -31,7 +31,7 @@ import pytest
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 
-from controlplane import pool as pool_module
+from controlplane import pool_slots
 from controlplane.launchers.base import LaunchRecord, launch_details
 from core import faults
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
@@ -138,7 +138,7 @@ def control_plane(tmp_path, monkeypatch) -> Iterator[InProcessControlPlane]:
     """A real control plane in this process; worker ids are numbered so the test can name a
     worker in UATU_FAULT before it exists."""
     ids = iter(range(1001, 2000))
-    monkeypatch.setattr(pool_module, "new_worker_id", lambda: next(ids))
+    monkeypatch.setattr(pool_slots, "new_worker_id", lambda: next(ids))
     monkeypatch.delenv(faults.ENV, raising=False)
     faults.reset()
     conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:1", tmp_path / "wh", tmp_path / "ck")

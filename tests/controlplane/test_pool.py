@@ -5,6 +5,7 @@ applications themselves are tests/controlplane/test_worker_pool.py's)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import pytest
@@ -22,6 +23,7 @@ from controlplane.placement import (
     commands_for,
     place,
     rebalance_moves,
+    wanted_workers,
 )
 from controlplane.pool import WorkerPool
 from controlplane.reconcile import Action, definition_of
@@ -68,6 +70,27 @@ def test_place_picks_the_least_loaded_worker_with_room(loads, capacity, chosen):
 )
 def test_rebalance_evens_out_the_groups_within_capacity(placed, capacity, loads, moves):
     assert rebalance_moves(placed, capacity, loads) == moves
+
+
+@pytest.mark.parametrize(
+    ("groups", "traffic", "current", "wanted"),
+    [
+        (5, Load(), 1, 3),  # 5 groups at 2 each: grow at once
+        (4, Load(), 2, 2),  # full, not over: stay
+        (3, Load(), 2, 2),  # 3 would fit 2 workers only at 75 %: no shrink below 2
+        (1, Load(), 3, 1),  # one group fits one worker at 50 %: shrink
+        (4, Load(), 3, 3),  # 4 groups would fill 2 workers to 100 %: stay at 3
+        (3, Load(), 3, 2),  # 3 groups fit 2 workers at 75 %: shrink
+        (0, Load(), 2, 1),  # never below the least
+        (40, Load(), 1, 4),  # never above the most
+        (1, Load(0, 250.0), 1, 3),  # traffic: 250 msgs/s at 100 each needs 3 workers
+    ],
+)
+def test_a_pool_that_follows_the_load_grows_at_once_and_shrinks_with_headroom(
+    groups, traffic, current, wanted
+):
+    capacity = Capacity(groups=2, messages_per_sec=100.0)
+    assert wanted_workers(groups, traffic, capacity, current, (1, 4)) == wanted
 
 
 def _record(definition: str, run: str, worker_id: int = 7, job_id: int = 11) -> LaunchRecord:
@@ -181,11 +204,13 @@ def _heard(store: SqliteStore, pool: WorkerPool, worker_id: int, at: float) -> N
 
 @pytest.fixture
 def pooled(tmp_path, request):
-    """A pool of one worker application (`indirect` parametrization gives another size)."""
+    """A pool of one worker application (`indirect` parametrization gives other
+    WorkerPool arguments)."""
     store = SqliteStore(tmp_path / "cp.sqlite")
     clock = Clock()
     apps = WorkerApps(clock)
-    pool = WorkerPool(store, apps, size=getattr(request, "param", 1), lease_seconds=20, clock=clock)
+    arguments = {"size": 1, **getattr(request, "param", {})}
+    pool = WorkerPool(store, apps, **arguments, lease_seconds=20, clock=clock)
     reconciler = Reconciler(
         store,
         pool,
@@ -351,7 +376,7 @@ def _report_all(
     return _kinds(pool.heartbeat(worker_id, statuses))
 
 
-@pytest.mark.parametrize("pooled", [2], indirect=True)
+@pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
 def test_a_worker_that_joins_gets_its_share_once_the_old_worker_stopped_it(pooled):
     """Rebalancing, and never in two places while a group moves: the new worker gets RUN for
     a moved group only once its old worker reports it stopped (the mutant without that gate
@@ -382,3 +407,49 @@ def test_a_worker_that_joins_gets_its_share_once_the_old_worker_stopped_it(poole
     assert _report_all(pool, second, {}) == []
     _report_all(pool, first, before, stopped=moved)  # it stopped them
     assert _report_all(pool, second, {}) == [(g, worker_jobs.RUN) for g in moved]
+
+
+@pytest.mark.parametrize(
+    "pooled", [{"size": 1, "max_size": 3, "capacity": Capacity(groups=2)}], indirect=True
+)
+def test_the_pool_grows_with_its_groups_and_drains_a_worker_before_stopping_it(pooled):
+    store, clock, apps, pool, reconciler, groups = pooled
+
+    def serve_heartbeats() -> None:
+        """Every slot's worker heartbeats, reporting what it was told to run as running."""
+        launches = store.launches()
+        for key, slot in sorted(launches.items()):
+            if key.startswith("~worker/"):
+                _heard(store, pool, slot.worker_id, clock.now)
+                mine = {
+                    g: r
+                    for g, r in launches.items()
+                    if r.worker_id == slot.worker_id and not g.startswith("~")
+                }
+                _report_all(pool, slot.worker_id, mine)
+
+    names = [f"g{n}" for n in range(5)]
+    for name in names:
+        groups.add(audit_group(name, "orders"), RUNNING, None)
+    for _ in range(4):
+        reconciler.reconcile_once()
+        serve_heartbeats()
+    slots = {k: r for k, r in store.launches().items() if k.startswith("~worker/")}
+    assert sorted(slots) == ["~worker/0", "~worker/1", "~worker/2"]  # 5 groups, 2 each
+    placed = Counter(store.launches()[n].worker_id for n in names)
+    assert sorted(placed.values()) == [1, 2, 2]
+
+    # Keep one group of the last worker: it must move before its worker is stopped.
+    kept = next(n for n in names if store.launches()[n].worker_id == slots["~worker/2"].worker_id)
+    for name in names:
+        if name != kept:
+            groups.set_state(name, CANCELED)
+    reconciler.reconcile_once()  # the others cancelled: room on the first worker
+    reconciler.reconcile_once()
+    assert store.launches()[kept].worker_id == slots["~worker/0"].worker_id  # moved
+    assert apps.cancelled == []  # its old worker still reports it running: not stopped yet
+    for _ in range(3):
+        serve_heartbeats()
+        reconciler.reconcile_once()
+    assert [k for k in store.launches() if k.startswith("~worker/")] == ["~worker/0"]
+    assert sorted(apps.cancelled) == ["worker-1#2", "worker-2#3"]  # stopped once drained
