@@ -1,8 +1,9 @@
 """The worker pool: many JobGroups per Spark application, as uForwarder's master assigns jobs
 to a fleet of workers.
 
-`serve --workers N` keeps N worker applications (`spark-submit.sh worker`, jobs/worker/)
-running through the site's launcher, and places each RUNNING JobGroup on one of them instead
+`serve --workers N` keeps N worker applications (`spark-submit.sh worker`, jobs/worker/;
+with `--max-workers`, as many as the load needs) running through the site's launcher, and
+places each RUNNING JobGroup on one of them instead
 of starting an application per group. `WorkerPool` is a `Launcher` for the reconciler
 (controlplane/reconciler.py), so a group's lifecycle, backoff and give-up are the same as
 with an application per group:
@@ -26,18 +27,18 @@ jobs/worker/main.py), or its application was seen dead and its slot relaunched. 
 places nothing before every live worker has heartbeated to it: until then it does not know
 what runs where.
 
-Rebalancing: when a worker joins (a slot relaunched, the first heartbeats of a new pool),
-`maintain` moves groups from the most loaded live workers to it until no two differ by more
-than one group (`rebalance_moves`). A move rewrites the group's record to the new worker
+Rebalancing: `maintain` moves the groups of a draining worker (the pool shrinks) to the
+others, and, when a worker joins (a slot relaunched, the first heartbeats of a new pool),
+groups from the most loaded live workers to it until no two differ by more than one group
+(`rebalance_moves`). A move rewrites the group's record to the new worker
 with a new run; the old worker gets CANCEL (the group is no longer assigned to it) and the
 new one gets RUN only once no other worker reports it running: the same gate as a launch.
 
 The decisions themselves (placement, rebalancing, the command matrix) are pure functions
 of controlplane/placement.py; the pool gathers what they need and acts on them.
 
-The pool's own applications are launch records under `~worker/<slot>` keys (a JobGroup id
-cannot start with `~`), so a new leader knows them; `maintain` relaunches a slot whose
-application died or whose lease expired.
+The pool's own applications (their slots, relaunch and draining) are
+controlplane/pool_slots.py's.
 """
 
 from __future__ import annotations
