@@ -352,6 +352,24 @@ def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[st
     return {}
 
 
+def cluster_launcher(
+    cluster: StandaloneCluster, tmp_path: Path, conf: Path, **resources: Any
+) -> StandaloneLauncher:
+    """The launcher of the tests on `cluster`: a 30 s grace, C1-only executors."""
+    return StandaloneLauncher(
+        cluster.rest_url,
+        cluster.master_url,
+        tmp_path / "apps",
+        conf_dir=conf,
+        worker_dir=cluster.worker_dir,
+        grace_seconds=30,
+        # C1 only, as for the suite's other Spark JVMs (tests/conftest.py): SPARK_SUBMIT_OPTS
+        # does not reach a cluster's executors.
+        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
+        **resources,
+    )
+
+
 @pytest.mark.integration
 def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path):
     # What `python -m devservices.spark_standalone down` would stop.
@@ -364,17 +382,7 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
     counts_log = tmp_path / "wh" / "audit_counts" / "_delta_log"
-    launcher = StandaloneLauncher(
-        standalone.rest_url,
-        standalone.master_url,
-        tmp_path / "apps",
-        conf_dir=conf,
-        worker_dir=standalone.worker_dir,
-        grace_seconds=30,
-        # C1 only, as for the suite's other Spark JVMs (tests/conftest.py): SPARK_SUBMIT_OPTS
-        # does not reach a cluster's executors.
-        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
-    )
+    launcher = cluster_launcher(standalone, tmp_path, conf)
     measured: dict[str, float] = {}
 
     # Launch: the driver runs on the worker, its executor too, and it really audits.
@@ -453,19 +461,9 @@ def test_a_worker_pool_runs_on_the_standalone_cluster(standalone, kafka, tmp_pat
         produce(kafka.bootstrap_servers, topic, sent[f"sa-pool-{n}"][1])
     warehouse = tmp_path / "wh"
     conf = write_conf_dir(tmp_path / "conf", kafka.bootstrap_servers, warehouse, tmp_path / "ck")
-    launcher = StandaloneLauncher(
-        standalone.rest_url,
-        standalone.master_url,
-        tmp_path / "apps",
-        conf_dir=conf,
-        worker_dir=standalone.worker_dir,
-        grace_seconds=30,
-        # One core for the driver and one executor of one core: two applications fit the
-        # cluster's four cores.
-        executor_cores=1,
-        max_cores=1,
-        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
-    )
+    # One core for the driver and one executor of one core: two applications fit the
+    # cluster's four cores.
+    launcher = cluster_launcher(standalone, tmp_path, conf, executor_cores=1, max_cores=1)
     started = time.monotonic()
     launched: list[LaunchRecord] = []
     try:
