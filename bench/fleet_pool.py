@@ -76,27 +76,15 @@ from core.paths import ROOT
 from core.processes import free_ports, signal_group, terminate
 from devservices.kafka import start_cluster
 from testing.conf import write_conf_dir
+from testing.jobgroups import replication_group
 from testing.topic_data import read_partitions
 
 
-def replication_group(group_id: str, source: str, trigger: int, rate: float = 0) -> dict:
-    group: dict[str, Any] = {
-        "jobGroupId": group_id,
-        "type": "JOB_TYPE_KAFKA_REPLICATION",
-        "kafkaConsumerTaskGroup": {
-            "cluster": "local",
-            "topic": source,
-            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
-        },
-        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": f"{source}.copy"},
-        "extension": {
-            "@type": "type.googleapis.com/uatu.v1.JobOptions",
-            "trigger": {"intervalSeconds": trigger},
-        },
-    }
-    if rate:
-        group["flowControl"] = {"messagesPerSec": rate}
-    return group
+def copy_of(topic: str, trigger_seconds: int, rate: float = 0) -> JobGroup:
+    """The replication group of `topic`, into `<topic>.copy`."""
+    return replication_group(
+        f"r-{topic}", topic, f"{topic}.copy", trigger_seconds=trigger_seconds, rate=rate
+    )
 
 
 def commits(checkpoints: Path, group_id: str) -> list[Path]:
@@ -198,13 +186,17 @@ def _registered(store: SqliteStore, args) -> bool:
 
 
 def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
-    groups = [audit_group(f"a-{t}", topic=t, trigger=args.trigger_seconds) for t in audits]
-    groups += [replication_group(f"r-{t}", t, args.replication_trigger_seconds) for t in copies]
+    groups = [
+        json_format.ParseDict(
+            audit_group(f"a-{t}", topic=t, trigger=args.trigger_seconds), JobGroup()
+        )
+        for t in audits
+    ]
+    groups += [copy_of(t, args.replication_trigger_seconds) for t in copies]
     added: dict[str, float] = {}
     for group in groups:
-        message = json_format.ParseDict(group, JobGroup())
-        stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=message))
-        added[group["jobGroupId"]] = time.time()
+        stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
+        added[group.job_group_id] = time.time()
     say(f"{len(groups)} groups added; waiting for each one's first committed batch")
     first: dict[str, float] = {}
 
@@ -227,10 +219,7 @@ def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore, 
     before = {f"r-{t}": store.launches()[f"r-{t}"].worker_id for t in topics}
     at = time.time()
     for topic in topics:
-        group = json_format.ParseDict(
-            replication_group(f"r-{topic}", topic, args.replication_trigger_seconds, 1000),
-            JobGroup(),
-        )
+        group = copy_of(topic, args.replication_trigger_seconds, rate=1000)
         stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
     done: dict[str, float] = {}
 

@@ -42,7 +42,7 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 
 from controlplane.service import EXPECTED_VERSION_HEADER, VERSION_HEADER
 from core.channel import ClientSecurity, default_token_file, open_channel
-from core.config import default_conf_dir, load_settings
+from core.config import add_conf_dir_argument, load_settings
 from core.errors import UatuError
 from core.jobgroup import load_jobgroup
 from core.paths import VAR_DIR
@@ -95,12 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--leader-ttl", type=int, default=5, help="etcd leader lease in seconds (default 5)"
     )
-    serve.add_argument(
-        "--conf-dir",
-        type=Path,
-        default=None,
-        help=f"site configuration (default {default_conf_dir()})",
-    )
+    add_conf_dir_argument(serve)
     serve.add_argument(
         "--launcher",
         default="local",

@@ -33,6 +33,7 @@ never straight to stderr: a failing check prints one line, not a page of connect
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
@@ -115,6 +116,17 @@ class Settings:
 
 def default_conf_dir() -> Path:
     return Path(os.environ.get("UATU_CONF_DIR", CONF_DIR))
+
+
+def add_conf_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """`--conf-dir`, as every command that reads the site's configuration takes it."""
+    parser.add_argument(
+        "--conf-dir",
+        type=Path,
+        default=None,
+        help=f"folder with uatu.yaml and clusters.yaml (default: $UATU_CONF_DIR or "
+        f"{default_conf_dir()})",
+    )
 
 
 def _read_yaml(path: Path) -> dict:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from core import faults
-from core.config import default_conf_dir, load_settings
+from core.config import add_conf_dir_argument, load_settings
 from core.errors import ConfigError, UatuError
 from core.jobgroup import load_jobgroup
 from jobs import registry
@@ -52,13 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "exit 1): record them in source_data_loss and go on past them, on the same checkpoint, "
         "for this run only; any other loss still fails it (docs/operations.md)",
     )
-    parser.add_argument(
-        "--conf-dir",
-        type=Path,
-        default=None,
-        help=f"folder with uatu.yaml and clusters.yaml (default: $UATU_CONF_DIR or "
-        f"{default_conf_dir()})",
-    )
+    add_conf_dir_argument(parser)
     return parser.parse_args(argv)
 
 

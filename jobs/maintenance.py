@@ -28,12 +28,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from core.config import Settings, default_conf_dir, load_settings
+from core.config import Settings, add_conf_dir_argument, load_settings
 from core.errors import EXIT_OK, ConfigError, InvalidJobGroup, UatuError
 from core.storage import table_location
 from jobs.runtime.checkpoint_files import HadoopFiles
@@ -86,12 +85,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-optimize", action="store_true", help="vacuum only")
     parser.add_argument("--no-vacuum", action="store_true", help="compact only")
-    parser.add_argument(
-        "--conf-dir",
-        type=Path,
-        default=None,
-        help=f"folder with uatu.yaml (default: $UATU_CONF_DIR or {default_conf_dir()})",
-    )
+    add_conf_dir_argument(parser)
     return parser.parse_args(argv)
 
 

@@ -51,6 +51,35 @@ def audit_group(
     return json_format.ParseDict(data, JobGroup())
 
 
+def replication_group(
+    group_id: str,
+    source: str,
+    destination: str,
+    *,
+    trigger_seconds: int = 1,
+    rate: float = 0,
+) -> JobGroup:
+    """A KAFKA_REPLICATION JobGroup on cluster `local` from the earliest offsets of
+    `source` to `destination`; `rate` 0 means no flow control."""
+    data: dict = {
+        "jobGroupId": group_id,
+        "type": "JOB_TYPE_KAFKA_REPLICATION",
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": source,
+            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
+        },
+        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": destination},
+        "extension": {
+            "@type": "type.googleapis.com/uatu.v1.JobOptions",
+            "trigger": {"intervalSeconds": trigger_seconds},
+        },
+    }
+    if rate:
+        data["flowControl"] = {"messagesPerSec": rate}
+    return json_format.ParseDict(data, JobGroup())
+
+
 # The plain exact audit of topic `orders` that validation, security and control-plane tests
 # start from; never mutate it (orders_audit and copy.deepcopy give copies).
 ORDERS_AUDIT: dict = {

@@ -27,14 +27,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 
 from core import faults
-from core.config import Settings, default_conf_dir, load_settings
+from core.config import Settings, add_conf_dir_argument, load_settings
 from core.errors import ConfigError, UatuError
 from core.processes import CpuMeter
 from jobs.prepare import build_job, check_source
@@ -65,13 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Run the JobGroups the control plane assigns to this application, each "
         "as its own streaming query in one SparkSession (docs/controlplane.md, Worker pool).",
     )
-    parser.add_argument(
-        "--conf-dir",
-        type=Path,
-        default=None,
-        help=f"folder with uatu.yaml and clusters.yaml (default: $UATU_CONF_DIR or "
-        f"{default_conf_dir()})",
-    )
+    add_conf_dir_argument(parser)
     return parser.parse_args(argv)
 
 

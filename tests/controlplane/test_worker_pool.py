@@ -32,29 +32,10 @@ from core.channel import open_channel
 from core.processes import free_ports, pid_alive, signal_group
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
-from testing.jobgroups import audit_group, parse
+from testing.jobgroups import audit_group, replication_group
 from testing.polling import wait_for
 from testing.topic_data import read_partitions
 from tests.controlplane.test_controlplane_e2e import control_plane_process, stop_applications
-
-TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
-
-
-def replication_group(group_id: str, source: str, destination: str, rate: float = 0) -> JobGroup:
-    data: dict = {
-        "jobGroupId": group_id,
-        "type": "JOB_TYPE_KAFKA_REPLICATION",
-        "kafkaConsumerTaskGroup": {
-            "cluster": "local",
-            "topic": source,
-            "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
-        },
-        "kafkaDispatcherTaskGroup": {"cluster": "local", "topic": destination},
-        "extension": TRIGGER,
-    }
-    if rate:
-        data["flowControl"] = {"messagesPerSec": rate}
-    return parse(data)
 
 
 def audited_messages(warehouse: Path, group_id: str) -> int:
