@@ -129,8 +129,10 @@ def rebalance_moves(
     """Moves `(group, from, to)` that even out the groups of the live workers in `placed`:
     from the one with the most groups to the one with the fewest, while they differ by more
     than one and the receiving worker has room (`loads`: its traffic). Each move restarts a
-    query, so nothing moves between workers that differ by one."""
-    groups = {worker_id: sorted(names) for worker_id, names in placed.items()}
+    query, so nothing moves between workers that differ by one, and each worker gives up
+    the groups at the end of its list first (the pool lists those not running yet last:
+    moving one of them restarts nothing)."""
+    groups = {worker_id: list(names) for worker_id, names in placed.items()}
     moves: list[tuple[str, int, int]] = []
     while groups:
         busiest = max(groups, key=lambda w: (len(groups[w]), -w))

@@ -236,6 +236,9 @@ class WorkerPool:
                 placed[record.worker_id].append(key)
             elif record.worker_id in draining:
                 leaving.append((key, record.worker_id))
+        for worker_id, names in placed.items():  # running ones first: the last ones move
+            running = {g for g in names if self._runs(worker_id, g)}
+            names.sort(key=lambda g: (g not in running, g))
         loads = self.loads(records)
         moves = []
         for group_id, source in leaving:
@@ -247,6 +250,10 @@ class WorkerPool:
             loads[target] = dataclasses.replace(loads[target], groups=loads[target].groups + 1)
         for move in moves + rebalance_moves(placed, self.capacity, loads):
             self._move(records, *move)
+
+    def _runs(self, worker_id: int, group_id: str) -> bool:
+        here = self.heard.group(worker_id, group_id)
+        return here is not None and here.running
 
     def _move(self, records: Mapping[str, LaunchRecord], group_id: str, source: int, target: int):
         """The group's record on `target` with a new run; its old worker gets CANCEL."""

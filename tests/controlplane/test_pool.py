@@ -58,8 +58,9 @@ def test_place_picks_the_least_loaded_worker_with_room(loads, capacity, chosen):
 @pytest.mark.parametrize(
     ("placed", "capacity", "loads", "moves"),
     [
-        # A worker joined: it gets its share, the busiest first, nothing moves twice.
+        # A worker joined: it gets its share, from the end of the lists, nothing moves twice.
         ({1: ["a", "b", "c", "d"], 2: []}, Capacity(10), {}, [("d", 1, 2), ("c", 1, 2)]),
+        ({1: ["d", "c", "a", "b"], 2: []}, Capacity(10), {}, [("b", 1, 2), ("a", 1, 2)]),
         ({1: ["a", "b", "c"], 2: ["d"], 3: []}, Capacity(10), {}, [("c", 1, 3)]),
         ({1: ["a", "b"], 2: ["c"]}, Capacity(10), {}, []),  # one apart: a move buys nothing
         ({1: ["a", "b", "c", "d"], 2: []}, Capacity(1), {}, [("d", 1, 2)]),  # 2 is then full
@@ -453,3 +454,20 @@ def test_the_pool_grows_with_its_groups_and_drains_a_worker_before_stopping_it(p
         reconciler.reconcile_once()
     assert [k for k in store.launches() if k.startswith("~worker/")] == ["~worker/0"]
     assert sorted(apps.cancelled) == ["worker-1#2", "worker-2#3"]  # stopped once drained
+
+
+@pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
+def test_a_rebalance_moves_groups_that_are_not_running_yet_first(pooled):
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
+    _heard(store, pool, first, clock.now)
+    for name in ("g1", "g2", "g3", "g4"):
+        groups.add(audit_group(name, "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    before = {g: store.launches()[g] for g in ("g1", "g2", "g3", "g4")}
+    _report_all(pool, first, {g: before[g] for g in ("g3", "g4")})  # g1, g2 not started yet
+    _heard(store, pool, second, clock.now)
+    reconciler.reconcile_once()
+    moved = sorted(g for g in before if store.launches()[g].worker_id == second)
+    assert moved == ["g1", "g2"]  # moving them restarts no query

@@ -128,7 +128,7 @@ OVERSIZED = {
     "jobs/audit/tiers/spec.py::_checks": 102,
     "jobs/availability/job.py": 641,
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,
-    "controlplane/cli.py::build_parser": 177,
+    "controlplane/cli.py::build_parser": 172,
     "controlplane/launchers/kubernetes.py": 520,
     "controlplane/launchers/kubernetes.py::render_manifests": 139,
     "devservices/_service.py": 591,
