@@ -2,9 +2,12 @@
 
 The Kubernetes form of `spark-submit.sh JOBGROUP.json`: a ConfigMap holds the JobGroup JSON,
 and a `SparkApplication` (type Python, cluster mode, restartPolicy Never) runs
-`jobs/main.py <mounted jobgroup.json>` from the project image. Everything is rendered by pure
-functions (`app_name`, `render_manifests`, the `*_argv` builders); `KubernetesLauncher` only
-runs `kubectl` with those argv lists (no shell) and reads its output.
+`jobs/main.py <mounted jobgroup.json>` from the project image; a worker application of the
+pool (`serve --workers`, controlplane/pool.py) is the same SparkApplication running
+`jobs/main.py worker`, without a ConfigMap. Everything is rendered by pure functions
+(`app_name`, `render_manifests`, `render_worker_manifests`, the `*_argv` builders);
+`KubernetesLauncher` only runs `kubectl` with those argv lists (no shell) and reads its
+output.
 
 Launcher contract (controlplane/launchers/base.py `Launcher`):
 
@@ -64,6 +67,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
@@ -126,6 +130,15 @@ def worker_secret_name(job_group_id: str) -> str:
     return f"{app_name(job_group_id)}-worker"
 
 
+@dataclass(frozen=True)
+class _App:
+    """What differs between the application of a JobGroup and a worker application."""
+
+    key: str  # the JobGroup id, or the worker's name: what the object names derive from
+    arguments: list[str]  # jobs/main.py's
+    jobgroup_json: str | None  # the ConfigMap's content; None: no ConfigMap (a worker)
+
+
 def render_manifests(
     group: JobGroup, definition: str, env: Mapping[str, str], config: KubernetesConfig
 ) -> list[dict[str, Any]]:
@@ -137,9 +150,28 @@ def render_manifests(
     between the two, which only the driver reads (`secretKeyRef`): it is not written into
     the SparkApplication, which more people may read.
     """
-    name = app_name(group.job_group_id)
+    app = _App(
+        group.job_group_id,
+        [f"{config.jobgroup_dir}/{JOBGROUP_FILE}"],
+        json_format.MessageToJson(group, indent=2),
+    )
+    return _render(app, definition, env, config)
+
+
+def render_worker_manifests(
+    name: str, definition: str, env: Mapping[str, str], config: KubernetesConfig
+) -> list[dict[str, Any]]:
+    """[Secret, SparkApplication] of a worker application named `name` (`jobs/main.py
+    worker`, controlplane/pool.py): as `render_manifests`, without a JobGroup ConfigMap."""
+    return _render(_App(name, ["worker"], None), definition, env, config)
+
+
+def _render(
+    app: _App, definition: str, env: Mapping[str, str], config: KubernetesConfig
+) -> list[dict[str, Any]]:
+    name = app_name(app.key)
     labels = {**MANAGED_BY, JOB_GROUP_LABEL: name}
-    annotations = {DEFINITION_ANNOTATION: definition, JOB_GROUP_ID_ANNOTATION: group.job_group_id}
+    annotations = {DEFINITION_ANNOTATION: definition, JOB_GROUP_ID_ANNOTATION: app.key}
 
     def metadata(object_name: str) -> dict[str, Any]:
         return {
@@ -149,58 +181,9 @@ def render_manifests(
             "annotations": dict(annotations),
         }
 
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(config_map_name(group.job_group_id)),
-        "data": {JOBGROUP_FILE: json_format.MessageToJson(group, indent=2)},
-    }
     secret_value = env.get(WORKER_SECRET_ENV)
     pod_env = {"UATU_CONF_DIR": config.conf_dir, **env}
     pod_env.pop(WORKER_SECRET_ENV, None)
-    secret_ref = []
-    if secret_value is not None:
-        secret_ref = [
-            {
-                "name": WORKER_SECRET_ENV,
-                "valueFrom": {
-                    "secretKeyRef": {
-                        "name": worker_secret_name(group.job_group_id),
-                        "key": "secret",
-                    }
-                },
-            }
-        ]
-    volumes: list[dict[str, Any]] = [
-        {"name": "jobgroup", "configMap": {"name": config_map_name(group.job_group_id)}}
-    ]
-    if config.conf_config_map:
-        volumes.append({"name": "uatu-conf", "configMap": {"name": config.conf_config_map}})
-    elif config.conf_secret:
-        volumes.append(
-            {
-                "name": "uatu-conf",
-                "secret": {"secretName": config.conf_secret, "defaultMode": 0o400},
-            }
-        )
-    has_conf = bool(config.conf_config_map or config.conf_secret)
-
-    def conf_mounts() -> list[dict[str, Any]]:  # fresh dicts: no object is shared in the output
-        if not has_conf:
-            return []
-        return [{"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}]
-
-    # What spark-submit.sh passes on its command line, as sparkConf.
-    java_options = f"-Dlog4j2.configurationFile=file:{config.log4j_config}"
-    spark_conf = {
-        "spark.driver.extraJavaOptions": java_options,
-        # Executors run in their own JVMs here (local mode had none): same quiet logging.
-        "spark.executor.extraJavaOptions": java_options,
-        "spark.pyspark.python": config.python,
-        "spark.pyspark.driver.python": config.python,
-        "spark.executorEnv.PYSPARK_PYTHON": config.python,
-        **config.spark_conf,
-    }
     application = {
         "apiVersion": API_VERSION,
         "kind": "SparkApplication",
@@ -211,60 +194,132 @@ def render_manifests(
             "image": config.image,
             "sparkVersion": config.spark_version,
             "mainApplicationFile": f"local://{config.main_file}",
-            "arguments": [f"{config.jobgroup_dir}/{JOBGROUP_FILE}"],
+            "arguments": list(app.arguments),
             "deps": {
                 "pyFiles": [f"local://{config.py_files}"],
                 "jars": [f"local://{jar}" for jar in config.jars],
             },
-            "sparkConf": spark_conf,
+            "sparkConf": _spark_conf(config),
             # The control plane relaunches (with backoff and give-up); the operator must not.
             "restartPolicy": {"type": "Never"},
-            "volumes": volumes,
-            "driver": {
-                "cores": config.driver_cores,
-                "memory": config.driver_memory,
-                "serviceAccount": config.service_account,
-                "labels": dict(labels),
-                "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}) + secret_ref,
-                "volumeMounts": [
-                    {"name": "jobgroup", "mountPath": config.jobgroup_dir, "readOnly": True},
-                    *conf_mounts(),
-                ],
-                # Graceful cancel: the stop file makes the job stop its query and exit 0;
-                # the hook then lasts until the container exits or the grace period ends.
-                "terminationGracePeriodSeconds": config.stop_grace_seconds,
-                "lifecycle": {
-                    "preStop": {
-                        "exec": {
-                            "command": [
-                                "/bin/sh",
-                                "-c",
-                                f"touch {STOP_FILE}; sleep {config.stop_grace_seconds}",
-                            ]
-                        }
-                    }
-                },
-            },
+            "volumes": _volumes(app, config),
+            "driver": _driver(app, config, labels, pod_env, secret_value is not None),
             "executor": {
                 "cores": config.executor_cores,
                 "instances": config.executor_instances,
                 "memory": config.executor_memory,
                 "labels": dict(labels),
                 "env": _env_list(pod_env),
-                **({"volumeMounts": conf_mounts()} if has_conf else {}),
+                **({"volumeMounts": _conf_mounts(config)} if _has_conf(config) else {}),
             },
         },
     }
-    if secret_value is None:
-        return [config_map, application]
-    worker_secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": metadata(worker_secret_name(group.job_group_id)),
-        "type": "Opaque",
-        "stringData": {"secret": secret_value},
+    manifests: list[dict[str, Any]] = []
+    if app.jobgroup_json is not None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": metadata(config_map_name(app.key)),
+                "data": {JOBGROUP_FILE: app.jobgroup_json},
+            }
+        )
+    if secret_value is not None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": metadata(worker_secret_name(app.key)),
+                "type": "Opaque",
+                "stringData": {"secret": secret_value},
+            }
+        )
+    return [*manifests, application]
+
+
+def _spark_conf(config: KubernetesConfig) -> dict[str, str]:
+    """What spark-submit.sh passes on its command line, as sparkConf."""
+    java_options = f"-Dlog4j2.configurationFile=file:{config.log4j_config}"
+    return {
+        "spark.driver.extraJavaOptions": java_options,
+        # Executors run in their own JVMs here (local mode had none): same quiet logging.
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.pyspark.python": config.python,
+        "spark.pyspark.driver.python": config.python,
+        "spark.executorEnv.PYSPARK_PYTHON": config.python,
+        **config.spark_conf,
     }
-    return [config_map, worker_secret, application]
+
+
+def _has_conf(config: KubernetesConfig) -> bool:
+    return bool(config.conf_config_map or config.conf_secret)
+
+
+def _conf_mounts(config: KubernetesConfig) -> list[dict[str, Any]]:
+    """Fresh dicts on every call: no object is shared in the output."""
+    if not _has_conf(config):
+        return []
+    return [{"name": "uatu-conf", "mountPath": config.conf_dir, "readOnly": True}]
+
+
+def _volumes(app: _App, config: KubernetesConfig) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = []
+    if app.jobgroup_json is not None:
+        volumes.append({"name": "jobgroup", "configMap": {"name": config_map_name(app.key)}})
+    if config.conf_config_map:
+        volumes.append({"name": "uatu-conf", "configMap": {"name": config.conf_config_map}})
+    elif config.conf_secret:
+        volumes.append(
+            {
+                "name": "uatu-conf",
+                "secret": {"secretName": config.conf_secret, "defaultMode": 0o400},
+            }
+        )
+    return volumes
+
+
+def _driver(
+    app: _App,
+    config: KubernetesConfig,
+    labels: Mapping[str, str],
+    pod_env: Mapping[str, str],
+    with_secret: bool,
+) -> dict[str, Any]:
+    secret_ref = []
+    if with_secret:
+        secret_ref = [
+            {
+                "name": WORKER_SECRET_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {"name": worker_secret_name(app.key), "key": "secret"}
+                },
+            }
+        ]
+    mounts = [] if app.jobgroup_json is None else [
+        {"name": "jobgroup", "mountPath": config.jobgroup_dir, "readOnly": True}
+    ]  # fmt: skip
+    return {
+        "cores": config.driver_cores,
+        "memory": config.driver_memory,
+        "serviceAccount": config.service_account,
+        "labels": dict(labels),
+        "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}) + secret_ref,
+        "volumeMounts": [*mounts, *_conf_mounts(config)],
+        # Graceful cancel: the stop file makes the job stop its query and exit 0; the hook
+        # then lasts until the container exits or the grace period ends.
+        "terminationGracePeriodSeconds": config.stop_grace_seconds,
+        "lifecycle": {
+            "preStop": {
+                "exec": {
+                    "command": [
+                        "/bin/sh",
+                        "-c",
+                        f"touch {STOP_FILE}; sleep {config.stop_grace_seconds}",
+                    ]
+                }
+            }
+        },
+    }
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
@@ -330,15 +385,24 @@ class KubernetesLauncher:
 
     def launch(self, group: JobGroup, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         manifests = render_manifests(group, definition, env, self.config)
-        config_map, application = manifests[0], manifests[-1]
-        secrets = [m["metadata"]["name"] for m in manifests if m["kind"] == "Secret"]
+        return self._apply(group.job_group_id, manifests, definition)
+
+    def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord:
+        """A worker application (`jobs/main.py worker`) named `name`, as `launch`."""
+        return self._apply(name, render_worker_manifests(name, definition, env, self.config),
+                           definition)  # fmt: skip
+
+    def _apply(self, key: str, manifests: list[dict], definition: str) -> LaunchRecord:
+        """Delete any earlier application of the name, apply `manifests`; the record."""
+        application = manifests[-1]
+        by_kind = {m["kind"]: m["metadata"]["name"] for m in manifests[:-1]}
         namespace = self.config.namespace
         name = application["metadata"]["name"]
         handle = f"{namespace}/{name}"
         self._run("launch", handle, delete_argv(self.config, "sparkapplication", namespace, name))
         manifest_list = {"apiVersion": "v1", "kind": "List", "items": manifests}
         self._run("launch", handle, apply_argv(self.config), stdin=json.dumps(manifest_list))
-        log.info("launched %s as SparkApplication %s", group.job_group_id, handle)
+        log.info("launched %s as SparkApplication %s", key, handle)
         return LaunchRecord(
             handle=handle,
             definition=definition,
@@ -347,8 +411,8 @@ class KubernetesLauncher:
             details=launch_details(
                 namespace=namespace,
                 name=name,
-                config_map=config_map["metadata"]["name"],
-                **({"worker_secret": secrets[0]} if secrets else {}),
+                **({"config_map": by_kind["ConfigMap"]} if "ConfigMap" in by_kind else {}),
+                **({"worker_secret": by_kind["Secret"]} if "Secret" in by_kind else {}),
             ),
         )
 
@@ -371,10 +435,9 @@ class KubernetesLauncher:
     def cancel(self, record: LaunchRecord) -> None:
         namespace, handle = str(record.detail("namespace")), record.handle
         # The application first: its driver stops; the ConfigMap only fed its volume.
-        objects = [
-            ("sparkapplication", str(record.detail("name"))),
-            ("configmap", str(record.detail("config_map"))),
-        ]
+        objects = [("sparkapplication", str(record.detail("name")))]
+        if record.details.get("config_map"):  # a worker application has none
+            objects.append(("configmap", str(record.details["config_map"])))
         if record.details.get("worker_secret"):
             objects.append(("secret", str(record.details["worker_secret"])))
         for kind, name in objects:

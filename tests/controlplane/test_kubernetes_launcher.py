@@ -30,6 +30,7 @@ from controlplane.launchers.kubernetes import (
     KubernetesLauncher,
     app_name,
     render_manifests,
+    render_worker_manifests,
 )
 from controlplane.reconcile import definition_of
 from core.paths import SPARK_JARS_DIR
@@ -412,4 +413,42 @@ def test_the_worker_secret_travels_in_a_secret_only_the_driver_reads(launcher, k
         ["sparkapplication", "uatu-audit-orders"],
         ["configmap", "uatu-audit-orders-jobgroup"],
         ["secret", "uatu-audit-orders-worker"],
+    ]
+
+
+def test_a_worker_application_runs_main_py_worker_without_a_jobgroup(launcher, kubectl):
+    """The pool's worker (`serve --workers` with this launcher): the group's application
+    without its JobGroup: no ConfigMap, no jobgroup volume, `jobs/main.py worker`."""
+    group, _, _ = GOLDEN_CASES["audit_defaults"]
+    env = {"UATU_WORKER_ID": "3", "UATU_WORKER_SECRET": "s3cr3t-value"}
+    secret, worker = render_worker_manifests("worker-0", "worker", env, launcher.config)
+    _, _, app = render_manifests(group, "worker", env, launcher.config)
+    assert worker["metadata"]["name"] == "uatu-worker-0"
+    assert secret["metadata"]["name"] == "uatu-worker-0-worker"
+    assert worker["spec"]["arguments"] == ["worker"]
+    assert [v["name"] for v in worker["spec"]["volumes"]] == []
+    assert worker["spec"]["driver"]["volumeMounts"] == []
+    # Everything else is the group's application's (names aside).
+    for part in ("sparkConf", "deps", "restartPolicy", "executor"):
+        assert worker["spec"][part] == json.loads(
+            json.dumps(app["spec"][part]).replace("uatu-audit-orders", "uatu-worker-0")
+        )
+    driver = {k: v for k, v in worker["spec"]["driver"].items() if k != "volumeMounts"}
+    assert driver == json.loads(
+        json.dumps({k: v for k, v in app["spec"]["driver"].items() if k != "volumeMounts"})
+        .replace("uatu-audit-orders", "uatu-worker-0")
+    )  # fmt: skip
+
+    from controlplane.pool_slots import WorkerLauncher
+
+    assert isinstance(launcher, WorkerLauncher)  # serve --workers takes it (assembly.py)
+    record = launcher.launch_worker("worker-0", "worker", env)
+    assert record.handle == "ns/uatu-worker-0" and "config_map" not in record.details
+    applied = json.loads(kubectl.calls()[-1]["stdin"])["items"]
+    assert [m["kind"] for m in applied] == ["Secret", "SparkApplication"]
+    launcher.cancel(record)
+    deleted = [c["argv"][2:4] for c in kubectl.calls() if c["argv"][1] == "delete"]
+    assert deleted[-2:] == [
+        ["sparkapplication", "uatu-worker-0"],
+        ["secret", "uatu-worker-0-worker"],
     ]

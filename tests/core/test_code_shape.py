@@ -129,7 +129,6 @@ OVERSIZED = {
     "jobs/availability/job.py": 641,
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,
     "controlplane/cli.py::build_parser": 172,
-    "controlplane/launchers/kubernetes.py::render_manifests": 139,
     "devservices/_service.py": 591,
     "devservices/kafka.py": 659,
     "bench/audit_clients_bench.py::main": 110,
