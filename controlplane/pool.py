@@ -24,8 +24,8 @@ Never in two places: `launch` places a group only when no worker may still run i
 (`_running`): none reports it running, or the one that does is silent past its lease (a
 worker that cannot heartbeat stops its queries itself after `fence_seconds`, below the lease:
 jobs/worker/main.py), or its application was seen dead and its slot relaunched. A leader
-places nothing before every live worker has heartbeated to it: until then it does not know
-what runs where.
+places nothing, and starts nothing, before every live worker has heartbeated to it: until
+then it does not know what runs where.
 
 Rebalancing: `maintain` moves the groups of a draining worker (the pool shrinks) to the
 others, and, when a worker joins (a slot relaunched, the first heartbeats of a new pool),
@@ -73,6 +73,7 @@ from controlplane.placement import (
 from controlplane.pool_slots import WorkerLauncher, WorkerSlots
 from controlplane.state.base import Store
 from controlplane.workers import is_pool_key
+from core import worker_jobs
 
 log = logging.getLogger("uatu.pool")
 
@@ -379,4 +380,9 @@ class WorkerPool:
             stored = self.store.get(key)
             if stored is not None:
                 assigned[key] = (record, stored.group)
-        return commands_for(reported, assigned, cancelling)
+        commands = commands_for(reported, assigned, cancelling)
+        if any(not self.heard.has(w) for w in self.slots.live_workers(records)):
+            # A new leader knows what runs where only from heartbeats: a group moved before
+            # the takeover may still run on a worker not heard yet, so nothing starts.
+            return [c for c in commands if c.type == worker_jobs.CANCEL]
+        return commands

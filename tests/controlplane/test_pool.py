@@ -471,3 +471,31 @@ def test_a_rebalance_moves_groups_that_are_not_running_yet_first(pooled):
     reconciler.reconcile_once()
     moved = sorted(g for g in before if store.launches()[g].worker_id == second)
     assert moved == ["g1", "g2"]  # moving them restarts no query
+
+
+@pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
+def test_a_new_leader_starts_nothing_before_every_live_worker_heartbeated_to_it(pooled):
+    """A group moved to worker B just before a takeover may still run on A: the new leader
+    (a pool that has heard nobody) sends B no RUN until A has told what it runs, and then
+    only once A stopped it (each step fails against its mutant: no wait for A, no gate)."""
+    store, clock, apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    a, b = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
+    for worker_id in (a, b):
+        _heard(store, pool, worker_id, clock.now)
+    groups.add(audit_group("g", "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    placed = store.launches()["g"]
+    old_worker = placed.worker_id
+    new_worker = b if old_worker == a else a
+    moved = placed.replace(
+        worker_id=new_worker, details={**placed.details, "pool_worker": new_worker}
+    )
+    store.put_launch("g", moved)  # the old leader's move, just before it lost the lead
+
+    leader = WorkerPool(store, apps, size=2, lease_seconds=20, clock=clock)  # heard nobody
+    assert _report_all(leader, new_worker, {}) == []  # the old worker not heard yet
+    assert _report_all(leader, old_worker, {"g": placed}) == [("g", worker_jobs.CANCEL)]
+    assert _report_all(leader, new_worker, {}) == []  # still running there
+    _report_all(leader, old_worker, {"g": placed}, stopped=["g"])
+    assert _report_all(leader, new_worker, {}) == [("g", worker_jobs.RUN)]
