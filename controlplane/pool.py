@@ -210,6 +210,10 @@ class WorkerPool:
     def pool_worker_ids(self, records: Mapping[str, LaunchRecord] | None = None) -> set[int]:
         return self.slots.worker_ids(records)
 
+    def unheard(self, records: Mapping[str, LaunchRecord]) -> list[int]:
+        """The live workers (draining ones too) that have not heartbeated to this leader."""
+        return [w for w in self.slots.live_workers(records) if not self.heard.has(w)]
+
     def loads(self, records: Mapping[str, LaunchRecord]) -> dict[int, Load]:
         """Each live worker's load: the groups placed on it, the traffic of the ones its
         last heartbeat reported running."""
@@ -224,12 +228,12 @@ class WorkerPool:
         serving workers that run fewer (`rebalance_moves`): a worker that joined gets its
         share. Only when every live worker has heartbeated to this leader."""
         serving = self.live_workers(records)
-        if not serving or not all(self.heard.has(w) for w in self.slots.live_workers(records)):
+        if not serving or self.unheard(records):
             return
         cancelling = self.heard.stopping()
         placed: dict[int, list[str]] = {w: [] for w in serving}
         leaving = []
-        draining = self.pool_worker_ids(records) - set(serving)
+        draining = self.slots.draining(records)
         for key, record in sorted(records.items()):
             if is_pool_key(key) or record.intent or key in cancelling:
                 continue
@@ -276,8 +280,7 @@ class WorkerPool:
         """Place the group; NoWorkerRoom when no live worker has room."""
         del env  # the worker application has its own
         records = self.store.launches()
-        live = self.live_workers(records)
-        unheard = [w for w in live if not self.heard.has(w)]
+        unheard = self.unheard(records)
         if unheard:  # a new leader: what runs where is known only from heartbeats
             raise NoWorkerRoom(group.job_group_id, f"no heartbeat yet from worker {unheard[0]}")
         elsewhere = self._running(records).get(group.job_group_id)
@@ -381,7 +384,7 @@ class WorkerPool:
             if stored is not None:
                 assigned[key] = (record, stored.group)
         commands = commands_for(reported, assigned, cancelling)
-        if any(not self.heard.has(w) for w in self.slots.live_workers(records)):
+        if self.unheard(records):
             # A new leader knows what runs where only from heartbeats: a group moved before
             # the takeover may still run on a worker not heard yet, so nothing starts.
             return [c for c in commands if c.type == worker_jobs.CANCEL]

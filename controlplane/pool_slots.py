@@ -131,6 +131,14 @@ class WorkerSlots:
                 live.append(record.worker_id)
         return sorted(live)
 
+    def draining(self, records: Mapping[str, LaunchRecord]) -> set[int]:
+        """The worker ids of the slots at or above `wanted`: no new groups, theirs move."""
+        return {
+            r.worker_id
+            for k, r in records.items()
+            if is_pool_key(k) and r.worker_id and slot_of(k) >= self.wanted
+        }
+
     def worker_ids(self, records: Mapping[str, LaunchRecord] | None = None) -> set[int]:
         """Every slot's worker id (draining ones too)."""
         found = self.store.launches() if records is None else records
