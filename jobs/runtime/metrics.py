@@ -69,17 +69,33 @@ def serving() -> bool:
     return _serving
 
 
+_declared: list[Gauge | Counter | Histogram] = []  # every labelled metric of the registry
+
+
 def gauge(name: str, doc: str, labels: Sequence[str]) -> Gauge:
     """A gauge in the driver's registry (each job type declares its own in its package)."""
-    return Gauge(name, doc, labels, registry=REGISTRY)
+    metric = Gauge(name, doc, labels, registry=REGISTRY)
+    _declared.append(metric)
+    return metric
 
 
 def counter(name: str, doc: str, labels: Sequence[str]) -> Counter:
-    return Counter(name, doc, labels, registry=REGISTRY)
+    metric = Counter(name, doc, labels, registry=REGISTRY)
+    _declared.append(metric)
+    return metric
 
 
 def histogram(name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]) -> Histogram:
-    return Histogram(name, doc, labels, buckets=buckets, registry=REGISTRY)
+    metric = Histogram(name, doc, labels, buckets=buckets, registry=REGISTRY)
+    _declared.append(metric)
+    return metric
+
+
+def clear_series() -> None:
+    """Forget every labelled series: a process that ran jobs before (a test session) starts
+    its next reading of the registry from none."""
+    for metric in _declared:
+        metric.clear()
 
 
 # --- every job: the streaming query ---------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,6 +14,13 @@ from jobs.audit import metrics as audit_metrics
 from jobs.availability import metrics as availability_metrics
 from jobs.replication import metrics as replication_metrics
 from jobs.runtime import metrics
+
+
+@pytest.fixture(autouse=True)
+def no_series_from_earlier_jobs() -> None:
+    """The registry is the process's: jobs run in-process by earlier tests of this worker
+    left their series in it."""
+    metrics.clear_series()
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
