@@ -12,8 +12,9 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    AddJobGroup to its first committed batch (the `commits/0` file of its checkpoint):
    p50, p99, max.
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
-4. --updates replication groups get a new flow-control rate (UpdateJobGroup): the time until
-   their worker runs the new definition and the query committed a batch after it.
+4. --updates replication groups (flow control --copy-rate) get half that rate
+   (UpdateJobGroup): the time until their worker runs the new definition, whether the query
+   took it in place (the same Spark run), and the batches until the first one at the new cap.
 5. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
    (GetJobGroup shows the job CANCELED, as the worker's heartbeat said).
 6. One worker application is SIGKILLed: for each of its groups, the time from the kill to
@@ -43,6 +44,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from google.protobuf import json_format
 from uatu.v1 import job_options_pb2  # noqa: F401  (JobGroup.extension in JSON)
+from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
@@ -192,7 +194,7 @@ def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
         )
         for t in audits
     ]
-    groups += [copy_of(t, args.replication_trigger_seconds) for t in copies]
+    groups += [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate) for t in copies]
     added: dict[str, float] = {}
     for group in groups:
         stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
@@ -215,23 +217,78 @@ def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
 
 
 def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore, args) -> dict:
-    """A new flow-control rate: time to the first batch the query committed after it."""
+    """Half the starting flow-control rate (UpdateJobGroup; within the batches the copy plans,
+    so the worker applies it in place): the time until the worker reports the new
+    definition, whether its query stayed the same Spark run, and the batches the query
+    planned after the UPDATE up to the first one planned after the worker applied it (the
+    first at the new cap), and the time until that batch committed."""
     before = {f"r-{t}": store.launches()[f"r-{t}"].worker_id for t in topics}
+    runs_before = {g: _worker_run(stub, g).query_run for g in before}
     at = time.time()
     for topic in topics:
-        group = copy_of(topic, args.replication_trigger_seconds, rate=1000)
+        group = copy_of(topic, args.replication_trigger_seconds, rate=args.copy_rate / 2)
         stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
-    done: dict[str, float] = {}
+    applied: dict[str, float] = {}
+    query_runs: dict[str, str] = {}
 
-    def applied() -> bool:
+    def all_applied() -> bool:
         for group_id in before:
-            if group_id not in done and committed_after(checkpoints, group_id, at + 0.5):
-                done[group_id] = time.time() - at
-        return len(done) == len(before)
+            run = _worker_run(stub, group_id)
+            defined = store.launches()[group_id].definition
+            if group_id not in applied and run.definition == defined and run.query_run:
+                applied[group_id], query_runs[group_id] = time.time(), run.query_run
+        return len(applied) == len(before)
 
-    wait_for("the updated queries' next batches", applied, 300, 1)
+    wait_for("the workers to run the updated definitions", all_applied, 300, 0.5)
+    effect: dict[str, tuple[int, float]] = {}
+
+    def in_effect() -> bool:
+        for group_id in before:
+            if group_id not in effect and (found := _first_batch_after(
+                checkpoints, group_id, at, applied[group_id]
+            )):  # fmt: skip
+                effect[group_id] = found
+        return len(effect) == len(before)
+
+    wait_for("a batch at the new cap", in_effect, 300, 1)
     same = all(store.launches()[g].worker_id == w for g, w in before.items())
-    return {"to_next_commit_s": seconds(list(done.values())), "same_worker": same}
+    return {
+        "to_applied_s": seconds([applied[g] - at for g in before]),
+        "in_place": sum(query_runs[g] == runs_before[g] for g in before),
+        "of": len(before),
+        "batches_to_effect": sorted(n for n, _ in effect.values()),
+        "to_commit_at_new_cap_s": seconds([t - at for _, t in effect.values()]),
+        "same_worker": same,
+    }
+
+
+def _worker_run(stub, group_id: str) -> WorkerJob:
+    """The worker's account of the group's run (GetJobGroup: its first job's extension)."""
+    group = stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=group_id)).group
+    carried = WorkerJob()
+    for stored_job in group.jobs:
+        if stored_job.job.extension.Unpack(carried):
+            break
+    return carried
+
+
+def _first_batch_after(
+    checkpoints: Path, group_id: str, updated: float, applied: float
+) -> tuple[int, float] | None:
+    """(batches planned since `updated` up to and including the first planned after
+    `applied`, when that one committed), once it has; Spark writes `offsets/N` when it plans
+    batch N and `commits/N` when N is done."""
+    folder = checkpoints / group_id
+    planned = sorted(
+        (int(p.name), p.stat().st_mtime)
+        for p in (folder / "offsets").glob("[0-9]*")
+        if p.stat().st_mtime > updated
+    )
+    for count, (batch, planned_at) in enumerate(planned, start=1):
+        done = folder / "commits" / str(batch)
+        if planned_at > applied:
+            return (count, done.stat().st_mtime) if done.exists() else None
+    return None
 
 
 def cancel_some(stub, topics: list[str]) -> dict:
@@ -359,6 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replication-trigger-seconds", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=5, help="memory and CPU sampling")
     parser.add_argument("--updates", type=int, default=5)
+    parser.add_argument(
+        "--copy-rate",
+        type=float,
+        default=1000,
+        help="each replication's flow control, msgs/s (far above --rate: it never binds); "
+        "the updates halve it",
+    )
     parser.add_argument("--cancels", type=int, default=10)
     parser.add_argument("--lease-seconds", type=float, default=20)
     parser.add_argument("--first-batch-deadline", type=float, default=1200)

@@ -97,7 +97,8 @@ def with_actuals(
 ) -> StoredJobGroup:
     """The stored group with its heartbeats folded in (pure; `group` is not modified). A
     worker application's status also gives its job the state it reports and, in
-    `job.extension`, its run: restarts and the one line of its last failure.
+    `job.extension`, its run: the run and definition it runs, its query's Spark run id and
+    the one line of its last failure.
 
     `fresh_after` is a POSIX time: older heartbeats still give offsets, not rates. With fresh
     rates, `scale_status.scale` is their `scale_of` in `quota`, and each job's `scale` an even

@@ -42,12 +42,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import astuple, dataclass
 
 from pyspark.sql import DataFrame, SparkSession
+from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 
-from core.errors import ConfigError, UatuError
+from core.errors import ConfigError, InvalidJobGroup, UatuError
+from core.jobgroup import check_flow_control
 from jobs.replication import tables
 from jobs.replication.continuous import logged_positions, run_low_latency
 from jobs.replication.many import ManyTopicsWriter, Plans, many_topics_stream, preflight_topics
-from jobs.replication.preflight import ReplicationPlan, cover_new_partitions, preflight
+from jobs.replication.preflight import (
+    ReplicationPlan,
+    caps_apply_in_place,
+    cover_new_partitions,
+    preflight,
+)
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import StatsWriter
@@ -186,14 +193,25 @@ class ReplicationBatchWriter:
             time.time() - copied,
         )
 
+    def retune(self, max_records_per_sec: float, max_bytes_per_sec: float) -> None:
+        """Pace the copy at these caps from the next batch on (one assignment: safe from
+        another thread while a batch runs)."""
+        self.destination = dataclasses.replace(
+            self.destination,
+            max_records_per_sec=max_records_per_sec,
+            max_bytes_per_sec=max_bytes_per_sec,
+        )
+
     def _cover_new_partitions(self, ranges: Sequence[SourceRange]) -> None:
         """Partitions added to the source while the job runs (Spark's source reads them from
         their start): extend the plan, growing the destination, before they are copied."""
         new = {r.partition for r in ranges} - set(self.plan.source_partitions)
         if new:
             spec = self.stats.spec
+            caps = self.destination.max_records_per_sec, self.destination.max_bytes_per_sec
             self.plan = cover_new_partitions(spec, self.plan, new)
             self.destination = destination_config(spec, self.plan)
+            self.retune(*caps)  # the caps in effect, which a retune may have changed
 
 
 def _warn_if_copies_queue(spark: SparkSession, partitions: int, low_latency: bool) -> None:
@@ -365,6 +383,32 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             record_bytes=(lambda: writer.stats.last_record_bytes) if writer is not None else None,
             log_batches=False,
         )
+
+    def retune(self, flow: FlowControl) -> bool:
+        """In place for the micro-batch copy of one topic, when the caps fit the batches Spark
+        plans (`preflight.caps_apply_in_place`): the next batch's copy tasks pace at them
+        (FlowLimiter.java). The low-latency copy and a copy of many topics restart."""
+        writer = self._writer
+        if writer is None or self.spec.many_topics or self._low_latency_run:
+            return False
+        try:
+            check_flow_control("flow_control", flow)
+        except InvalidJobGroup:
+            return False  # the restart refuses it, with its one line
+        rates = flow.messages_per_sec, flow.bytes_per_sec
+        if not caps_apply_in_place(writer.plan, self.spec.trigger_interval_seconds, *rates):
+            return False
+        self.spec = dataclasses.replace(
+            self.spec, max_messages_per_sec=rates[0], max_bytes_per_sec=rates[1]
+        )
+        writer.retune(*rates)
+        log.info(
+            "%s: flow control now %s msgs/s, %s bytes/s, from the next batch (in place)",
+            self.spec.job_group_id,
+            rates[0] or "unlimited",
+            rates[1] or "unlimited",
+        )
+        return True
 
     def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
         """The lost ranges from where this run's copy resumes: Spark's checkpoint for the

@@ -77,12 +77,47 @@ def records_per_trigger(spec: ReplicationSpec, mean_record_bytes: float | None) 
     the sampled mean record size; the copy paces both caps record by record (FlowLimiter.java).
     """
     window = max(spec.trigger_interval_seconds, FLOW_WINDOW_SECONDS)
+    return _record_budget(
+        spec.max_messages_per_sec, spec.max_bytes_per_sec, window, mean_record_bytes
+    )
+
+
+def caps_apply_in_place(
+    plan: ReplicationPlan,
+    trigger_interval_seconds: int,
+    max_messages_per_sec: float,
+    max_bytes_per_sec: float,
+) -> bool:
+    """Whether new flow-control caps can take effect in the running query (from its next
+    micro-batch) without restarting it.
+
+    Spark's Kafka source keeps the record budget the query started with (maxOffsetsPerTrigger:
+    `plan.max_offsets_per_trigger`), while the copy paces every record at the caps of its
+    batch. The new caps therefore hold at the destination as long as one batch of the planned
+    budget lasts at least a trigger interval at them: any lower caps, and higher ones up to
+    the budget per interval. A query started without caps has no budget, and one whose caps
+    are removed would keep the old budget: both need a restart."""
+    if plan.max_offsets_per_trigger is None:
+        return False
+    wanted = _record_budget(
+        max_messages_per_sec,
+        max_bytes_per_sec,
+        max(1, trigger_interval_seconds),
+        plan.mean_record_bytes,
+    )
+    return wanted is not None and wanted <= plan.max_offsets_per_trigger
+
+
+def _record_budget(
+    messages_per_sec: float, bytes_per_sec: float, seconds: int, mean_record_bytes: float | None
+) -> int | None:
+    """Records that keep both caps over `seconds`, or None when neither cap is set."""
     budgets = []
-    if spec.max_messages_per_sec > 0:
-        budgets.append(spec.max_messages_per_sec * window)
-    if spec.max_bytes_per_sec > 0:
+    if messages_per_sec > 0:
+        budgets.append(messages_per_sec * seconds)
+    if bytes_per_sec > 0:
         size = mean_record_bytes or 1024.0
-        budgets.append(spec.max_bytes_per_sec * window / size)
+        budgets.append(bytes_per_sec * seconds / size)
     if not budgets:
         return None
     return max(1, int(min(budgets)))

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
+from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 
 from core.errors import EXIT_FAILED, ConfigError, UatuError
 from core.spec import JobSpec
@@ -137,6 +138,13 @@ class StreamingJob(ABC, Generic[S]):
     def skips_lost_records(self) -> bool:
         """Whether the job reads past lost source records: it overrides `skip_lost_records`."""
         return type(self).skip_lost_records is not StreamingJob.skip_lost_records
+
+    def retune(self, flow: FlowControl) -> bool:
+        """New flow control for the running query, from its next micro-batch: True when the
+        job applied it in place, False when the query must restart for it (the default; a job
+        type that can apply it overrides this). Called from another thread than the query's
+        (a worker's heartbeats, jobs/worker/runs.py)."""
+        return False
 
     def explain_failure(self, spark: SparkSession) -> UatuError | None:
         """After the query failed: a one-line error naming the cause when the job can tell

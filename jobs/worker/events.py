@@ -4,8 +4,8 @@ Spark calls every listener for every query's events, so the worker registers one
 by query name (a termination event names the query by id only: the start event's name is
 kept): a group's progress goes to its `ProgressListener` (jobs/runtime/progress.py), whose
 per-partition statuses become the group's rates and offsets in the worker's heartbeats
-(`traffic`, summed over the partitions); a failure's one line goes to the group's run
-(`GroupRuns.note_failure`).
+(`traffic`, summed over the partitions); the Spark run id of a group's query when it starts,
+and a failure's one line, go to the group's run (`GroupRuns.note_started`, `note_failure`).
 
 Beside offsets and rates, a group's traffic carries what uForwarder's heartbeats do where
 Spark can tell it:
@@ -129,8 +129,12 @@ class QueryEvents(StreamingQueryListener):
         return None
 
     def onQueryStarted(self, event) -> None:
+        name = event.name or ""
         with self._lock:
-            self._names[str(event.id)] = event.name or ""
+            self._names[str(event.id)] = name
+            watched = self._watched.get(name)  # the group's own query, not its tiers'
+        if watched is not None:
+            self._runs.note_started(watched.group_id, str(event.runId))
 
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)

@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     spark = build_session("uatu-worker", conf=WORKER_CONF)
     link = ControlPlaneLink(config, ui_port_of(spark.sparkContext.uiWebUrl) or 0)
     runs = GroupRuns(
-        lambda job, stop_file: _run_group(spark, settings, job, stop_file, events),
+        lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs),
         traffic=lambda group_id: events.traffic(group_id),
     )
     # The worker's one listener (the lambdas above run later). The application's CPU is its
@@ -137,9 +137,15 @@ def serve_commands(
 
 
 def _run_group(
-    spark: SparkSession, settings: Settings, job: WorkerJob, stop_file: str, events: QueryEvents
+    spark: SparkSession,
+    settings: Settings,
+    job: WorkerJob,
+    stop_file: str,
+    events: QueryEvents,
+    runs: GroupRuns,
 ) -> int:
-    """Run one group's query to its end in this thread, in the group's FAIR pool."""
+    """Run one group's query to its end in this thread, in the group's FAIR pool; a
+    flow-control UPDATE meanwhile goes to its job's `retune`."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_group_id)
     group = job.job_group
     streaming_job = build_job(group, settings)
@@ -150,6 +156,7 @@ def _run_group(
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
     produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
     events.watch(name, job.job_group_id, identity, produces=produces)
+    runs.attach(job.job_group_id, streaming_job.retune)
     try:
         return streaming_job.run_on(spark, once=False, stop_file=stop_file)
     finally:

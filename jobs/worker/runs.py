@@ -8,15 +8,24 @@ command            the group is not here, or over   the group runs here
 =================  ===============================  =====================================
 RUN                start it (a FAILED run: only     a repeat (same run id): nothing;
                    with a new run id)               a new run id: restart it
-UPDATE             start it                         restart it with the new definition
+UPDATE             start it                         a repeat (same run and definition):
+                                                    nothing; only its flow control
+                                                    changed: retune it in place if its
+                                                    job can, else restart it; otherwise
+                                                    restart it with the new definition
 CANCEL             forget it                        stop it; forget it once stopped
 =================  ===============================  =====================================
 
-(`decide`, pure, is that table.) Each group runs in a thread of its own, whose Spark jobs go
-to a FAIR scheduler pool named after the group, so a heavy group cannot take every task slot
-from the others. A run that fails, or is refused as bad input, is reported FAILED with the
-one line of its cause; it is never restarted here: relaunching with backoff, and giving up,
-is the control plane's (controlplane/reconciler.py), which sends a RUN with a new run id.
+(`decide`, pure, is that table.) A retune hands the new flow control to the running job
+(`StreamingJob.retune`, attached by the runner through `attach`): the query keeps running, its
+Spark run id (`query_run` in the group's status) stays, and the group reports the new
+definition and run at once, so the control plane sends nothing more.
+
+Each group runs in a thread of its own, whose Spark jobs go to a FAIR scheduler pool named
+after the group, so a heavy group cannot take every task slot from the others. A run that
+fails, or is refused as bad input, is reported FAILED with the one line of its cause; it is
+never restarted here: relaunching with backoff, and giving up, is the control plane's
+(controlplane/reconciler.py), which sends a RUN with a new run id.
 
 A stop (CANCEL, UPDATE, `stop_all`) creates the run's stop file, which its query polls
 (jobs/runtime/runner.py): the query stops between two micro-batches and its thread ends.
@@ -35,6 +44,8 @@ from pathlib import Path
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
+from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from core import worker_jobs
@@ -53,6 +64,7 @@ class Step(enum.Enum):
     RESTART = "restart"
     STOP = "stop"
     FORGET = "forget"
+    RETUNE = "retune"
 
 
 def decide(
@@ -66,10 +78,32 @@ def decide(
     if here is None:
         return Step.START
     if kind == worker_jobs.UPDATE:
+        if running and (here.run, here.definition) == (wanted.run, wanted.definition):
+            return Step.NOTHING  # a repeat: the reply to a heartbeat sent before it was taken
+        if running and only_flow_control_differs(here.job_group, wanted.job_group):
+            return Step.RETUNE
         return Step.RESTART if running else Step.START
     if here.run == wanted.run:
         return Step.START if not running and not failed else Step.NOTHING
     return Step.RESTART if running else Step.START
+
+
+def only_flow_control_differs(here: JobGroup, wanted: JobGroup) -> bool:
+    """Whether the two definitions differ, and only in their flow control."""
+    if here.flow_control == wanted.flow_control:
+        return False
+    return _without_flow_control(here) == _without_flow_control(wanted)
+
+
+def _without_flow_control(group: JobGroup) -> JobGroup:
+    copied = JobGroup()
+    copied.CopyFrom(group)
+    copied.ClearField("flow_control")
+    return copied
+
+
+# A running job's `StreamingJob.retune`: True when it applied the new flow control in place.
+Retune = Callable[[FlowControl], bool]
 
 
 @dataclass
@@ -84,6 +118,7 @@ class GroupRun:
     stop_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     told_ended: bool = False  # a heartbeat carried its final state
+    retune: Retune | None = None  # attached by the runner once its job runs
 
     @property
     def running(self) -> bool:
@@ -156,12 +191,43 @@ class GroupRuns:
             with self._lock:
                 self._runs.pop(group_id, None)
             return
+        if step is Step.RETUNE and here is not None and not here.stop_requested:
+            if self._retuned(here, wanted):
+                return
+            log.info("%s cannot apply it in place: restart", group_id)
         previous = here if here is not None and running else None
         if previous is not None:
             previous.stop()
             if step is Step.STOP:
                 return
         self._start(job_id, wanted, after=previous)
+
+    @staticmethod
+    def _retuned(here: GroupRun, wanted: WorkerJob) -> bool:
+        """Hand the new flow control to the running job; when it applied it, the run goes on
+        as the new definition and run (the same query: its `query_run` stays)."""
+        retune = here.retune
+        if retune is None or not retune(wanted.job_group.flow_control):
+            return False
+        adopted = WorkerJob()
+        adopted.CopyFrom(wanted)
+        adopted.query_run = here.job.query_run
+        here.job = adopted
+        return True
+
+    def attach(self, group_id: str, retune: Retune) -> None:
+        """The running job's retune, from the runner once the job's query is about to start."""
+        with self._lock:
+            run = self._runs.get(group_id)
+        if run is not None and run.running:
+            run.retune = retune
+
+    def note_started(self, group_id: str, query_run: str) -> None:
+        """The Spark run id of the group's query, which just started."""
+        with self._lock:
+            run = self._runs.get(group_id)
+        if run is not None and run.running:
+            run.job.query_run = query_run
 
     def _start(self, job_id: int, wanted: WorkerJob, after: GroupRun | None = None) -> None:
         """Start the group's run in its own thread; with `after`, once that run has ended (the
@@ -199,6 +265,7 @@ class GroupRuns:
             else:
                 self._failed(run, run.job.last_error or f"its query ended (exit {status})")
         finally:
+            run.retune = None
             run.stop_file.unlink(missing_ok=True)
             run.done.set()
 

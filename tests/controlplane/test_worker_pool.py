@@ -5,7 +5,8 @@ streaming query, with RUN, UPDATE and CANCEL travelling in its heartbeat replies
 One control plane and one worker application serve the whole test, so it pays for one
 Spark start-up: an audit and a replication run side by side and are checked against the
 records produced; bad input is FAILED at once, never relaunched, while its neighbours keep
-committing; a flow-control update restarts that query only; CANCELED stops one query; a
+committing; a flow-control update applies in place, one that removes the cap restarts that
+query only; CANCELED stops one query; a
 SIGKILLed worker is relaunched by the pool and its groups go on, with nothing lost or copied
 twice. Durations are printed, never asserted (`make bench-fleet` measures them).
 """
@@ -112,7 +113,7 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
             started = time.monotonic()  # groups wait for the worker's first heartbeat
             add(audit_group("pool-audit", audited, audit_types=("AUDIT_TYPE_EXACT_UNIQ",),
                             from_earliest=True))  # fmt: skip
-            add(replication_group("pool-copy", source, copy))
+            add(replication_group("pool-copy", source, copy, rate=1000))
             # Bad input the control plane cannot see: the destination has fewer partitions.
             kafka.create_topic(f"pool-narrow-{suffix}", partitions=1)
             add(replication_group("pool-bad", source, f"pool-narrow-{suffix}"))
@@ -160,22 +161,29 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
                 "the audit to count the new records",
             )
 
-            # A flow-control update restarts that query only, on the same application.
-            before = store.launches()["pool-copy"]
-            admin.UpdateJobGroup(
-                admin_pb2.UpdateJobGroupRequest(
-                    job_group=replication_group("pool-copy", source, copy, rate=500)
+            # A flow-control update within the batches the copy plans applies in place: the
+            # same Spark run of its query. Removing the cap restarts that query only, on the
+            # same application.
+            for rate, in_place in ((500, True), (0, False)):
+                before = worker_run(get("pool-copy"))
+                assert before is not None and before.query_run
+                admin.UpdateJobGroup(
+                    admin_pb2.UpdateJobGroupRequest(
+                        job_group=replication_group("pool-copy", source, copy, rate=rate)
+                    )
                 )
-            )
-            wait_for(
-                lambda: (
-                    (r := worker_run(get("pool-copy"))) is not None
-                    and r.run != before.details["run"]
-                    and r.definition == store.launches()["pool-copy"].definition
-                ),
-                120,
-                "the worker to run the updated definition",
-            )
+                after = wait_for(
+                    lambda: (
+                        (r := worker_run(get("pool-copy"))) is not None
+                        and r.definition == store.launches()["pool-copy"].definition
+                        and r.query_run
+                        and r
+                    ),
+                    120,
+                    f"the worker to run the definition at {rate} msgs/s",
+                )
+                assert (after.query_run == before.query_run) is in_place, (before, after)
+                assert after.run != before.run
             assert pid_alive(int(worker.detail("pid")))
             produce(kafka.bootstrap_servers, source, audit_dataset(40, 2, now_ms, seed=5))
             wait_for(

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core import worker_jobs
 from core.config import load_settings
@@ -38,6 +39,7 @@ def every_kind(suffix: str, sink: str) -> dict[str, dict]:
         "replication": {
             "kafkaConsumerTaskGroup": {"topic": t, **EARLIEST},
             "kafkaDispatcherTaskGroup": {"topic": u},
+            "flowControl": {"messagesPerSec": 1000},
         },
         "availability": {"kafkaConsumerTaskGroup": {"topic": f"every-probe-{suffix}"}},
         "loadgen-produce": {
@@ -59,6 +61,42 @@ def every_kind(suffix: str, sink: str) -> dict[str, dict]:
     return groups
 
 
+def retune_in_place(spark, runs: GroupRuns, group: JobGroup, query_name: str, kafka) -> None:
+    """A flow-control UPDATE of the running replication: its query goes on (the same Spark
+    run), the group reports the new definition, and the next batch's copy tasks pace at the
+    new cap (the JVM's limiter for the group at 400 records/s)."""
+    (query,) = [q for q in spark.streams.active if q.name == query_name]
+    slower = JobGroup()
+    slower.CopyFrom(group)
+    slower.flow_control.messages_per_sec = 400
+    runs.take([worker_jobs.command(worker_jobs.UPDATE, 3, slower, "d2", "r2")])
+    reported = {
+        job.job_group_id: job
+        for s in runs.statuses()
+        if (job := worker_jobs.worker_job_of(s.job)) is not None
+    }[group.job_group_id]
+    assert (reported.definition, reported.run, reported.query_run) == ("d2", "r2", str(query.runId))
+    topic = group.kafka_consumer_task_group.topic
+    produce(kafka.bootstrap_servers, topic, audit_dataset(20, 2, int(time.time() * 1000), seed=4))
+    wait_for(
+        lambda: f"{group.job_group_id}|400.0|0.0" in limiter_keys(spark),
+        120,
+        "a copy paced at the new cap",
+    )
+    assert query.isActive and [
+        str(q.runId) for q in spark.streams.active if q.name == query_name
+    ] == [str(query.runId)]
+
+
+def limiter_keys(spark) -> set[str]:
+    """The (JobGroup, caps) of every flow limiter the copies in this JVM joined."""
+    jvm = spark.sparkContext._jvm
+    limiter = jvm.py4j.reflection.ReflectionUtil.classForName("dev.uatu.replication.FlowLimiter")
+    field = limiter.getDeclaredField("LIMITERS")
+    field.setAccessible(True)
+    return {str(key) for key in field.get(None).keySet()}
+
+
 @pytest.mark.integration
 def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tmp_path):
     suffix = uuid.uuid4().hex[:8]
@@ -74,7 +112,9 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
     with ScriptedService() as sink:
         groups = {kind: parse(data) for kind, data in every_kind(suffix, sink.address).items()}
         names = {kind: build_job(g, settings).spec.query_name for kind, g in groups.items()}
-        runs = GroupRuns(lambda job, stop_file: _run_group(spark, settings, job, stop_file, events))
+        runs = GroupRuns(
+            lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs)
+        )
         events = QueryEvents(runs)
         spark.streams.addListener(events)
         try:
@@ -99,6 +139,7 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
 
             wait_for(all_ran, 300, "every kind's query to complete two micro-batches")
             assert sorted(runs.running()) == sorted(g.job_group_id for g in groups.values())
+            retune_in_place(spark, runs, groups["replication"], names["replication"], kafka)
         finally:
             runs.stop_all("the end of the test")
             stopped = runs.wait_stopped(120)

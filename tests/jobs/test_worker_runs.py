@@ -23,8 +23,10 @@ from testing.polling import wait_for
 RUN, UPDATE, CANCEL = worker_jobs.RUN, worker_jobs.UPDATE, worker_jobs.CANCEL
 
 
-def _job(run: str = "r1", definition: str = "d1") -> WorkerJob:
-    return WorkerJob(job_group_id="g", run=run, definition=definition)
+def _job(run: str = "r1", definition: str = "d1", rate: float = 0, topic: str = "t") -> WorkerJob:
+    job = WorkerJob(job_group_id="g", run=run, definition=definition)
+    job.job_group.CopyFrom(audit_group("g", topic, rate))
+    return job
 
 
 @pytest.mark.parametrize(
@@ -36,8 +38,15 @@ def _job(run: str = "r1", definition: str = "d1") -> WorkerJob:
         (RUN, False, False, _job(), _job(), Step.START),  # stopped unasked (fenced): again
         (RUN, True, False, _job(), _job("r2"), Step.RESTART),
         (RUN, False, True, _job(), _job("r2"), Step.START),
-        (UPDATE, True, False, _job(), _job("r2", "d2"), Step.RESTART),
+        (UPDATE, True, False, _job(), _job("r2", "d2", topic="u"), Step.RESTART),
         (UPDATE, False, False, None, _job("r2", "d2"), Step.START),
+        (UPDATE, True, False, _job("r2", "d2"), _job("r2", "d2"), Step.NOTHING),  # a repeat
+        # Only the flow control changed: the running job may apply it in place.
+        (UPDATE, True, False, _job(rate=10), _job("r2", "d2", rate=5), Step.RETUNE),
+        (UPDATE, False, False, _job(rate=10), _job("r2", "d2", rate=5), Step.START),
+        # The flow control and something else changed, or nothing the worker can see did.
+        (UPDATE, True, False, _job(rate=10), _job("r2", "d2", 5, "u"), Step.RESTART),
+        (UPDATE, True, False, _job(), _job("r2", "d2"), Step.RESTART),
         (CANCEL, True, False, _job(), _job(), Step.STOP),
         (CANCEL, False, False, _job(), _job(), Step.FORGET),
         (CANCEL, False, False, None, _job(), Step.FORGET),
@@ -76,8 +85,8 @@ class Queries:
                 self.live.discard(job.job_group_id)
 
 
-def _command(kind, group_id: str, run: str, definition: str = "d1"):
-    return worker_jobs.command(kind, 5, audit_group(group_id, "orders"), definition, run)
+def _command(kind, group_id: str, run: str, definition: str = "d1", rate: float = 0):
+    return worker_jobs.command(kind, 5, audit_group(group_id, "orders", rate), definition, run)
 
 
 def _states(runs: GroupRuns) -> dict[str, tuple[str, int]]:
@@ -189,6 +198,46 @@ def test_a_restart_waits_for_the_old_query_in_the_background_never_in_the_caller
     assert queries.started == [("a", "r1"), ("a", "r2")]
 
 
+class Retunes:
+    """A job's `retune`: records each flow control handed to it, applies it when `can`."""
+
+    def __init__(self, can: bool) -> None:
+        self.can = can
+        self.seen: list[float] = []
+
+    def __call__(self, flow: job_pb2.FlowControl) -> bool:
+        self.seen.append(flow.messages_per_sec)
+        return self.can
+
+
+def test_a_flow_control_update_goes_to_the_running_job_and_restarts_only_when_refused(runs):
+    """UPDATE of the flow control alone: the job's retune gets the new flow control; applied,
+    the query goes on (no new start) and the group reports the new definition and run with
+    its query's Spark run id; refused, the query restarts with the new definition."""
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1", rate=100)])
+    wait_for(lambda: queries.live == {"a"}, 10, "the query")
+    group_runs.note_started("a", "spark-run-1")
+    in_place = Retunes(can=True)
+    group_runs.attach("a", in_place)
+    group_runs.take([_command(UPDATE, "a", "r2", "d2", rate=50)])
+    assert in_place.seen == [50.0]
+    assert queries.started == [("a", "r1")] and "a" in group_runs.running()
+    (status,) = group_runs.statuses()
+    reported = worker_jobs.worker_job_of(status.job)
+    assert reported is not None
+    assert (reported.definition, reported.run, reported.query_run) == ("d2", "r2", "spark-run-1")
+    group_runs.take([_command(UPDATE, "a", "r2", "d2", rate=50)])  # the next reply: nothing
+    assert in_place.seen == [50.0]
+
+    refused = Retunes(can=False)
+    group_runs.attach("a", refused)
+    group_runs.take([_command(UPDATE, "a", "r3", "d3", rate=5000)])
+    assert refused.seen == [5000.0]
+    wait_for(lambda: ("a", "r3") in queries.started, 10, "the restart")
+    assert queries.started == [("a", "r1"), ("a", "r3")]
+
+
 def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
     """The worker's one listener routes each query's progress to its group: the group's
     status sums its partitions' committed offsets and rates; another query's progress and a
@@ -243,7 +292,7 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
     assert by_group["b"].kafka_dispatcher_task_status.num_records_produced == 7
     assert not by_group["a"].HasField("kafka_dispatcher_task_status")
 
-    events.onQueryStarted(SimpleNamespace(id="q-b", name="audit-b"))
+    events.onQueryStarted(SimpleNamespace(id="q-b", runId="run-b", name="audit-b"))
     events.onQueryTerminated(SimpleNamespace(id="q-b", exception="java.lang.X: boom\n\tat y"))
     errors = {
         worker_jobs.worker_job_of(s.job).job_group_id: worker_jobs.worker_job_of(s.job).last_error  # type: ignore[union-attr]

@@ -16,7 +16,14 @@ from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, UnknownCluster
 from core.provenance import STAMP, SourceOffset, latest_stamp, parse_stamp
 from jobs.replication.continuous import EpochLayout, epoch_layout, progress_record, resolved_starts
-from jobs.replication.preflight import EARLIEST, LATEST, build_plan, records_per_trigger
+from jobs.replication.preflight import (
+    EARLIEST,
+    LATEST,
+    ReplicationPlan,
+    build_plan,
+    caps_apply_in_place,
+    records_per_trigger,
+)
 from jobs.replication.progress_log import LoggedBatch, resume_offsets
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
@@ -371,6 +378,60 @@ def test_record_budget_from_both_caps(settings) -> None:
     assert records_per_trigger(with_caps(0, 100_000), 200.0) == 5000
     assert records_per_trigger(with_caps(1000, 100_000), 50.0) == 10_000  # messages bind
     assert records_per_trigger(with_caps(0, 100_000), None) == 976  # 1 KiB assumed
+
+
+def test_new_caps_apply_in_place_while_a_planned_batch_lasts_a_trigger_interval() -> None:
+    """A query planned at 1,000 msgs/s (10,000 records a batch: the 10 s flow window) with a
+    2 s trigger: any lower cap applies in place, a higher one up to 10,000 / 2 s; a byte cap
+    through the sampled record size; no budget, or no cap any more: restart."""
+    plan = ReplicationPlan((0, 1), 2, False, max_offsets_per_trigger=10_000, mean_record_bytes=100)
+    assert caps_apply_in_place(plan, 2, 500, 0)
+    assert caps_apply_in_place(plan, 2, 5000, 0)
+    assert not caps_apply_in_place(plan, 2, 5001, 0)
+    assert caps_apply_in_place(plan, 2, 0, 500_000)  # 5,000 records/s of 100 bytes
+    assert not caps_apply_in_place(plan, 2, 0, 500_100)
+    assert caps_apply_in_place(plan, 2, 9000, 500_000)  # the lower of the two binds
+    assert not caps_apply_in_place(plan, 2, 0, 0)  # no cap: the old budget would still bind
+    unplanned = ReplicationPlan((0, 1), 2, False, mean_record_bytes=100)
+    assert not caps_apply_in_place(unplanned, 2, 10, 0)  # batches unbounded: restart
+
+
+def test_a_retune_paces_the_next_batches_copy_and_refuses_what_needs_a_restart(settings) -> None:
+    """`ReplicationJob.retune`: caps that fit go to the copy's destination config (what the
+    next batch's tasks pace at) and the spec; caps beyond the planned batches, bad caps, or
+    a job without its micro-batch writer (not running yet, low latency) leave both as they
+    were and ask for a restart."""
+    from uber.data.kafka.datatransfer.job_pb2 import FlowControl
+
+    from jobs.replication.job import ReplicationBatchWriter, ReplicationJob, destination_config
+    from jobs.runtime.template import WriteId
+
+    job = ReplicationJob(spec(settings, flowControl={"messagesPerSec": 1000}))
+    plan = ReplicationPlan((0,), 1, False, max_offsets_per_trigger=10_000, mean_record_bytes=100)
+    assert not job.retune(FlowControl(messages_per_sec=500))  # no writer yet
+    job._plan = plan
+    job._writer = ReplicationBatchWriter(
+        plan,
+        destination_config(job.spec, plan),
+        None,
+        WriteId("t", "ck"),  # type: ignore[arg-type]
+    )
+
+    def caps() -> tuple[float, float, float]:
+        assert job._writer is not None
+        return (
+            job._writer.destination.max_records_per_sec,
+            job._writer.destination.max_bytes_per_sec,
+            job.spec.max_messages_per_sec,
+        )
+
+    assert job.retune(FlowControl(messages_per_sec=250, bytes_per_sec=90_000))
+    assert caps() == (250, 90_000, 250)
+    assert not job.retune(FlowControl(messages_per_sec=6000))  # beyond 10,000 per 2 s
+    assert not job.retune(FlowControl(messages_per_sec=-1))
+    assert caps() == (250, 90_000, 250)
+    job._low_latency_run = True
+    assert not job.retune(FlowControl(messages_per_sec=100))
 
 
 def _slots(limiter, sizes: list[int], asked_at_ns: list[int]) -> list[int]:
