@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -65,7 +67,12 @@ class UatuBoundedRunOperator(BaseOperator):
     its counts); an empty list runs nothing (the jobs run elsewhere, e.g. continuously under
     the control plane). `spark_submit` is the checkout's script (an Airflow worker needs only
     it and Java, not pyspark in Airflow's venv). Exit status 0 succeeds; 2 (bad input) and 1
-    (failed) fail the task with the log's tail, and the JobGroups after it do not run.
+    (failed) fail the task, and the JobGroups after it do not run.
+
+    The run's output goes to the task log line by line while it runs. A task that is cleared,
+    marked or times out is killed (`on_kill`): the script gets SIGTERM, which stops the job
+    between two micro-batches, and its whole process group (spark-submit's JVM, the driver)
+    SIGKILL if it is still there `kill_grace_seconds` later.
     """
 
     template_fields: Sequence[str] = ("job_group", "env")
@@ -76,12 +83,16 @@ class UatuBoundedRunOperator(BaseOperator):
         job_group: str | dict | Sequence[str | dict],
         spark_submit: str,
         env: Mapping[str, str] | None = None,
+        kill_grace_seconds: float = 60.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_group = job_group
         self.spark_submit = spark_submit
         self.env = dict(env or {})
+        self.kill_grace_seconds = kill_grace_seconds
+        self._process: subprocess.Popen[str] | None = None
+        self._killed = False
 
     def execute(self, context: Any) -> int:
         groups = self.job_group
@@ -101,15 +112,49 @@ class UatuBoundedRunOperator(BaseOperator):
                 path = str(Path(tmp) / "jobgroup.json")
                 Path(path).write_text(json.dumps(data))
             argv = bounded_run_argv(self.spark_submit, path)
+            if self._killed:
+                raise AirflowException(f"killed before {' '.join(argv)}")
             self.log.info("running %s", " ".join(argv))
-            done = subprocess.run(
-                argv,
-                env={**os.environ, **self.env},
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        for line in done.stdout.splitlines()[-40:] + done.stderr.splitlines()[-40:]:
-            self.log.info("%s", line)
-        if done.returncode != 0:
-            raise AirflowException(f"{argv[0]} exited with {done.returncode}")
+            status = self._stream(argv)
+        if self._killed:
+            raise AirflowException(f"{argv[0]} was stopped: the task was killed")
+        if status != 0:
+            raise AirflowException(f"{argv[0]} exited with {status}")
+
+    def _stream(self, argv: list[str]) -> int:
+        """Run `argv` in a process group of its own, logging each line of its output (stderr
+        too) as it comes; its exit status."""
+        process = subprocess.Popen(
+            argv,
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._process = process
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                self.log.info("%s", line.rstrip("\n"))
+            return process.wait()
+        finally:
+            self._process = None
+
+    def on_kill(self) -> None:
+        """Stop the running `spark-submit.sh`: SIGTERM (the job stops between two batches),
+        then SIGKILL to its process group after `kill_grace_seconds`."""
+        self._killed = True
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        self.log.info("stopping %d (SIGTERM)", process.pid)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=self.kill_grace_seconds)
+        except subprocess.TimeoutExpired:
+            self.log.warning("%d still running after %.0f s: SIGKILL", process.pid,
+                             self.kill_grace_seconds)  # fmt: skip
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
