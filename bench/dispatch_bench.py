@@ -203,9 +203,16 @@ def job_group(group_id: str, sink: GrpcSink, inflight: int) -> dict[str, Any]:
         "jobGroupId": group_id,
         "type": "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
         "flowControl": {"maxInflightMessages": inflight},
-        "kafkaConsumerTaskGroup": {"cluster": "local", "topic": TOPIC, "consumerGroup": GROUP},
+        # A consumer group of its own: each run reads the whole topic, where a run in the
+        # bench's group would start where the one before committed.
+        "kafkaConsumerTaskGroup": {
+            "cluster": "local",
+            "topic": TOPIC,
+            "consumerGroup": f"{GROUP}-{group_id}",
+        },
         "rpcDispatcherTaskGroup": {
             "uri": f"dns:///{sink.address}",
+            "procedure": METHOD,
             "rpcTimeoutMs": 10000,
             "dlqTopic": f"{TOPIC}-dlq",
         },

@@ -97,6 +97,9 @@ def iter_messages(
                 if m.error():
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"reading {topic}: {m.error()}")
+                    # At the end: past `ends`, whose last offsets may be transaction markers
+                    # (never delivered as messages).
+                    pending.discard(m.partition())
                     continue
                 yield m
                 if m.offset() >= ends[m.partition()] - 1:
@@ -122,13 +125,31 @@ def read_partitions(
 
 def count_records(bootstrap_servers: str, topic: str, partitions: int) -> int:
     """Records in `topic` by offsets (high - low watermark), without reading them."""
+    marks = watermarks(bootstrap_servers, topic, partitions)
+    return sum(high - low for low, high in marks.values())
+
+
+def watermarks(bootstrap_servers: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """{partition: (low, high)} of `topic` now."""
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "count-records"})
     try:
-        total = 0
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def high_watermarks(bootstrap_servers: str, topic: str, partitions: int) -> dict[int, int]:
+    """{partition: end offset} of `topic` now."""
+    return {p: high for p, (_, high) in watermarks(bootstrap_servers, topic, partitions).items()}
+
+
+def partition_count(bootstrap_servers: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "count-records"})
+    try:
+        return len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     finally:
         consumer.close()
 

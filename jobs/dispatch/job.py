@@ -33,6 +33,10 @@ Records deleted before they were dispatched, from the source, a retry tier or th
 range in `source_data_loss` under that topic); a `--skip-lost-records` run reads past exactly
 those ranges (`jobs/runtime/source_failure.py`).
 
+Consumer group: each batch's end offsets are committed to the JobGroup's consumer_group once
+its records are done (before the checkpoint), so lag monitors see the dispatcher; a new
+checkpoint starts from the group's commits where they exist (`offsets.start_from_commits`).
+
 Trigger: processing time: `extension.trigger.interval_seconds` (1 s) for the source,
 `extension.dispatch.tier_trigger_seconds` (5 s) for the tiers and the resq. With `--once`, or for a
 bounded source (partition_offset_ranges, end_timestamp), the application stops by itself, exit
@@ -58,7 +62,14 @@ from core import kafka_admin
 from core.errors import UatuError
 from core.faults import fault_point
 from jobs.dispatch import dispatcher, metrics, tables
-from jobs.dispatch.offsets import Bounds, Watermarks, is_drained, main_bounds, resolved_start
+from jobs.dispatch.offsets import (
+    Bounds,
+    Watermarks,
+    is_drained,
+    main_bounds,
+    resolved_start,
+    start_from_commits,
+)
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.transforms import dispatch_stats
@@ -66,6 +77,7 @@ from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime import source_failure
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.delta import append_once, ensure_tables
+from jobs.runtime.group_offsets import GroupOffsetCommitter, committed_offsets
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QueryPlan, run_queries
 from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
@@ -94,20 +106,33 @@ class DispatchBatchWriter:
     replay_batch: int | None
     write_id: WriteId
     gaps: SourceGaps = NO_GAPS  # lost ranges of the query's topic to read past
+    group_offsets: GroupOffsetCommitter | None = None  # the JobGroup's consumer group
     last_record_bytes: float = 0.0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        spark = batch.sparkSession
-        ranges = [
+        planned = [
             (r["topic"], r["partition"], r["from_offset"], r["until_offset"])
             for r in batch.collect()
         ]
+        ranges = planned
         if self.gaps:
             label = f"{self.query.topic} batch {batch_id}"
             kept = read_past(self.gaps, [r[1:] for r in ranges], label)
             ranges = [(self.query.topic, *r) for r in kept]
-        if not ranges:
-            return
+        if ranges:
+            self._dispatch(batch.sparkSession, ranges, batch_id)
+        if self.group_offsets is not None:
+            # Only now is every record of the batch done (committed, skipped, or acknowledged
+            # by the tier, DLQ or resq it went to), so lag monitors never see a record as
+            # consumed before it is.
+            ends = {partition: until for _, partition, _, until in planned}
+            self.group_offsets.commit(ends, topic=self.query.topic)
+        if ranges:
+            fault_point("dispatch.before_checkpoint", self.query.topic)  # core/faults.py
+
+    def _dispatch(
+        self, spark: SparkSession, ranges: list[tuple[str, int, int, int]], batch_id: int
+    ) -> None:
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
         if redelivered:
             log.warning(
@@ -140,7 +165,6 @@ class DispatchBatchWriter:
         self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
         if runtime_metrics.serving():  # the rows are few; only collected for a scrape endpoint
             metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
-        fault_point("dispatch.before_checkpoint", self.query.topic)  # core/faults.py: tests only
 
     def _labels(self) -> Mapping[str, str]:
         return {
@@ -201,6 +225,10 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self._writers: dict[str, DispatchBatchWriter] = {}
         self._spark: SparkSession | None = None
         self._gaps: dict[str, SourceGaps] = {}  # by topic (--skip-lost-records)
+        self._starts: dict[str, dict[int, int]] = {}  # by topic: new checkpoints' group starts
+        self._group_offsets = GroupOffsetCommitter(
+            spec.source.cluster.client_config(), spec.source.consumer_group, spec.source.topic
+        )
 
     def check(self) -> None:
         """The topics the job writes must exist (their smallest `max.message.bytes` sizes the
@@ -245,6 +273,10 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 options["startingOffsets"] = bounds.start
             if bounds.end is not None:
                 options["endingOffsets"] = dispatcher.offsets_json(query.topic, bounds.end)
+        elif query.topic in self._starts:
+            options["startingOffsets"] = dispatcher.offsets_json(
+                query.topic, self._starts[query.topic]
+            )
         else:
             options["startingOffsets"] = "earliest"  # a tier or the resq: nothing is skipped
         return spark.readStream.format(dispatcher.SOURCE_FORMAT).options(**options).load()
@@ -256,7 +288,13 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         replay = read_offset_log(spark, self.spec.checkpoint_of(query)).replay_batch
         write_id = self.write_id(self.spec.checkpoint_of(query))
         writer = DispatchBatchWriter(
-            self.spec, query, self._config, replay, write_id, self._gaps.get(query.topic, NO_GAPS)
+            self.spec,
+            query,
+            self._config,
+            replay,
+            write_id,
+            self._gaps.get(query.topic, NO_GAPS),
+            self._group_offsets,
         )
         self._writers[query.topic] = writer
         return writer
@@ -268,7 +306,8 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         marks = Watermarks(spec.source.cluster)
         try:
             once_ends = dispatcher.end_offsets(spark, spec, spec.source.topic) if once else None
-            self._bounds = main_bounds(spec, marks, once_ends)
+            self._starts = self._group_starts(spark, marks)
+            self._bounds = main_bounds(spec, marks, once_ends, self._starts.get(spec.source.topic))
             plans = [
                 QueryPlan(
                     spec.query_name_of(q),
@@ -307,6 +346,38 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         finally:
             marks.close()
 
+    def _group_starts(self, spark: SparkSession, marks: Watermarks) -> dict[str, dict[int, int]]:
+        """Where each query on a new checkpoint starts, by topic, when the JobGroup's consumer
+        group committed offsets on its topic (`start_from_commits`; a redrive reads only its
+        range). The part of a commit below a partition's log start is recorded as lost."""
+        spec = self.spec
+        group = spec.source.consumer_group
+        starts = {}
+        for q in spec.queries():
+            if q.kind is Kind.DLQ or read_offset_log(spark, spec.checkpoint_of(q)).planned:
+                continue
+            commits = committed_offsets(spec.source.cluster, group, q.topic)
+            ranges = {p: marks.range_of(q.topic, p) for p in marks.partitions(q.topic)}
+            policy = spec.source.starting_offsets if q.kind is Kind.MAIN else "earliest"
+            start = start_from_commits(policy, commits, ranges)
+            if start is None:
+                continue
+            lows = {p: low for p, (low, _) in ranges.items()}
+            lost = source_failure.lost_ranges(commits, lows)
+            if lost:
+                loss_table = data_loss_path(spec.output.table("dispatch_stats"))
+                source_failure.record_lost(
+                    spark, loss_table, spec.job_group_id, spec.source.cluster.name, q.topic, lost
+                )
+                log.warning(
+                    "consumer group %s committed %s below its log start: %s deleted before "
+                    "the group read them (recorded in %s)",
+                    group, q.topic, ", ".join(map(str, lost)), loss_table,
+                )  # fmt: skip
+            log.info("%s starts where consumer group %s left off: %s", q.topic, group, start)
+            starts[q.topic] = start
+        return starts
+
     def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:
         """The lost ranges of every topic the application reads: the source, the retry tiers
         and the resq, whose records have not had their last call either."""
@@ -335,6 +406,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         )
 
     def close(self) -> None:
+        self._group_offsets.close()
         if self._spark is not None:
             dispatcher.close(self._spark)
 

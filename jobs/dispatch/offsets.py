@@ -3,6 +3,8 @@
 * `Watermarks`: low and high offsets of a topic's partitions, and offsets for a timestamp.
 * `main_bounds`: where the source query starts on a new checkpoint and, for a bounded run
   (partition_offset_ranges, end_timestamp, or `--once`), where it ends.
+* `start_from_commits`: where a new checkpoint starts when the JobGroup's consumer group has
+  committed offsets (a team moving from uForwarder, or a checkpoint deleted): Kafka's rule.
 * `is_drained`: whether a bounded or `--once` run has nothing left: the source read to its ends
   and every retry tier and the resq read to their current ends, so no record is left to
   dispatch and none can arrive (records only reach a tier from a batch of this application).
@@ -72,11 +74,38 @@ class Bounds:
     end: Mapping[int, int] | None
 
 
+def start_from_commits(
+    policy: str, commits: Mapping[int, int], ranges: Mapping[int, tuple[int, int]]
+) -> dict[int, int] | None:
+    """A new checkpoint's start offsets from the group's `commits` ({partition: next offset}),
+    given each partition's (low, high) watermarks; None when the group committed nothing on
+    these partitions (`policy`, earliest or latest, then decides alone). As a Kafka consumer
+    resumes: a partition's commit where it has one; `policy` where it has none, or where the
+    commit is past the partition's end (the topic was recreated). A commit below the log start
+    starts at the log start: those records were deleted before the group read them, and the
+    job records that range as lost (`source_failure.lost_ranges`)."""
+    if not any(p in commits for p in ranges):
+        return None
+    start = {}
+    for p, (low, high) in sorted(ranges.items()):
+        commit = commits.get(p)
+        if commit is None or commit > high:
+            start[p] = low if policy == "earliest" else high
+        else:
+            start[p] = max(commit, low)
+    return start
+
+
 def main_bounds(
-    spec: DispatchSpec, marks: Watermarks, once_ends: Mapping[int, int] | None
+    spec: DispatchSpec,
+    marks: Watermarks,
+    once_ends: Mapping[int, int] | None,
+    group_start: Mapping[int, int] | None = None,
 ) -> Bounds:
     """The source query's bounds; `once_ends` are the end offsets `--once` captured (None
-    without --once). Raises InvalidJobGroup for a range on a partition the topic lacks."""
+    without --once); `group_start` the start `start_from_commits` gave a new checkpoint (an
+    explicit start, partition_offset_ranges or start_timestamp, comes first). Raises
+    InvalidJobGroup for a range on a partition the topic lacks."""
     partitions = marks.partitions(spec.source.topic)
     if spec.source.offset_ranges:
         for i, r in enumerate(spec.source.offset_ranges):
@@ -94,6 +123,8 @@ def main_bounds(
     start: str | dict[int, int] = spec.source.starting_offsets
     if spec.source.start_timestamp_ms is not None:
         start = marks.for_time(spec.source.topic, partitions, spec.source.start_timestamp_ms)
+    elif group_start is not None:
+        start = dict(group_start)
     end: dict[int, int] | None = None
     if spec.source.end_timestamp_ms is not None:
         end = marks.for_time(spec.source.topic, partitions, spec.source.end_timestamp_ms)

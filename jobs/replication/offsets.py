@@ -32,12 +32,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_INVALID, Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from core.config import ClusterConfig, Settings, load_settings
 from core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, UatuError
 from core.provenance import SourceOffset, latest_stamp
+from jobs.runtime.group_offsets import committed_offsets
 
 log = logging.getLogger("uatu.replication.offsets")
 
@@ -126,19 +127,6 @@ class TranslationFailed(UatuError):
     """Kafka could not answer what the translation needs (offsets, records, commits)."""
 
     exit_status = EXIT_FAILED
-
-
-def committed_offsets(cluster: ClusterConfig, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets on `topic`, by partition (partitions without a commit
-    left out). Reads the commits; does not join the group."""
-    admin = AdminClient(cluster.client_config())
-    request = [ConsumerGroupTopicPartitions(group)]
-    result = admin.list_consumer_group_offsets(request)[group].result(timeout=30)
-    return {
-        tp.partition: tp.offset
-        for tp in result.topic_partitions
-        if tp.topic == topic and tp.offset != OFFSET_INVALID and tp.offset >= 0
-    }
 
 
 def translate_group(

@@ -1,16 +1,27 @@
-"""Committing a job's read offsets to its JobGroup's consumer group.
+"""A JobGroup's consumer-group offsets: committing a job's read offsets, and reading a group's.
 
 A job's own position is in its checkpoint; the commit is for the world outside, so that lag
 monitors (Burrow, the availability job's evaluator, kafka-consumer-groups) see the job as a
-consumer of the topic. Used by the replication job and LOAD_GEN_CONSUME.
+consumer of the topic. Committed by the replication job, LOAD_GEN_CONSUME and the dispatcher;
+read by the dispatcher (a new checkpoint starts where its group left off) and the replication
+job's offset translation.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from core.config import ClusterConfig
 
 # A group coordinator that moved or is still loading answers with these; a retry a moment
 # later goes through.
@@ -39,7 +50,8 @@ def is_transient(error: KafkaException) -> bool:
 
 class GroupOffsetCommitter:
     """Commits next offsets of `topic`'s partitions to `group` (a confluent-kafka Consumer
-    that never subscribes, made on the first commit)."""
+    that never subscribes, made on the first commit). Safe to call from several threads (the
+    dispatcher's queries share one)."""
 
     def __init__(
         self,
@@ -56,6 +68,7 @@ class GroupOffsetCommitter:
         self._attempts = attempts
         self._retry_wait_s = retry_wait_s
         self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
 
     def commit(self, next_offsets: Mapping[int, int], *, topic: str | None = None) -> None:
         """Commit {partition: next offset} of `topic` (default: the committer's), synchronously.
@@ -63,14 +76,18 @@ class GroupOffsetCommitter:
         any other, raises KafkaException."""
         if not next_offsets:
             return
-        if self._consumer is None:
-            self._consumer = Consumer(self._config)
         offsets = [
             TopicPartition(topic or self.topic, p, o) for p, o in sorted(next_offsets.items())
         ]
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = Consumer(self._config)
+            self._commit(self._consumer, offsets)
+
+    def _commit(self, consumer: Consumer, offsets: list[TopicPartition]) -> None:
         for attempt in range(1, self._attempts + 1):
             try:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
+                consumer.commit(offsets=offsets, asynchronous=False)
                 return
             except KafkaException as error:
                 if attempt == self._attempts or not is_transient(error):
@@ -78,6 +95,27 @@ class GroupOffsetCommitter:
                 time.sleep(self._retry_wait_s)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+def committed_offsets(cluster: ClusterConfig, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets on `topic`, by partition (partitions without a commit
+    left out; empty for a group that never committed). Reads the commits; does not join the
+    group. A consumer closed here, not an AdminClient: an AdminClient left to the garbage
+    collector crashed a dispatcher's driver (a segfault in librdkafka's main thread)."""
+    consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return {}
+        asked = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        return {
+            tp.partition: tp.offset
+            for tp in consumer.committed(asked, timeout=30)
+            if tp.offset != OFFSET_INVALID and tp.offset >= 0
+        }
+    finally:
+        consumer.close()

@@ -17,10 +17,12 @@ import time
 from collections import Counter, defaultdict
 from concurrent import futures
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from google.protobuf import json_format
 from prometheus_client.exposition import generate_latest
@@ -37,6 +39,10 @@ from core.config import load_settings
 from core.errors import EXIT_OK
 from core.paths import ROOT
 from jobs import registry
+from jobs.availability.job import status_rows
+from jobs.availability.lag.offsets_topic import OFFSETS_TOPIC, OffsetCommit
+from jobs.availability.lag.offsets_topic import decode as decode_commit
+from jobs.availability.lag.tracker import LagSettings, LagTracker
 from jobs.dispatch.job import DispatchJob
 from jobs.runtime import metrics
 from jobs.runtime.progress import JobIdentity
@@ -45,7 +51,15 @@ from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
 from testing.jobrun import log_path, run_job, running_job
 from testing.polling import wait_for
-from testing.topic_data import Record, java_default_partition, produce_records, read_partitions
+from testing.topic_data import (
+    Record,
+    committed_offsets,
+    high_watermarks,
+    java_default_partition,
+    partition_count,
+    produce_records,
+    read_partitions,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -304,6 +318,20 @@ def test_every_record_ends_committed_skipped_or_in_the_dlq_once(kafka, main_run:
             assert last == "ok" or last.startswith("slow"), rid
         elif expected[rid].outcome == "skipped":
             assert last in ("exists", "t-skip"), rid
+
+
+def test_the_group_commits_every_topic_it_read_up_to_its_end(kafka, main_run: MainRun) -> None:
+    """uForwarder's consumer group `svc`, on the source and on each retry tier: a lag monitor
+    (Burrow, kafka-consumer-groups) sees the run as a consumer that read everything."""
+    assert main_run.status == EXIT_OK
+    topics = main_run.topics
+    for topic in (topics.main, topics.r1, topics.r2):
+        ends = high_watermarks(kafka.bootstrap_servers, topic, 2)
+        read = {p: end for p, end in ends.items() if end > 0}  # a partition never written: none
+        assert read, topic
+        assert committed_offsets(kafka.bootstrap_servers, "svc", topic, 2) == {
+            p: read.get(p, -1001) for p in range(2)
+        }, topic
 
 
 def test_the_dlq_lister_shows_each_dlq_records_origin_and_counts(
@@ -650,8 +678,14 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     assert f"UATU_FAULT: crash at {fault} (hit 1)" in log
     first_calls = len(service.snapshot()) - before
     assert first_calls > 0
+    # The group's commit waits for every record of the batch to be done: nothing is committed
+    # by a crash inside the tasks; by one after them (before the checkpoint), the batch.
+    committed = committed_offsets(kafka.bootstrap_servers, "svc", topics.main, 2)
+    ends = {0: 40, 1: 40}
+    assert committed == (ends if step == "before_checkpoint" else {0: -1001, 1: -1001})
 
     assert run_in_process(data, work / "conf") == EXIT_OK
+    assert committed_offsets(kafka.bootstrap_servers, "svc", topics.main, 2) == ends
 
     calls = [c for c in service.snapshot()[before:] if c.message.topic == topics.main]
     last = {}
@@ -788,3 +822,66 @@ def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> 
             assert (task.topic, task.consumer_group) == (topics.main, "svc")
             last[task.partition] = status.kafka_consumer_task_status.commit_offset
     assert last == {0: 25, 1: 25}  # committed offsets of both partitions, as the broker has them
+
+
+def test_a_new_checkpoint_starts_where_the_group_committed_and_its_lag_is_seen(
+    kafka, work: Path, service
+) -> None:
+    """A team moving from uForwarder: another consumer of group `moved-cg` committed partition
+    0 up to offset 5 and partition 1 up to 12. The dispatcher's new checkpoint starts there
+    (nothing before it is called again), it commits what it dispatched, and the availability
+    job's evaluator, fed from the broker's `__consumer_offsets`, shows its lag once more
+    records arrive."""
+    topics = Topics.create(kafka, "moved")
+    now = int(time.time() * 1000)
+    records = [Record(i % 2, None, value(f"m{i}", "ok"), now) for i in range(40)]
+    produce_records(kafka.bootstrap_servers, topics.main, records)
+    before = {0: 5, 1: 12}
+    commit_as_another_consumer(kafka.bootstrap_servers, "moved-cg", topics.main, before)
+    data = group("moved", topics, service, kafkaConsumerTaskGroup__consumerGroup="moved-cg")
+    seen = len(service.snapshot())
+
+    assert run_in_process(data, work / "conf") == EXIT_OK
+
+    called = Counter(c.origin for c in service.snapshot()[seen:])
+    assert called == Counter({(topics.main, p, o): 1 for p in (0, 1) for o in range(before[p], 20)})
+    assert committed_offsets(kafka.bootstrap_servers, "moved-cg", topics.main, 2) == {0: 20, 1: 20}
+    more = [Record(0, None, value(f"n{i}", "ok"), now) for i in range(7)]
+    produce_records(kafka.bootstrap_servers, topics.main, more)
+    lags = evaluated_lags(kafka.bootstrap_servers, "moved-cg", topics.main)
+    assert lags == {0: 7, 1: 0}
+
+
+def commit_as_another_consumer(
+    bootstrap: str, group_id: str, topic: str, offsets: dict[int, int]
+) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
+    try:
+        tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+        consumer.commit(offsets=tps, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def evaluated_lags(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
+    """{partition: current lag} of `group_id` on `topic` in the availability job's status rows,
+    from every commit in `__consumer_offsets` (decoded as the job decodes them) and the
+    topic's head offsets now."""
+    commits = [
+        event
+        for records in read_partitions(
+            bootstrap, OFFSETS_TOPIC, partition_count(bootstrap, OFFSETS_TOPIC)
+        ).values()
+        for r in records
+        if isinstance(event := decode_commit(r.key, r.value), OffsetCommit)
+        and (event.group, event.topic) == (group_id, topic)
+    ]
+    tracker = LagTracker(LagSettings())
+    for c in commits:
+        tracker.record(c.group, c.topic, c.partition, c.offset, c.commit_ms, None)
+    heads = high_watermarks(bootstrap, topic, 2)
+    tracker.refresh_heads({(topic, p): end for p, end in heads.items()})
+    now = datetime.now(UTC)
+    rows = status_rows("local", now, tracker.evaluate(int(now.timestamp() * 1000)), {})
+    (row,) = [r for r in rows if r["group"] == group_id]
+    return {p["partition"]: p["current_lag"] for p in row["partitions"]}

@@ -1,4 +1,5 @@
-"""When a bounded or --once run is over (`offsets.is_drained`), and the dispatcher's points of
+"""When a bounded or --once run is over (`offsets.is_drained`), where a new checkpoint starts
+from its consumer group's commits (`offsets.start_from_commits`), and the dispatcher's points of
 the fault hook (`core/faults.py`: `dispatch.after_tier_produce`, `dispatch.after_dispatch`,
 `dispatch.before_checkpoint`, each limited to one query by `/<topic>`)."""
 
@@ -11,7 +12,7 @@ import pytest
 from core import faults
 from core.errors import ConfigError
 from core.faults import FAIL_FIRST_ATTEMPT, Fault, FaultInjected, fault_point, for_job
-from jobs.dispatch.offsets import Bounds, is_drained, resolved_start
+from jobs.dispatch.offsets import Bounds, is_drained, resolved_start, start_from_commits
 
 DISPATCH = "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER"
 STEPS = ("dispatch.after_tier_produce", "dispatch.after_dispatch", "dispatch.before_checkpoint")
@@ -33,6 +34,29 @@ def test_drained_when_the_source_reached_its_ends_and_every_tier_its_high_waterm
 )
 def test_not_drained(position, tiers) -> None:
     assert not is_drained(position, {0: 10, 1: 4}, tiers)
+
+
+RANGES = {0: (10, 50), 1: (0, 30), 2: (5, 5)}  # partition: (low, high) watermarks
+
+
+@pytest.mark.parametrize(
+    ("policy", "commits", "start"),
+    [
+        ("earliest", {0: 20, 1: 30}, {0: 20, 1: 30, 2: 5}),  # resumes at each commit
+        ("latest", {0: 20}, {0: 20, 1: 30, 2: 5}),  # no commit: the policy, here the end
+        ("earliest", {0: 20}, {0: 20, 1: 0, 2: 5}),  # no commit: the policy, here the start
+        ("earliest", {0: 4}, {0: 10, 1: 0, 2: 5}),  # below the log start: the log start
+        ("earliest", {1: 31}, {0: 10, 1: 0, 2: 5}),  # past the end (recreated): the policy
+        ("latest", {0: 50, 1: 31}, {0: 50, 1: 30, 2: 5}),  # at the end stays; past: the policy
+    ],
+)
+def test_a_new_checkpoint_resumes_where_the_group_committed(policy, commits, start) -> None:
+    assert start_from_commits(policy, commits, RANGES) == start
+
+
+def test_a_group_without_commits_on_the_topic_leaves_the_start_to_the_policy() -> None:
+    assert start_from_commits("latest", {}, RANGES) is None
+    assert start_from_commits("earliest", {7: 3}, RANGES) is None  # another topic's partition
 
 
 def test_a_tier_emptied_by_retention_counts_as_read() -> None:
