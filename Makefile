@@ -130,9 +130,9 @@ var/burrow/bin/burrow: | $(VENV)/.installed
 	@echo ">> fetching Burrow (apt-get download burrow, unpacked into var/burrow)"
 	$(PY) -m devservices.burrow install
 
-prometheus: var/prometheus/bin/prometheus ## Prometheus 2.42 from Debian's prometheus .deb into var/prometheus/bin (metrics tests)
+prometheus: var/prometheus/bin/promtool ## Prometheus 2.42 and promtool from Debian's prometheus .deb into var/prometheus/bin (metrics and alert-rule tests)
 
-var/prometheus/bin/prometheus: | $(VENV)/.installed
+var/prometheus/bin/promtool: | $(VENV)/.installed
 	@echo ">> fetching Prometheus (apt-get download prometheus, unpacked into var/prometheus)"
 	$(PY) -m devservices.prometheus install
 

@@ -1,12 +1,12 @@
 """Programs taken from Debian packages and unpacked into the repo, not installed system-wide.
 
-Used by ``devservices.etcd install`` (``etcd-server``) and ``devservices.burrow install``
-(``burrow``)::
+Used by ``devservices.etcd install`` (``etcd-server``), ``devservices.burrow install``
+(``burrow``) and ``devservices.prometheus install`` (``prometheus``: the server and promtool)::
 
     install_from_deb("etcd-server", "usr/bin/etcd", Path("var/etcd/bin/etcd"))
 
 ``apt-get download`` needs no root and leaves the system untouched; ``dpkg-deb -x`` unpacks
-the .deb into a temporary directory and the one file wanted is copied out of it.
+the .deb into a temporary directory and the files wanted are copied out of it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import logging
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger("uatu.debian")
@@ -29,18 +30,26 @@ class DebPackageError(RuntimeError):
 def install_from_deb(package: str, member: str, target: Path) -> Path:
     """Put the file ``member`` of Debian's ``package`` at ``target`` unless it is already there.
 
-    ``member`` is the file's path inside the package, e.g. ``usr/bin/etcd``. ``apt-get update``
-    runs only if the first download fails, since stale package lists are the usual reason.
-    The file is copied under a temporary name and renamed, so an interrupted install never
-    looks installed. Returns ``target``.
+    ``member`` is the file's path inside the package, e.g. ``usr/bin/etcd``. Returns
+    ``target``. See `install_files_from_deb`."""
+    install_files_from_deb(package, {member: target})
+    return target
+
+
+def install_files_from_deb(package: str, members: Mapping[str, Path]) -> None:
+    """Put each file ``member`` of Debian's ``package`` at its target, with one download, unless
+    every target is already there.
+
+    ``apt-get update`` runs only if the first download fails, since stale package lists are
+    the usual reason. Each file is copied under a temporary name and renamed, so an
+    interrupted install never looks installed.
     """
-    if target.exists():
-        return target
+    if all(target.exists() for target in members.values()):
+        return
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise DebPackageError(
-                f"{tool} not found: put /{member} from {package} at {target} by hand"
-            )
+            wanted = ", ".join(f"/{m}" for m in members)
+            raise DebPackageError(f"{tool} not found: put {wanted} from {package} by hand")
     with tempfile.TemporaryDirectory(prefix=f"{package}-deb-") as tmp:
         work = Path(tmp)
         # apt drops privileges to _apt for downloads; a private temp dir would make it warn.
@@ -54,16 +63,16 @@ def install_from_deb(package: str, member: str, target: Path) -> Path:
             raise DebPackageError(f"apt-get download left no {package}_*.deb in {work}")
         unpacked = work / "root"
         _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], work, check=True)
-        found = unpacked / member
-        if not found.is_file():
-            raise DebPackageError(f"{debs[0].name} has no /{member}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".partial")
-        shutil.copy(found, partial)
-        partial.chmod(0o755)
-        partial.replace(target)
-        log.info("installed %s from %s", target, debs[0].name)
-    return target
+        for member, target in members.items():
+            found = unpacked / member
+            if not found.is_file():
+                raise DebPackageError(f"{debs[0].name} has no /{member}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(".partial")
+            shutil.copy(found, partial)
+            partial.chmod(0o755)
+            partial.replace(target)
+            log.info("installed %s from %s", target, debs[0].name)
 
 
 def _run(cmd: list[str], cwd: Path, check: bool = False) -> bool:

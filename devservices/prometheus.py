@@ -3,7 +3,7 @@
 The binary is unpacked into the repo, not installed system-wide (``make prometheus`` runs
 ``install``)::
 
-    python -m devservices.prometheus install        # -> var/prometheus/bin/prometheus
+    python -m devservices.prometheus install        # -> var/prometheus/bin/prometheus, promtool
     python -m devservices.prometheus up|status|down [--dir var/prometheus/run] [--port 9090]
 
 Tests use :func:`start_prometheus` with the scrape configs they need::
@@ -35,12 +35,13 @@ from typing import Any
 import yaml
 
 from core.paths import VAR_DIR
-from devservices._debian import DebPackageError, install_from_deb
+from devservices._debian import DebPackageError, install_files_from_deb
 from devservices._service import HOST, LocalService, Port, ServiceCli, ServiceError, read_ports
 
 log = logging.getLogger("uatu.prometheus")
 
 DEFAULT_BINARY = VAR_DIR / "prometheus" / "bin" / "prometheus"
+PROMTOOL = DEFAULT_BINARY.with_name("promtool")  # `promtool test rules` holds the alert rules
 DEFAULT_DIR = VAR_DIR / "prometheus" / "run"
 READY_TIMEOUT_S = 30.0
 _PACKAGE = "prometheus"
@@ -52,10 +53,13 @@ class PrometheusError(ServiceError):
 
 
 def install(binary: Path = DEFAULT_BINARY) -> Path:
-    """Put Debian's Prometheus at ``binary`` unless it is there (``apt-get download`` +
-    ``dpkg-deb -x``, see ``devservices._debian``); return its path."""
+    """Put Debian's Prometheus at ``binary`` and its promtool beside it unless they are there
+    (``apt-get download`` + ``dpkg-deb -x``, see ``devservices._debian``); return the
+    server's path."""
+    members = {"usr/bin/prometheus": binary, "usr/bin/promtool": binary.with_name("promtool")}
     try:
-        return install_from_deb(_PACKAGE, "usr/bin/prometheus", binary)
+        install_files_from_deb(_PACKAGE, members)
+        return binary
     except DebPackageError as e:
         raise PrometheusError(str(e)) from e
 

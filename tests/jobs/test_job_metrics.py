@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.audit import metrics as audit_metrics
+from jobs.audit.tiers import metrics as tier_metrics
 from jobs.availability import metrics as availability_metrics
 from jobs.replication import metrics as replication_metrics
 from jobs.runtime import metrics
@@ -191,3 +192,58 @@ def test_file_sd_targets_name_both_endpoints_of_an_application(tmp_path) -> None
     assert metrics.sd_targets("x", "h", 1, None) == [
         {"targets": ["h:1"], "labels": {"job_group_id": "x"}}
     ]
+
+
+def verdict_row(window_start: int, revision: int, verdict: str, difference: int, **more) -> dict:
+    return {
+        "job_group_id": "tiers-metrics",
+        "check_type": "AUDIT_TYPE_SERVICE_AUDIT_AGGREGATION",
+        "check_name": "service->kafka",
+        "cluster": "local",
+        "topic": "orders",
+        "window_start": window_start,
+        "revision": revision,
+        "verdict": verdict,
+        "difference": difference,
+        "left_unique": None,
+        "right_unique": None,
+        "missing_count": None,
+        **more,
+    }
+
+
+def test_verdicts_count_every_revision_and_show_the_newest_window() -> None:
+    tier_metrics.verdicts([verdict_row(60_000, 1, "LOSS", -5), verdict_row(120_000, 1, "OK", 0)])
+    tier_metrics.verdicts([verdict_row(60_000, 2, "LOSS", -7)])  # an older window revised
+    check = (
+        ("check_name", "service->kafka"),
+        ("check_type", "AUDIT_TYPE_SERVICE_AUDIT_AGGREGATION"),
+        ("cluster", "local"),
+        ("job_group_id", "tiers-metrics"),
+        ("topic", "orders"),
+    )
+    rows = samples("uatu_audit_verdicts_total")
+    assert rows == {
+        tuple(sorted((*check, ("verdict", "LOSS")))): 2.0,
+        tuple(sorted((*check, ("verdict", "OK")))): 1.0,
+    }
+    assert samples("uatu_audit_check_verdict") == {check: 0.0}  # window 120000: OK
+    assert samples("uatu_audit_check_lost_records") == {check: 0.0}
+    tier_metrics.verdicts([verdict_row(120_000, 2, "LOSS", -3)])  # the newest window revised
+    assert samples("uatu_audit_check_verdict") == {check: 1.0}
+    assert samples("uatu_audit_check_lost_records") == {check: 3.0}
+
+
+@pytest.mark.parametrize(
+    ("row", "lost", "duplicated"),
+    [
+        (verdict_row(0, 1, "LOSS", -5), 5, 0),
+        (verdict_row(0, 1, "LOSS", 0, left_unique=50, right_unique=47), 3, 0),  # hidden by dups
+        (verdict_row(0, 1, "LOSS", -2, missing_count=4), 4, 0),  # REPLICATION's missing offsets
+        (verdict_row(0, 1, "DUPLICATION", 6), 0, 6),
+        (verdict_row(0, 1, "INCOMPLETE", -9), 0, 0),  # not final: no loss stated yet
+        (verdict_row(0, 1, "OK", -1), 0, 0),  # within the threshold
+    ],
+)
+def test_a_verdict_states_its_lost_and_duplicated_records(row, lost, duplicated) -> None:
+    assert tier_metrics.lost_and_duplicated(row) == (lost, duplicated)

@@ -46,6 +46,7 @@ from pyspark.sql import functions as F
 from core.faults import fault_point
 from core.provenance import STAMP
 from jobs.audit.tables import AUDIT_COUNTS
+from jobs.audit.tiers import metrics as tier_metrics
 from jobs.audit.tiers import reports, tables, verdict_writer
 from jobs.audit.tiers.checks import availability, replication, retention, tier, xdc
 from jobs.audit.tiers.sampling import RetentionState, TopicSampler
@@ -59,6 +60,7 @@ from jobs.audit.tiers.spec import (
     TierAuditSpec,
 )
 from jobs.audit.tiers.windows import Round
+from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime.delta import ensure_tables
 from jobs.runtime.kafka_source import kafka_read_options
 from jobs.runtime.template import StreamingJob, WriteId
@@ -167,6 +169,8 @@ class TierBatchWriter:
             spark, self.spec, at, batch_id, lambda: self.decide(spark, at)
         )
         verdict_writer.append(spark, self.spec, rows, gaps, app_id, batch_id)
+        if runtime_metrics.serving():
+            tier_metrics.verdicts(rows)
 
     def sample(self, spark: SparkSession, now: int, app_id: str, batch_id: int) -> None:
         """Sample the audited topic into `retention_audit` and `availability_audit`."""

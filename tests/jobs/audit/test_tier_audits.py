@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from delta.tables import DeltaTable
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import functions as F
 
 from clients import AuditedProducer, AuditSettings
 from core.config import load_settings
 from jobs import registry
+from jobs.runtime import metrics as runtime_metrics
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
 from testing.jobrun import running_in_thread
@@ -133,10 +137,14 @@ def audited_produce(
     return producer
 
 
-def test_service_reports_loss_duplicate_report_and_a_revision_on_late_data(spark, kafka, env):
+def test_service_reports_loss_duplicate_report_and_a_revision_on_late_data(
+    spark, kafka, env, monkeypatch
+):
     """SERVICE reports vs audit_counts: a window whose records were deleted from Kafka is LOSS
     with both sides' counts, an untouched one OK; a report read twice counts once; records that
-    arrive late on Kafka revise the OK window to DUPLICATION as revision 2."""
+    arrive late on Kafka revise the OK window to DUPLICATION as revision 2. The job's verdict
+    series (as a driver serving /metrics exports them) count the rows the table holds."""
+    monkeypatch.setattr(runtime_metrics, "serving", lambda: True)
     name, conf_dir, warehouse = env
     topic, audit_topic = f"orders-{name}", f"audit-{name}"
     kafka.create_topic(topic, partitions=1)
@@ -183,6 +191,25 @@ def test_service_reports_loss_duplicate_report_and_a_revision_on_late_data(spark
     ]
     # Nothing changed for window 1: no new revision.
     assert [r["revision"] for r in verdicts(spark, warehouse) if r["start_ms"] == w1] == [1]
+    written = Counter(r["verdict"] for r in verdicts(spark, warehouse))
+    assert verdict_samples("uatu_audit_verdicts_total", f"tiers-{name}") == {
+        (("verdict", v),): float(n) for v, n in written.items()
+    }
+    # The newest window is w2, revised to DUPLICATION by 3 records.
+    assert verdict_samples("uatu_audit_check_verdict", f"tiers-{name}") == {(): 2.0}
+    assert verdict_samples("uatu_audit_check_duplicated_records", f"tiers-{name}") == {(): 3.0}
+
+
+def verdict_samples(name: str, group_id: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """{labels but the check's: value} of the samples `name` of `group_id` in the registry."""
+    check = {"job_group_id", "check_type", "check_name", "cluster", "topic"}
+    text = generate_latest(runtime_metrics.REGISTRY).decode()
+    return {
+        tuple(sorted((k, v) for k, v in s.labels.items() if k not in check)): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and s.labels.get("job_group_id") == group_id
+    }
 
 
 def read_values(bootstrap: str, topic: str) -> list[bytes]:
