@@ -22,11 +22,24 @@ from core.config import add_conf_dir_argument, load_settings
 from core.errors import ConfigError, UatuError
 from core.jobgroup import load_jobgroup
 from jobs import registry
-from jobs.prepare import build_job, check_source
+from jobs.prepare import SOURCE_CLUSTER_WAIT_S, build_job, check_source
 from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ReporterConfig, Reporting
 
 log = logging.getLogger("uatu.main")
+
+
+CHECK_WAIT_S = 5.0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,6 +57,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--check",
         action="store_true",
         help="validate the JobGroup and the source topic, then exit without starting Spark",
+    )
+    parser.add_argument(
+        "--check-timeout",
+        type=_seconds,
+        default=CHECK_WAIT_S,
+        metavar="SECONDS",
+        help="with --check: how long to wait for the source cluster's brokers to answer "
+        f"before giving up, exit 1 (default {CHECK_WAIT_S:g})",
     )
     parser.add_argument(
         "--skip-lost-records",
@@ -86,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 "the counting audit, the replication and the dispatcher do",
             )
         source = spec.required_topic()
-        check_source(job, group, settings)
+        wait_s = args.check_timeout if args.check else SOURCE_CLUSTER_WAIT_S
+        check_source(job, group, settings, wait_s)
         if args.check:
             job.check()
             return 0

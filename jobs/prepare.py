@@ -30,11 +30,28 @@ def build_job(group: JobGroup, settings: Settings) -> StreamingJob[Any]:
     return job_type.load_runtime()(spec)
 
 
-def check_source(job: StreamingJob[Any], group: JobGroup, settings: Settings) -> None:
-    """Make the job's source exist where the broker creates it on demand, then check it
+SOURCE_CLUSTER_WAIT_S = 15.0  # a run's wait for the source cluster's first answer
+
+
+def check_source(
+    job: StreamingJob[Any],
+    group: JobGroup,
+    settings: Settings,
+    wait_s: float = SOURCE_CLUSTER_WAIT_S,
+) -> None:
+    """Wait up to `wait_s` for the source cluster to answer (ClusterUnreachable otherwise),
+    make the job's source exist where the broker creates it on demand, then check it
     (TopicNotFound when it does not exist)."""
     spec = job.spec
     source = spec.required_topic()
+    cluster = settings.clusters[source.cluster]
+    log.info(
+        "checking cluster %s at %s (waiting up to %g s for its brokers)",
+        cluster.name,
+        cluster.bootstrap_servers,
+        wait_s,
+    )
+    kafka_admin.cluster_id(cluster, wait_s)
     job.ensure_source()
     shown, partitions = source_partitions(settings.clusters[source.cluster], source)
     log.info(

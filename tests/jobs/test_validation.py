@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -332,14 +333,30 @@ def test_hostile_jobgroup_exits_2_with_one_short_line(tmp_path, conf_dir, capsys
     assert len(err) < 1000  # echoed values are truncated
 
 
-def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(tmp_path, conf_dir, capfd):
-    """librdkafka's own log lines go through Python logging, not straight to fd 2."""
+def test_unreachable_cluster_prints_one_line_and_nothing_from_librdkafka(
+    tmp_path, conf_dir, capfd, caplog
+):
+    """librdkafka's own log lines go through Python logging, not straight to fd 2. Before the
+    wait, the log says what it waits for and how long: --check's 5 s unless told otherwise."""
     path = tmp_path / "group.json"
     path.write_text(json.dumps(ORDERS_AUDIT))
+    caplog.set_level(logging.INFO, logger="uatu")
     status = job_main.main([str(path), "--check", "--conf-dir", str(conf_dir)])
     err = capfd.readouterr().err.strip()
     assert status == 1
     assert err.splitlines() == [err] and "cluster 'local' at 127.0.0.1:9 did not answer" in err
+    waits = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert waits == ["checking cluster local at 127.0.0.1:9 (waiting up to 5 s for its brokers)"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "3601"])
+def test_a_check_timeout_that_is_not_a_duration_exits_2(tmp_path, conf_dir, capsys, value):
+    path = tmp_path / "group.json"
+    path.write_text(json.dumps(ORDERS_AUDIT))
+    with pytest.raises(SystemExit) as exited:
+        job_main.main([str(path), "--check", "--check-timeout", value, "--conf-dir", str(conf_dir)])
+    assert exited.value.code == 2
+    assert f"--check-timeout: {value!r} is not a number of seconds" in capsys.readouterr().err
 
 
 PATHS_REFUSED = [
