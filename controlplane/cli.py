@@ -471,6 +471,7 @@ def metrics_hook(address: str | None, plane, options) -> list:
         return []
     from prometheus_client import CollectorRegistry
 
+    from controlplane.launchers.local import metrics_sd_dir
     from controlplane.metrics import (
         GrpcMetricsInterceptor,
         MeteredLauncher,
@@ -489,6 +490,10 @@ def metrics_hook(address: str | None, plane, options) -> list:
             lease_seconds=options.lease_seconds,
             startup_seconds=options.startup_seconds,
         )
-    port = serve_metrics(address, registry)
-    logging.getLogger("uatu.controlplane").info("metrics on %s (port %d)", address, port)
+    # The local launcher's applications name their endpoints where /sd reads them.
+    sd_dir = metrics_sd_dir(options.apps_dir) if options.launcher == "local" else None
+    port = serve_metrics(address, registry, sd_dir)
+    logging.getLogger("uatu.controlplane").info(
+        "metrics on %s (port %d)%s", address, port, "; service discovery on /sd" if sd_dir else ""
+    )
     return [interceptor]

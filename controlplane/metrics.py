@@ -17,23 +17,30 @@ Three parts, each usable alone:
   (a cancel of an application whose heartbeat lease had run out) and
   `uatu_controlplane_launch_errors_total`.
 
-`serve_metrics(address, registry)` serves `/metrics` over HTTP on its own port (the gRPC port
-stays gRPC only); ``:PORT`` binds 127.0.0.1, ``0.0.0.0:PORT`` every interface.
+`serve_metrics(address, registry, sd_dir)` serves `/metrics` over HTTP on its own port (the
+gRPC port stays gRPC only), and with `sd_dir` also `/sd`, the launched applications' endpoints
+as Prometheus HTTP service discovery (controlplane/http_sd.py); ``:PORT`` binds 127.0.0.1,
+``0.0.0.0:PORT`` every interface.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from controlplane.http_sd import with_sd
 from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership
@@ -332,9 +339,22 @@ def metrics_bind(address: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def serve_metrics(address: str, registry: CollectorRegistry) -> int:
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scrape never holds the control plane's exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per scrape is noise in the control plane's log
+
+
+def serve_metrics(address: str, registry: CollectorRegistry, sd_dir: Path | None = None) -> int:
     """Serve `/metrics` of `registry` on host:port (port 0 picks one; `metrics_bind` reads
-    the address); returns the port."""
+    the address), and `/sd` of the target files in `sd_dir` when given; returns the port."""
     host, port = metrics_bind(address)
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    app = make_wsgi_app(registry)
+    if sd_dir is not None:
+        app = with_sd(app, sd_dir)
+    server = make_server(host, port, app, _ThreadingServer, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="uatu-metrics", daemon=True).start()
     return int(server.server_address[1])

@@ -31,16 +31,22 @@ LOST_REQUEST_ERRORS = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPO
 _ATTEMPTS = 3
 
 
-def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
-    """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
+def admin_client(cluster: ClusterConfig) -> AdminClient:
+    """The cluster's admin client for checks; ConfigError naming the cluster when librdkafka
+    refuses its properties (a Java-only setting, say)."""
     try:
-        admin = AdminClient(cluster.check_client_config())
+        return AdminClient(cluster.check_client_config())
     except (KafkaException, ValueError, TypeError) as e:
         raise ConfigError(
             "clusters.yaml",
             f"clusters.{cluster.name}: the admin client rejects its properties ({e}); "
             "give librdkafka names in admin_properties",
         ) from None
+
+
+def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
+    """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
+    admin = admin_client(cluster)
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as e:
@@ -59,7 +65,7 @@ def topic_partitions(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S)
     """Every topic of the cluster and its partition count, from one metadata request;
     ClusterUnreachable when the brokers do not answer. A topic the metadata reports with an
     error (being created or deleted) is left out."""
-    admin = AdminClient(cluster.check_client_config())
+    admin = admin_client(cluster)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -79,7 +85,7 @@ def topic_configs(
     ClusterUnreachable when the cluster does not answer."""
     if not topics:
         return {}
-    admin = AdminClient(cluster.check_client_config())
+    admin = admin_client(cluster)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(topics)]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)
@@ -97,7 +103,7 @@ def topic_configs(
 def cluster_id(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
     """The id the cluster's brokers report (the same for every name and address that reaches
     them); ClusterUnreachable when they do not answer."""
-    admin = AdminClient(cluster.check_client_config())
+    admin = admin_client(cluster)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -113,7 +119,7 @@ def smallest_max_message_bytes(
     caller then keeps its own batch size."""
     if not topics:
         return None
-    admin = AdminClient(cluster.check_client_config())
+    admin = admin_client(cluster)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)

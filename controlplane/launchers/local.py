@@ -35,6 +35,12 @@ from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 log = logging.getLogger("uatu.launcher")
 
 
+def metrics_sd_dir(workdir: Path) -> Path:
+    """Where the applications this launcher starts name their /metrics endpoints (one target
+    file each), which the control plane serves as Prometheus HTTP service discovery."""
+    return workdir / "metrics-sd"
+
+
 def _inherited(environ: Mapping[str, str]) -> dict[str, str]:
     """What an application inherits from the control plane's environment: all of it but the
     fault hook's variable (a drill of the control plane's own steps is not the application's;
@@ -65,7 +71,7 @@ class LocalLauncher:
         files = prepare_app_dir(app_dir, group)
         launch = build_launch(
             files.jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
-            stop_file=files.stop_file,
+            stop_file=files.stop_file, metrics_sd_dir=metrics_sd_dir(self.workdir),
         )  # fmt: skip
         return self._start(group.job_group_id, app_dir, launch, files.stop_file, definition, env)
 
@@ -74,7 +80,10 @@ class LocalLauncher:
         app_dir = self.workdir / name
         files = prepare_app_dir(app_dir, None)
         launch = build_worker_launch(
-            conf_dir=self.conf_dir, spark_master=self.spark_master, stop_file=files.stop_file
+            conf_dir=self.conf_dir,
+            spark_master=self.spark_master,
+            stop_file=files.stop_file,
+            metrics_sd_dir=metrics_sd_dir(self.workdir),
         )
         return self._start(name, app_dir, launch, files.stop_file, definition, env)
 

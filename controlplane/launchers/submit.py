@@ -51,13 +51,15 @@ def build_launch(
     spark_master: str | None = None,
     driver_memory: str | None = None,
     stop_file: Path | None = None,
+    metrics_sd_dir: Path | None = None,
     script: Path = SPARK_SUBMIT_SCRIPT,
 ) -> Launch:
     """argv and extra environment for one Spark application of one JobGroup."""
     argv = [str(script), str(jobgroup_file)]
     if once:
         argv.append("--once")
-    return Launch(argv=argv, env=_site_env(conf_dir, spark_master, driver_memory, stop_file))
+    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir)
+    return Launch(argv=argv, env=env)
 
 
 def build_worker_launch(
@@ -66,11 +68,13 @@ def build_worker_launch(
     spark_master: str | None = None,
     driver_memory: str | None = None,
     stop_file: Path | None = None,
+    metrics_sd_dir: Path | None = None,
     script: Path = SPARK_SUBMIT_SCRIPT,
 ) -> Launch:
     """argv and extra environment for one worker application (`spark-submit.sh worker`)."""
     argv = [str(script), "worker"]
-    return Launch(argv=argv, env=_site_env(conf_dir, spark_master, driver_memory, stop_file))
+    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir)
+    return Launch(argv=argv, env=env)
 
 
 def _site_env(
@@ -78,7 +82,10 @@ def _site_env(
     spark_master: str | None,
     driver_memory: str | None,
     stop_file: Path | None,
+    metrics_sd_dir: Path | None,
 ) -> dict[str, str]:
+    """With `metrics_sd_dir`, the application serves /metrics on a port of its own and names
+    it in a target file there (jobs/runtime/metrics.py), for the control plane's /sd."""
     env = {}
     if conf_dir is not None:
         env["UATU_CONF_DIR"] = str(conf_dir)
@@ -88,4 +95,7 @@ def _site_env(
         env["UATU_DRIVER_MEMORY"] = driver_memory
     if stop_file is not None:
         env["UATU_STOP_FILE"] = str(stop_file)
+    if metrics_sd_dir is not None:
+        env["UATU_METRICS_PORT"] = "0"
+        env["UATU_METRICS_SD_DIR"] = str(metrics_sd_dir)
     return env

@@ -151,9 +151,14 @@ class MetricsEndpoint:
 
 
 def start(
-    env: Mapping[str, str], job_group_id: str, ui_port: int | None = None
+    env: Mapping[str, str],
+    name: str,
+    ui_port: int | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> MetricsEndpoint | None:
-    """Serve /metrics when `UATU_METRICS_PORT` is set; write the file_sd target if asked."""
+    """Serve /metrics when `UATU_METRICS_PORT` is set; write the file_sd target if asked
+    (`<UATU_METRICS_SD_DIR>/<name>.json`, its targets labelled `labels`, by default
+    `job_group_id=<name>`: the application of one JobGroup)."""
     global _serving
     raw = env.get(ENV_PORT, "").strip()
     if not raw:
@@ -169,35 +174,42 @@ def start(
     endpoint = MetricsEndpoint(advertised, port)
     sd_dir = env.get(ENV_SD_DIR, "").strip()
     if sd_dir:
-        endpoint.sd_file = write_sd_file(Path(sd_dir), job_group_id, advertised, port, ui_port)
+        target_labels = {"job_group_id": name} if labels is None else dict(labels)
+        endpoint.sd_file = write_sd_file(
+            Path(sd_dir), name, advertised, port, ui_port, target_labels
+        )
     log.info("metrics on http://%s:%d/metrics", advertised, port)
     return endpoint
 
 
 def sd_targets(
-    job_group_id: str, host: str, port: int, ui_port: int | None
+    labels: Mapping[str, str], host: str, port: int, ui_port: int | None
 ) -> list[dict[str, Any]]:
-    """Prometheus file_sd target groups for one application (pure)."""
-    groups: list[dict[str, Any]] = [
-        {"targets": [f"{host}:{port}"], "labels": {"job_group_id": job_group_id}}
-    ]
+    """Prometheus file_sd target groups for one application (pure): its /metrics and, when
+    there is a Spark UI, Spark's own servlet."""
+    groups: list[dict[str, Any]] = [{"targets": [f"{host}:{port}"], "labels": dict(labels)}]
     if ui_port:
         groups.append(
             {
                 "targets": [f"{host}:{ui_port}"],
-                "labels": {"job_group_id": job_group_id, "__metrics_path__": "/metrics/prometheus"},
+                "labels": {**labels, "__metrics_path__": "/metrics/prometheus"},
             }
         )
     return groups
 
 
 def write_sd_file(
-    sd_dir: Path, job_group_id: str, host: str, port: int, ui_port: int | None
+    sd_dir: Path,
+    name: str,
+    host: str,
+    port: int,
+    ui_port: int | None,
+    labels: Mapping[str, str],
 ) -> Path:
     sd_dir.mkdir(parents=True, exist_ok=True)
-    target = sd_dir / f"{job_group_id}.json"
+    target = sd_dir / f"{name}.json"
     partial = target.with_suffix(".json.partial")  # Prometheus reads *.json only
-    partial.write_text(json.dumps(sd_targets(job_group_id, host, port, ui_port)))
+    partial.write_text(json.dumps(sd_targets(labels, host, port, ui_port)))
     partial.replace(target)
     return target
 

@@ -38,6 +38,7 @@ from core.errors import ConfigError, UatuError
 from core.processes import CpuMeter
 from jobs.prepare import build_job, check_source
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
+from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.runtime.runner import StopRequests
@@ -87,7 +88,12 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
     spark = build_session("uatu-worker", conf=WORKER_CONF)
-    link = ControlPlaneLink(config, ui_port_of(spark.sparkContext.uiWebUrl) or 0)
+    ui_port = ui_port_of(spark.sparkContext.uiWebUrl)
+    link = ControlPlaneLink(config, ui_port or 0)
+    # Every group's job series, from this one driver (the control plane's launchers set
+    # UATU_METRICS_PORT, and UATU_METRICS_SD_DIR where its /sd can read the target file).
+    worker = str(config.worker_id)
+    endpoint = start_metrics(os.environ, f"worker-{worker}", ui_port, {"worker": worker})
     runs = GroupRuns(
         lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs),
         traffic=lambda group_id: events.traffic(group_id),
@@ -99,8 +105,12 @@ def main(argv: list[str]) -> int:
     log.info(
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
-    with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
-        serve_commands(link, runs, fence_seconds, config.interval_seconds, stop.reason)
+    try:
+        with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
+            serve_commands(link, runs, fence_seconds, config.interval_seconds, stop.reason)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
     return 0
 
 

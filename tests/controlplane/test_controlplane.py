@@ -20,10 +20,11 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup, StoredJobGroup
 from controlplane import cli
 from controlplane.assembly import ServeOptions, assemble, kubernetes_config
 from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, grpc_status
+from controlplane.http_sd import sd_groups
 from controlplane.jobgroups import JobGroups, per_partition_jobs
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.launchers.local import LocalLauncher
-from controlplane.launchers.submit import build_launch
+from controlplane.launchers.local import LocalLauncher, metrics_sd_dir
+from controlplane.launchers.submit import build_launch, build_worker_launch
 from controlplane.server import create_server
 from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore
@@ -75,6 +76,33 @@ def test_launch_argv_has_no_shell_and_passes_site_config(tmp_path):
         "SPARK_MASTER": "spark://m:7077",
         "UATU_STOP_FILE": str(tmp_path / "stop"),
     }
+
+
+def test_launched_applications_serve_metrics_and_name_them_where_sd_reads(tmp_path):
+    """The local launcher's applications and workers: /metrics on a port of their own, named
+    in the folder the control plane's /sd serves (controlplane/http_sd.py)."""
+    sd = metrics_sd_dir(tmp_path / "apps")
+    expected = {"UATU_METRICS_PORT": "0", "UATU_METRICS_SD_DIR": str(sd)}
+    assert build_launch(tmp_path / "g.json", metrics_sd_dir=sd).env == expected
+    assert build_worker_launch(metrics_sd_dir=sd).env == expected
+    assert "UATU_METRICS_PORT" not in build_launch(tmp_path / "g.json").env  # other launchers
+
+
+def test_sd_answers_every_target_file_and_skips_a_broken_one(tmp_path):
+    sd = tmp_path / "metrics-sd"
+    assert sd_groups(sd) == []  # nothing launched yet
+    sd.mkdir()
+    worker = [{"targets": ["h:1"], "labels": {"worker": "1"}}]
+    group = [
+        {"targets": ["h:2"], "labels": {"job_group_id": "a"}},
+        {"targets": ["h:3"], "labels": {"job_group_id": "a", "__metrics_path__": "/m"}},
+    ]
+    (sd / "a.json").write_text(json.dumps(group))
+    (sd / "worker-1.json").write_text(json.dumps(worker))
+    (sd / "b.json.partial").write_text("[")  # being written: not a target file yet
+    (sd / "c.json").write_text('{"targets": ["h:4"]}')  # not a list of groups
+    (sd / "d.json").write_text("[{")
+    assert sd_groups(sd) == group + worker
 
 
 def test_the_launch_command_has_once_only_when_asked(tmp_path):

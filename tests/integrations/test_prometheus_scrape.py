@@ -1,36 +1,27 @@
-"""A real Prometheus (Debian's) scrapes the control plane and a running audit job; the series
-are checked through Prometheus's own HTTP API, not by parsing /metrics ourselves."""
+"""A real Prometheus (Debian's) told only the control plane's address: it scrapes the control
+plane, and finds through the control plane's `/sd` (`http_sd_configs`) the worker application
+the control plane launched, and scrapes the audit that runs there. The series are checked
+through Prometheus's own HTTP API, not by parsing /metrics ourselves."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import grpc
 import pytest
-from google.protobuf import json_format
-from prometheus_client import CollectorRegistry
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 
-from controlplane.jobgroups import JobGroups
-from controlplane.metrics import GrpcMetricsInterceptor, StateCollector, serve_metrics
-from controlplane.server import create_server
-from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore
-from controlplane.workers import Workers
-from core import kafka_admin
-from core.config import load_settings
-from core.paths import ROOT
-from core.processes import free_ports, signal_group
+from core.channel import open_channel
+from core.processes import free_ports
 from devservices.prometheus import DEFAULT_BINARY, install, start_prometheus
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
+from tests.controlplane.test_controlplane_e2e import control_plane_process, stop_applications
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +32,9 @@ def value_of(prom, promql: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def test_prometheus_scrapes_the_control_plane_and_a_running_job(kafka, tmp_path: Path) -> None:
+def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
+    kafka, tmp_path: Path, monkeypatch
+) -> None:
     if not DEFAULT_BINARY.exists():
         install()
     topic = f"prom-{uuid.uuid4().hex[:8]}"
@@ -51,85 +44,60 @@ def test_prometheus_scrapes_the_control_plane_and_a_running_job(kafka, tmp_path:
     conf = write_conf_dir(
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
-
-    store = SqliteStore(tmp_path / "cp.sqlite")
-    leader = SoleLeader("127.0.0.1:0")
-    groups = JobGroups(store, load_settings(conf), kafka_admin.partition_count)
-    registry = CollectorRegistry()
-    registry.register(StateCollector(store, leader))
-    server, port, _ = create_server(
-        "127.0.0.1:0",
-        groups,
-        Workers(store, leader),
-        leader,
-        interceptors=[GrpcMetricsInterceptor(registry)],
-    )
-    server.start()
-    cp_metrics = serve_metrics("127.0.0.1:0", registry)
-    job_metrics = free_ports(1, exclude=[cp_metrics])[0]
-
-    group = audit_group("prom", topic)
-    jobgroup_file = tmp_path / "prom.json"
-    jobgroup_file.write_text(json_format.MessageToJson(group))
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("UATU_WAREHOUSE", "UATU_CHECKPOINTS")},
-        "UATU_CONF_DIR": str(conf),
-        "UATU_METRICS_PORT": str(job_metrics),
-        "UATU_STOP_FILE": str(tmp_path / "stop"),
-    }
-    job = None
+    grpc_port, metrics_port = free_ports(2)
+    address = f"127.0.0.1:{grpc_port}"
+    # The applications inherit it: their endpoints are named by this address, not the host's.
+    monkeypatch.setenv("UATU_METRICS_HOST", "127.0.0.1")
+    store = SqliteStore(tmp_path / "cp.sqlite")  # read-only view of what the control plane keeps
+    scrape = [
+        {"job_name": "controlplane", "static_configs": [
+            {"targets": [f"127.0.0.1:{metrics_port}"]}]},
+        {"job_name": "uatu-jobs", "http_sd_configs": [
+            {"url": f"http://127.0.0.1:{metrics_port}/sd", "refresh_interval": "1s"}]},
+    ]  # fmt: skip
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with (
+            control_plane_process(
+                address,
+                str(tmp_path / "cp.sqlite"),
+                conf,
+                tmp_path / "apps",
+                tmp_path / "controlplane.log",
+                "--workers",
+                "1",
+                "--metrics-address",
+                f"127.0.0.1:{metrics_port}",
+            ),  # fmt: skip
+            open_channel(address) as channel,
+            start_prometheus(tmp_path / "prometheus", scrape) as prom,
+        ):
             admin = admin_grpc.MasterAdminServiceStub(channel)
-            admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
-            with (tmp_path / "job.log").open("wb") as out:
-                job = subprocess.Popen(
-                    [str(ROOT / "spark-submit.sh"), str(jobgroup_file)],
-                    env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
-            scrape = [
-                {"job_name": "controlplane", "static_configs": [
-                    {"targets": [f"127.0.0.1:{cp_metrics}"]}]},
-                {"job_name": "uatu-job", "static_configs": [
-                    {"targets": [f"127.0.0.1:{job_metrics}"]}]},
-            ]  # fmt: skip
-            with start_prometheus(tmp_path / "prometheus", scrape) as prom:
-                added = wait_for(
-                    lambda: value_of(
-                        prom,
-                        'grpc_server_handled_total{grpc_method="AddJobGroup",grpc_code="OK"}',
-                    ),
-                    60,
-                    "the control plane's gRPC counters in Prometheus",
-                )
-                assert added == 1
-                running = 'uatu_controlplane_job_groups{state="JOB_STATE_RUNNING"}'
-                assert wait_for(lambda: value_of(prom, running), 30, running) == 1
+            admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=audit_group("prom", topic)))
+            added = wait_for(
+                lambda: value_of(
+                    prom, 'grpc_server_handled_total{grpc_method="AddJobGroup",grpc_code="OK"}'
+                ),
+                60,
+                "the control plane's gRPC counters in Prometheus",
+            )
+            assert added == 1
 
-                # Every record the job audited, as Prometheus sees it from the job's driver.
-                def audited() -> float | None:
-                    assert job is not None and job.poll() is None, (
-                        tmp_path / "job.log"
-                    ).read_text()
-                    total = value_of(prom, "sum(uatu_audit_messages_total)")
-                    return total if total == len(sent) else None
+            # Every record the audit counted, as Prometheus scraped it from the worker it found.
+            def audited() -> float | None:
+                total = value_of(prom, 'sum(uatu_audit_messages_total{job="uatu-jobs"})')
+                return total if total == len(sent) else None
 
-                assert wait_for(audited, 240, "the job's counters in Prometheus") == len(sent)
-                assert value_of(prom, 'up{job="uatu-job"}') == 1
-                by_partition = {
-                    r["metric"]["partition"]: float(r["value"][1])
-                    for r in prom.query("uatu_audit_messages_total")
-                }
-                assert by_partition == {
-                    str(p): sum(1 for r in sent if r.partition == p) for p in range(2)
-                }
+            assert wait_for(audited, 300, "the worker's audit counters in Prometheus") == len(sent)
+            # Found as the worker the control plane launched (its id, as heartbeats name it).
+            worker = f'worker="{store.launches()["~worker/0"].worker_id}"'
+            assert value_of(prom, f'max(up{{job="uatu-jobs", {worker}}})') == 1
+            by_partition = {
+                r["metric"]["partition"]: float(r["value"][1])
+                for r in prom.query(f"uatu_audit_messages_total{{{worker}}}")
+            }
+            assert by_partition == {
+                str(p): sum(1 for r in sent if r.partition == p) for p in range(2)
+            }
     finally:
-        if job is not None:
-            (tmp_path / "stop").touch()
-            try:
-                job.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                signal_group(job.pid, 9)
-                job.wait()
-        server.stop(None).wait()
+        stop_applications(store.launches())
         store.close()

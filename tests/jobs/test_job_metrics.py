@@ -4,6 +4,7 @@ tests/integrations/test_prometheus.py)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -179,19 +180,34 @@ def test_audit_windows_count_mark_complete_and_stay_bounded() -> None:
 
 
 def test_file_sd_targets_name_both_endpoints_of_an_application(tmp_path) -> None:
-    path = metrics.write_sd_file(tmp_path / "sd", "orders-audit", "host1", 9400, 4041)
+    group = {"job_group_id": "orders-audit"}
+    path = metrics.write_sd_file(tmp_path / "sd", "orders-audit", "host1", 9400, 4041, group)
     assert path.name == "orders-audit.json"
-    import json
-
     groups = json.loads(path.read_text())
-    assert groups[0]["targets"] == ["host1:9400"]
+    assert groups[0] == {"targets": ["host1:9400"], "labels": group}
     assert groups[1] == {
         "targets": ["host1:4041"],
         "labels": {"job_group_id": "orders-audit", "__metrics_path__": "/metrics/prometheus"},
     }
-    assert metrics.sd_targets("x", "h", 1, None) == [
-        {"targets": ["h:1"], "labels": {"job_group_id": "x"}}
+    assert metrics.sd_targets({"worker": "3"}, "h", 1, None) == [
+        {"targets": ["h:1"], "labels": {"worker": "3"}}
     ]
+
+
+def test_an_endpoint_started_with_a_sd_dir_names_itself_there(tmp_path, monkeypatch) -> None:
+    """What the control plane's /sd serves: a worker's file, labelled as the worker asked."""
+    monkeypatch.setattr(metrics, "_serving", metrics.serving())  # as it was, after the test
+    env = {"UATU_METRICS_PORT": "0", "UATU_METRICS_HOST": "127.0.0.1"}
+    endpoint = metrics.start(
+        {**env, "UATU_METRICS_SD_DIR": str(tmp_path)}, "worker-3", None, {"worker": "3"}
+    )
+    assert endpoint is not None
+    try:
+        groups = json.loads((tmp_path / "worker-3.json").read_text())
+        assert groups == [{"targets": [f"127.0.0.1:{endpoint.port}"], "labels": {"worker": "3"}}]
+    finally:
+        endpoint.stop()
+    assert not (tmp_path / "worker-3.json").exists()  # gone with the endpoint
 
 
 def verdict_row(window_start: int, revision: int, verdict: str, difference: int, **more) -> dict:
