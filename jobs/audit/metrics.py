@@ -81,9 +81,9 @@ def audit_windows(
     for row in rows:
         labels = (row["cluster"], row["topic"], str(row["partition"]), row["audit_type"])
         for column, series in AUDIT_COUNTS.items():
-            value = row.get(column)
-            if value:
-                series.labels(*labels).inc(value)
+            # Every counter of the partition exists from its first batch, at 0 if need be, so
+            # a rate or a dashboard panel has a series before the first duplicate arrives.
+            series.labels(*labels).inc(row.get(column) or 0)
         start = row["window_start"].isoformat()
         window = (*labels, start)
         AUDIT_WINDOW_MESSAGES.labels(*window).inc(row.get("message_count") or 0)

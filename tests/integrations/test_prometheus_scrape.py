@@ -1,10 +1,12 @@
 """A real Prometheus (Debian's) told only the control plane's address: it scrapes the control
 plane, and finds through the control plane's `/sd` (`http_sd_configs`) the worker application
 the control plane launched, and scrapes the audit that runs there. The series are checked
-through Prometheus's own HTTP API, not by parsing /metrics ourselves."""
+through Prometheus's own HTTP API, not by parsing /metrics ourselves, and so is every query
+of the Grafana dashboard in conf/grafana/."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +17,7 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_
 
 from controlplane.state.sqlite import SqliteStore
 from core.channel import open_channel
+from core.paths import ROOT
 from core.processes import free_ports
 from devservices.prometheus import DEFAULT_BINARY, install, start_prometheus
 from testing.conf import write_conf_dir
@@ -24,6 +27,15 @@ from testing.polling import wait_for
 from tests.controlplane.test_controlplane_e2e import control_plane_process, stop_applications
 
 pytestmark = pytest.mark.integration
+
+
+DASHBOARD = ROOT / "conf" / "grafana" / "uatu-overview.json"
+
+
+def dashboard_queries(path: Path) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every target of every panel of a Grafana dashboard."""
+    panels = json.loads(path.read_text())["panels"]
+    return [(p["title"], t["expr"]) for p in panels for t in p.get("targets", [])]
 
 
 def value_of(prom, promql: str) -> float | None:
@@ -98,6 +110,9 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
             assert by_partition == {
                 str(p): sum(1 for r in sent if r.partition == p) for p in range(2)
             }
+            # Every query of the Grafana dashboard in the repo answers from these series.
+            for title, expr in dashboard_queries(DASHBOARD):
+                wait_for(lambda e=expr: prom.query(e), 60, f"dashboard panel {title!r}: {expr}")
     finally:
         stop_applications(store.launches())
         store.close()
