@@ -166,6 +166,17 @@ def committed_offsets(
         consumer.close()
 
 
+def commit_offsets(bootstrap_servers: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit {partition: next offset} of `topic` for `group`, as any other consumer of the
+    group would (no membership: the group must have no active members)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+        consumer.commit(offsets=tps, asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def java_default_partition(key: bytes, partitions: int) -> int:
     """The partition the Java client's default partitioner gives a keyed record:
     ``toPositive(murmur2(key)) % partitions`` (Kafka's ``Utils.murmur2``, seed 0x9747b28c), so

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from google.protobuf import json_format
 from prometheus_client.exposition import generate_latest
@@ -53,6 +52,7 @@ from testing.jobrun import log_path, run_job, running_job
 from testing.polling import wait_for
 from testing.topic_data import (
     Record,
+    commit_offsets,
     committed_offsets,
     high_watermarks,
     java_default_partition,
@@ -837,7 +837,7 @@ def test_a_new_checkpoint_starts_where_the_group_committed_and_its_lag_is_seen(
     records = [Record(i % 2, None, value(f"m{i}", "ok"), now) for i in range(40)]
     produce_records(kafka.bootstrap_servers, topics.main, records)
     before = {0: 5, 1: 12}
-    commit_as_another_consumer(kafka.bootstrap_servers, "moved-cg", topics.main, before)
+    commit_offsets(kafka.bootstrap_servers, "moved-cg", topics.main, before)
     data = group("moved", topics, service, kafkaConsumerTaskGroup__consumerGroup="moved-cg")
     seen = len(service.snapshot())
 
@@ -850,17 +850,6 @@ def test_a_new_checkpoint_starts_where_the_group_committed_and_its_lag_is_seen(
     produce_records(kafka.bootstrap_servers, topics.main, more)
     lags = evaluated_lags(kafka.bootstrap_servers, "moved-cg", topics.main)
     assert lags == {0: 7, 1: 0}
-
-
-def commit_as_another_consumer(
-    bootstrap: str, group_id: str, topic: str, offsets: dict[int, int]
-) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
-    try:
-        tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
-        consumer.commit(offsets=tps, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def evaluated_lags(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:

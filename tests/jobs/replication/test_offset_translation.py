@@ -18,20 +18,17 @@ from jobs.replication.offsets import main as offsets_main
 from jobs.replication.spec import replication_spec_now
 from testing.conf import write_conf_dir
 from testing.polling import wait_for
-from testing.topic_data import Record, committed_offsets, produce_records, read_partitions
+from testing.topic_data import (
+    Record,
+    commit_offsets,
+    committed_offsets,
+    produce_records,
+    read_partitions,
+)
 
 SOURCE, COPY, GROUP = "orders-xlate", "orders-xlate-copy", "billing"
 PER_PARTITION = 40
 T0_MS = (int(time.time()) - 600) * 1000
-
-
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
-        consumer.commit(offsets=tps, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def test_a_group_fails_over_to_the_replica_at_the_translated_offsets(
@@ -72,7 +69,7 @@ def test_a_group_fails_over_to_the_replica_at_the_translated_offsets(
     assert replication.ReplicationJob(spec).run(once=False) == EXIT_OK
 
     # The group read 17 records of partition 0 and all of partition 1 on the source.
-    commit(kafka.bootstrap_servers, GROUP, SOURCE, {0: 17, 1: PER_PARTITION})
+    commit_offsets(kafka.bootstrap_servers, GROUP, SOURCE, {0: 17, 1: PER_PARTITION})
     status = offsets_main(
         ["--conf-dir", str(conf), "--source-cluster", "src", "--topic", SOURCE,
          "--dest-cluster", "dst", "--dest-topic", COPY, "--group", GROUP, "--apply"]
