@@ -69,6 +69,7 @@ from jobs.dispatch.offsets import (
     main_bounds,
     resolved_start,
     start_from_commits,
+    starts_from_group,
 )
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
@@ -348,14 +349,16 @@ class DispatchJob(StreamingJob[DispatchSpec]):
 
     def _group_starts(self, spark: SparkSession, marks: Watermarks) -> dict[str, dict[int, int]]:
         """Where each query on a new checkpoint starts, by topic, when the JobGroup's consumer
-        group committed offsets on its topic (`start_from_commits`; a redrive reads only its
-        range). The part of a commit below a partition's log start is recorded as lost."""
+        group committed offsets on its topic (`starts_from_group`, `start_from_commits`). The
+        part of a commit below a partition's log start is recorded as lost."""
         spec = self.spec
         group = spec.source.consumer_group
         starts = {}
         for q in spec.queries():
-            if q.kind is Kind.DLQ or read_offset_log(spark, spec.checkpoint_of(q)).planned:
+            if not starts_from_group(spec, q.kind):
                 continue
+            if read_offset_log(spark, spec.checkpoint_of(q)).planned:
+                continue  # Spark resumes from the checkpoint
             commits = committed_offsets(spec.source.cluster, group, q.topic)
             ranges = {p: marks.range_of(q.topic, p) for p in marks.partitions(q.topic)}
             policy = spec.source.starting_offsets if q.kind is Kind.MAIN else "earliest"

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from core.config import ClusterConfig
 from core.errors import InvalidJobGroup
+from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec
 
 TIMEOUT_S = 15.0
@@ -72,6 +73,17 @@ class Bounds:
 
     start: str | Mapping[int, int]
     end: Mapping[int, int] | None
+
+
+def starts_from_group(spec: DispatchSpec, kind: Kind) -> bool:
+    """Whether a new checkpoint of the query reading a topic of `kind` starts where the
+    JobGroup's consumer group committed: not a DLQ redrive (it reads its range), nor a source
+    the JobGroup starts itself (partition_offset_ranges, start_timestamp)."""
+    if kind is Kind.DLQ:
+        return False
+    if kind is Kind.MAIN:
+        return not spec.source.offset_ranges and spec.source.start_timestamp_ms is None
+    return True
 
 
 def start_from_commits(

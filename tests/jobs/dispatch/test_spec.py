@@ -15,6 +15,7 @@ from core.config import load_settings
 from jobs import main as job_main
 from jobs import registry
 from jobs.dispatch.dispatcher import config_json, producer_config
+from jobs.dispatch.offsets import starts_from_group
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, parse_uri
 from testing.conf import write_conf_dir
@@ -289,3 +290,22 @@ def test_tier_batches_stay_under_half_the_smallest_topic_limit(
     assert json.loads(config_json(spec, max_message_bytes=limit))["producer_config"][
         "batch.size"
     ] == str(batch)
+
+
+def test_a_new_checkpoint_starts_from_the_group_unless_the_jobgroup_says_where(
+    conf_dir: Path,
+) -> None:
+    def starts(spec: DispatchSpec) -> list[bool]:
+        return [starts_from_group(spec, q.kind) for q in spec.queries()]
+
+    assert starts(spec_of(conf_dir, VALID)) == [True, True, True, True]
+    ranges = {"partitionOffsetRange": [{"partition": 0, "startOffset": "3", "endOffset": "9"}]}
+    for explicit in (
+        changed(["kafkaConsumerTaskGroup", "partitionOffsetRanges"], ranges),
+        changed(["kafkaConsumerTaskGroup", "startTimestamp"], "2026-01-01T00:00:00Z"),
+    ):
+        # The source starts where the JobGroup says; its tiers still resume from the group.
+        assert starts(spec_of(conf_dir, explicit)) == [False, True, True, True]
+    redrive = changed(["kafkaConsumerTaskGroup", "topic"], "orders-dlq")
+    redrive["kafkaConsumerTaskGroup"]["partitionOffsetRanges"] = ranges
+    assert starts(spec_of(conf_dir, redrive)) == [False]
