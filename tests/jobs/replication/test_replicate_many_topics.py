@@ -36,12 +36,12 @@ from testing.jobrun import committed_batch, run_job, running_in_thread
 from testing.polling import wait_for
 from testing.topic_data import (
     Record,
+    commit_offsets,
     committed_offsets,
     count_records,
     produce_records,
     read_partitions,
 )
-from tests.jobs.replication.test_offset_translation import commit
 from tests.jobs.replication.test_replication_integration import assert_exact_copy, two_cluster_conf
 
 pytestmark = pytest.mark.integration
@@ -260,7 +260,7 @@ def test_group_offsets_are_committed_and_translated_per_topic(history, capsys) -
         )
     topic = next(t for t in history.topics if t.endswith("-a"))
     copy = f"{ALIAS}.{topic}"
-    commit(history.bootstrap, "failover", topic, {0: 17})
+    commit_offsets(history.bootstrap, "failover", topic, {0: 17})
     status = offsets_main(
         ["--conf-dir", str(history.conf), "--source-cluster", "src", "--topic", topic,
          "--dest-cluster", "dst", "--dest-topic", copy, "--group", "failover", "--apply"]
