@@ -12,6 +12,8 @@ themselves carry the marks explicitly.
 from __future__ import annotations
 
 import os
+import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -90,6 +92,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+SLOW_TEARDOWN_S = 20.0
+
+
+class SlowTeardownWarning(UserWarning):
+    """A fixture took more than SLOW_TEARDOWN_S to tear down (shown in the warnings summary,
+    which pytest-xdist brings back from its workers): where a suite's idle minutes hide."""
+
+
+class TeardownTimer:
+    """Times every fixture's teardown. A plugin, not a conftest hook: a session fixture's
+    hooks are called on the session, which sees only global plugins. Finalizers run
+    last-in first-out, so the one added before the fixture runs (and registers its own
+    teardown) runs after that teardown, and the one added after runs before it."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+        started: list[float] = []
+
+        def finished() -> None:
+            if started and (took := time.monotonic() - started[0]) > SLOW_TEARDOWN_S:
+                warnings.warn(
+                    f"fixture {fixturedef.argname} ({fixturedef.scope}) took {took:.0f} s to "
+                    f"tear down after {request.node.nodeid or 'the session'}",
+                    SlowTeardownWarning,
+                    stacklevel=1,
+                )
+
+        fixturedef.addfinalizer(finished)
+        try:
+            return (yield)
+        finally:
+            fixturedef.addfinalizer(lambda: started.append(time.monotonic()))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(TeardownTimer(), "uatu-teardown-timer")
 
 
 @pytest.fixture(scope="session")
