@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 TABLES = {
     "audit_counts": "audit",
     "audit_verdicts": "audit (cross-tier AuditTypes)",
+    "replication_gaps": "audit (the REPLICATION check)",
     "replication_stats": "replication",
     "replication_audit": "replication",
     "availability_probes": "availability",

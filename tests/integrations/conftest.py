@@ -12,9 +12,9 @@
 
 So every table the integrations read exists, written by the jobs themselves: audit_counts,
 replication_stats, replication_audit, availability_probes, topic_availability,
-consumer_offset_commits, consumer_group_status; all but `audit_verdicts` (`ELSEWHERE`): the
-cross-tier audit's bounded run costs as much again, and test_airflow.py runs it (through
-`spark-submit.sh`) and reads its verdicts with delta-rs.
+consumer_offset_commits, consumer_group_status; all but `audit_verdicts` and
+`replication_gaps` (`ELSEWHERE`): the cross-tier audit's bounded run costs as much again,
+and test_airflow.py runs it (through `spark-submit.sh`) and reads its verdicts with delta-rs.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from testing.polling import wait_for
 
 TOPIC = "it-orders"
 REPLICATION_ID = "it-orders-dr"
-ELSEWHERE = frozenset({"audit_verdicts"})  # tables of TABLES this warehouse does not hold
+ELSEWHERE = frozenset({"audit_verdicts", "replication_gaps"})  # of TABLES, not in this warehouse
 
 
 @dataclass(frozen=True)
