@@ -16,6 +16,7 @@ from integrations.report.page import (
     counts_per_tier,
     loss_over_time,
     sections,
+    totals_of,
     write_report,
 )
 
@@ -30,5 +31,6 @@ __all__ = [
     "newest_gaps",
     "sections",
     "totals",
+    "totals_of",
     "write_report",
 ]

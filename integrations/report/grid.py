@@ -214,7 +214,7 @@ def totals(audit: pd.DataFrame, verdict_rows: Iterable[Mapping[str, Any]]) -> pd
     )
     merged = audited.merge(verdicts, on=["cluster", "topic"], how="outer")
     for column in TOTAL_COLUMNS[2:]:
-        merged[column] = merged[column].fillna(0).astype("int64")
+        merged[column] = pd.to_numeric(merged[column]).fillna(0).astype("int64")
     merged = merged.sort_values(
         ["records_missing", "records_extra", "topic", "cluster"],
         ascending=[False, False, True, True],

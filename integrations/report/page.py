@@ -191,9 +191,8 @@ def _grid_section(data: Warehouse) -> Section | None:
     return ("grid", "Verdicts per topic and window", None, summary + note + grid_html(cells))
 
 
-def _totals_section(data: Warehouse) -> Section | None:
-    if "audit_counts" not in data.tables and "audit_verdicts" not in data.tables:
-        return None
+def totals_of(data: Warehouse) -> pd.DataFrame:
+    """`grid.totals` of the warehouse's `audit_counts` and verdicts in the range."""
     audit = pd.DataFrame()
     if "audit_counts" in data.tables:
         audit = data.frame(
@@ -202,8 +201,13 @@ def _totals_section(data: Warehouse) -> Section | None:
              "late_count", "no_event_time_count"],
             "window_start",
         )  # fmt: skip
-    frame = totals(audit, data.verdicts)
-    return ("totals", "Totals per cluster and topic", None, _table(frame))
+    return totals(audit, data.verdicts)
+
+
+def _totals_section(data: Warehouse) -> Section | None:
+    if "audit_counts" not in data.tables and "audit_verdicts" not in data.tables:
+        return None
+    return ("totals", "Totals per cluster and topic", None, _table(totals_of(data)))
 
 
 def _gaps_section(data: Warehouse) -> Section | None:

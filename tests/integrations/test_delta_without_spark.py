@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from integrations import query
+from integrations.report import Warehouse, build_html, totals_of
 from integrations.tables import TABLES, find_tables, read
 from tests.integrations.conftest import ELSEWHERE
 
@@ -36,6 +37,21 @@ def test_audit_counts_read_by_delta_rs_match_what_was_sent(job_warehouse) -> Non
         rows = [r for r in read(path).to_pylist() if r["cluster"] == cluster]
         assert sum(r["message_count"] for r in rows) == job_warehouse.sent["total"], cluster
         assert sum(r["duplicate_count"] for r in rows) == job_warehouse.sent["duplicate"], cluster
+
+
+def test_the_reports_totals_of_the_jobs_tables_are_what_was_sent(job_warehouse) -> None:
+    """The report on the jobs' own tables (no verdict table here): per tier, the messages
+    and duplicates sent, and a page that builds. The fixture's audit reads no event-time
+    field (records are placed by their Kafka timestamp), so none is untimed."""
+    totals = totals_of(Warehouse.open(job_warehouse.warehouse)).set_index("cluster")
+    sent = job_warehouse.sent
+    for cluster in ("local", "dest"):
+        row = totals.loc[cluster]
+        assert (row["messages"], row["duplicates"], row["untimed"]) == (
+            sent["total"], sent["duplicate"], 0,
+        ), cluster  # fmt: skip
+        assert row["windows_judged"] == 0
+    assert 'data-verdict="INCOMPLETE"' in build_html(job_warehouse.warehouse)
 
 
 def test_the_docs_example_queries_run_without_spark(job_warehouse, tmp_path, capsys) -> None:
