@@ -17,7 +17,7 @@ BENCH_ARGS ?=
 # the suite in well under the serial time. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 
-.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
+.PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv airflow-provider wheel kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -26,6 +26,7 @@ setup: ## install everything: Python venv, JVM jars, generated protos, job zip, 
 	@# The Airflow venv shares nothing with the rest, so it installs beside it: the whole setup
 	@# is shorter than one step at a time.
 	@$(MAKE) --no-print-directory -j2 setup-project airflow-venv
+	@$(MAKE) --no-print-directory airflow-provider
 
 .PHONY: setup-project
 setup-project: # everything but the Airflow venv, one step at a time
@@ -37,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo ">> creating $(VENV) and installing the pinned Python dependencies"
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))' > $(VENV)/requirements.txt
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["spark"] + x["dev"]))' > $(VENV)/requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	@# The repo root and the generated protos are importable from the venv without an install step.
 	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $(SITE)/uatu-local.pth
@@ -142,20 +143,42 @@ var/chromium/usr/lib/chromium/chromium-headless-shell: | $(VENV)/.installed
 	@echo ">> fetching chromium-headless-shell and its missing libraries (apt-get download, unpacked into var/chromium)"
 	$(PY) -m devservices.chromium install
 
-# Airflow never shares a venv with pyspark: its own venv, pinned by a committed constraints file
-# (resolved once and frozen; see docs/airflow.md), with the provider installed editable.
+# The Python side as wheels: uatu-spark (the generated protos in build/gen included; its base
+# install is the client side, `[spark]` the rest) and the Airflow provider, into build/dist.
+WHEEL_DIR    := build/dist
 AIRFLOW_DIR  := integrations/airflow
 AIRFLOW_VENV := $(AIRFLOW_DIR)/.venv
+WHEEL_SOURCES := $(shell git ls-files core jobs controlplane integrations clients 2>/dev/null | grep '\.py$$')
+
+wheel: $(WHEEL_DIR)/.built ## the wheels: uatu-spark and airflow-provider-uatu, into build/dist
+
+$(WHEEL_DIR)/.built: build/gen/.generated pyproject.toml $(AIRFLOW_DIR)/pyproject.toml $(WHEEL_SOURCES)
+	@echo ">> building the wheels into $(WHEEL_DIR)"
+	rm -rf $(WHEEL_DIR) build/lib build/bdist.* && mkdir -p $(WHEEL_DIR)
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(WHEEL_DIR) . ./$(AIRFLOW_DIR)
+	rm -rf build/lib build/bdist.* build/gen/*.egg-info *.egg-info $(AIRFLOW_DIR)/build $(AIRFLOW_DIR)/*.egg-info
+	touch $@
+
+# Airflow never shares a venv with pyspark: its own venv, pinned by a committed constraints file
+# (resolved once and frozen; see docs/airflow.md). The provider and the uatu-spark client are
+# installed from their wheels (airflow-provider), as on any Airflow: nothing from the checkout.
 AIRFLOW_PY   := $(AIRFLOW_VENV)/bin/python
 
-airflow-venv: $(AIRFLOW_VENV)/.installed ## Airflow 3 in its own venv (integrations/airflow/.venv) with the uatu provider
+airflow-venv: $(AIRFLOW_VENV)/.installed ## Airflow 3 in its own venv (integrations/airflow/.venv), pinned
 
-$(AIRFLOW_VENV)/.installed: $(AIRFLOW_DIR)/constraints.txt $(AIRFLOW_DIR)/pyproject.toml
-	@echo ">> creating $(AIRFLOW_VENV): apache-airflow and the provider, pinned by $(AIRFLOW_DIR)/constraints.txt"
+$(AIRFLOW_VENV)/.installed: $(AIRFLOW_DIR)/constraints.txt
+	@echo ">> creating $(AIRFLOW_VENV): apache-airflow and what the provider needs, pinned by $(AIRFLOW_DIR)/constraints.txt"
 	test -x $(AIRFLOW_PY) || $(PYTHON_BOOT) -m venv $(AIRFLOW_VENV)
-	$(AIRFLOW_PY) -m pip install -q -c $(AIRFLOW_DIR)/constraints.txt -e $(AIRFLOW_DIR)
-	@# The provider reads the project's generated protos and integrations/ from the checkout.
-	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $$($(AIRFLOW_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/uatu-local.pth
+	$(AIRFLOW_PY) -m pip install -q -r $(AIRFLOW_DIR)/constraints.txt
+	touch $@
+
+airflow-provider: $(AIRFLOW_VENV)/.provider ## install the provider's and uatu-spark's wheels into the Airflow venv
+
+$(AIRFLOW_VENV)/.provider: $(AIRFLOW_VENV)/.installed $(WHEEL_DIR)/.built
+	@echo ">> installing the provider and uatu-spark wheels into $(AIRFLOW_VENV)"
+	rm -f $$($(AIRFLOW_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/uatu-local.pth
+	$(AIRFLOW_PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/*.whl
+	$(AIRFLOW_PY) -m pip check
 	touch $@
 
 kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kafka)

@@ -17,8 +17,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DAGS = ROOT / "integrations" / "airflow" / "uatu_airflow" / "example_dags"
+import uatu_airflow
+
+ROOT = Path(__file__).resolve().parents[2]  # UATU_HOME: the jobs run from the checkout
+DAGS = Path(uatu_airflow.__file__).parent / "example_dags"  # the installed wheel's
 
 
 def main(home: str, logical_date: str, run_conf: str) -> int:

@@ -11,9 +11,9 @@ hour's is LOSS (EARLIER reported, EARLIER - LOST in Kafka).
 `audit_verdicts` with delta-rs, gets OK. A second run, for the earlier hour, runs no job (the
 verdicts are written) and its sensor task fails on LOSS. `make airflow-test`.
 
-The Airflow venv imports the provider and `integrations` from the checkout its `.pth` names;
-a PYTHONPATH that starts with another checkout (a worktree's) takes precedence, and the
-subprocess inherits it.
+The Airflow venv runs the provider and the uatu-spark client from their wheels, with no
+PYTHONPATH (`airflow_venv.py`); only the jobs run from the checkout (`spark-submit.sh` in
+UATU_HOME), as on a real Airflow next to a Spark deployment.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from integrations.query import run_sql
 from integrations.tables import find_tables
 from integrations.verdicts import read_newest
 from testing.conf import write_conf_dir
+from tests.integrations.airflow_venv import AIRFLOW_PY, AIRFLOW_VENV, airflow_env
 
 pytestmark = pytest.mark.integration
 
-AIRFLOW_PY = ROOT / "integrations" / "airflow" / ".venv" / "bin" / "python"
 RUNNER = Path(__file__).with_name("airflow_dag_runner.py")
 TOPIC, AUDIT_TOPIC = "af-orders", "af-audit"
 RECORDS, EARLIER, LOST = 240, 120, 10
@@ -66,10 +66,41 @@ def run_dag(home: Path, logical_date: datetime, conf: dict) -> tuple[dict, str]:
         timeout=600,
         check=False,
         cwd=ROOT,
+        env=airflow_env(),
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), output
+
+
+def test_the_provider_and_its_client_are_the_installed_wheels(tmp_path) -> None:
+    """Every module the provider imports resolves inside the Airflow venv (never the
+    checkout), the provider is registered under Airflow's entry point, and the wheel's `uatu`
+    command answers."""
+    probe = (
+        "import json, importlib, importlib.metadata as m\n"
+        "names = ['uatu_airflow.hooks', 'uatu_airflow.operators', 'uatu_airflow.sensors',\n"
+        "         'uatu_airflow.triggers', 'core.channel', 'integrations.verdicts',\n"
+        "         'uber.data.kafka.datatransfer.master_admin_service_pb2_grpc',\n"
+        "         'uatu.v1.job_options_pb2']\n"
+        "files = {n: importlib.import_module(n).__file__ for n in names}\n"
+        "points = [e.value for e in m.entry_points(group='apache_airflow_provider')]\n"
+        "print(json.dumps({'files': files, 'points': points}))\n"
+    )
+    done = subprocess.run(
+        [str(AIRFLOW_PY), "-c", probe],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path, env=airflow_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    outside = {n: f for n, f in found["files"].items() if not f.startswith(str(AIRFLOW_VENV))}
+    assert outside == {}
+    assert "uatu_airflow:get_provider_info" in found["points"]
+    version = subprocess.run(
+        [str(AIRFLOW_VENV / "bin" / "uatu"), "--version"],
+        capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path, env=airflow_env(),
+    )  # fmt: skip
+    assert version.stdout == "uatu 0.1.0\n"
 
 
 def test_example_dag_audits_the_hour_defers_and_fails_on_loss(kafka, tmp_path) -> None:

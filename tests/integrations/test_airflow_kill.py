@@ -19,10 +19,10 @@ import pytest
 
 from core.paths import ROOT
 from testing.polling import wait_for
+from tests.integrations.airflow_venv import AIRFLOW_PY, airflow_env
 
 pytestmark = pytest.mark.integration
 
-AIRFLOW_PY = ROOT / "integrations" / "airflow" / ".venv" / "bin" / "python"
 RUNNER = Path(__file__).with_name("airflow_kill_runner.py")
 
 # Writes its pid and its child's (the "JVM") to $PIDS, logs its first batch, runs until its
@@ -52,6 +52,7 @@ def kill_while_running(tmp_path: Path, trap: str, grace: float) -> tuple[dict, l
         timeout=300,
         check=False,
         cwd=ROOT,
+        env=airflow_env(),
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])

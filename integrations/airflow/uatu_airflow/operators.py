@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.exceptions import AirflowException
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
 from google.protobuf import json_format
 
 from uatu_airflow.hooks import UatuControlPlaneHook, load_group

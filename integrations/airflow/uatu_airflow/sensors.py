@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.exceptions import AirflowFailException
 from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from integrations.verdicts import LOSS, VERDICTS, describe
 from uatu_airflow.triggers import AuditWindowTrigger
