@@ -48,6 +48,7 @@ import yaml
 
 from core import secret_files
 from core.errors import ConfigError
+from core.kafka_properties import librdkafka_form
 from core.paths import CONF_DIR
 
 log = logging.getLogger("uatu.config")
@@ -82,10 +83,16 @@ class ClusterConfig:
         """Configuration for a Java Kafka client (the replication sink's producer)."""
         return {**self.properties, "bootstrap.servers": self.bootstrap_servers}
 
+    def librdkafka_properties(self) -> dict[str, str]:
+        """`admin_properties` when given, else `properties` in librdkafka's form
+        (`core.kafka_properties`): a cluster's settings are written once."""
+        if self.admin_properties is not None:
+            return dict(self.admin_properties)
+        return librdkafka_form(self.properties, f"clusters.yaml: clusters.{self.name}.properties")
+
     def client_config(self) -> dict[str, Any]:
-        """Configuration for a librdkafka client (the admin client that checks topics)."""
-        props = self.properties if self.admin_properties is None else self.admin_properties
-        return {**props, "bootstrap.servers": self.bootstrap_servers}
+        """Configuration for a librdkafka client (the checks, probes and group commits)."""
+        return {**self.librdkafka_properties(), "bootstrap.servers": self.bootstrap_servers}
 
     def check_client_config(self) -> dict[str, Any]:
         """`client_config()` for a short-lived client of a pre-start check: its log lines go
@@ -194,7 +201,7 @@ def parse_clusters(
         if not isinstance(servers, str) or not servers.strip():
             raise ConfigError(source, f"clusters.{name}.bootstrap_servers={servers!r} is empty")
         props = spec.get("properties") or {}
-        admin_props = spec.get("admin_properties")
+        admin_props = spec.get("admin_properties") or None  # {}: not given
         for key, value in (("properties", props), ("admin_properties", admin_props or {})):
             if not isinstance(value, dict):
                 raise ConfigError(source, f"clusters.{name}.{key} must be a mapping")
@@ -202,10 +209,13 @@ def parse_clusters(
         if not isinstance(proxy, dict) or not isinstance(proxy.get("grpc_address", ""), str):
             raise ConfigError(source, f"clusters.{name}.proxy must map grpc_address to host:port")
         field = f"{source}: clusters.{name}"
+        properties = _client_properties(props, f"{field}.properties", base_dir, env)
+        if admin_props is None:
+            librdkafka_form(properties, f"{field}.properties")  # refused here, before any work
         parsed[str(name)] = ClusterConfig(
             name=str(name),
             bootstrap_servers=servers.strip(),
-            properties=_client_properties(props, f"{field}.properties", base_dir, env),
+            properties=properties,
             admin_properties=None
             if admin_props is None
             else _client_properties(admin_props, f"{field}.admin_properties", base_dir, env),

@@ -8,14 +8,15 @@ broker (merge_listeners, then create_scram_users). By hand:
     extra = sasl.broker_properties()        # merge into server.properties (listener lists
                                             # are merged, see `merge_listeners`)
     format_args = sasl.storage_format_args()  # kafka-storage format: SCRAM users (KRaft)
-    clusters_yaml_entry = sasl.cluster_entry("alice", "SCRAM-SHA-512", secrets_file)
+    clusters_yaml_entry = sasl.cluster_entry("alice", "SCRAM-SHA-512")
 
 The broker listens for SASL_SSL on 127.0.0.1:`port` with a certificate the test CA signed
 (PKCS#12 keystore), and accepts SCRAM-SHA-512 users (created at storage format time, as KRaft
 does it) and PLAIN users (listed in the listener's JAAS config). `cluster_entry` renders a
-clusters.yaml entry whose passwords are `${file:...}` references, for the Java client
-(`properties`, Spark's Kafka source and the replication sink) and librdkafka
-(`admin_properties`, the pre-start checks and the availability probes).
+clusters.yaml entry whose passwords are `${file:...}` references, in the Java client's form
+(`properties`, Spark's Kafka source and the replication sink; the librdkafka clients, the
+pre-start checks and the availability probes, read its translation), and with
+`librdkafka=True` also in librdkafka's own form (`admin_properties`).
 """
 
 from __future__ import annotations
@@ -163,9 +164,12 @@ class SaslSsl:
         path.chmod(0o600)
         return path
 
-    def cluster_entry(self, user: str, mechanism: str) -> dict[str, object]:
+    def cluster_entry(
+        self, user: str, mechanism: str, *, librdkafka: bool = False
+    ) -> dict[str, object]:
         """A clusters.yaml entry reaching this listener as `user` with `mechanism`; the
-        password is a ${file:...} reference, never written out."""
+        password is a ${file:...} reference, never written out. The settings are written
+        once (Java form) unless `librdkafka` asks for admin_properties too."""
         if mechanism not in MECHANISMS:
             raise ValueError(f"mechanism {mechanism!r} is not one of {MECHANISMS}")
         reference = f"${{file:{self.secrets_file(user)}:password}}"
@@ -182,7 +186,7 @@ class SaslSsl:
             "ssl.truststore.location": str(self.ca.cert_pem),
             "ssl.endpoint.identification.algorithm": "https",
         }
-        librdkafka = {
+        rdkafka = {
             "security.protocol": LISTENER,
             "sasl.mechanism": mechanism,
             "sasl.username": user,
@@ -190,8 +194,7 @@ class SaslSsl:
             "ssl.ca.location": str(self.ca.cert_pem),
             "ssl.endpoint.identification.algorithm": "https",
         }
-        return {
-            "bootstrap_servers": self.bootstrap_servers,
-            "properties": java,
-            "admin_properties": librdkafka,
-        }
+        entry: dict[str, object] = {"bootstrap_servers": self.bootstrap_servers, "properties": java}
+        if librdkafka:
+            entry["admin_properties"] = rdkafka
+        return entry

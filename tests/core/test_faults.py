@@ -348,11 +348,12 @@ def test_the_job_refuses_an_unreachable_point_at_start(
 ) -> None:
     """Through `jobs/main.py --check`: exit 2 and one line naming UATU_FAULT and the point,
     before the step after it, where the admin client refuses a Java-only property of the
-    cluster (and would next ask port 9 on loopback, where nothing answers)."""
+    cluster that the translation does not know (librdkafka's name is fetch.wait.max.ms), and
+    would next ask port 9 on loopback, where nothing answers."""
     conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
     (conf / "clusters.yaml").write_text(
         "clusters:\n  local:\n    bootstrap_servers: 127.0.0.1:9\n"
-        "    properties: {sasl.jaas.config: 'x required;'}\n"
+        "    properties: {fetch.max.wait.ms: '500'}\n"
     )
     path = tmp_path / "group.json"
     path.write_text(json.dumps(AUDIT_GROUP))

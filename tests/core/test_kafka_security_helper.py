@@ -29,14 +29,16 @@ def test_listener_and_client_settings(tmp_path: Path) -> None:
     assert sasl.keystore.exists() and oct(sasl.keystore.stat().st_mode)[-3:] == "600"
     assert sasl.storage_format_args()[0] == "--add-scram"
 
-    for user, mechanism in (("alice", "SCRAM-SHA-512"), ("bob", "PLAIN")):
-        entry = sasl.cluster_entry(user, mechanism)
+    for user, mechanism, both in (("alice", "SCRAM-SHA-512", True), ("bob", "PLAIN", False)):
+        entry = sasl.cluster_entry(user, mechanism, librdkafka=both)
+        assert ("admin_properties" in entry) is both
         assert not any(p in repr(entry) for p in sasl.passwords())  # references only
         cluster = parse_clusters(
             {"clusters": {"s": entry}}, str(tmp_path / "conf" / "clusters.yaml")
         )["s"]
         password = {**sasl.scram_users, **sasl.plain_users}[user]
         assert f'password="{password}"' in cluster.properties["sasl.jaas.config"]
-        assert cluster.client_config()["sasl.password"] == password
+        assert cluster.client_config()["sasl.password"] == password  # given, or translated
+        assert cluster.client_config()["ssl.ca.location"] == str(sasl.ca.cert_pem)
         assert cluster.check_client_config()["logger"].name == "uatu.librdkafka"
         assert cluster.encrypted

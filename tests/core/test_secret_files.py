@@ -22,6 +22,9 @@ def secure_cluster(conf: Path, properties: dict[str, str]) -> None:
     (conf / "clusters.yaml").write_text(yaml.safe_dump(clusters))
 
 
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
 def test_references_are_resolved_at_load_time(tmp_path: Path) -> None:
     conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
     secrets = conf / "kafka.properties"
@@ -30,15 +33,18 @@ def test_references_are_resolved_at_load_time(tmp_path: Path) -> None:
     secure_cluster(
         conf,
         {
-            "sasl.jaas.config": 'x required username="${file:kafka.properties:user}" '
+            "sasl.jaas.config": f"{SCRAM_LOGIN} required "
+            'username="${file:kafka.properties:user}" '
             'password="${file:kafka.properties:password}";',
             "ssl.truststore.password": "${env:TRUSTSTORE_PASSWORD}",
         },
     )
     cluster = load_settings(conf, env={"TRUSTSTORE_PASSWORD": "tp"}).clusters["local"]
     assert cluster.properties["sasl.jaas.config"] == (
-        'x required username="alice" password="s3cr3t";'
+        f'{SCRAM_LOGIN} required username="alice" password="s3cr3t";'
     )
+    librdkafka = cluster.client_config()  # the same values, translated
+    assert (librdkafka["sasl.username"], librdkafka["sasl.password"]) == ("alice", "s3cr3t")
     assert cluster.properties["ssl.truststore.password"] == "tp"
 
 

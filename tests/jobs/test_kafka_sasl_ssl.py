@@ -1,11 +1,13 @@
 """Kafka security end to end (issue 20, item 8): a broker with a SASL_SSL listener (a CA made
 in the test, SCRAM-SHA-512 and PLAIN users), and the suite's jobs against it.
 
-* `--check` with SCRAM and with PLAIN: both the Java-client properties (`properties`) and the
-  librdkafka ones (`admin_properties`) authenticate;
+* `--check` with SCRAM and with PLAIN: the SCRAM cluster gives the librdkafka properties
+  (`admin_properties`), the PLAIN cluster only the Java client's, translated for librdkafka
+  (`core/kafka_properties.py`); both authenticate;
 * a bounded audit (`--once`) counts every record produced over SASL_SSL;
 * a bounded replication copies SCRAM -> PLAIN on the same broker;
-* an availability job writes probe rows;
+* an availability job writes probe rows over PLAIN (librdkafka producers and consumers on the
+  translated settings);
 * no password appears in any process's argv, in the logs, in the heartbeats (a recording
   MasterWorkerService) or in the tables.
 
@@ -72,7 +74,9 @@ def conf_dir(tmp_path_factory: pytest.TempPathFactory, sasl_kafka) -> Path:
         base / "wh",
         base / "ck",
         more_clusters={
-            SCRAM: sasl.cluster_entry("alice", "SCRAM-SHA-512"),
+            # SCRAM gives both forms; PLAIN only the Java form, which its librdkafka clients
+            # (--check, the availability probes) read translated (core/kafka_properties.py).
+            SCRAM: sasl.cluster_entry("alice", "SCRAM-SHA-512", librdkafka=True),
             PLAIN: sasl.cluster_entry("bob", "PLAIN"),
         },
     )
@@ -204,7 +208,7 @@ def test_jobs_over_sasl_ssl_leak_no_password(spark, sasl_kafka, conf_dir, heartb
     produce(conf_dir, SCRAM, source, 200)
     env = {"UATU_CONTROL_PLANE": target, "UATU_HEARTBEAT_SECONDS": "1"}
     with ArgvWatch(sasl.passwords()) as argv:
-        # --check: Java properties and librdkafka properties, both mechanisms.
+        # --check: given librdkafka properties (SCRAM) and translated Java ones (PLAIN).
         for name in (SCRAM, PLAIN):
             check = submit(audit_group(f"check-{name}", name, source), tmp_path, conf_dir, env,
                            "--check")  # fmt: skip
