@@ -187,7 +187,9 @@ kafka-up: setup ## start a local KRaft broker on 127.0.0.1:9092 (data in var/kaf
 kafka-down: ## stop the broker started by kafka-up
 	$(PY) -m devservices.kafka down --dir var/kafka
 
-run: setup ## demo: own broker, demo stream from the load generator, audit job once (--once), print audit_counts
+DEMO_NEEDS := venv jars proto build/uatu-jobs.zip build/uatu-jvm.jar build/spark-cds.jsa
+
+run: $(DEMO_NEEDS) ## demo: own broker, demo stream from the load generator, audit job once (--once), print audit_counts; sets up only what it needs
 	$(PY) -m examples.demo
 
 demo-audit-tiers: setup ## demo: a Python and a Java service reporting to the cross-tier audit, a replicated copy broken on purpose, the verdicts per window
