@@ -78,6 +78,9 @@ class ServeOptions:
     max_running: int = 200
     standalone_rest_token_file: Path | None = None
     etcd_ca: Path | None = None
+    # The interface launched applications serve /metrics on (--metrics-address's host), or
+    # None: they serve none.
+    metrics_host: str | None = None
     etcd_cert: Path | None = None
     etcd_key: Path | None = None
     etcd_user: str | None = None
@@ -362,7 +365,10 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
         assert options.kubernetes_config is not None
         return KubernetesLauncher(kubernetes_config(options.kubernetes_config))
     return LocalLauncher(
-        options.apps_dir, conf_dir=settings.conf_dir, spark_master=options.spark_master
+        options.apps_dir,
+        conf_dir=settings.conf_dir,
+        spark_master=options.spark_master,
+        metrics_host=options.metrics_host,
     )
 
 

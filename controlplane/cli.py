@@ -417,6 +417,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     """`serve`'s flags as ServeOptions (validated there): every flag named as its field,
     and these few that are not."""
     from controlplane.assembly import ServeOptions
+    from controlplane.metrics import metrics_bind
 
     renamed = {
         "advertise": args.advertise or args.address,
@@ -424,6 +425,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         "leader_ttl_seconds": args.leader_ttl,
         "reconcile": not args.no_reconcile,
         "lease_seconds": args.lease_seconds or None,
+        "metrics_host": metrics_bind(args.metrics_address)[0] if args.metrics_address else None,
     }
     same = {
         f.name: getattr(args, f.name)

@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
@@ -57,8 +58,12 @@ class LocalLauncher:
         spark_master: str | None = None,
         grace_seconds: float = 10.0,
         host: str | None = None,
+        metrics_host: str | None = None,
     ) -> None:
+        """`metrics_host`: the interface the applications serve /metrics on, named for the
+        control plane's /sd (`serve --metrics-address`'s host); None: they serve none."""
         self.workdir = workdir
+        self.metrics_host = metrics_host
         self.conf_dir = conf_dir
         self.spark_master = spark_master
         self.grace_seconds = grace_seconds
@@ -71,7 +76,7 @@ class LocalLauncher:
         files = prepare_app_dir(app_dir, group)
         launch = build_launch(
             files.jobgroup_file, conf_dir=self.conf_dir, spark_master=self.spark_master,
-            stop_file=files.stop_file, metrics_sd_dir=metrics_sd_dir(self.workdir),
+            stop_file=files.stop_file, **self._metrics(),
         )  # fmt: skip
         return self._start(group.job_group_id, app_dir, launch, files.stop_file, definition, env)
 
@@ -83,9 +88,14 @@ class LocalLauncher:
             conf_dir=self.conf_dir,
             spark_master=self.spark_master,
             stop_file=files.stop_file,
-            metrics_sd_dir=metrics_sd_dir(self.workdir),
+            **self._metrics(),
         )
         return self._start(name, app_dir, launch, files.stop_file, definition, env)
+
+    def _metrics(self) -> dict[str, Any]:
+        if self.metrics_host is None:
+            return {}
+        return {"metrics_sd_dir": metrics_sd_dir(self.workdir), "metrics_host": self.metrics_host}
 
     def _start(
         self,

@@ -52,13 +52,14 @@ def build_launch(
     driver_memory: str | None = None,
     stop_file: Path | None = None,
     metrics_sd_dir: Path | None = None,
+    metrics_host: str = "127.0.0.1",
     script: Path = SPARK_SUBMIT_SCRIPT,
 ) -> Launch:
     """argv and extra environment for one Spark application of one JobGroup."""
     argv = [str(script), str(jobgroup_file)]
     if once:
         argv.append("--once")
-    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir)
+    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir, metrics_host)
     return Launch(argv=argv, env=env)
 
 
@@ -69,11 +70,12 @@ def build_worker_launch(
     driver_memory: str | None = None,
     stop_file: Path | None = None,
     metrics_sd_dir: Path | None = None,
+    metrics_host: str = "127.0.0.1",
     script: Path = SPARK_SUBMIT_SCRIPT,
 ) -> Launch:
     """argv and extra environment for one worker application (`spark-submit.sh worker`)."""
     argv = [str(script), "worker"]
-    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir)
+    env = _site_env(conf_dir, spark_master, driver_memory, stop_file, metrics_sd_dir, metrics_host)
     return Launch(argv=argv, env=env)
 
 
@@ -83,9 +85,11 @@ def _site_env(
     driver_memory: str | None,
     stop_file: Path | None,
     metrics_sd_dir: Path | None,
+    metrics_host: str,
 ) -> dict[str, str]:
-    """With `metrics_sd_dir`, the application serves /metrics on a port of its own and names
-    it in a target file there (jobs/runtime/metrics.py), for the control plane's /sd."""
+    """With `metrics_sd_dir`, the application serves /metrics on a port of its own, on the
+    interface `metrics_host`, and names it in a target file there (jobs/runtime/metrics.py),
+    for the control plane's /sd."""
     env = {}
     if conf_dir is not None:
         env["UATU_CONF_DIR"] = str(conf_dir)
@@ -97,5 +101,6 @@ def _site_env(
         env["UATU_STOP_FILE"] = str(stop_file)
     if metrics_sd_dir is not None:
         env["UATU_METRICS_PORT"] = "0"
+        env["UATU_METRICS_HOST"] = metrics_host
         env["UATU_METRICS_SD_DIR"] = str(metrics_sd_dir)
     return env

@@ -82,9 +82,11 @@ def test_launched_applications_serve_metrics_and_name_them_where_sd_reads(tmp_pa
     """The local launcher's applications and workers: /metrics on a port of their own, named
     in the folder the control plane's /sd serves (controlplane/http_sd.py)."""
     sd = metrics_sd_dir(tmp_path / "apps")
-    expected = {"UATU_METRICS_PORT": "0", "UATU_METRICS_SD_DIR": str(sd)}
-    assert build_launch(tmp_path / "g.json", metrics_sd_dir=sd).env == expected
-    assert build_worker_launch(metrics_sd_dir=sd).env == expected
+    expected = {"UATU_METRICS_PORT": "0", "UATU_METRICS_SD_DIR": str(sd),
+                "UATU_METRICS_HOST": "10.0.0.7"}  # fmt: skip
+    here = {"metrics_sd_dir": sd, "metrics_host": "10.0.0.7"}
+    assert build_launch(tmp_path / "g.json", **here).env == expected
+    assert build_worker_launch(**here).env == expected
     assert "UATU_METRICS_PORT" not in build_launch(tmp_path / "g.json").env  # other launchers
 
 
@@ -321,6 +323,20 @@ def test_serve_flags_become_the_options_of_the_same_name_and_the_renamed_ones():
     assert (options.leader_ttl_seconds, options.reconcile, options.lease_seconds) == (
         4, False, None
     )  # fmt: skip
+    assert options.metrics_host is None  # no --metrics-address: the applications serve none
+
+
+def test_launched_applications_serve_metrics_only_with_metrics_address_on_its_interface(
+    tmp_path,
+):
+    for address, host in (("127.0.0.1:9464", "127.0.0.1"), (":9464", "127.0.0.1"),
+                          ("0.0.0.0:9464", "0.0.0.0")):  # fmt: skip
+        args = cli.build_parser().parse_args(["serve", "--metrics-address", address])
+        assert cli.serve_options(args).metrics_host == host, address
+    assert LocalLauncher(tmp_path)._metrics() == {}
+    assert LocalLauncher(tmp_path, metrics_host="127.0.0.1")._metrics() == {
+        "metrics_sd_dir": metrics_sd_dir(tmp_path), "metrics_host": "127.0.0.1",
+    }  # fmt: skip
 
 
 def serve_options(**changes) -> ServeOptions:
