@@ -358,6 +358,7 @@ def build_launcher(options: ServeOptions, settings: Settings) -> Launcher:
             ).strip()
             if options.standalone_rest_token_file
             else None,
+            metrics_host=options.metrics_host,
         )
     if options.launcher == "kubernetes":
         from controlplane.launchers.kubernetes import KubernetesLauncher

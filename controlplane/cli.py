@@ -473,7 +473,7 @@ def metrics_hook(address: str | None, plane, options) -> list:
         return []
     from prometheus_client import CollectorRegistry
 
-    from controlplane.launchers.local import metrics_sd_dir
+    from controlplane.launchers.submit import metrics_sd_dir
     from controlplane.metrics import (
         GrpcMetricsInterceptor,
         MeteredLauncher,
@@ -492,8 +492,10 @@ def metrics_hook(address: str | None, plane, options) -> list:
             lease_seconds=options.lease_seconds,
             startup_seconds=options.startup_seconds,
         )
-    # The local launcher's applications name their endpoints where /sd reads them.
-    sd_dir = metrics_sd_dir(options.apps_dir) if options.launcher == "local" else None
+    # The local and standalone launchers' applications name their endpoints where /sd reads
+    # them (on Kubernetes, Prometheus finds the driver pods by their annotations).
+    shared = options.launcher in ("local", "standalone")
+    sd_dir = metrics_sd_dir(options.apps_dir) if shared else None
     port = serve_metrics(address, registry, sd_dir)
     logging.getLogger("uatu.controlplane").info(
         "metrics on %s (port %d)%s", address, port, "; service discovery on /sd" if sd_dir else ""

@@ -298,12 +298,14 @@ def _driver(
     mounts = [] if app.jobgroup_json is None else [
         {"name": "jobgroup", "mountPath": config.jobgroup_dir, "readOnly": True}
     ]  # fmt: skip
+    driver_env = {**pod_env, "UATU_STOP_FILE": STOP_FILE, **_metrics_env(config)}
     return {
         "cores": config.driver_cores,
         "memory": config.driver_memory,
         "serviceAccount": config.service_account,
         "labels": dict(labels),
-        "env": _env_list({**pod_env, "UATU_STOP_FILE": STOP_FILE}) + secret_ref,
+        **_metrics_pod(config),
+        "env": _env_list(driver_env) + secret_ref,
         "volumeMounts": [*mounts, *_conf_mounts(config)],
         # Graceful cancel: the stop file makes the job stop its query and exit 0; the hook
         # then lasts until the container exits or the grace period ends.
@@ -320,6 +322,30 @@ def _driver(
             }
         },
     }
+
+
+def _metrics_env(config: KubernetesConfig) -> dict[str, str]:
+    """The driver serves /metrics on the pod's address (jobs/runtime/metrics.py)."""
+    if not config.metrics_port:
+        return {}
+    return {"UATU_METRICS_PORT": str(config.metrics_port), "UATU_METRICS_HOST": "0.0.0.0"}
+
+
+def _metrics_pod(config: KubernetesConfig) -> dict[str, Any]:
+    """The driver pod's port and the annotations Prometheus's kubernetes_sd pod role keeps
+    (docs/metrics.md): the cluster's own discovery finds every driver, nothing to list."""
+    if not config.metrics_port:
+        return {}
+    port = str(config.metrics_port)
+    return {
+        "annotations": {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": port,
+            "prometheus.io/path": "/metrics",
+        },
+        "ports": [{"name": "uatu-metrics", "containerPort": config.metrics_port,
+                   "protocol": "TCP"}],
+    }  # fmt: skip
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:

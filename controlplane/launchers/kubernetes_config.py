@@ -65,6 +65,9 @@ class KubernetesConfig:
     conf_secret: str = ""  # or this Secret (read-only, 0400): clusters.yaml with credentials
     jobgroup_dir: str = "/etc/uatu/jobgroup"  # where the JobGroup ConfigMap is mounted
     stop_grace_seconds: int = 30
+    # The driver's /metrics port (jobs/runtime/metrics.py), named in its pod's
+    # prometheus.io/* annotations for Prometheus's pod discovery; 0: no metrics.
+    metrics_port: int = 9464
     spark_conf: Mapping[str, str] = field(default_factory=dict, hash=False)
     kubectl: str = "kubectl"
     request_timeout_seconds: int = 30
@@ -119,6 +122,8 @@ class KubernetesConfig:
             not (self.conf_secret and self.conf_config_map),
             "conf_secret", self.conf_secret, "give conf_secret or conf_config_map, not both",
         )  # fmt: skip
+        port_ok = isinstance(self.metrics_port, int) and 0 <= self.metrics_port <= 65535
+        _check(port_ok, "metrics_port", self.metrics_port, "must be a port, or 0 for none")
         _check(self.kubectl, "kubectl", self.kubectl, "must name the kubectl executable")
         for key, value in self.spark_conf.items():
             ok = isinstance(key, str) and isinstance(value, str)

@@ -28,18 +28,13 @@ from controlplane.launchers.submit import (
     Launch,
     build_launch,
     build_worker_launch,
+    metrics_sd_dir,
     prepare_app_dir,
 )
 from core import faults
 from core.processes import pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
-
-
-def metrics_sd_dir(workdir: Path) -> Path:
-    """Where the applications this launcher starts name their /metrics endpoints (one target
-    file each), which the control plane serves as Prometheus HTTP service discovery."""
-    return workdir / "metrics-sd"
 
 
 def _inherited(environ: Mapping[str, str]) -> dict[str, str]:

@@ -56,7 +56,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.errors import LaunchFailed
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.launchers.submit import prepare_app_dir
+from controlplane.launchers.submit import metrics_env, metrics_sd_dir, prepare_app_dir
 from core.paths import ROOT, project_jars
 
 # The pyspark release the jobs run with, read from its package metadata: the control plane
@@ -202,8 +202,13 @@ class StandaloneLauncher:
         kill_timeout: float = 30.0,
         http_timeout: float = 5.0,
         rest_token: str | None = None,
+        metrics_host: str | None = None,
     ) -> None:
+        """`metrics_host`: the interface the drivers serve /metrics on, named in
+        `workdir`/metrics-sd (shared storage, as the stop files are) for the control plane's
+        /sd; None: they serve none."""
         self.rest_url = rest_url.rstrip("/")
+        self.metrics_host = metrics_host
         self.master_url = master_url
         self.workdir = workdir
         self.conf_dir = conf_dir
@@ -240,6 +245,11 @@ class StandaloneLauncher:
         files = prepare_app_dir(app_dir, None)
         return self._submit(name, app_dir, "worker", files.stop_file, definition, env)
 
+    def _metrics_env(self) -> dict[str, str]:
+        if self.metrics_host is None:
+            return {}
+        return metrics_env(metrics_sd_dir(self.workdir.resolve()), self.metrics_host)
+
     def _submit(
         self,
         name: str,
@@ -256,7 +266,7 @@ class StandaloneLauncher:
             jars=self.jars,
             stop_file=stop_file,
             conf_dir=self.conf_dir.resolve() if self.conf_dir else None,
-            env=env,
+            env={**self._metrics_env(), **env},
             resources=self.resources,
             extra_conf=self.extra_conf,
         )

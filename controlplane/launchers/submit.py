@@ -79,6 +79,23 @@ def build_worker_launch(
     return Launch(argv=argv, env=env)
 
 
+def metrics_sd_dir(workdir: Path) -> Path:
+    """Where the applications a launcher starts in `workdir` name their /metrics endpoints
+    (one target file each), which the control plane serves as Prometheus HTTP service
+    discovery (controlplane/http_sd.py)."""
+    return workdir / "metrics-sd"
+
+
+def metrics_env(sd_dir: Path, host: str) -> dict[str, str]:
+    """The environment that makes an application serve /metrics on a free port of the
+    interface `host` and name it in a target file in `sd_dir` (jobs/runtime/metrics.py)."""
+    return {
+        "UATU_METRICS_PORT": "0",
+        "UATU_METRICS_HOST": host,
+        "UATU_METRICS_SD_DIR": str(sd_dir),
+    }
+
+
 def _site_env(
     conf_dir: Path | None,
     spark_master: str | None,
@@ -100,7 +117,5 @@ def _site_env(
     if stop_file is not None:
         env["UATU_STOP_FILE"] = str(stop_file)
     if metrics_sd_dir is not None:
-        env["UATU_METRICS_PORT"] = "0"
-        env["UATU_METRICS_HOST"] = metrics_host
-        env["UATU_METRICS_SD_DIR"] = str(metrics_sd_dir)
+        env.update(metrics_env(metrics_sd_dir, metrics_host))
     return env

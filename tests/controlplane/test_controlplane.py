@@ -23,8 +23,8 @@ from controlplane.errors import JobGroupExists, JobGroupNotFound, StaleWrite, gr
 from controlplane.http_sd import sd_groups
 from controlplane.jobgroups import JobGroups, per_partition_jobs
 from controlplane.launchers.base import LaunchRecord, launch_details
-from controlplane.launchers.local import LocalLauncher, metrics_sd_dir
-from controlplane.launchers.submit import build_launch, build_worker_launch
+from controlplane.launchers.local import LocalLauncher
+from controlplane.launchers.submit import build_launch, build_worker_launch, metrics_sd_dir
 from controlplane.server import create_server
 from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -33,6 +34,7 @@ from controlplane.launchers.kubernetes import (
     render_worker_manifests,
 )
 from controlplane.reconcile import definition_of
+from core.errors import ConfigError
 from core.paths import SPARK_JARS_DIR
 from testing.jobgroups import audit_group
 
@@ -119,8 +121,31 @@ def test_render_is_deterministic_and_env_wins_over_conf_dir():
     first = render_manifests(group, "d1", env, config)
     assert first == render_manifests(group, "d1", dict(reversed(env.items())), config)
     driver_env = first[1]["spec"]["driver"]["env"]
-    assert [e["name"] for e in driver_env] == ["A", "B", "UATU_CONF_DIR", "UATU_STOP_FILE"]
+    assert [e["name"] for e in driver_env] == [
+        "A", "B", "UATU_CONF_DIR", "UATU_METRICS_HOST", "UATU_METRICS_PORT", "UATU_STOP_FILE",
+    ]  # fmt: skip
     assert {"name": "UATU_CONF_DIR", "value": "/elsewhere"} in driver_env
+
+
+def test_the_driver_pod_names_its_metrics_port_for_prometheus_or_serves_none():
+    """Prometheus's kubernetes_sd pod role keeps pods annotated prometheus.io/scrape and
+    scrapes prometheus.io/port: the driver serves /metrics there, on the pod's address."""
+    group, _, config = GOLDEN_CASES["audit_defaults"]
+    driver = render_manifests(group, "d", {}, replace(config, metrics_port=9100))[1]["spec"][
+        "driver"
+    ]
+    assert driver["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9100",
+        "prometheus.io/path": "/metrics",
+    }  # fmt: skip
+    assert driver["ports"] == [{"name": "uatu-metrics", "containerPort": 9100, "protocol": "TCP"}]
+    env = {e["name"]: e["value"] for e in driver["env"]}
+    assert (env["UATU_METRICS_PORT"], env["UATU_METRICS_HOST"]) == ("9100", "0.0.0.0")
+    off = render_manifests(group, "d", {}, replace(config, metrics_port=0))[1]["spec"]["driver"]
+    assert "annotations" not in off and "ports" not in off
+    assert not any(e["name"].startswith("UATU_METRICS") for e in off["env"])
+    with pytest.raises(ConfigError, match="metrics_port=70000: must be a port, or 0 for none"):
+        replace(config, metrics_port=70000)
 
 
 # --- app_name -----------------------------------------------------------------------------

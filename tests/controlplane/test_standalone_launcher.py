@@ -222,6 +222,21 @@ def test_launch_worker_submits_a_worker_application(stub, tmp_path):
     assert "jobgroup_file" not in record.details
 
 
+def test_drivers_serve_metrics_named_in_the_shared_workdir_only_when_asked(stub, tmp_path):
+    """With a metrics host the driver, wherever the master places it, serves /metrics on that
+    interface and names it under the launcher's workdir (shared storage, as the stop files),
+    where the control plane's /sd reads it; without one it serves none."""
+    for host, expected in ((None, {}), ("0.0.0.0", {
+        "UATU_METRICS_PORT": "0", "UATU_METRICS_HOST": "0.0.0.0",
+        "UATU_METRICS_SD_DIR": str((tmp_path / "apps" / "metrics-sd").resolve()),
+    })):  # fmt: skip
+        stub.requests.clear()
+        stub.answer("create", {"success": True, "submissionId": "driver-3", "message": "ok"})
+        stub_launcher(stub.url, tmp_path, metrics_host=host).launch_worker("w", "worker", {})
+        sent = json.loads(stub.requests[0][2])["environmentVariables"]
+        assert {k: v for k, v in sent.items() if k.startswith("UATU_METRICS")} == expected
+
+
 def test_launch_raises_with_the_masters_message_when_rejected(stub, tmp_path):
     standby = "Can only accept driver submissions in ALIVE state. Current state: STANDBY."
     stub.answer("create", {"success": False, "message": standby})
