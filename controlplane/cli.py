@@ -437,7 +437,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
 
 def serve_command(args: argparse.Namespace) -> int:
     from controlplane.assembly import assemble
-    from controlplane.metrics import metrics_bind
+    from controlplane.metrics import install_metrics, metrics_bind
     from controlplane.server import serve
 
     logging.basicConfig(
@@ -451,7 +451,7 @@ def serve_command(args: argparse.Namespace) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
-    interceptors = metrics_hook(args.metrics_address, plane, options)
+    interceptors = install_metrics(args.metrics_address, plane, options)
     try:
         serve(
             options.address,
@@ -465,39 +465,3 @@ def serve_command(args: argparse.Namespace) -> int:
     finally:
         plane.store.close()
     return 0
-
-
-def metrics_hook(address: str | None, plane, options) -> list:
-    """With --metrics-address: serve /metrics and return the gRPC interceptors to install."""
-    if not address:
-        return []
-    from prometheus_client import CollectorRegistry
-
-    from controlplane.launchers.submit import metrics_sd_dir
-    from controlplane.metrics import (
-        GrpcMetricsInterceptor,
-        MeteredLauncher,
-        StateCollector,
-        serve_metrics,
-    )
-
-    registry = CollectorRegistry()
-    interceptor = GrpcMetricsInterceptor(registry)
-    registry.register(StateCollector(plane.store, plane.leadership))
-    if plane.reconciler is not None:
-        plane.reconciler.launcher = MeteredLauncher(
-            plane.reconciler.launcher,
-            plane.store,
-            registry,
-            lease_seconds=options.lease_seconds,
-            startup_seconds=options.startup_seconds,
-        )
-    # The local and standalone launchers' applications name their endpoints where /sd reads
-    # them (on Kubernetes, Prometheus finds the driver pods by their annotations).
-    shared = options.launcher in ("local", "standalone")
-    sd_dir = metrics_sd_dir(options.apps_dir) if shared else None
-    port = serve_metrics(address, registry, sd_dir)
-    logging.getLogger("uatu.controlplane").info(
-        "metrics on %s (port %d)%s", address, port, "; service discovery on /sd" if sd_dir else ""
-    )
-    return [interceptor]

@@ -25,6 +25,7 @@ as Prometheus HTTP service discovery (controlplane/http_sd.py); ``:PORT`` binds 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +43,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from controlplane.http_sd import with_sd
 from controlplane.launchers.base import Launcher, LaunchRecord
+from controlplane.launchers.submit import metrics_sd_dir
 from controlplane.state.base import Store
 from controlplane.state.leadership import Leadership
 from core.errors import ConfigError
@@ -358,3 +360,29 @@ def serve_metrics(address: str, registry: CollectorRegistry, sd_dir: Path | None
     server = make_server(host, port, app, _ThreadingServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="uatu-metrics", daemon=True).start()
     return int(server.server_address[1])
+
+
+def install_metrics(address: str | None, plane: Any, options: Any) -> list:
+    """With --metrics-address: serve /metrics and return the gRPC interceptors to install."""
+    if not address:
+        return []
+    registry = CollectorRegistry()
+    interceptor = GrpcMetricsInterceptor(registry)
+    registry.register(StateCollector(plane.store, plane.leadership))
+    if plane.reconciler is not None:
+        plane.reconciler.launcher = MeteredLauncher(
+            plane.reconciler.launcher,
+            plane.store,
+            registry,
+            lease_seconds=options.lease_seconds,
+            startup_seconds=options.startup_seconds,
+        )
+    # The local and standalone launchers' applications name their endpoints where /sd reads
+    # them (on Kubernetes, Prometheus finds the driver pods by their annotations).
+    shared = options.launcher in ("local", "standalone")
+    sd_dir = metrics_sd_dir(options.apps_dir) if shared else None
+    port = serve_metrics(address, registry, sd_dir)
+    logging.getLogger("uatu.controlplane").info(
+        "metrics on %s (port %d)%s", address, port, "; service discovery on /sd" if sd_dir else ""
+    )
+    return [interceptor]
