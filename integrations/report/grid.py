@@ -183,11 +183,29 @@ def headline_html(cells: pd.DataFrame, span: TimeRange) -> str:
     return head + f'<div class="scroll problems"><ul id="problems">{items}</ul></div>'
 
 
+EXACT = "AUDIT_TYPE_EXACT_UNIQ"
+
+
+def one_audit_type(audit: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one audit type per (cluster, topic): EXACT_UNIQ where the topic has it,
+    else its other type. Each audit type counts the same records (an exact and an approximate
+    audit of one topic are two rows per window), so a total adds up one of them."""
+    if audit.empty:
+        return audit
+    has_exact = audit.groupby(["cluster", "topic"])["audit_type"].transform(
+        lambda types: (types == EXACT).any()
+    )
+    first = audit.groupby(["cluster", "topic"])["audit_type"].transform("min")
+    return audit[(audit["audit_type"] == EXACT) | (~has_exact & (audit["audit_type"] == first))]
+
+
 def totals(audit: pd.DataFrame, verdict_rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Per (cluster, topic), the columns of TOTAL_COLUMNS. `audit` is `audit_counts` in range
-    (cluster, topic, message_count, duplicate_count, late_count, no_event_time_count); the
-    verdict columns come from the checks whose downstream side is that cluster and topic.
-    Sorted by records missing, then extra, then name."""
+    (cluster, topic, audit_type, message_count, duplicate_count, late_count,
+    no_event_time_count), counted once (`one_audit_type`); the verdict columns come from the
+    checks whose downstream side is that cluster and topic. Sorted by records missing, then
+    extra, then name."""
+    audit = one_audit_type(audit)
     audited = (
         audit.groupby(["cluster", "topic"], as_index=False).agg(
             messages=("message_count", "sum"),

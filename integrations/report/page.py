@@ -197,8 +197,8 @@ def totals_of(data: Warehouse) -> pd.DataFrame:
     if "audit_counts" in data.tables:
         audit = data.frame(
             "audit_counts",
-            ["cluster", "topic", "window_start", "message_count", "duplicate_count",
-             "late_count", "no_event_time_count"],
+            ["cluster", "topic", "audit_type", "window_start", "message_count",
+             "duplicate_count", "late_count", "no_event_time_count"],
             "window_start",
         )  # fmt: skip
     return totals(audit, data.verdicts)
@@ -285,7 +285,7 @@ def _latency_section(data: Warehouse) -> Section | None:
         .mark_line(point=True)
         .encode(
             x=_utc_x("window_start:T", "window"),
-            y=alt.Y("seconds:Q", title="audit latency (s)", axis=alt.Axis(format=",~g")),
+            y=alt.Y("seconds:Q", title="audit latency (s)", axis=alt.Axis(format=",~f")),
             color="percentile:N",
             tooltip=["topic", "percentile", _utc_tip("window_start:T"), "seconds"],
         )
@@ -310,7 +310,7 @@ def _replication_section(data: Warehouse) -> Section | None:
         .mark_line(point=True)
         .encode(
             x=_utc_x("batch_time:T", "batch"),
-            y=alt.Y("seconds:Q", title="seconds", axis=alt.Axis(format=",~g")),
+            y=alt.Y("seconds:Q", title="seconds", axis=alt.Axis(format=",~f")),
             color="metric:N",
             tooltip=["job_group_id", "metric", _utc_tip("batch_time:T"), "seconds"],
         )

@@ -55,15 +55,18 @@ def test_every_window_is_a_row_newest_first_and_unjudged_ones_are_incomplete() -
 
 
 def test_totals_add_up_per_cluster_and_topic() -> None:
+    exact, approx = "AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ"
     audit = pd.DataFrame(
         [
-            # cluster, topic, window, messages, duplicates, late, untimed
-            ("local", "orders", T0, 100, 2, 5, 1),
-            ("local", "orders", T0 + HOUR, 100, 0, 3, 4),
-            ("dest", "orders", T0, 93, 0, 0, 0),
+            # cluster, topic, type, window, messages, duplicates, late, untimed
+            ("local", "orders", exact, T0, 100, 2, 5, 1),
+            ("local", "orders", exact, T0 + HOUR, 100, 0, 3, 4),
+            # the same records counted by the approximate audit too: not added again
+            ("local", "orders", approx, T0, 100, None, 5, 1),
+            ("dest", "orders", approx, T0, 93, None, 0, 0),  # only approximate here
         ],
-        columns=["cluster", "topic", "window_start", "message_count", "duplicate_count",
-                 "late_count", "no_event_time_count"],
+        columns=["cluster", "topic", "audit_type", "window_start", "message_count",
+                 "duplicate_count", "late_count", "no_event_time_count"],
     )  # fmt: skip
     verdicts = [
         row("xdc", T0, 1, "LOSS", cluster="dest", counts=(100, 93)),
