@@ -55,12 +55,6 @@ class TimeRange:
             keep &= stamps < pd.Timestamp(self.until)
         return keep
 
-    def contains(self, when: datetime) -> bool:
-        stamp = pd.Timestamp(when)
-        return (self.since is None or stamp >= pd.Timestamp(self.since)) and (
-            self.until is None or stamp < pd.Timestamp(self.until)
-        )
-
     def describe(self) -> str:
         since = utc_text(self.since) if self.since else "the first window"
         until = utc_text(self.until) if self.until else "the newest"
