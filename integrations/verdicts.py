@@ -31,14 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from core.audit_verdicts import CHECK_KEY, DUPLICATION, INCOMPLETE, LOSS, OK, VERDICTS
 from integrations.tables import find_tables, read
 
-OK, LOSS, DUPLICATION, INCOMPLETE = "OK", "LOSS", "DUPLICATION", "INCOMPLETE"
-VERDICTS = (OK, LOSS, DUPLICATION, INCOMPLETE)
 TABLE = "audit_verdicts"
 # The order of `worst`: a higher rank wins.
 SEVERITY = {OK: 0, INCOMPLETE: 1, DUPLICATION: 2, LOSS: 3}
-CHECK_KEY = ("job_group_id", "check_type", "check_name", "cluster", "topic")
 SORT_KEY = ("check_name", "cluster", "topic", "job_group_id", "check_type")
 NO_VERDICT = "no verdict yet"
 

@@ -20,27 +20,26 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from jobs.audit.tiers.verdicts import DUPLICATION, LOSS, VERDICTS
+from core.audit_verdicts import CHECK_KEY, DUPLICATION, LOSS, VERDICTS
 from jobs.runtime.metrics import counter, gauge
 
-_CHECK = ("job_group_id", "check_type", "check_name", "cluster", "topic")
 VERDICT_ROWS = counter(
     "uatu_audit_verdicts",
     "Verdict rows written to audit_verdicts (first decisions and revisions)",
-    (*_CHECK, "verdict"),
+    (*CHECK_KEY, "verdict"),
 )
 CHECK_VERDICT = gauge(
     "uatu_audit_check_verdict",
     "Verdict of the check's newest window: 0 OK, 1 LOSS, 2 DUPLICATION, 3 INCOMPLETE",
-    _CHECK,
+    CHECK_KEY,
 )
 CHECK_LOST = gauge(
-    "uatu_audit_check_lost_records", "Records lost in the check's newest window", _CHECK
+    "uatu_audit_check_lost_records", "Records lost in the check's newest window", CHECK_KEY
 )
 CHECK_DUPLICATED = gauge(
     "uatu_audit_check_duplicated_records",
     "Records in excess downstream in the check's newest window",
-    _CHECK,
+    CHECK_KEY,
 )
 
 # (window_start, revision) of the row each check's gauges show, by the check's labels.
@@ -66,7 +65,7 @@ def verdicts(rows: Iterable[Mapping[str, Any]]) -> None:
     """One batch's written verdict rows -> the counter, and the gauges of each check whose
     newest window (then newest revision) is among them."""
     for row in rows:
-        labels = tuple(str(row[name]) for name in _CHECK)
+        labels = tuple(str(row[name]) for name in CHECK_KEY)
         VERDICT_ROWS.labels(*labels, row["verdict"]).inc()
         start = row["window_start"]
         start_ms = int(start.timestamp() * 1000) if isinstance(start, datetime) else int(start)

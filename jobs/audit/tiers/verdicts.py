@@ -34,8 +34,8 @@ from typing import Any
 
 from datasketches import hll_sketch, hll_union, tgt_hll_type
 
-OK, LOSS, DUPLICATION, INCOMPLETE = "OK", "LOSS", "DUPLICATION", "INCOMPLETE"
-VERDICTS = (OK, LOSS, DUPLICATION, INCOMPLETE)
+from core.audit_verdicts import DUPLICATION, INCOMPLETE, LOSS, OK
+
 STD_DEVS = 3  # sketch bounds used to call two unique counts different
 _MAX_LG_K = 21
 
