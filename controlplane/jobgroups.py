@@ -200,8 +200,12 @@ class JobGroups:
         max_groups: int | None = None,
         topic_partitions: TopicPartitions = kafka_admin.topic_partitions,
         quota: WorkerQuota = WorkerQuota(),
+        ensure_offsets_topic: Callable[[ClusterConfig, str], None] = (
+            kafka_admin.ensure_offsets_topic
+        ),
     ) -> None:
         self._store = store
+        self._ensure_offsets_topic = ensure_offsets_topic
         self._max_groups = max_groups
         self._settings = settings
         self._partition_count = partition_count
@@ -397,7 +401,15 @@ class JobGroups:
                 if name not in counts:
                     raise TopicNotFound(f"extension.topics.names[{i}]", name, cluster.name)
             return [(t, p) for t in source.selection.select(counts) for p in range(counts[t])]
-        partitions = self._partition_count(cluster, source.topic, source.field)
+        try:
+            partitions = self._partition_count(cluster, source.topic, source.field)
+        except TopicNotFound:
+            if not source.created_on_first_use:
+                raise
+            # A cluster no group has used yet: the job would create __consumer_offsets at its
+            # start (the same lookup), so the control plane makes it now and counts again.
+            self._ensure_offsets_topic(cluster, f"uatu-controlplane-{group.job_group_id}")
+            partitions = self._partition_count(cluster, source.topic, source.field)
         if partitions <= 0:
             raise InvalidJobGroup(source.field, source.topic, "topic has no partitions")
         return [(source.topic, p) for p in range(partitions)]

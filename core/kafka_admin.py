@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -42,6 +43,38 @@ def admin_client(cluster: ClusterConfig) -> AdminClient:
             f"clusters.{cluster.name}: the admin client rejects its properties ({e}); "
             "give librdkafka names in admin_properties",
         ) from None
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_COORDINATOR_STARTING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+def ensure_offsets_topic(cluster: ClusterConfig, group_id: str, timeout_s: float = 60.0) -> None:
+    """Make the broker create `__consumer_offsets` if no group has used the cluster yet, and
+    return once it serves: Kafka creates the topic on the first group-coordinator lookup,
+    which an offsets request for the unknown group `group_id` makes. ClusterUnreachable when
+    the coordinator does not come up within `timeout_s`."""
+    consumer = Consumer({**cluster.check_client_config(), "group.id": group_id})
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=ADMIN_TIMEOUT_S)
+                return
+            except KafkaException as e:
+                # While the topic is being created the coordinator is not there yet.
+                waiting = e.args[0].code() in _COORDINATOR_STARTING
+                if not waiting or time.monotonic() > deadline:
+                    raise ClusterUnreachable(cluster.name, cluster.bootstrap_servers, str(e)) from e
+                time.sleep(0.5)
+    finally:
+        consumer.close()
 
 
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:

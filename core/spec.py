@@ -73,6 +73,9 @@ class SourceTopic:
     cluster: str
     # A job that reads a topic selection: `topic` is "", the selected topics are the source.
     selection: TopicSelection | None = None
+    # `__consumer_offsets`: Kafka creates it on a cluster's first group lookup, so a check
+    # makes that lookup (core.kafka_admin.ensure_offsets_topic) before asking for the topic.
+    created_on_first_use: bool = False
 
 
 class JobSpec(Protocol):

@@ -43,14 +43,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core.errors import ClusterUnreachable
 from core.faults import fault_point
-from core.kafka_admin import ADMIN_TIMEOUT_S
+from core.kafka_admin import ADMIN_TIMEOUT_S, ensure_offsets_topic
 from jobs.availability import metrics, tables
 from jobs.availability.lag.head_sampler import HeadHistory, HeadSampler
 from jobs.availability.lag.offsets_topic import (
@@ -82,40 +82,8 @@ SESSION_CONF = {
 
 
 def ensure_source(spec: AvailabilitySpec) -> None:
-    """Make the broker create `__consumer_offsets` if no group has used the cluster yet.
-
-    Kafka creates the topic on the first group-coordinator lookup, which an offsets request
-    for an unknown group makes.
-    """
-    consumer = Consumer(
-        {
-            **spec.cluster.check_client_config(),
-            "group.id": f"uatu-availability-{spec.job_group_id}",
-        }
-    )
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            try:
-                consumer.committed([TopicPartition(OFFSETS_TOPIC, 0)], timeout=ADMIN_TIMEOUT_S)
-                return
-            except KafkaException as e:
-                # While the topic is being created the coordinator is not there yet.
-                waiting = e.args[0].code() in _COORDINATOR_STARTING
-                if not waiting or time.monotonic() > deadline:
-                    raise ClusterUnreachable(
-                        spec.cluster.name, spec.cluster.bootstrap_servers, str(e)
-                    ) from e
-                time.sleep(0.5)
-    finally:
-        consumer.close()
-
-
-_COORDINATOR_STARTING = {
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-}
+    """Make the broker create `__consumer_offsets` if no group has used the cluster yet."""
+    ensure_offsets_topic(spec.cluster, f"uatu-availability-{spec.job_group_id}")
 
 
 def build_stream(spark: SparkSession, spec: AvailabilitySpec) -> DataFrame:

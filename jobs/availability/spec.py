@@ -112,7 +112,12 @@ class AvailabilitySpec:
 
     def required_topic(self) -> SourceTopic:
         """The cluster's `__consumer_offsets` (every group's commits, as Burrow reads them)."""
-        return SourceTopic("kafka_consumer_task_group.cluster", OFFSETS_TOPIC, self.cluster.name)
+        return SourceTopic(
+            "kafka_consumer_task_group.cluster",
+            OFFSETS_TOPIC,
+            self.cluster.name,
+            created_on_first_use=True,
+        )
 
 
 def availability_spec(group: JobGroup, settings: Settings) -> AvailabilitySpec:

@@ -33,6 +33,7 @@ from core import kafka_admin
 from core.config import load_settings
 from core.errors import ConfigError, InvalidJobGroup, TopicNotFound
 from testing.conf import write_conf_dir
+from testing.jobgroups import minimal_group, parse
 
 GROUP = {
     "jobGroupId": "orders-audit",
@@ -295,6 +296,37 @@ def test_domain_refuses_unrequestable_state(tmp_path):
         groups.add(jobgroup(), job_pb2.JOB_STATE_FAILED, None)
     stored = groups.add(jobgroup(), job_pb2.JOB_STATE_INVALID, None)
     assert stored.state == job_pb2.JOB_STATE_RUNNING  # unset means RUNNING, as in uForwarder
+
+
+def test_an_availability_group_on_a_cluster_no_group_used_yet_makes_kafka_create_its_source(
+    tmp_path,
+):
+    """Kafka creates __consumer_offsets on a cluster's first group lookup: AddJobGroup of an
+    availability group makes that lookup and counts again; any other missing topic is still
+    INVALID_ARGUMENT, with no lookup."""
+    conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
+    created: list[str] = []
+    ensured: list[tuple[str, str]] = []
+
+    def partition_count(cluster, topic, field):
+        if topic not in created:
+            raise TopicNotFound(field, topic, cluster.name)
+        return 50
+
+    def ensure(cluster, group_id):
+        ensured.append((cluster.name, group_id))
+        created.append("__consumer_offsets")
+
+    groups = JobGroups(
+        SqliteStore(":memory:"), load_settings(conf), partition_count, ensure_offsets_topic=ensure
+    )
+    probe = parse(minimal_group("availability", "probe"))
+    stored = groups.add(probe, job_pb2.JOB_STATE_RUNNING, None)
+    assert ensured == [("local", "uatu-controlplane-probe")]
+    assert len(stored.jobs) == 50
+    with pytest.raises(TopicNotFound, match="topic does not exist"):
+        groups.add(parse(minimal_group("audit", "audit")), job_pb2.JOB_STATE_RUNNING, None)
+    assert len(ensured) == 1
 
 
 def test_serve_options_parse():

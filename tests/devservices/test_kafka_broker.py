@@ -20,6 +20,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import ConfigResource
 
+from core.config import ClusterConfig
+from core.kafka_admin import OFFSETS_TOPIC, ensure_offsets_topic, topic_partitions
 from devservices.kafka import KafkaCluster, start_cluster
 from testing.polling import wait_for
 
@@ -115,6 +117,13 @@ def test_single_broker_round_trip(tmp_path: Path) -> None:
         pid = broker.pid
         assert pid is not None
         assert (broker.dir / "kafka.pid").read_text().strip() == str(pid)
+
+        # A cluster no group has used has no __consumer_offsets; one lookup makes Kafka create
+        # it (what the availability job and AddJobGroup of one do, core/kafka_admin.py).
+        fresh = ClusterConfig("fresh", cluster.bootstrap_servers)
+        assert OFFSETS_TOPIC not in topic_partitions(fresh)
+        ensure_offsets_topic(fresh, "uatu-test")
+        assert topic_partitions(fresh)[OFFSETS_TOPIC] > 0
 
         cluster.create_topic("round-trip", partitions=3)
         payloads = [f"message-{i}".encode() for i in range(100)]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-OFFSETS_TOPIC = "__consumer_offsets"
+from core.kafka_admin import OFFSETS_TOPIC
+
+__all__ = ["OFFSETS_TOPIC", "OffsetCommit", "OffsetDeleted", "UndecodableRecord", "decode"]
 
 
 class UndecodableRecord(ValueError):
