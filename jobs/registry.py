@@ -7,7 +7,9 @@ import this module (and the `jobs/<type>/spec.py` modules it names) without pysp
 spec answers the `JobSpec` protocol below.
 
 The runtime side of a JobType (session, tables, query: a `jobs.runtime.template.StreamingJob`)
-is `load_runtime()`, which imports the job's entry module; only `jobs/main.py` calls it.
+is `load_runtime()`, which imports the job's entry module; `jobs/main.py` calls it, and a
+worker application (`jobs/worker/`), which may run any JobType, loads them all
+(`every_runtime`).
 
 A JobType whose groups need different runtimes names a `variant`: `JOB_TYPE_KAFKA_AUDIT` runs
 counting audits (EXACT_UNIQ, APPROX_UNIQ: `jobs/audit/`) and cross-tier audits (the six other
@@ -166,6 +168,13 @@ JOB_TYPES: Mapping[str, JobType] = {
         ),
     )
 }
+
+
+def every_runtime() -> list[type[StreamingJob[Any]]]:
+    """The runtime of every JobType and audit variant (importing every job's entry module)."""
+    loaders = [*(v.load_runtime for v in AUDIT_VARIANTS.values())]
+    loaders += [t.load_runtime for t in JOB_TYPES.values()]
+    return [load() for load in dict.fromkeys(loaders)]
 
 
 def validate(group: JobGroup, settings: Settings) -> tuple[JobType, JobSpec]:

@@ -36,6 +36,7 @@ from core import faults
 from core.config import Settings, add_conf_dir_argument, load_settings
 from core.errors import ConfigError, UatuError
 from core.processes import CpuMeter
+from jobs import registry
 from jobs.prepare import build_job, check_source
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
@@ -51,12 +52,27 @@ log = logging.getLogger("uatu.worker")
 FENCE_ENV = "UATU_WORKER_FENCE_SECONDS"
 
 # On top of the jobs' own: every group's Spark jobs go to a FAIR pool of its own.
-WORKER_CONF = {
-    **SESSION_CONF,
+POOL_CONF = {
     "spark.scheduler.mode": "FAIR",
     # A second attempt of a dispatch task would call the service again for the same records.
     "spark.speculation": "false",
 }
+
+
+def worker_conf() -> dict[str, str]:
+    """The worker session's conf: the jobs' metrics conf, every JobType's `session_conf` (the
+    worker may run any of them in this one session; the availability job, say, reads
+    `__consumer_offsets` only with the consumer-based offset reader), and the FAIR pools. A
+    key two job types set differently (`spark.sql.shuffle.partitions`, a query's choice at its
+    first run) stays at the session's default."""
+    merged: dict[str, str] = {}
+    differing: set[str] = set()
+    for runtime in registry.every_runtime():
+        for key, value in runtime.session_conf.items():
+            if merged.setdefault(key, value) != value:
+                differing.add(key)
+    shared = {key: value for key, value in merged.items() if key not in differing}
+    return {**SESSION_CONF, **shared, **POOL_CONF}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -87,7 +103,7 @@ def main(argv: list[str]) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
-    spark = build_session("uatu-worker", conf=WORKER_CONF)
+    spark = build_session("uatu-worker", conf=worker_conf())
     ui_port = ui_port_of(spark.sparkContext.uiWebUrl)
     link = ControlPlaneLink(config, ui_port or 0)
     # Every group's job series, from this one driver (the control plane's launchers set

@@ -15,7 +15,9 @@ from uber.data.kafka.datatransfer import job_pb2
 
 from core import worker_jobs
 from core.errors import InvalidJobGroup
-from jobs.worker.main import _fence
+from jobs import registry
+from jobs.availability.job import SESSION_CONF as AVAILABILITY
+from jobs.worker.main import _fence, worker_conf
 from jobs.worker.runs import GroupRuns, Step, decide
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
@@ -301,3 +303,21 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
     assert errors == {"a": "", "b": "java.lang.X: boom"}
     group_runs.stop_all("test over")
     assert group_runs.wait_stopped(10)
+
+
+def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> None:
+    """A worker may run any JobType in its one session: the availability job's offset reader
+    (without it, it reads no commit from __consumer_offsets and every group shows
+    NO_COMMITS), no speculation, the FAIR pools; a key two job types set differently is left
+    to the session's default."""
+    conf = worker_conf()
+    assert AVAILABILITY.items() <= conf.items()
+    assert (conf["spark.scheduler.mode"], conf["spark.speculation"]) == ("FAIR", "false")
+    assert "spark.sql.shuffle.partitions" not in conf  # replication 1, dispatcher 2
+
+    class Other:
+        session_conf = {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "false"}
+
+    every = registry.every_runtime
+    monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), Other])
+    assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf()
