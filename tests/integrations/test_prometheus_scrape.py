@@ -1,8 +1,11 @@
 """A real Prometheus (Debian's) told only the control plane's address: it scrapes the control
 plane, and finds through the control plane's `/sd` (`http_sd_configs`) the worker application
-the control plane launched, and scrapes the audit that runs there. The series are checked
-through Prometheus's own HTTP API, not by parsing /metrics ourselves, and so is every query
-of the Grafana dashboard in conf/grafana/."""
+the control plane launched, and scrapes the jobs that run there: an audit, a replication, a
+dispatcher (to a real gRPC service) and an availability job, whose lag series include the
+dispatcher's consumer group (no lag once it committed everything) and a reader that
+committed nothing (every record). The series are checked through Prometheus's own HTTP API, not by
+parsing /metrics ourselves, against what was sent, and so is every query of the Grafana
+dashboard in conf/grafana/."""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ from core.processes import free_ports
 from devservices.prometheus import DEFAULT_BINARY, install, start_prometheus
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
-from testing.jobgroups import audit_group
+from testing.dispatch_service import ScriptedService
+from testing.jobgroups import audit_group, minimal_group, parse
 from testing.polling import wait_for
+from testing.topic_data import commit_offsets
 from tests.controlplane.test_controlplane_e2e import control_plane_process, stop_applications
 
 pytestmark = pytest.mark.integration
@@ -38,6 +43,33 @@ def dashboard_queries(path: Path) -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in panels for t in p.get("targets", [])]
 
 
+TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
+EARLIEST = {"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST"}
+
+
+def more_groups(topic: str, sink: str) -> list[dict]:
+    """A replication of `topic`, a dispatcher of it to `sink` (consumer group
+    `<topic>-dispatch`), and an availability job probing the cluster and its groups' lag."""
+    replication = minimal_group(
+        "replication", f"{topic}-copy",
+        kafkaConsumerTaskGroup={"topic": topic, **EARLIEST},
+        kafkaDispatcherTaskGroup={"topic": f"{topic}-copy"},
+    )  # fmt: skip
+    dispatch = minimal_group(
+        "dispatch", f"{topic}-dispatch",
+        kafkaConsumerTaskGroup={"topic": topic, "consumerGroup": f"{topic}-dispatch", **EARLIEST},
+        rpcDispatcherTaskGroup={"uri": f"dns:///{sink}", "rpcTimeoutMs": 4000},
+    )  # fmt: skip
+    availability = minimal_group(
+        "availability", f"{topic}-probe", kafkaConsumerTaskGroup={"topic": f"{topic}-probe"}
+    )
+    groups = [replication, dispatch, availability]
+    for group in groups:
+        group["extension"] = dict(TRIGGER)
+    availability["extension"]["availability"] = {"probeWindowSeconds": 2}
+    return groups
+
+
 def value_of(prom, promql: str) -> float | None:
     """The single value of an instant query, None while Prometheus has no such series."""
     result = prom.query(promql)
@@ -45,21 +77,23 @@ def value_of(prom, promql: str) -> float | None:
 
 
 def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
-    kafka, tmp_path: Path, monkeypatch
+    kafka, tmp_path: Path
 ) -> None:
     if not DEFAULT_BINARY.exists():
         install()
     topic = f"prom-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, partitions=2)
+    kafka.create_topic(f"{topic}-copy", partitions=2)
     sent = audit_dataset(400, 2, int(time.time() * 1000))
     produce(kafka.bootstrap_servers, topic, sent)
+    # A reader that committed nothing past offset 0: its lag is every record.
+    commit_offsets(kafka.bootstrap_servers, f"{topic}-reader", topic, {0: 0, 1: 0})
     conf = write_conf_dir(
         tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
     )
     grpc_port, metrics_port = free_ports(2)
     address = f"127.0.0.1:{grpc_port}"
-    # The applications inherit it: their endpoints are named by this address, not the host's.
-    monkeypatch.setenv("UATU_METRICS_HOST", "127.0.0.1")
+    service = ScriptedService().start()
     store = SqliteStore(tmp_path / "cp.sqlite")  # read-only view of what the control plane keeps
     scrape = [
         {"job_name": "controlplane", "static_configs": [
@@ -85,14 +119,14 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
         ):
             admin = admin_grpc.MasterAdminServiceStub(channel)
             admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=audit_group("prom", topic)))
-            added = wait_for(
-                lambda: value_of(
-                    prom, 'grpc_server_handled_total{grpc_method="AddJobGroup",grpc_code="OK"}'
-                ),
+            for group in more_groups(topic, service.address):
+                admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=parse(group)))
+            added = 'grpc_server_handled_total{grpc_method="AddJobGroup",grpc_code="OK"}'
+            wait_for(
+                lambda: value_of(prom, added) == 4,
                 60,
                 "the control plane's gRPC counters in Prometheus",
             )
-            assert added == 1
 
             # Every record the audit counted, as Prometheus scraped it from the worker it found.
             def audited() -> float | None:
@@ -100,9 +134,11 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
                 return total if total == len(sent) else None
 
             assert wait_for(audited, 300, "the worker's audit counters in Prometheus") == len(sent)
-            # Found as the worker the control plane launched (its id, as heartbeats name it).
+            # Found as the worker the control plane launched (its id, as heartbeats name it), at
+            # the interface of --metrics-address.
             worker = f'worker="{store.launches()["~worker/0"].worker_id}"'
-            assert value_of(prom, f'max(up{{job="uatu-jobs", {worker}}})') == 1
+            here = 'instance=~"127\\\\.0\\\\.0\\\\.1:.+"'
+            assert value_of(prom, f'max(up{{job="uatu-jobs", {worker}, {here}}})') == 1
             by_partition = {
                 r["metric"]["partition"]: float(r["value"][1])
                 for r in prom.query(f"uatu_audit_messages_total{{{worker}}}")
@@ -110,9 +146,20 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
             assert by_partition == {
                 str(p): sum(1 for r in sent if r.partition == p) for p in range(2)
             }
+            # Every record copied once and dispatched (committed) once, as scraped; the
+            # dispatcher's group then has no lag in the availability job's Burrow series.
+            for what, promql in (
+                ("copied", "sum(uatu_replication_records_total)"),
+                ("dispatched", 'sum(uatu_dispatch_messages_total{code="commit"})'),
+            ):
+                wait_for(lambda q=promql: value_of(prom, q) == len(sent), 300, f"all {what}")
+            for group, expected in ((f"{topic}-dispatch", 0), (f"{topic}-reader", len(sent))):
+                lag = f'burrow_kafka_consumer_lag_total{{consumer_group="{group}"}}'
+                wait_for(lambda q=lag, n=expected: value_of(prom, q) == n, 120, f"{group} lag")
             # Every query of the Grafana dashboard in the repo answers from these series.
             for title, expr in dashboard_queries(DASHBOARD):
                 wait_for(lambda e=expr: prom.query(e), 60, f"dashboard panel {title!r}: {expr}")
     finally:
         stop_applications(store.launches())
         store.close()
+        service.stop()
