@@ -172,9 +172,11 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
                         job_group=replication_group("pool-copy", source, copy, rate=rate)
                     )
                 )
+                # The new definition, not the old one read before the reconciler recorded it.
                 after = wait_for(
-                    lambda: (
+                    lambda old=before.definition: (
                         (r := worker_run(get("pool-copy"))) is not None
+                        and r.definition != old
                         and r.definition == store.launches()["pool-copy"].definition
                         and r.query_run
                         and r
