@@ -126,7 +126,7 @@ MODULE_LINES, CLASS_LINES, FUNCTION_LINES = 500, 250, 80
 # Today's exceptions and their size: each may only shrink, and goes once it fits.
 OVERSIZED = {
     "jobs/audit/tiers/spec.py::_checks": 102,
-    "jobs/availability/job.py": 641,
+    "jobs/availability/job.py": 609,
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,
     "controlplane/cli.py::build_parser": 172,
     "devservices/_service.py": 591,
