@@ -92,7 +92,6 @@ trap 'touch "$UATU_STOP_FILE"' TERM INT
   --jars "$JARS" \
   --py-files "$PY_FILES" \
   --driver-java-options "-Dlog4j2.configurationFile=file:$ROOT/conf/log4j2.properties" \
-  --conf "spark.executorEnv.PYSPARK_PYTHON=$VENV/bin/python" \
   ${UATU_SPARK_SUBMIT_ARGS:-} \
   "$ROOT/jobs/main.py" "$@" &
 child=$!

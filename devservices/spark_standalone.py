@@ -18,6 +18,13 @@ With `--workers N`, the workers after the first are `worker-2` ... `worker-N` (t
 ports and output files) and share the first one's work dir (driver and application dirs are
 named by unique ids).
 
+With `--hide PATH` (repeatable) the workers run as hosts that do not have PATH: each worker
+starts in a mount namespace of its own (``unshare --map-root-user --mount``, no root needed)
+where PATH is an empty tmpfs, and sees Spark itself at ``<dir>/spark-home`` (a bind mount of
+pyspark's dir, which may lie under a hidden path such as the project's venv). Its drivers and
+executors inherit that view: this is how the tests show that executors need neither the
+checkout nor its venv (docs/operations.md, "What each host needs").
+
 Process groups matter: the worker starts drivers and executors as its own children, so they
 share the worker's process group. Killing only the worker JVM orphans a Python driver
 (verified, see the platform notes), so :meth:`StandaloneCluster.stop` signals whole groups
@@ -43,10 +50,11 @@ import importlib.util
 import json
 import logging
 import os
+import shlex
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from core.paths import VAR_DIR
@@ -196,9 +204,11 @@ def start_standalone(
     spark_home: Path = SPARK_HOME,
     timeout: float = READY_TIMEOUT_S,
     workers: int = 1,
+    hidden: Sequence[Path] = (),
 ) -> StandaloneCluster:
     """Start a master (REST server on) and ``workers`` workers of ``cores`` cores and
-    ``memory`` each under ``work_dir``; wait until ready.
+    ``memory`` each under ``work_dir``; wait until ready. The workers, and what they start,
+    do not see the paths in ``hidden`` (`hidden_argv`).
 
     Ready means the REST server answers ``/v1/submissions/readyz`` with 200 and the master's
     ``/json/`` lists every worker ALIVE with ``cores`` cores, so a submission is scheduled at
@@ -220,6 +230,11 @@ def start_standalone(
     properties.write_text(_master_properties(cluster))
     env = _daemon_env(os.environ, spark_home, cluster.dir / "conf", daemon_memory)
     spark_class = str(spark_home / "bin" / "spark-class")
+    worker_env, worker_home = env, spark_home
+    if hidden:
+        worker_home = cluster.dir / "spark-home"
+        worker_home.mkdir(exist_ok=True)
+        worker_env = {**env, "SPARK_HOME": str(worker_home)}
 
     master = cluster.master.ports
     with stopped_on_failure(cluster):
@@ -229,12 +244,15 @@ def start_standalone(
             env,
         )  # fmt: skip
         for worker in cluster.workers:
-            worker.launch(
-                [spark_class, _WORKER_CLASS, "--host", HOST, "--port", str(worker.ports["rpc"]),
-                 "--webui-port", str(worker.ports["webui"]), "--cores", str(cores),
-                 "--memory", memory, "--work-dir", str(cluster.worker_dir), cluster.master_url],
-                env,
-            )  # fmt: skip
+            argv = [
+                str(worker_home / "bin" / "spark-class"), _WORKER_CLASS, "--host", HOST,
+                "--port", str(worker.ports["rpc"]), "--webui-port", str(worker.ports["webui"]),
+                "--cores", str(cores), "--memory", memory,
+                "--work-dir", str(cluster.worker_dir), cluster.master_url,
+            ]  # fmt: skip
+            if hidden:
+                argv = hidden_argv(argv, hidden, spark_home, worker_home)
+            worker.launch(argv, worker_env)
         # The workers first: when time runs out, their output says why they did not register.
         took = wait_all_ready(
             [*cluster.workers, cluster.master],
@@ -247,6 +265,22 @@ def start_standalone(
         cluster.master_url, cluster.rest_url, cluster.webui_url, took,
     )  # fmt: skip
     return cluster
+
+
+def hidden_argv(
+    argv: Sequence[str], hidden: Sequence[Path], spark_home: Path, bound_home: Path
+) -> list[str]:
+    """`argv` run in a new mount namespace where `spark_home` is also at `bound_home` and each
+    path of `hidden` is an empty tmpfs (pure). The bind comes first, so Spark stays visible
+    when it lies under a hidden path; the mounts are private to the namespace, and the user
+    namespace (``--map-root-user``) lets an unprivileged user make them. `unshare` and ``sh``
+    exec, so the pid that runs is `argv`'s."""
+    steps = [
+        f"mount --bind {shlex.quote(str(spark_home))} {shlex.quote(str(bound_home))}",
+        *(f"mount -t tmpfs uatu-hidden {shlex.quote(str(path))}" for path in hidden),
+        f"exec {shlex.join(argv)}",
+    ]
+    return ["unshare", "--map-root-user", "--mount", "sh", "-c", " && ".join(steps)]
 
 
 def recorded_cluster(work_dir: Path) -> StandaloneCluster | None:
@@ -346,13 +380,26 @@ def _up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument("--memory", default="4g", help="memory the worker offers (default: 4g)")
     up.add_argument("--workers", type=int, default=1, help="workers to start (default: 1)")
     up.add_argument(
+        "--hide",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a path the workers and their executors do not see (repeatable)",
+    )
+    up.add_argument(
         "--timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for readiness"
     )
 
 
 def _start(args: argparse.Namespace) -> list[SparkDaemon]:
     cluster = start_standalone(
-        args.dir, cores=args.cores, memory=args.memory, timeout=args.timeout, workers=args.workers
+        args.dir,
+        cores=args.cores,
+        memory=args.memory,
+        timeout=args.timeout,
+        workers=args.workers,
+        hidden=[path.resolve() for path in args.hide],
     )
     print(json.dumps(_urls(cluster), indent=2))
     return cluster.daemons

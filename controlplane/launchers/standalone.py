@@ -109,7 +109,7 @@ def submission_request(
     Mirrors ``spark-submit.sh``: ``jars`` become ``spark.jars`` (on the driver's class path
     and shipped to executors), ``root/build/uatu-jobs.zip`` is the py-files argument of
     PythonRunner and ``spark.submit.pyFiles``/``spark.files`` (executors), ``python``
-    (default: the project venv) runs driver and executors, the driver logs with
+    (default: the project venv) runs the driver (executors run no Python), the driver logs with
     ``root/conf/log4j2.properties``, and the environment carries ``UATU_CONF_DIR`` (default
     ``root/conf``) and ``UATU_STOP_FILE``. ``env`` (control-plane address, job ids) is added
     last and wins, as with LocalLauncher; so does ``extra_conf`` over the Spark properties.
@@ -136,7 +136,6 @@ def submission_request(
         "spark.driver.extraJavaOptions": (
             f"-Dlog4j2.configurationFile=file:{root / 'conf' / 'log4j2.properties'}"
         ),
-        "spark.executorEnv.PYSPARK_PYTHON": str(python),
         **(extra_conf or {}),
     }
     environment = {

@@ -78,7 +78,6 @@ def test_request_spark_properties_mirror_spark_submit_sh():
         "spark.driver.extraJavaOptions": (
             "-Dlog4j2.configurationFile=file:/srv/uatu/conf/log4j2.properties"
         ),
-        "spark.executorEnv.PYSPARK_PYTHON": "/srv/uatu/.venv/bin/python",
     }
     assert all(isinstance(v, str) for v in props.values())  # the REST API wants strings
 

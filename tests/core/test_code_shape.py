@@ -2,7 +2,8 @@
 
 * **Owners of shared concepts**: the modules that may open Hadoop's file system, a gRPC
   channel, install a signal handler or read the fault variable (`OWNERS`). Everyone else asks
-  them.
+  them. Running Python on executors (a UDF, `mapInPandas`, `.rdd`, ...) has no owner: the
+  executors have no Python environment (docs/operations.md, "What each host needs").
 * **A size ratchet**: a module stays under 500 lines, a class under 250, a function under 80;
   `OVERSIZED` lists today's exceptions with their size, which may only shrink (an exception
   that grew, or that is no longer needed and still listed, fails).
@@ -70,6 +71,16 @@ OWNERS = (
         re.compile(r"""["']UATU_(\w*_)?FAULT["']"""),
         frozenset({"core/faults.py"}),
     ),
+    Owned(
+        "Python on executors",
+        re.compile(
+            r"\b(pandas_)?udf\b|\budtf\b|\b(mapIn|applyIn)\w+\(|transformWithStateInPandas"
+            r"|\bforeachPartition\(|\.rdd\b|\.foreach\(|\bdataSource\.register\("
+        ),
+        # Nobody: every transform is a JVM expression and foreachBatch runs on the driver, so
+        # executors need no Python environment and hosts no venv.
+        frozenset(),
+    ),
 )
 
 
@@ -116,6 +127,21 @@ def test_an_owner_breach_is_found(tmp_path: Path) -> None:
         "jobs/dispatch/checkpoint.py: Hadoop's file system "
         "(owned by ['jobs/runtime/checkpoint_files.py'])",
         "jobs/dispatch/checkpoint.py: the fault variable (owned by ['core/faults.py'])",
+    ]
+
+
+def test_python_on_executors_is_a_breach_wherever_it_is(tmp_path: Path) -> None:
+    (tmp_path / "jobs" / "audit").mkdir(parents=True)
+    (tmp_path / "jobs" / "audit" / "enrich.py").write_text(
+        "from pyspark.sql import functions as F\n"
+        "def enrich(df):\n"
+        "    return df.withColumn('n', F.udf(len, 'int')('value'))\n"
+    )
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "rows.py").write_text("def rows(df):\n    return df.rdd.map(str)\n")
+    assert owner_breaches(tmp_path) == [
+        "core/rows.py: Python on executors (owned by [])",
+        "jobs/audit/enrich.py: Python on executors (owned by [])",
     ]
 
 
