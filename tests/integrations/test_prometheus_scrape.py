@@ -1,11 +1,11 @@
 """A real Prometheus (Debian's) told only the control plane's address: it scrapes the control
 plane, and finds through the control plane's `/sd` (`http_sd_configs`) the worker application
 the control plane launched, and scrapes the jobs that run there: an audit, a replication, a
-dispatcher (to a real gRPC service) and an availability job, whose lag series include the
-dispatcher's consumer group (no lag once it committed everything) and a reader that
-committed nothing (every record). The series are checked through Prometheus's own HTTP API, not by
-parsing /metrics ourselves, against what was sent, and so is every query of the Grafana
-dashboard in conf/grafana/."""
+tiers audit of that replication, a dispatcher (to a real gRPC service) and an availability
+job, whose lag series include the dispatcher's consumer group (no lag once it committed
+everything) and a reader that committed nothing (every record). The series are checked
+through Prometheus's own HTTP API, not by parsing /metrics ourselves, against what was sent,
+and so is every query of the Grafana dashboard in conf/grafana/."""
 
 from __future__ import annotations
 
@@ -48,12 +48,23 @@ EARLIEST = {"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST"}
 
 
 def more_groups(topic: str, sink: str) -> list[dict]:
-    """A replication of `topic`, a dispatcher of it to `sink` (consumer group
-    `<topic>-dispatch`), and an availability job probing the cluster and its groups' lag."""
+    """A replication of `topic`, a tiers audit of that replication (`<topic>-tiers`), a
+    dispatcher of it to `sink` (consumer group `<topic>-dispatch`), and an availability job
+    probing the cluster and its groups' lag."""
     replication = minimal_group(
         "replication", f"{topic}-copy",
         kafkaConsumerTaskGroup={"topic": topic, **EARLIEST},
         kafkaDispatcherTaskGroup={"topic": f"{topic}-copy"},
+    )  # fmt: skip
+    check = {
+        "source": [{"cluster": "local", "topic": topic}],
+        "destination": [{"cluster": "local", "topic": f"{topic}-copy"}],
+    }
+    tiers = minimal_group(
+        "tier-audit", f"{topic}-tiers",
+        kafkaConsumerTaskGroup={"topic": topic, "auditMetadata": {"auditConfigs": [
+            {"auditType": "AUDIT_TYPE_REPLICATION", "auditIntervalInSeconds": 60,
+             "replicationAuditConfig": {"replicationChecks": [check]}}]}},
     )  # fmt: skip
     dispatch = minimal_group(
         "dispatch", f"{topic}-dispatch",
@@ -63,7 +74,7 @@ def more_groups(topic: str, sink: str) -> list[dict]:
     availability = minimal_group(
         "availability", f"{topic}-probe", kafkaConsumerTaskGroup={"topic": f"{topic}-probe"}
     )
-    groups = [replication, dispatch, availability]
+    groups = [replication, tiers, dispatch, availability]
     for group in groups:
         group["extension"] = dict(TRIGGER)
     availability["extension"]["availability"] = {"probeWindowSeconds": 2}
@@ -123,7 +134,7 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
                 admin.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=parse(group)))
             added = 'grpc_server_handled_total{grpc_method="AddJobGroup",grpc_code="OK"}'
             wait_for(
-                lambda: value_of(prom, added) == 4,
+                lambda: value_of(prom, added) == 5,
                 60,
                 "the control plane's gRPC counters in Prometheus",
             )
@@ -156,6 +167,18 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
             for group, expected in ((f"{topic}-dispatch", 0), (f"{topic}-reader", len(sent))):
                 lag = f'burrow_kafka_consumer_lag_total{{consumer_group="{group}"}}'
                 wait_for(lambda q=lag, n=expected: value_of(prom, q) == n, 120, f"{group} lag")
+            # The tiers audit's verdicts on that exact copy: no loss and no duplicate, so the
+            # newest window is OK (0) or not decided yet (INCOMPLETE, 3), never LOSS (1) or
+            # DUPLICATION (2), and it lost no record.
+            check = f'{{job_group_id="{topic}-tiers", check_type="AUDIT_TYPE_REPLICATION"}}'
+            verdict = wait_for(
+                lambda: value_of(prom, f"max(uatu_audit_check_verdict{check})"),
+                180,
+                "the tiers audit's verdict in Prometheus",
+            )
+            assert verdict in (0, 3)
+            assert value_of(prom, f"max(uatu_audit_check_lost_records{check})") == 0
+            assert value_of(prom, f"max(uatu_audit_check_duplicated_records{check})") == 0
             # Every query of the Grafana dashboard in the repo answers from these series.
             for title, expr in dashboard_queries(DASHBOARD):
                 wait_for(lambda e=expr: prom.query(e), 60, f"dashboard panel {title!r}: {expr}")
