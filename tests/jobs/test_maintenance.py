@@ -45,20 +45,23 @@ def _parquet_on_disk(root) -> int:
 @pytest.mark.spark
 def test_maintain_compacts_every_partition_and_vacuums_what_no_version_needs(spark, tmp_path):
     path = tmp_path / "warehouse" / "small"
-    _small_files(spark, str(path), batches=6)
+    _small_files(spark, str(path), batches=3)
     spark.sql(
         f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
         "('delta.deletedFileRetentionDuration' = 'interval 0 hours')"
     )
     before = spark.read.format("delta").load(str(path)).collect()
-    assert _parquet_on_disk(path) == 12  # 6 batches x 2 writers
+    assert _parquet_on_disk(path) == 6  # 3 batches x 2 writers
+    listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    session_listing = spark.conf.get(listing)
 
     with pytest.raises(Exception, match="below"):
         check_retention(spark, [str(path)], -1)
     report = maintain(spark, str(path), optimize=True, vacuum_hours=0)
 
-    assert (report.files_before, report.files_after) == (12, 2)  # one per writer's partition
-    assert report.files_vacuumed == 12  # the compacted small files, no longer referenced
+    assert (report.files_before, report.files_after) == (6, 2)  # one per writer's partition
+    assert report.files_vacuumed == 6  # the compacted small files, no longer referenced
+    assert spark.conf.get(listing) == session_listing  # VACUUM's settings were for it only
     assert _parquet_on_disk(path) == 2
     after = spark.read.format("delta").load(str(path))
     assert_df_equality(after, spark.createDataFrame(before, after.schema), ignore_row_order=True)
