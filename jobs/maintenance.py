@@ -177,11 +177,11 @@ def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
     try:
         yield
     finally:
-        for key, value in before.items():
-            if value is None:
+        for key, previous in before.items():
+            if previous is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, previous)
 
 
 def _live_files(table: DeltaTable) -> int:
