@@ -26,8 +26,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from delta.tables import DeltaTable
@@ -38,7 +37,7 @@ from core.errors import EXIT_OK, ConfigError, InvalidJobGroup, UatuError
 from core.storage import table_location
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta_retries import with_retries
-from jobs.runtime.session import build_session
+from jobs.runtime.session import build_session, session_conf
 
 log = logging.getLogger("uatu.maintain")
 
@@ -146,7 +145,7 @@ def maintain(
     vacuumed = 0
     if vacuum_hours is not None:
         on_disk = _parquet_files(spark, path)
-        with _session_conf(spark, vacuum_conf(spark.sparkContext.defaultParallelism)):
+        with session_conf(spark, vacuum_conf(spark.sparkContext.defaultParallelism)):
             table.vacuum(vacuum_hours)
         vacuumed = on_disk - _parquet_files(spark, path)
     return TableReport(path, before, _live_files(table), vacuumed, time.monotonic() - started)
@@ -166,22 +165,6 @@ def vacuum_conf(cores: int) -> dict[str, str]:
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(cores, 1)),
     }
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """`conf` set on the session for the block, then each key as it was."""
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, previous in before.items():
-            if previous is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, previous)
 
 
 def _live_files(table: DeltaTable) -> int:

@@ -43,6 +43,7 @@ from core.spec import OutputSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta_retries import with_retries
 from jobs.runtime.delta_schema import nullable, schema_differences, with_declared_columns
+from jobs.runtime.session import session_conf
 
 log = logging.getLogger("uatu.delta")
 
@@ -368,27 +369,16 @@ def _merge(
     insert: Mapping[str, str | Column],
 ) -> None:
     spark = source.sparkSession
-    with _merge_lock(spark):
-        previous = {
-            conf: spark.conf.get(conf, None) for conf in (TXN_APP_ID_CONF, TXN_VERSION_CONF)
-        }
-        spark.conf.set(TXN_APP_ID_CONF, app_id)
-        spark.conf.set(TXN_VERSION_CONF, str(batch_id))
-        try:
-            (
-                DeltaTable.forPath(spark, path)
-                .alias("t")
-                .merge(source.alias("s"), condition)
-                .whenMatchedUpdate(set=dict(update))
-                .whenNotMatchedInsert(values=dict(insert))
-                .execute()
-            )
-        finally:
-            for conf, value in previous.items():
-                if value is None:
-                    spark.conf.unset(conf)
-                else:
-                    spark.conf.set(conf, value)
+    txn = {TXN_APP_ID_CONF: app_id, TXN_VERSION_CONF: str(batch_id)}
+    with _merge_lock(spark), session_conf(spark, txn):
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), condition)
+            .whenMatchedUpdate(set=dict(update))
+            .whenNotMatchedInsert(values=dict(insert))
+            .execute()
+        )
 
 
 _GET_QUANTILE = {

@@ -1,4 +1,5 @@
-"""The one place a SparkSession is built, for jobs and tests alike.
+"""The one place a SparkSession is built, for jobs and tests alike, and the one helper that
+changes a session's settings for a block (`session_conf`).
 
 Jars (Spark's Kafka connector, Delta and the project's own, build/uatu-jvm.jar) are on the
 classpath already: `spark-submit.sh` passes them with --jars, and tests pass `jars=`
@@ -7,7 +8,8 @@ classpath already: `spark-submit.sh` passes them with --jars, and tests pass `ja
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -46,3 +48,20 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """`conf` set on the session for the block, then each key as it was (unset if it was).
+    Callers that share the session across threads serialise the block themselves."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, previous in before.items():
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)

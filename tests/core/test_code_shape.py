@@ -116,32 +116,25 @@ def test_each_shared_concept_is_touched_by_its_owners_only() -> None:
 
 
 def test_an_owner_breach_is_found(tmp_path: Path) -> None:
-    (tmp_path / "jobs" / "dispatch").mkdir(parents=True)
-    (tmp_path / "jobs" / "dispatch" / "checkpoint.py").write_text(
-        '"""Reads getFileSystem( in a docstring: not code."""\n'
+    planted = {
+        "jobs/dispatch/checkpoint.py": '"""Reads getFileSystem( in a docstring: not code."""\n'
         "def read(spark, path):\n"
         "    fs = spark._jvm.org.apache.hadoop.fs.Path(path)  # the breach\n"
-        "    return os.environ.get('UATU_DISPATCH_FAULT')\n"
-    )
-    assert owner_breaches(tmp_path) == [
-        "jobs/dispatch/checkpoint.py: Hadoop's file system "
-        "(owned by ['jobs/runtime/checkpoint_files.py'])",
-        "jobs/dispatch/checkpoint.py: the fault variable (owned by ['core/faults.py'])",
-    ]
-
-
-def test_python_on_executors_is_a_breach_wherever_it_is(tmp_path: Path) -> None:
-    (tmp_path / "jobs" / "audit").mkdir(parents=True)
-    (tmp_path / "jobs" / "audit" / "enrich.py").write_text(
-        "from pyspark.sql import functions as F\n"
-        "def enrich(df):\n"
-        "    return df.withColumn('n', F.udf(len, 'int')('value'))\n"
-    )
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "rows.py").write_text("def rows(df):\n    return df.rdd.map(str)\n")
+        "    return os.environ.get('UATU_DISPATCH_FAULT')\n",
+        # Python on executors has no owner: a breach wherever it is.
+        "jobs/audit/enrich.py": "def enrich(df):\n"
+        "    return df.withColumn('n', F.udf(len, 'int')('value'))\n",
+        "core/rows.py": "def rows(df):\n    return df.rdd.map(str)\n",
+    }
+    for relative, code in planted.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(code)
     assert owner_breaches(tmp_path) == [
         "core/rows.py: Python on executors (owned by [])",
         "jobs/audit/enrich.py: Python on executors (owned by [])",
+        "jobs/dispatch/checkpoint.py: Hadoop's file system "
+        "(owned by ['jobs/runtime/checkpoint_files.py'])",
+        "jobs/dispatch/checkpoint.py: the fault variable (owned by ['core/faults.py'])",
     ]
 
 
