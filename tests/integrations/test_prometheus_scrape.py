@@ -171,12 +171,13 @@ def test_prometheus_finds_and_scrapes_the_jobs_the_control_plane_runs(
             # newest window is OK (0) or not decided yet (INCOMPLETE, 3), never LOSS (1) or
             # DUPLICATION (2), and it lost no record.
             check = f'{{job_group_id="{topic}-tiers", check_type="AUDIT_TYPE_REPLICATION"}}'
-            verdict = wait_for(
-                lambda: value_of(prom, f"max(uatu_audit_check_verdict{check})"),
+            # Poll for the series, not its value: OK is 0, which is falsy.
+            newest = wait_for(
+                lambda: prom.query(f"max(uatu_audit_check_verdict{check})"),
                 180,
                 "the tiers audit's verdict in Prometheus",
             )
-            assert verdict in (0, 3)
+            assert float(newest[0]["value"][1]) in (0, 3)
             assert value_of(prom, f"max(uatu_audit_check_lost_records{check})") == 0
             assert value_of(prom, f"max(uatu_audit_check_duplicated_records{check})") == 0
             # Every query of the Grafana dashboard in the repo answers from these series.
