@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,3 +70,32 @@ def conf_restored(session: SparkSession) -> Iterator[None]:
         for key, value in before.items():
             if after.get(key) != value:
                 conf.setConfString(key, value)
+
+
+def stop_queries_started_since(session: SparkSession, before: set[str]) -> list[str]:
+    """Stop every active streaming query whose id is not in `before`; their names (or ids)."""
+    leaked = [q for q in session.streams.active if q.id not in before]
+    for query in leaked:
+        query.stop()
+    return [query.name or query.id for query in leaked]
+
+
+def stop_with_stacks_if_slow(session: SparkSession, dump: Path, after_s: float) -> bool:
+    """Stop the session; if that takes longer than `after_s`, write the JVM's thread stacks
+    (`jstack`) to `dump` while it still hangs. True when it did: the dump names what a slow
+    stop waited for, which a duration alone never says."""
+    pid = str(session.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+
+    def write_stacks() -> None:
+        with dump.open("w") as out:
+            subprocess.run(["jstack", pid], stdout=out, stderr=subprocess.STDOUT, check=False)
+
+    watchdog = threading.Timer(after_s, write_stacks)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        session.stop()
+    finally:
+        watchdog.cancel()
+    watchdog.join()
+    return dump.exists()

@@ -21,7 +21,14 @@ import pytest
 from core.paths import ROOT
 from core.processes import PORT_SLICE_ENV
 from devservices.kafka import SERVICE_JAVA_OPTS_ENV
-from testing.spark import C1_ONLY_JIT, conf_restored, small_local_session, suite_java_options
+from testing.spark import (
+    C1_ONLY_JIT,
+    conf_restored,
+    small_local_session,
+    stop_queries_started_since,
+    stop_with_stacks_if_slow,
+    suite_java_options,
+)
 
 os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Every Spark JVM of the suite (this session's, and each `spark-submit.sh` a test or the
@@ -128,6 +135,10 @@ class TeardownTimer:
             fixturedef.addfinalizer(lambda: started.append(time.monotonic()))
 
 
+class LeakedQueryWarning(UserWarning):
+    """A test left streaming queries running; they were stopped and are named."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TeardownTimer(), "uatu-teardown-timer")
 
@@ -136,18 +147,34 @@ def pytest_configure(config: pytest.Config) -> None:
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     session = small_local_session("uatu-tests", tmp_path_factory.mktemp("spark-warehouse"))
     yield session
-    session.stop()
+    stacks = tmp_path_factory.getbasetemp() / "spark-stop.jstack"
+    if stop_with_stacks_if_slow(session, stacks, SLOW_TEARDOWN_S):
+        warnings.warn(
+            f"the JVM's threads while the session stopped: {stacks}",
+            SlowTeardownWarning,
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(autouse=True)
 def _spark_conf_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that uses `spark` leaves its runtime conf as it found it (in-process job runs
-    write theirs into the shared session), so no test depends on which ran before it."""
+    write theirs into the shared session), so no test depends on which ran before it, and
+    stops the streaming queries it started (the ones it leaves are stopped and named in a
+    LeakedQueryWarning: a query left running holds up the session's stop at the end)."""
     if "spark" not in request.fixturenames:
         yield
         return
-    with conf_restored(request.getfixturevalue("spark")):
+    spark = request.getfixturevalue("spark")
+    before = {q.id for q in spark.streams.active}  # a module fixture's query may outlive a test
+    with conf_restored(spark):
         yield
+    if leaked := stop_queries_started_since(spark, before):
+        warnings.warn(
+            f"{request.node.nodeid} left streaming queries running: {', '.join(leaked)}",
+            LeakedQueryWarning,
+            stacklevel=1,
+        )
 
 
 @pytest.fixture(scope="session")
