@@ -129,8 +129,10 @@ class ControlPlaneLink:
         self._target = config.addresses[0]
         self._worker = worker_pb2.Node(id=config.worker_id, host=socket.gethostname(), port=ui_port)
         self._registered = False
-        # Monotonic time of the last heartbeat the control plane answered: a worker fences
-        # itself (stops its queries) when it grows older than its lease allows.
+        # Monotonic time at which the last heartbeat the control plane answered was sent: a
+        # worker fences itself (stops its queries) when it grows older than its lease allows.
+        # The send time, not the answer's: the control plane renewed the lease somewhere in
+        # between, so a slow answer must not stretch the fence past the lease.
         self.last_success = time.monotonic()
 
     @property
@@ -163,6 +165,7 @@ class ControlPlaneLink:
                 self._registered = True
                 log.info("registered with %s as worker %d", self._target, self._worker.id)
                 participants = worker_participants(self._target, self._worker)
+            sent = time.monotonic()
             response = stub.Heartbeat(
                 mw_pb2.HeartbeatRequest(participants=participants, job_status=statuses),
                 timeout=self.config.timeout_seconds,
@@ -174,7 +177,7 @@ class ControlPlaneLink:
         )  # fmt: skip
         if self._redirected(response.participants.master):
             return ()
-        self.last_success = time.monotonic()
+        self.last_success = sent
         return response.commands
 
     def _redirected(self, master: worker_pb2.Node) -> bool:

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 from uatu.v1.worker_job_pb2 import WorkerJob
 from uber.data.kafka.datatransfer import job_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
+from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
 from core import worker_jobs
 from core.errors import InvalidJobGroup
 from jobs import registry
 from jobs.availability.job import SESSION_CONF as AVAILABILITY
+from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.worker.main import _fence, worker_conf
 from jobs.worker.runs import GroupRuns, Step, decide
 from testing.jobgroups import audit_group
@@ -174,6 +179,39 @@ def test_a_worker_that_cannot_heartbeat_stops_every_query_before_its_lease_ends(
     finally:
         stopped.set()
         fence.join(5)
+
+
+class SlowAnswers(mw_grpc.MasterWorkerServiceServicer):
+    """A control plane that renews the lease on receipt and answers `delay_s` later."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def RegisterWorker(self, request, context):
+        return mw_pb2.RegisterWorkerResponse(participants=request.participants)
+
+    def Heartbeat(self, request, context):
+        time.sleep(self.delay_s)
+        return mw_pb2.HeartbeatResponse(participants=request.participants)
+
+
+def test_the_fence_counts_from_when_the_answered_heartbeat_was_sent():
+    """The control plane renewed the lease when the heartbeat arrived, not when its answer
+    came back: a slow answer must not move the worker's fence later than the lease."""
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    mw_grpc.add_MasterWorkerServiceServicer_to_server(SlowAnswers(delay_s=1.5), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        link = ControlPlaneLink(ReporterConfig((f"127.0.0.1:{port}",), timeout_seconds=10))
+        link.beat(())  # registers; its heartbeat sets the time as the first one
+        before = time.monotonic()
+        link.beat(())
+        answered = time.monotonic()
+    finally:
+        server.stop(0)
+    assert answered - before >= 1.5
+    assert before <= link.last_success < before + 1.0
 
 
 def test_a_restart_waits_for_the_old_query_in_the_background_never_in_the_caller(runs):
