@@ -383,9 +383,15 @@ def test_burrow_and_our_evaluator_agree_except_where_ours_is_right(
                 for s in SCENARIOS:
                     offset = s.commits[tick]
                     if offset is not None:
-                        committers[s.name].commit(
-                            offsets=[TopicPartition(topics[s.name], 0, offset)],
-                            asynchronous=False,
+                        # A synchronous commit that failed committed nothing: retried while
+                        # the broker gives a transient error (a coordinator still loading).
+                        at = [TopicPartition(topics[s.name], 0, offset)]
+                        wait_for(
+                            lambda c=committers[s.name], at=at: c.commit(
+                                offsets=at, asynchronous=False
+                            ),
+                            10,
+                            f"{s.name}'s commit at {offset}",
                         )
             t_end = time.time()
 

@@ -233,3 +233,21 @@ def test_the_fold_package_imports_no_other_project_package():
         if name != "dev.uatu.fold"
     }
     assert outside == set()
+
+
+def test_the_micro_clock_follows_the_wall_clock_when_it_moves(spark):
+    """The send and fetch times of LOAD_GEN records (dev.uatu.fold.MicroClock): sub-millisecond
+    from the monotonic clock while it agrees with the wall clock, and the wall clock's again
+    once it was stepped, slewed, or moved on over a host's suspension (the monotonic clock
+    stood still), instead of an anchor taken when the JVM started."""
+    clock = spark.sparkContext._jvm.dev.uatu.fold.MicroClock(1_000_000, 0)
+    ms = 1_000_000  # nanoseconds
+    assert clock.read(1_000_000, 0) == 1_000_000_000
+    assert clock.read(1_000_005, 5 * ms + 123_000) == 1_000_005_123  # finer than the wall's ms
+    # Suspended for 473 s: the wall clock moved on, the monotonic clock by 1 s only.
+    assert clock.read(1_000_005 + 474_000, 1_005 * ms) == (1_000_005 + 474_000) * 1000
+    assert clock.read(1_474_006, 1_006 * ms + 250_000) == 1_474_006_250  # from the new anchor
+    # Slewed: 10 s of the monotonic clock are 10.002 s of the wall clock.
+    assert clock.read(1_484_008, 11_006 * ms) == 1_484_008_000
+    # Within the wall clock's millisecond and the tolerance: the monotonic reading stands.
+    assert clock.read(1_484_009, 11_007 * ms + 999_000) == 1_484_009_999
