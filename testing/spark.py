@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
 
 from core.paths import cds_java_options, project_jars
 from jobs.runtime.session import build_session
@@ -78,6 +80,30 @@ def stop_queries_started_since(session: SparkSession, before: set[str]) -> list[
     for query in leaked:
         query.stop()
     return [query.name or query.id for query in leaked]
+
+
+def streams_listeners(session: SparkSession) -> set[int]:
+    """The session's streaming query listeners in the JVM, by identity hash."""
+    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
+    return {identity(jl) for jl in session._jsparkSession.streams().listListeners()}  # type: ignore[attr-defined]
+
+
+def remove_listeners_added_since(session: SparkSession, before: set[int]) -> list[str]:
+    """Remove every streaming listener whose identity is not in `before`; their names (the
+    Python class of a Python listener, else the JVM class)."""
+    streams = session._jsparkSession.streams()  # type: ignore[attr-defined]
+    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
+    added = {identity(jl): jl for jl in streams.listListeners() if identity(jl) not in before}
+    if not added:
+        return []
+    python_names = {  # a Python listener's JVM side is the wrapper it built when added
+        identity(obj._jlistenerobj): type(obj).__name__
+        for obj in gc.get_objects()
+        if isinstance(obj, StreamingQueryListener) and hasattr(obj, "_jlistenerobj")
+    }
+    for jl in added.values():
+        streams.removeListener(jl)
+    return [python_names.get(key) or jl.getClass().getName() for key, jl in added.items()]
 
 
 def stop_with_stacks_if_slow(session: SparkSession, dump: Path, after_s: float) -> bool:

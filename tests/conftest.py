@@ -24,9 +24,11 @@ from devservices.kafka import SERVICE_JAVA_OPTS_ENV
 from testing.spark import (
     C1_ONLY_JIT,
     conf_restored,
+    remove_listeners_added_since,
     small_local_session,
     stop_queries_started_since,
     stop_with_stacks_if_slow,
+    streams_listeners,
     suite_java_options,
 )
 
@@ -136,7 +138,8 @@ class TeardownTimer:
 
 
 class LeakedQueryWarning(UserWarning):
-    """A test left streaming queries running; they were stopped and are named."""
+    """A test left streaming queries running or listeners on the session; they were stopped
+    or removed and are named."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -157,21 +160,27 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 
 @pytest.fixture(autouse=True)
-def _spark_conf_per_test(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that uses `spark` leaves its runtime conf as it found it (in-process job runs
-    write theirs into the shared session), so no test depends on which ran before it, and
-    stops the streaming queries it started (the ones it leaves are stopped and named in a
-    LeakedQueryWarning: a query left running holds up the session's stop at the end)."""
+def _spark_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses `spark` leaves the shared session as it found it, so no test depends
+    on which ran before it: its runtime conf (in-process job runs write theirs into the
+    session), its streaming queries and its streaming listeners. A query or listener a test
+    leaves is stopped or removed and named in a LeakedQueryWarning: a query left running
+    holds up the session's stop, and every later query's events cross py4j to a listener
+    left behind, on the queue the session's stop waits to drain."""
     if "spark" not in request.fixturenames:
         yield
         return
     spark = request.getfixturevalue("spark")
-    before = {q.id for q in spark.streams.active}  # a module fixture's query may outlive a test
+    queries = {q.id for q in spark.streams.active}  # a module fixture's query may outlive a test
+    listeners = streams_listeners(spark)
     with conf_restored(spark):
         yield
-    if leaked := stop_queries_started_since(spark, before):
+    leaked = stop_queries_started_since(spark, queries)
+    left = remove_listeners_added_since(spark, listeners)
+    if leaked or left:
         warnings.warn(
-            f"{request.node.nodeid} left streaming queries running: {', '.join(leaked)}",
+            f"{request.node.nodeid} left streaming queries running: {', '.join(leaked) or '-'}; "
+            f"streaming listeners: {', '.join(left) or '-'}",
             LeakedQueryWarning,
             stacklevel=1,
         )

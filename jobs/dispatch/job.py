@@ -81,6 +81,7 @@ from jobs.runtime.delta import append_once, ensure_tables
 from jobs.runtime.group_offsets import GroupOffsetCommitter, committed_offsets
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QueryPlan, run_queries
+from jobs.runtime.session import listening
 from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
 from jobs.runtime.template import StreamingJob, WriteId
@@ -327,23 +328,24 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
             )
-            if runtime_metrics.serving():  # the template listens to the source's query only
-                for q in spec.queries()[1:]:
-                    spark.streams.addListener(
-                        runtime_metrics.QueryMetricsListener(spec.query_name_of(q))
-                    )
+            tier_metrics = [  # the template listens to the source's query only
+                runtime_metrics.QueryMetricsListener(spec.query_name_of(q))
+                for q in spec.queries()[1:]
+                if runtime_metrics.serving()
+            ]
             finished = None
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check
             source_writer = self._writers[spec.source.topic]
-            return run_queries(
-                spark,
-                plans,
-                stop_file=stop_file,
-                reporting=reporting,
-                record_bytes=lambda: source_writer.last_record_bytes,
-                finished=finished,
-            )
+            with listening(spark, *tier_metrics):
+                return run_queries(
+                    spark,
+                    plans,
+                    stop_file=stop_file,
+                    reporting=reporting,
+                    record_bytes=lambda: source_writer.last_record_bytes,
+                    finished=finished,
+                )
         finally:
             marks.close()
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -61,12 +62,12 @@ REGISTRY = CollectorRegistry()
 ProcessCollector(registry=REGISTRY)
 
 _lock = threading.Lock()
-_serving = False
+_serving = 0  # endpoints started and not stopped
 
 
 def serving() -> bool:
-    """True once `start` has started the HTTP endpoint in this driver."""
-    return _serving
+    """True while an endpoint `start` started in this driver serves."""
+    return _serving > 0
 
 
 _declared: list[Gauge | Counter | Histogram] = []  # every labelled metric of the registry
@@ -143,11 +144,18 @@ class MetricsEndpoint:
 
     host: str
     port: int
+    server: WSGIServer
     sd_file: Path | None = None
 
     def stop(self) -> None:
+        """Stop serving and take the target file away. The registry keeps its series."""
+        global _serving
         if self.sd_file is not None:
             self.sd_file.unlink(missing_ok=True)
+        self.server.shutdown()
+        self.server.server_close()
+        with _lock:
+            _serving -= 1
 
 
 def start(
@@ -169,9 +177,9 @@ def start(
     server, _thread = start_http_server(int(raw), addr=host, registry=REGISTRY)
     port = int(server.server_address[1])
     with _lock:
-        _serving = True
+        _serving += 1
     advertised = socket.gethostname() if host == "0.0.0.0" else host
-    endpoint = MetricsEndpoint(advertised, port)
+    endpoint = MetricsEndpoint(advertised, port, server)
     sd_dir = env.get(ENV_SD_DIR, "").strip()
     if sd_dir:
         target_labels = {"job_group_id": name} if labels is None else dict(labels)

@@ -218,13 +218,22 @@ class Heartbeater:
     """Registers this application and heartbeats its listener's statuses in a daemon thread;
     a CANCEL for the application's own job sets `stop_requested`."""
 
-    def __init__(self, config: ReporterConfig, listener: ProgressListener, ui_port: int = 0):
+    def __init__(
+        self,
+        config: ReporterConfig,
+        listener: ProgressListener,
+        ui_port: int = 0,
+        on_stop: Callable[[], None] = lambda: None,
+    ):
+        """`on_stop` is what `stop` undoes besides the loop: `Reporting.start` removes its
+        listener from the session there (`jobs.runtime.session.listening` says why)."""
         self.config = config
         self.listener = listener
         self.link = ControlPlaneLink(config, ui_port)
         self.stop_requested = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="uatu-heartbeat", daemon=True)
+        self._on_stop = on_stop
 
     @property
     def worker_id(self) -> int:
@@ -234,8 +243,11 @@ class Heartbeater:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the loop and the listener's part in the session; the listener's statuses stay
+        readable for a last `beat_once`."""
         self._stopped.set()
         self._thread.join(timeout=self.config.timeout_seconds + 1)
+        self._on_stop()
 
     def beat_once(self) -> None:
         """One heartbeat from the caller's thread (after `stop`: a run's last word); a failure
@@ -282,7 +294,7 @@ class Reporting:
         committed = read_offset_log(spark, checkpoint).committed_progress()
         listener = ProgressListener(query_name, self.identity, committed, record_bytes)
         spark.streams.addListener(listener)
-        return self._heartbeat(spark, listener)
+        return self._heartbeat(spark, listener, lambda: spark.streams.removeListener(listener))
 
     def start_fed(
         self,
@@ -297,10 +309,17 @@ class Reporting:
         listener = ProgressListener(query_name, self.identity, dict(committed or {}), record_bytes)
         return self._heartbeat(spark, listener)
 
-    def _heartbeat(self, spark: SparkSession, listener: ProgressListener) -> Heartbeater:
+    def _heartbeat(
+        self,
+        spark: SparkSession,
+        listener: ProgressListener,
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> Heartbeater:
         ui = spark.sparkContext.uiWebUrl or ""
         port = ui.rpartition(":")[2]
-        heartbeater = Heartbeater(self.config, listener, int(port) if port.isdigit() else 0)
+        heartbeater = Heartbeater(
+            self.config, listener, int(port) if port.isdigit() else 0, on_stop
+        )
         heartbeater.start()
         return heartbeater
 

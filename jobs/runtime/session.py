@@ -1,5 +1,6 @@
-"""The one place a SparkSession is built, for jobs and tests alike, and the one helper that
-changes a session's settings for a block (`session_conf`).
+"""The one place a SparkSession is built, for jobs and tests alike, and the helpers that
+change a session for a block: its settings (`session_conf`) and its streaming listeners
+(`listening`).
 
 Jars (Spark's Kafka connector, Delta and the project's own, build/uatu-jvm.jar) are on the
 classpath already: `spark-submit.sh` passes them with --jars, and tests pass `jars=`
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
 
 # Settings every session of the suite needs; a caller's `conf` wins over these.
 BASE_CONF = {
@@ -65,3 +67,20 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, previous)
+
+
+@contextmanager
+def listening(spark: SparkSession, *listeners: StreamingQueryListener) -> Iterator[None]:
+    """`listeners` added to the session's streaming queries for the block, then removed.
+
+    A listener left on a session outlives its run: every later query's events cross py4j to
+    it, on the thread that drains Spark's streams listener queue, and a session's stop waits
+    for that queue to drain. One job per application never notices; a worker application or
+    a test session that runs many jobs in one session does."""
+    for listener in listeners:
+        spark.streams.addListener(listener)
+    try:
+        yield
+    finally:
+        for listener in listeners:
+            spark.streams.removeListener(listener)

@@ -39,7 +39,7 @@ from jobs.runtime.metrics import SESSION_CONF, QueryMetricsListener, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import BatchWriter, QuerySettings, run_query
-from jobs.runtime.session import build_session
+from jobs.runtime.session import build_session, listening
 
 log = logging.getLogger("uatu.template")
 
@@ -186,17 +186,17 @@ class StreamingJob(ABC, Generic[S]):
         endpoint = start_metrics(
             os.environ, self.spec.job_group_id, ui_port_of(spark.sparkContext.uiWebUrl)
         )
-        if endpoint is not None:
-            spark.streams.addListener(QueryMetricsListener(self.spec.query_name))
+        listeners = () if endpoint is None else (QueryMetricsListener(self.spec.query_name),)
         try:
-            return self.run_on(
-                spark,
-                once=once,
-                stop_file=stop_file,
-                reporting=reporting,
-                skip_lost_records=skip_lost_records,
-                timings=(began, checked, session_built),
-            )
+            with listening(spark, *listeners):
+                return self.run_on(
+                    spark,
+                    once=once,
+                    stop_file=stop_file,
+                    reporting=reporting,
+                    skip_lost_records=skip_lost_records,
+                    timings=(began, checked, session_built),
+                )
         finally:
             if endpoint is not None:
                 endpoint.stop()

@@ -43,7 +43,7 @@ from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.runtime.runner import StopRequests
-from jobs.runtime.session import build_session
+from jobs.runtime.session import build_session, listening
 from jobs.worker.events import QueryEvents
 from jobs.worker.runs import GroupRuns
 
@@ -117,12 +117,11 @@ def main(argv: list[str]) -> int:
     # The worker's one listener (the lambdas above run later). The application's CPU is its
     # driver's process tree: spark-submit's JVM is this Python process's parent.
     events = QueryEvents(runs, CpuMeter(os.getppid()).cores)
-    spark.streams.addListener(events)
     log.info(
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
     try:
-        with StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
+        with listening(spark, events), StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
             serve_commands(link, runs, fence_seconds, config.interval_seconds, stop.reason)
     finally:
         if endpoint is not None:

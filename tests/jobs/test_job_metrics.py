@@ -5,6 +5,7 @@ tests/integrations/test_prometheus.py)."""
 from __future__ import annotations
 
 import json
+import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -196,7 +197,6 @@ def test_file_sd_targets_name_both_endpoints_of_an_application(tmp_path) -> None
 
 def test_an_endpoint_started_with_a_sd_dir_names_itself_there(tmp_path, monkeypatch) -> None:
     """What the control plane's /sd serves: a worker's file, labelled as the worker asked."""
-    monkeypatch.setattr(metrics, "_serving", metrics.serving())  # as it was, after the test
     env = {"UATU_METRICS_PORT": "0", "UATU_METRICS_HOST": "127.0.0.1"}
     endpoint = metrics.start(
         {**env, "UATU_METRICS_SD_DIR": str(tmp_path)}, "worker-3", None, {"worker": "3"}
@@ -208,6 +208,9 @@ def test_an_endpoint_started_with_a_sd_dir_names_itself_there(tmp_path, monkeypa
     finally:
         endpoint.stop()
     assert not (tmp_path / "worker-3.json").exists()  # gone with the endpoint
+    assert not metrics.serving()
+    with pytest.raises(OSError):  # and nothing listens on its port any more
+        socket.create_connection(("127.0.0.1", endpoint.port), timeout=2).close()
 
 
 def verdict_row(window_start: int, revision: int, verdict: str, difference: int, **more) -> dict:

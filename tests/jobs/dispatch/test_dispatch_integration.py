@@ -50,6 +50,7 @@ from testing.conf import write_conf_dir
 from testing.dispatch_service import Call, ScriptedService, plan_of, value
 from testing.jobrun import log_path, run_job, running_job
 from testing.polling import wait_for
+from testing.spark import streams_listeners
 from testing.topic_data import (
     Record,
     commit_offsets,
@@ -218,10 +219,11 @@ class MainRun:
     calls: list[Call]
     stats_path: Path
     started_s: float
+    listeners_left: set[int]  # streaming listeners the run added to the session and left
 
 
 @pytest.fixture(scope="module")
-def main_run(kafka, work: Path, service: ScriptedService) -> MainRun:
+def main_run(kafka, work: Path, service: ScriptedService, spark) -> MainRun:
     topics = Topics.create(kafka, "dsp")
     now = int(time.time() * 1000)
     records = [
@@ -243,8 +245,10 @@ def main_run(kafka, work: Path, service: ScriptedService) -> MainRun:
     # This run also serves the driver's Prometheus metrics (test_prometheus_series_...).
     saved = {k: os.environ.get(k) for k in (metrics.ENV_PORT, "UATU_METRICS_HOST")}
     os.environ.update({metrics.ENV_PORT: "0", "UATU_METRICS_HOST": "127.0.0.1"})
+    listeners = streams_listeners(spark)
     try:
         status = run_in_process(group("dsp", topics, service), work / "conf")
+        left = streams_listeners(spark) - listeners
     finally:
         for k, v in saved.items():
             if v is None:
@@ -252,7 +256,8 @@ def main_run(kafka, work: Path, service: ScriptedService) -> MainRun:
             else:
                 os.environ[k] = v
     calls = [c for c in service.snapshot() if c.message.topic == topics.main]
-    return MainRun(topics, records, offsets, status, calls, work / "wh" / "dispatch_stats", started)
+    stats = work / "wh" / "dispatch_stats"
+    return MainRun(topics, records, offsets, status, calls, stats, started, left)
 
 
 def calls_by_record(run: MainRun) -> dict[str, list[Call]]:
@@ -267,6 +272,12 @@ def physical_label(run: MainRun, call: Call) -> str:
         return "main"
     topic = call.message.physical[0]
     return {run.topics.r1: "r1", run.topics.r2: "r2", run.topics.dlq: "dlq"}.get(topic, topic)
+
+
+def test_a_run_takes_its_listeners_off_the_session(main_run: MainRun) -> None:
+    """The metrics listeners of the source and of every tier query (the run served metrics)
+    leave with the run: one left behind would take every later query's events over py4j."""
+    assert main_run.listeners_left == set()
 
 
 def test_every_record_takes_the_path_its_answers_imply(main_run: MainRun) -> None:
@@ -790,7 +801,7 @@ class _MasterWorker(mw_grpc.MasterWorkerServiceServicer):
         return mw_pb2.HeartbeatResponse(participants=request.participants)
 
 
-def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> None:
+def test_heartbeats_report_each_source_partition(kafka, work: Path, service, spark) -> None:
     topics = Topics.create(kafka, "beat")
     now = int(time.time() * 1000)
     records = [Record(i % 2, None, value(f"b{i}", "ok"), now) for i in range(50)]
@@ -811,7 +822,9 @@ def test_heartbeats_report_each_source_partition(kafka, work: Path, service) -> 
                 job_pb2.JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER, "local", topics.main, "svc"
             ),
         )
+        listeners = streams_listeners(spark)
         assert DispatchJob(spec).run(once=True, reporting=reporting) == EXIT_OK  # type: ignore[arg-type]
+        assert streams_listeners(spark) == listeners  # the heartbeats' listener left with the run
     finally:
         server.stop(0)
     last = {}

@@ -32,8 +32,7 @@ public final class MicroClock {
 
   /** The epoch microsecond at which {@link System#nanoTime} will read (or read) {@code nanos}. */
   public static long toMicros(long nanos) {
-    long[] a = SYSTEM.anchor;
-    return a[0] + (nanos - a[1]) / 1000L;
+    return anchored(SYSTEM.anchor, nanos);
   }
 
   /** The {@link System#nanoTime} reading at epoch microsecond {@code micros}. */
@@ -48,8 +47,7 @@ public final class MicroClock {
    * millisecond (give or take the tolerance), else the wall clock's, from a new anchor.
    */
   public long read(long wallMillis, long nanos) {
-    long[] a = anchor;
-    long micros = a[0] + (nanos - a[1]) / 1000L;
+    long micros = anchored(anchor, nanos);
     long wallMicros = wallMillis * 1000L;
     // The wall clock truncates to its millisecond: the true time is in [wall, wall + 1000).
     if (micros < wallMicros - TOLERANCE_MICROS || micros >= wallMicros + 1000L + TOLERANCE_MICROS) {
@@ -57,5 +55,10 @@ public final class MicroClock {
       return wallMicros;
     }
     return micros;
+  }
+
+  /** The epoch microsecond of monotonic reading {@code nanos}, from anchor {@code a}. */
+  private static long anchored(long[] a, long nanos) {
+    return a[0] + (nanos - a[1]) / 1000L;
   }
 }
