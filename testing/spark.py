@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
@@ -82,25 +83,31 @@ def stop_queries_started_since(session: SparkSession, before: set[str]) -> list[
     return [query.name or query.id for query in leaked]
 
 
+def _listeners_by_identity(session: SparkSession) -> dict[int, Any]:
+    """The session's streaming query listeners in the JVM, keyed by identity hash."""
+    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
+    listeners = session._jsparkSession.streams().listListeners()  # type: ignore[attr-defined]
+    return {identity(jl): jl for jl in listeners}
+
+
 def streams_listeners(session: SparkSession) -> set[int]:
     """The session's streaming query listeners in the JVM, by identity hash."""
-    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
-    return {identity(jl) for jl in session._jsparkSession.streams().listListeners()}  # type: ignore[attr-defined]
+    return set(_listeners_by_identity(session))
 
 
 def remove_listeners_added_since(session: SparkSession, before: set[int]) -> list[str]:
     """Remove every streaming listener whose identity is not in `before`; their names (the
     Python class of a Python listener, else the JVM class)."""
-    streams = session._jsparkSession.streams()  # type: ignore[attr-defined]
-    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
-    added = {identity(jl): jl for jl in streams.listListeners() if identity(jl) not in before}
+    added = {k: jl for k, jl in _listeners_by_identity(session).items() if k not in before}
     if not added:
         return []
+    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
     python_names = {  # a Python listener's JVM side is the wrapper it built when added
         identity(obj._jlistenerobj): type(obj).__name__
         for obj in gc.get_objects()
         if isinstance(obj, StreamingQueryListener) and hasattr(obj, "_jlistenerobj")
     }
+    streams = session._jsparkSession.streams()  # type: ignore[attr-defined]
     for jl in added.values():
         streams.removeListener(jl)
     return [python_names.get(key) or jl.getClass().getName() for key, jl in added.items()]

@@ -328,11 +328,14 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
             )
-            tier_metrics = [  # the template listens to the source's query only
-                runtime_metrics.QueryMetricsListener(spec.query_name_of(q))
-                for q in spec.queries()[1:]
+            tier_metrics = (  # the template listens to the source's query only
+                [
+                    runtime_metrics.QueryMetricsListener(spec.query_name_of(q))
+                    for q in spec.queries()[1:]
+                ]
                 if runtime_metrics.serving()
-            ]
+                else []
+            )
             finished = None
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check

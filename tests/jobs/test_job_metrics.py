@@ -195,7 +195,7 @@ def test_file_sd_targets_name_both_endpoints_of_an_application(tmp_path) -> None
     ]
 
 
-def test_an_endpoint_started_with_a_sd_dir_names_itself_there(tmp_path, monkeypatch) -> None:
+def test_an_endpoint_started_with_a_sd_dir_names_itself_there(tmp_path) -> None:
     """What the control plane's /sd serves: a worker's file, labelled as the worker asked."""
     env = {"UATU_METRICS_PORT": "0", "UATU_METRICS_HOST": "127.0.0.1"}
     endpoint = metrics.start(
