@@ -12,10 +12,11 @@ THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # `make test` runs its test files on this many pytest-xdist workers (one file stays on one
-# worker, so module fixtures are built once). Each worker has its own brokers and SparkSession;
-# most tests wait on a broker, a job process or a trigger, so two workers on two cores finish
-# the suite in well under the serial time. TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+# worker, so module fixtures are built once). Each worker has its own brokers and SparkSession
+# (about 3 GiB each at their peak). Tests spend much of their time waiting on a broker, a job
+# process or a trigger, so four workers on two cores keep both cores busier than two do and
+# finish sooner (docs/benchmarks.md, "Test suite"). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 
 .PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv airflow-provider wheel kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
@@ -246,6 +247,10 @@ bench-controlplane: setup ## benchmark: list 10k JobGroups, reconcile 1k, AddJob
 .PHONY: bench-startup
 bench-startup: setup ## benchmark: a job type's launch to its first output (BENCH_ARGS="--job audit|availability|loadgen|dispatch", default replication), and where the start-up goes
 	$(PY) -m bench.startup_bench $(BENCH_ARGS)
+
+.PHONY: bench-suite
+bench-suite: setup ## where the test suite's CPU goes, by kind of process: make test under bench.suite_cpu; JSON into docs/benchmarks/
+	$(PY) -m bench.suite_cpu --out docs/benchmarks/suite-cpu-$$(date -u +%Y%m%dT%H%M%SZ)-$$(git rev-parse --short HEAD).json -- $(MAKE) --no-print-directory test
 
 .PHONY: grpc-sink demo-dispatch bench-dispatch
 grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin
