@@ -4,9 +4,10 @@
 a session of its own and killed, or a service a test left to exit on its own, is not in its
 figure. This runs the command and reads every process on the machine once a second from
 /proc: each process's own CPU (utime + stime) at its last reading, filed under a kind read
-from its command line (`KINDS`, the first match wins), and the machine's busy CPU from
-/proc/stat over the same time, so what no reading saw (processes shorter than a second, the
-last second of each, the rest of the machine) shows as `unattributed`.
+from its latest command line (`KINDS`, the first match wins: a launcher script execs its JVM
+under the same pid), and the machine's busy CPU from /proc/stat over the same time, so what
+no reading saw (processes shorter than a second, the last second of each, the rest of the
+machine) shows as `unattributed`.
 
 It prints a table (kind, processes, CPU seconds, share) and writes it as JSON with
 `--out`. Run it on a quiet machine: every process counts, the command's or not.
@@ -48,6 +49,7 @@ KINDS: tuple[tuple[str, str], ...] = (
 )
 _COMPILED = tuple((kind, re.compile(pattern)) for kind, pattern in KINDS)
 _TICKS = os.sysconf("SC_CLK_TCK")
+TOP = 150  # processes listed one by one in the JSON
 
 
 def kind_of(command_line: str) -> str:
@@ -89,6 +91,7 @@ class Ledger:
 
     started_with: dict[str, float] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
     last_cpu: dict[str, float] = field(default_factory=dict)
 
     def read(self, baseline: bool = False) -> None:
@@ -102,19 +105,40 @@ class Ledger:
             if pid in self.last_cpu and cpu < self.last_cpu[pid]:
                 key = f"{pid}@{len(self.kinds)}"
                 self.kinds[key] = self.kinds.pop(pid)
+                self.commands[key] = self.commands.pop(pid)
                 self.last_cpu[key] = self.last_cpu.pop(pid)
                 if pid in self.started_with:
                     self.started_with[key] = self.started_with.pop(pid)
-            if pid not in self.kinds:
-                self.kinds[pid] = kind_of(_command_line(pid))
-                if baseline:
-                    self.started_with[pid] = cpu
+            if pid not in self.kinds and baseline:
+                self.started_with[pid] = cpu
+            # Read again each time: a launcher script execs its JVM under the same pid.
+            command = _command_line(pid) or self.commands.get(pid, "")
+            if command != self.commands.get(pid):
+                self.commands[pid] = command
+                self.kinds[pid] = kind_of(command)
             self.last_cpu[pid] = cpu
+
+    def spent(self, key: str) -> float:
+        return self.last_cpu[key] - self.started_with.get(key, 0.0)
+
+    def top(self, n: int) -> list[dict]:
+        """The `n` processes that spent the most CPU: kind, CPU seconds, command line (its
+        first 400 characters: enough to name a test's JobGroup file or a service's data dir)."""
+        spending = [k for k in self.kinds if self.spent(k) > 0]
+        keys = sorted(spending, key=self.spent, reverse=True)[:n]
+        return [
+            {
+                "kind": self.kinds[k],
+                "cpu_seconds": round(self.spent(k), 1),
+                "command": self.commands[k][:400],
+            }
+            for k in keys
+        ]
 
     def by_kind(self) -> dict[str, tuple[int, float]]:
         totals: dict[str, tuple[int, float]] = {}
         for key, kind in self.kinds.items():
-            spent = self.last_cpu[key] - self.started_with.get(key, 0.0)
+            spent = self.spent(key)
             if spent <= 0 and key in self.started_with:
                 continue
             count, cpu = totals.get(kind, (0, 0.0))
@@ -150,6 +174,7 @@ def run(command: list[str], interval: float) -> dict:
         "machine_busy_cpu_seconds": round(busy, 1),
         "cores": os.cpu_count(),
         "kinds": rows,
+        "top_processes": ledger.top(TOP),
     }
 
 
@@ -166,6 +191,9 @@ def render(result: dict) -> str:
         lines.append(
             f"{row['kind']:42} {row['processes']:9d} {row['cpu_seconds']:8.0f} {share:6.1%}"
         )
+    lines.append("the ten processes that spent the most (all of the top ones in the JSON):")
+    for process in result["top_processes"][:10]:
+        lines.append(f"{process['cpu_seconds']:8.0f}  {process['command'][:110]}")
     return "\n".join(lines)
 
 

@@ -63,3 +63,14 @@ def _read_from(monkeypatch, readings):
     monkeypatch.setattr(suite_cpu.os, "listdir", listdir)
     monkeypatch.setattr(suite_cpu, "_own_cpu", lambda pid: current[pid][0])
     monkeypatch.setattr(suite_cpu, "_command_line", lambda pid: current[pid][1])
+
+
+def test_top_lists_the_processes_that_spent_most_with_their_command_lines(monkeypatch):
+    readings = iter([{"1": (2.0, "kafka.Kafka a"), "2": (9.0, "sleep 9"), "3": (5.0, "x")}])
+    _read_from(monkeypatch, readings)
+    ledger = Ledger()
+    ledger.read()
+    assert [(p["command"], p["cpu_seconds"]) for p in ledger.top(2)] == [
+        ("sleep 9", 9.0),
+        ("x", 5.0),
+    ]
