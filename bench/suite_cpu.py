@@ -60,6 +60,14 @@ def kind_of(command_line: str) -> str:
     return "other"
 
 
+def abridged(command_line: str, head: int = 150, tail: int = 350) -> str:
+    """The command line's first `head` and last `tail` characters, joined by " ... " when
+    it is longer than both."""
+    if len(command_line) <= head + tail:
+        return command_line
+    return f"{command_line[:head]} ... {command_line[-tail:]}"
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every core spent not idle since boot (/proc/stat's first line)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -122,15 +130,16 @@ class Ledger:
         return self.last_cpu[key] - self.started_with.get(key, 0.0)
 
     def top(self, n: int) -> list[dict]:
-        """The `n` processes that spent the most CPU: kind, CPU seconds, command line (its
-        first 400 characters: enough to name a test's JobGroup file or a service's data dir)."""
+        """The `n` processes that spent the most CPU: kind, CPU seconds, command line
+        (`abridged`: a JVM's is mostly its class path, its end names a driver's JobGroup file
+        or a broker's data directory, and so the test that started it)."""
         spending = [k for k in self.kinds if self.spent(k) > 0]
         keys = sorted(spending, key=self.spent, reverse=True)[:n]
         return [
             {
                 "kind": self.kinds[k],
                 "cpu_seconds": round(self.spent(k), 1),
-                "command": self.commands[k][:400],
+                "command": abridged(self.commands[k]),
             }
             for k in keys
         ]
@@ -193,7 +202,7 @@ def render(result: dict) -> str:
         )
     lines.append("the ten processes that spent the most (all of the top ones in the JSON):")
     for process in result["top_processes"][:10]:
-        lines.append(f"{process['cpu_seconds']:8.0f}  {process['command'][:110]}")
+        lines.append(f"{process['cpu_seconds']:8.0f}  {process['command'][-110:]}")
     return "\n".join(lines)
 
 

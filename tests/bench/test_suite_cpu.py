@@ -74,3 +74,11 @@ def test_top_lists_the_processes_that_spent_most_with_their_command_lines(monkey
         ("sleep 9", 9.0),
         ("x", 5.0),
     ]
+
+
+def test_a_long_command_line_keeps_its_start_and_its_end():
+    line = "java -cp " + "x" * 1000 + " jobs/main.py /tmp/t/test_a0/g-1.json --once"
+    short = suite_cpu.abridged(line)
+    assert short.startswith("java -cp xx") and short.endswith("/tmp/t/test_a0/g-1.json --once")
+    assert len(short) == 150 + 5 + 350
+    assert suite_cpu.abridged("sleep 5") == "sleep 5"
