@@ -49,7 +49,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from uatu.v1.worker_job_pb2 import WorkerJob
@@ -96,12 +96,18 @@ class Heard:
         self._lock = threading.Lock()
         self._views: dict[int, WorkerView] = {}
         self._stopping: dict[str, int] = {}  # group id -> the worker asked to stop it
+        # (group id, worker) -> when a reply told that worker to RUN it: it may run the group
+        # before any heartbeat says so, until its next heartbeat (sent after it took the
+        # reply) reports what it runs.
+        self._told_to_run: dict[tuple[str, int], float] = {}
 
     def take(self, worker_id: int, at: float, reported: dict[str, Reported]) -> frozenset[str]:
         """Record one heartbeat; -> the groups this worker is still asked to stop (a
         request ends once the worker reports the group stopped or gone)."""
         with self._lock:
             self._views[worker_id] = WorkerView(at, reported)
+            for told in [t for t in self._told_to_run if t[1] == worker_id]:
+                del self._told_to_run[told]
             for group_id, asked in list(self._stopping.items()):
                 here = reported.get(group_id)
                 if asked == worker_id and (here is None or not here.running):
@@ -122,22 +128,31 @@ class Heard:
         with self._lock:
             self._stopping[group_id] = worker_id
 
+    def told_to_run(self, worker_id: int, group_ids: Iterable[str], at: float) -> None:
+        """A reply to this worker carries RUN for `group_ids`."""
+        with self._lock:
+            for group_id in group_ids:
+                self._told_to_run[(group_id, worker_id)] = at
+
     def stopping(self) -> set[str]:
         with self._lock:
             return set(self._stopping)
 
     def running(self, since: float, workers: set[int]) -> dict[str, list[int]]:
-        """Every group that one of `workers` heard at `since` or later reported running ->
-        those workers, sorted."""
-        found: dict[str, list[int]] = {}
+        """Every group that one of `workers` heard at `since` or later reported running, or
+        was told to RUN since its last heartbeat -> those workers, sorted."""
+        found: dict[str, set[int]] = {}
         with self._lock:
-            for worker_id, view in sorted(self._views.items()):
+            for worker_id, view in self._views.items():
                 if view.heard_at < since or worker_id not in workers:
                     continue
                 for group_id, here in view.groups.items():
                     if here.running:
-                        found.setdefault(group_id, []).append(worker_id)
-        return found
+                        found.setdefault(group_id, set()).add(worker_id)
+            for (group_id, worker_id), at in self._told_to_run.items():
+                if at >= since and worker_id in workers:
+                    found.setdefault(group_id, set()).add(worker_id)
+        return {g: sorted(ws) for g, ws in found.items()}
 
     def runs_any(self, worker_id: int) -> bool:
         """Whether the worker's last heartbeat reported a query running."""
@@ -388,4 +403,6 @@ class WorkerPool:
             # A new leader knows what runs where only from heartbeats: a group moved before
             # the takeover may still run on a worker not heard yet, so nothing starts.
             return [c for c in commands if c.type == worker_jobs.CANCEL]
+        runs = [worker_jobs.worker_job_of(c.job) for c in commands if c.type == worker_jobs.RUN]
+        self.heard.told_to_run(worker_id, [r.job_group_id for r in runs if r], self.clock())
         return commands

@@ -186,7 +186,9 @@ def test_a_silent_workers_group_is_stopped_there_before_it_runs_elsewhere(
         spans = moved_while_silent(control_plane, monkeypatch, apps)
     finally:
         apps.stop()
-    assert len({s.worker_id for s in spans}) == 2, spans
+    # Moved at least once; on a loaded machine a rebalance may move it again, to the silent
+    # worker's replacement once that joins: no two of its runs may overlap either way.
+    assert len({s.worker_id for s in spans}) >= 2, spans
     assert overlaps(spans) == [], spans
     # Nor the other group (a rebalance may move it to the silent worker's replacement).
     assert overlaps([s for s in apps.spans if s.group_id == "g-b"]) == [], apps.spans
