@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.processes import cpu_seconds
+
 # (kind, pattern searched in the NUL-joined command line); the first match names the kind.
 KINDS: tuple[tuple[str, str], ...] = (
     ("spark session JVM (pyspark-shell)", r"SparkSubmit.*pyspark-shell"),
@@ -75,15 +77,6 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / _TICKS
 
 
-def _own_cpu(pid: str) -> float | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    after_name = stat.rsplit(")", 1)[1].split()
-    return (int(after_name[11]) + int(after_name[12])) / _TICKS  # utime, stime
-
-
 def _command_line(pid: str) -> str:
     try:
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -106,8 +99,8 @@ class Ledger:
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
-            cpu = _own_cpu(pid)
-            if cpu is None:
+            cpu = cpu_seconds(int(pid))
+            if not cpu:  # gone since the listing (or nothing spent yet: read it next time)
                 continue
             # A pid reused by a new process shows less CPU than the old one had.
             if pid in self.last_cpu and cpu < self.last_cpu[pid]:

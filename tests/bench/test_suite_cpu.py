@@ -61,7 +61,7 @@ def _read_from(monkeypatch, readings):
         return list(current)
 
     monkeypatch.setattr(suite_cpu.os, "listdir", listdir)
-    monkeypatch.setattr(suite_cpu, "_own_cpu", lambda pid: current[pid][0])
+    monkeypatch.setattr(suite_cpu, "cpu_seconds", lambda pid: current[str(pid)][0])
     monkeypatch.setattr(suite_cpu, "_command_line", lambda pid: current[pid][1])
 
 
