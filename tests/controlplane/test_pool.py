@@ -499,3 +499,34 @@ def test_a_new_leader_starts_nothing_before_every_live_worker_heartbeated_to_it(
     assert _report_all(leader, new_worker, {}) == []  # still running there
     _report_all(leader, old_worker, {"g": placed}, stopped=["g"])
     assert _report_all(leader, new_worker, {}) == [("g", worker_jobs.RUN)]
+
+
+@pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
+def test_a_group_told_to_run_but_not_reported_yet_starts_elsewhere_only_once_stopped(pooled):
+    """Never in two places, at the step where it broke under load: worker A took a reply
+    carrying RUN (its query may be starting) but its next heartbeat, which would report the
+    group running, has not come yet; a rebalance moves the group to B. B gets RUN only once
+    A reported it stopped (the mutant that counts only reported runs sends RUN to B at once,
+    while A starts the same group)."""
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
+    _heard(store, pool, first, clock.now)
+    for name in ("g1", "g2", "g3", "g4"):
+        groups.add(audit_group(name, "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    before = {g: store.launches()[g] for g in ("g1", "g2", "g3", "g4")}
+    assert _report_all(pool, first, {}) == [(g, worker_jobs.RUN) for g in sorted(before)]
+
+    # The crash point: the first worker's next heartbeat is late; meanwhile the second
+    # joins and the rebalance moves two groups the first was just told to run.
+    _heard(store, pool, second, clock.now)
+    reconciler.reconcile_once()
+    moved = sorted(g for g in before if store.launches()[g].worker_id == second)
+    assert len(moved) == 2
+    assert _report_all(pool, second, {}) == []  # the first worker may be running them
+
+    assert _report_all(pool, first, before) == [(g, worker_jobs.CANCEL) for g in moved]
+    assert _report_all(pool, second, {}) == []  # still running on the first
+    _report_all(pool, first, before, stopped=moved)
+    assert _report_all(pool, second, {}) == [(g, worker_jobs.RUN) for g in moved]
