@@ -461,8 +461,12 @@ def test_proxy_probes_go_through_kafka_pixy(spark, kafka, kafka_pixy, tmp_path, 
         windows = wait_for(complete_windows, 120, "two full windows with every probe back")
     assert all(w["probe_type"] == f"AVAILABILITY_JOB_TYPE_{probe_type}" for w in windows)
     assert all(w["lost"] == 0 and w["partitions"] == [0, 1] for w in windows)
+    # 2 partitions x 8 rounds a window. The sender keeps a fixed rate and catches up after a
+    # stall shorter than a second, so on a loaded machine a stall moves up to 4 rounds from
+    # one window into the next (seen: [11, 21, 16, 16]); the rate holds over the windows.
     probes = [w["probes"] for w in windows]
-    assert all(12 <= n <= 20 for n in probes), probes  # 2 partitions x 8 a window
+    assert 12 * len(probes) <= sum(probes) <= 20 * len(probes), probes
+    assert all(8 <= n <= 24 for n in probes), probes
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "check"})
     consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
     keys: set = set()
