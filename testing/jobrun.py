@@ -175,3 +175,11 @@ def spark_committed_batch(checkpoints: Path | str) -> int | None:
     None if none."""
     files = Path(checkpoints).glob("*/commits/*")
     return max((int(f.name) for f in files if f.name.isdigit()), default=None)
+
+
+def query_conf(checkpoints: Path | str) -> list[dict[str, str]]:
+    """The Spark settings each streaming query under the checkpoints started with, as its
+    first offset-log entry records them (<checkpoint>/offsets/0: a version line, then JSON
+    whose `conf` holds the settings a checkpoint fixes, such as the shuffle partitions)."""
+    files = sorted(Path(checkpoints).glob("*/offsets/0"))
+    return [json.loads(f.read_text().splitlines()[1])["conf"] for f in files]

@@ -9,28 +9,53 @@ classpath already: `spark-submit.sh` passes them with --jars, and tests pass `ja
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-# Settings every session of the suite needs; a caller's `conf` wins over these.
+# Settings every session needs; a caller's `conf` wins over these.
 BASE_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Windows are epoch-aligned; printing them in UTC keeps what users see equal to what is stored.
     "spark.sql.session.timeZone": "UTC",
-    # Audit batches aggregate to few rows; 200 shuffle partitions would be mostly overhead.
-    "spark.sql.shuffle.partitions": "8",
-    "spark.ui.showConsoleProgress": "false",
     # The UI shows what runs; it does not stop it (docs/security.md). spark-submit.sh also
     # keeps the driver and the UI on loopback in local mode.
     "spark.ui.killEnabled": "false",
+}
+
+# Tunables with the project's defaults: a value the application was launched with
+# (spark-submit's --conf, so UATU_SPARK_SUBMIT_ARGS, or spark-defaults.conf; in a process that
+# already runs a session, that session's launch settings) wins over these, and a caller's
+# `conf` over both.
+TUNABLE_DEFAULTS = {
+    # Audit batches aggregate to few rows; 200 shuffle partitions would be mostly overhead.
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.showConsoleProgress": "false",
     # Delta replays its log with this many tasks (default 50); the audit tables are small and
     # touched every micro-batch, so a handful of tasks is faster.
     "spark.databricks.delta.snapshotPartitions": "2",
 }
+
+
+def session_settings(launched_with: Set[str], conf: Mapping[str, str]) -> dict[str, str]:
+    """What `build_session` sets: BASE_CONF, the TUNABLE_DEFAULTS whose key is not in
+    `launched_with` (the keys the application was launched with), then `conf`."""
+    defaults = {k: v for k, v in TUNABLE_DEFAULTS.items() if k not in launched_with}
+    return {**BASE_CONF, **defaults, **conf}
+
+
+def _launch_settings() -> set[str]:
+    """The keys of the Spark JVM's launch settings, when this process has one already
+    (spark-submit started it, or a session runs); none when the builder will start it."""
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return set()
+    SparkContext._ensure_initialized()
+    return {key for key, _ in SparkConf().getAll()}  # the JVM's spark.* properties
 
 
 def build_session(
@@ -43,7 +68,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    settings = {**BASE_CONF, **(conf or {})}
+    settings = session_settings(_launch_settings(), conf or {})
     if jars:
         # Spark does not expand globs for local driver jars, so callers pass the files.
         settings["spark.jars"] = ",".join(jars)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.paths import JOBS_ZIP, PROJECT_JAR, ROOT, SPARK_JARS_DIR
-from jobs.runtime.session import BASE_CONF
+from jobs.runtime.session import BASE_CONF, TUNABLE_DEFAULTS, session_settings
 
 pytestmark = pytest.mark.skipif(
     not (JOBS_ZIP.exists() and PROJECT_JAR.exists() and SPARK_JARS_DIR.is_dir()),
@@ -70,3 +70,14 @@ def test_cluster_masters_still_disable_ui_kill(tmp_path) -> None:
 
 def test_every_session_disables_ui_kill() -> None:
     assert BASE_CONF["spark.ui.killEnabled"] == "false"
+
+
+def test_a_tunable_given_at_launch_wins_over_the_default_and_the_job_wins_over_both() -> None:
+    shuffle = "spark.sql.shuffle.partitions"
+    assert session_settings(set(), {})[shuffle] == TUNABLE_DEFAULTS[shuffle] == "8"
+    # Launched with it (spark-submit --conf): the session keeps the launch value.
+    assert shuffle not in session_settings({shuffle}, {})
+    assert session_settings({shuffle}, {shuffle: "1"})[shuffle] == "1"  # the job's own choice
+    # What every session needs is set whatever the launch said.
+    launched = set(BASE_CONF) | set(TUNABLE_DEFAULTS)
+    assert session_settings(launched, {}) == BASE_CONF

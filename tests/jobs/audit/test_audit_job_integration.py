@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from core.paths import ROOT
 from testing.conf import write_conf_dir
 from testing.demo_data import SentRecord, audit_dataset, produce
+from testing.jobrun import query_conf
 
 pytestmark = pytest.mark.integration
 
@@ -223,6 +224,9 @@ def test_applications_started_at_once_into_one_warehouse_each_match_their_truth(
     }
     timed = table.where("latency_p50_ms IS NOT NULL").count()
     assert timed > 0
+    # UATU_SPARK_SUBMIT_ARGS's shuffle partitions win over the job's default (8).
+    started = query_conf(conf_dir.parent / "ck")
+    assert [c["spark.sql.shuffle.partitions"] for c in started] == ["2"] * len(audited), started
     # Latency quantiles are ordered and the sketch count matches the timed records.
     for row in table.where("latency_kll_sketch IS NOT NULL").collect():
         assert row["latency_p50_ms"] <= row["latency_p95_ms"] <= row["latency_p99_ms"]
