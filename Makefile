@@ -13,10 +13,9 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # `make test` runs its test files on this many pytest-xdist workers (one file stays on one
 # worker, so module fixtures are built once). Each worker has its own brokers and SparkSession.
-# Four finish sooner than two on two cores (the cores were idle part of the time), but two
-# timing-sensitive tests failed in one of four such runs (docs/benchmarks.md, "Test suite"),
-# so the default stays two until they hold. TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+# Four, on two cores: with two the cores were idle part of the time (docs/benchmarks.md, "Test
+# suite"). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 4
 
 .PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv airflow-provider wheel kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
