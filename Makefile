@@ -248,8 +248,8 @@ bench-startup: setup ## benchmark: a job type's launch to its first output (BENC
 	$(PY) -m bench.startup_bench $(BENCH_ARGS)
 
 .PHONY: bench-suite
-bench-suite: setup ## where the test suite's CPU goes, by kind of process: make test under bench.suite_cpu; JSON into docs/benchmarks/
-	$(PY) -m bench.suite_cpu --out docs/benchmarks/suite-cpu-$$(date -u +%Y%m%dT%H%M%SZ)-$$(git rev-parse --short HEAD).json -- $(MAKE) --no-print-directory test
+bench-suite: setup ## where the test suite's CPU goes, by kind of process and by test: make test under bench.suite_cpu; JSON into docs/benchmarks/
+	$(PY) -m bench.suite_cpu --test-cpu-dir $$(mktemp -d) --out docs/benchmarks/suite-cpu-$$(date -u +%Y%m%dT%H%M%SZ)-$$(git rev-parse --short HEAD).json -- $(MAKE) --no-print-directory test
 
 .PHONY: grpc-sink demo-dispatch bench-dispatch
 grpc-sink: var/grpc-sink/bin/grpc-sink ## the Go gRPC sink and ghz (the dispatcher benchmark's service and load tool), built with Go into var/grpc-sink/bin

@@ -10,7 +10,10 @@ no reading saw (processes shorter than a second, the last second of each, the re
 machine) shows as `unattributed`.
 
 It prints a table (kind, processes, CPU seconds, share) and writes it as JSON with
-`--out`. Run it on a quiet machine: every process counts, the command's or not.
+`--out`. Run it on a quiet machine: every process counts, the command's or not. With
+`--test-cpu-dir`, the command runs with `UATU_TEST_CPU` set to that folder (a pytest run then
+writes each test's CPU there, testing/cpu_per_test.py) and the JSON also lists the tests and
+the test files that spent the most.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.processes import cpu_seconds
+from testing import cpu_per_test
 
 # (kind, pattern searched in the NUL-joined command line); the first match names the kind.
 KINDS: tuple[tuple[str, str], ...] = (
@@ -148,12 +152,31 @@ class Ledger:
         return totals
 
 
-def run(command: list[str], interval: float) -> dict:
+def ranked_tests(folder: Path, n: int = TOP) -> dict[str, list[dict]]:
+    """The `n` tests and test files that spent the most CPU, from cpu_per_test's lines."""
+    lines = cpu_per_test.read_lines(folder)
+    files: dict[str, list[float]] = {}
+    for line in lines:
+        spent = files.setdefault(line["test"].split("::", 1)[0], [0.0, 0.0])
+        spent[0] += line["cpu_seconds"]
+        spent[1] += line["wall_seconds"]
+    ranked = sorted(files.items(), key=lambda kv: -kv[1][0])
+    return {
+        "top_tests": lines[:n],
+        "top_test_files": [
+            {"file": f, "cpu_seconds": round(cpu, 1), "wall_seconds": round(wall, 1)}
+            for f, (cpu, wall) in ranked[:n]
+        ],
+    }
+
+
+def run(command: list[str], interval: float, test_cpu_dir: Path | None = None) -> dict:
     """Run `command`, reading the processes every `interval` seconds until it exits."""
     ledger = Ledger()
     ledger.read(baseline=True)
     busy_before, started = machine_busy_seconds(), time.monotonic()
-    child = subprocess.Popen(command)
+    env = None if test_cpu_dir is None else {**os.environ, cpu_per_test.ENV: str(test_cpu_dir)}
+    child = subprocess.Popen(command, env=env)
     while child.poll() is None:
         ledger.read()
         time.sleep(interval)
@@ -177,6 +200,7 @@ def run(command: list[str], interval: float) -> dict:
         "cores": os.cpu_count(),
         "kinds": rows,
         "top_processes": ledger.top(TOP),
+        **(ranked_tests(test_cpu_dir) if test_cpu_dir is not None else {}),
     }
 
 
@@ -196,6 +220,12 @@ def render(result: dict) -> str:
     lines.append("the ten processes that spent the most (all of the top ones in the JSON):")
     for process in result["top_processes"][:10]:
         lines.append(f"{process['cpu_seconds']:8.0f}  {process['command'][-110:]}")
+    if "top_test_files" in result:
+        lines.append("the ten test files that spent the most (CPU s, wall s; more in the JSON):")
+        for tested in result["top_test_files"][:10]:
+            lines.append(
+                f"{tested['cpu_seconds']:8.0f} {tested['wall_seconds']:8.0f}  {tested['file']}"
+            )
     return "\n".join(lines)
 
 
@@ -206,12 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
+    parser.add_argument(
+        "--test-cpu-dir",
+        type=Path,
+        help="set UATU_TEST_CPU to this folder for the command (each pytest test's CPU, "
+        "testing/cpu_per_test.py) and rank its tests in the JSON",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("a command to run is required, e.g. -- make test")
-    result = run(command, args.interval)
+    result = run(command, args.interval, args.test_cpu_dir)
     print(render(result), flush=True)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

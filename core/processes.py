@@ -42,18 +42,22 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields from the third on (state, ppid, ...); [] once `pid` is gone.
+    The command name (field 2) may contain spaces; the fields after it follow ") "."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
+    except OSError:
+        return []
+
+
 def start_ticks(pid: int) -> int | None:
     """When `pid` started (clock ticks since boot, /proc/PID/stat field 22); None if unknown.
 
     A pid and its start time together name one process: after the pid is reused by another
     program the start time differs.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces; the fields after it follow ") ".
-    fields = stat.rpartition(") ")[2].split()
+    fields = _stat_fields(pid)
     return int(fields[19]) if len(fields) > 19 else None
 
 
@@ -73,11 +77,15 @@ def process_tree(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) `pid` has used so far; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS if len(fields) > 12 else 0.0
+
+
+def reaped_cpu_seconds(pid: int) -> float:
+    """CPU time of the children `pid` has waited for (with what they reaped in turn); 0 once
+    it is gone."""
+    fields = _stat_fields(pid)
+    return (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS if len(fields) > 14 else 0.0
 
 
 def tree_cpu_seconds(pid: int) -> float:

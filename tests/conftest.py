@@ -21,6 +21,7 @@ import pytest
 from core.paths import ROOT
 from core.processes import PORT_SLICE_ENV
 from devservices.kafka import SERVICE_JAVA_OPTS_ENV
+from testing import cpu_per_test
 from testing.spark import (
     C1_ONLY_JIT,
     conf_restored,
@@ -144,6 +145,7 @@ class LeakedQueryWarning(UserWarning):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(TeardownTimer(), "uatu-teardown-timer")
+    cpu_per_test.register_if_asked(config)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ Expected tables are computed in plain Python from the records the test produced
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,10 +17,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from core.paths import ROOT
 from testing.conf import write_conf_dir
 from testing.demo_data import SentRecord, audit_dataset, produce
-from testing.jobrun import query_conf
+from testing.jobrun import query_conf, run_job, submit_job
 
 pytestmark = pytest.mark.integration
 
@@ -134,32 +132,6 @@ def expected_df(spark, rows):
     )
 
 
-def submit(group: dict, workdir: Path, conf_dir: Path, *args: str) -> subprocess.Popen:
-    """Start ./spark-submit.sh in its own process group; output goes to <workdir>/<id>.log."""
-    path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(group))
-    # A file, not a pipe: nobody reads a pipe while the job runs, and a full one blocks it.
-    log = (workdir / f"{group['jobGroupId']}.log").open("a")
-    env = {
-        **os.environ,
-        "UATU_CONF_DIR": str(conf_dir),
-        "UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2",
-    }
-    return subprocess.Popen(
-        [str(ROOT / "spark-submit.sh"), str(path), *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def run_to_end(group: dict, workdir: Path, conf_dir: Path, *args: str) -> tuple[int, str]:
-    proc = submit(group, workdir, conf_dir, *args)
-    proc.wait(timeout=600)
-    return proc.returncode, (workdir / f"{group['jobGroupId']}.log").read_text()
-
-
 @pytest.fixture
 def audit_env(kafka, tmp_path):
     """A topic with known data and a conf dir pointing at the session broker."""
@@ -195,7 +167,7 @@ def test_applications_started_at_once_into_one_warehouse_each_match_their_truth(
     audited = {"truth-1": (topic, records), "truth-2": (topic, records)}
     audited["truth-3"] = (other, other_records)
     runs = {
-        group_id: submit(jobgroup(group_id, source), tmp_path, conf_dir, "--once")
+        group_id: submit_job(jobgroup(group_id, source), tmp_path, conf_dir, "--once")
         for group_id, (source, _) in audited.items()
     }
     for group_id, proc in runs.items():
@@ -234,7 +206,7 @@ def test_applications_started_at_once_into_one_warehouse_each_match_their_truth(
 
 def test_missing_topic_exits_2_before_spark(kafka, tmp_path):
     conf_dir = conf_for(kafka, tmp_path, "missing")
-    status, out = run_to_end(jobgroup("missing", "no-such-topic"), tmp_path, conf_dir, "--once")
+    status, out = run_job(jobgroup("missing", "no-such-topic"), tmp_path, conf_dir, "--once")
     assert status == 2
     assert "kafka_consumer_task_group.topic='no-such-topic'" in out
     assert not (conf_dir.parent / "wh").exists()
@@ -260,7 +232,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_truth(spark, kafka, tmp_path,
     # MERGE together, so the second may already hold everything.)
     conf_dir = conf_for(kafka, tmp_path, "killed")
     group = jobgroup("killed", topic, rate=200, trigger_s=1)
-    proc = submit(group, tmp_path, conf_dir)
+    proc = submit_job(group, tmp_path, conf_dir)
     try:
         wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 1, proc, deadline_s=300)
     finally:
@@ -271,7 +243,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_truth(spark, kafka, tmp_path,
 
     # The restart finishes the stream; the table is the truth an uninterrupted run gives
     # (test_bounded_run_matches_independent_truth), computed in Python.
-    status, out = run_to_end(group, tmp_path, conf_dir, "--once")
+    status, out = run_job(group, tmp_path, conf_dir, "--once")
     assert status == 0, out
     assert_df_equality(
         read_counts(spark, conf_dir).select(*COMPARED),
@@ -285,7 +257,7 @@ def test_sigterm_stops_a_streaming_job_cleanly(spark, kafka, tmp_path, audit_env
     """Without --once the job streams until stopped; SIGTERM to spark-submit.sh ends it, 0."""
     topic, records = audit_env
     conf_dir = conf_for(kafka, tmp_path, "sigterm")
-    proc = submit(jobgroup("sigterm", topic, trigger_s=1), tmp_path, conf_dir)
+    proc = submit_job(jobgroup("sigterm", topic, trigger_s=1), tmp_path, conf_dir)
     try:
         wait_for_commits(conf_dir.parent / "wh" / "audit_counts", 1, proc, deadline_s=300)
         os.kill(proc.pid, signal.SIGTERM)  # the script, as a scheduler would
@@ -303,7 +275,7 @@ def test_sigterm_stops_a_streaming_job_cleanly(spark, kafka, tmp_path, audit_env
 def test_check_validates_against_the_broker_without_starting_spark(kafka, tmp_path, audit_env):
     topic, _ = audit_env
     conf_dir = conf_for(kafka, tmp_path, "check")
-    status, out = run_to_end(jobgroup("check", topic), tmp_path, conf_dir, "--check")
+    status, out = run_job(jobgroup("check", topic), tmp_path, conf_dir, "--check")
     assert status == 0, out
     assert f"JobGroup check is valid: JOB_TYPE_KAFKA_AUDIT on local/{topic} (3 partitions)" in out
     # No JVM started (it announces itself with this line) and nothing was written.
