@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.processes import cpu_seconds
+from core.processes import cpu_seconds, machine_busy_seconds
 from testing import cpu_per_test
 
 # (kind, pattern searched in the NUL-joined command line); the first match names the kind.
@@ -54,7 +54,6 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("build tools (make, mvn, cargo, go, pip)", r"\b(make|mvn|cargo|rustc|go|pip)\b"),
 )
 _COMPILED = tuple((kind, re.compile(pattern)) for kind, pattern in KINDS)
-_TICKS = os.sysconf("SC_CLK_TCK")
 TOP = 150  # processes listed one by one in the JSON
 
 
@@ -72,13 +71,6 @@ def abridged(command_line: str, head: int = 150, tail: int = 350) -> str:
     if len(command_line) <= head + tail:
         return command_line
     return f"{command_line[:head]} ... {command_line[-tail:]}"
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every core spent not idle since boot (/proc/stat's first line)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / _TICKS
 
 
 def _command_line(pid: str) -> str:

@@ -96,6 +96,13 @@ def tree_cpu_seconds(pid: int) -> float:
 _CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core spent not idle since boot (/proc/stat's first line)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / _CLOCK_TICKS
+
+
 class CpuMeter:
     """Cores a process tree uses: CPU seconds over wall seconds between two readings, a
     reading at most every `min_seconds` (the value between readings is the last one)."""

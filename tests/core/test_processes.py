@@ -5,8 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
-from core.processes import CpuMeter, cpu_seconds, process_tree, tree_cpu_seconds
+from core.processes import (
+    CpuMeter,
+    cpu_seconds,
+    machine_busy_seconds,
+    process_tree,
+    tree_cpu_seconds,
+)
 from testing.polling import wait_for
 
 
@@ -35,3 +42,13 @@ def test_a_busy_child_counts_in_its_parents_tree():
         child.kill()
         child.wait()
     assert cpu_seconds(child.pid) == 0.0  # gone
+
+
+def test_the_machines_busy_cpu_grows_by_at_least_what_this_process_spends():
+    before_busy, before_own = machine_busy_seconds(), cpu_seconds(os.getpid())
+    end = time.process_time() + 0.5
+    while time.process_time() < end:
+        pass
+    spent = cpu_seconds(os.getpid()) - before_own
+    assert spent >= 0.4
+    assert machine_busy_seconds() - before_busy >= spent - 0.05  # tick rounding
