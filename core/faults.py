@@ -169,8 +169,9 @@ POINTS: Mapping[str, Point] = {
     ),
     "replication.handed_over": Point(
         "StreamCopier (JVM task of the low-latency copy, relay mode): the task has handed its "
-        "consumer to the next epoch's task, which copies on, and has not yet waited for its "
-        "own acks; fail-first-attempt fails it there, and with it the run",
+        "consumer to the next epoch's task, which copies on, and has not yet waited for the "
+        "acks of the records it sent (a task that sent none does not reach it); "
+        "fail-first-attempt fails it there, and with it the run",
         REPLICATION,
     ),
     "replication.epoch_logged": Point(

@@ -243,8 +243,9 @@ def test_a_relay_task_failing_after_its_hand_over_fails_the_run_and_the_restart_
     run sent after its last logged batch counted as already present)."""
     n = 2000
     topic, records, conf = backlog(kafka, kafka_dest, tmp_path, "rep-ll-relay", n)
-    # Paced so that the run fails with part of the records copied: three 2-second epochs at
-    # 200 records/s (the cold start's first poll can come late; the later epochs copy).
+    # Paced so that the run fails with part of the records copied: the third hand-over of a
+    # task that sent records (the point counts no other), in 2-second epochs at 200 records/s,
+    # so two epochs' records are confirmed before it and 2,000 take five or more epochs.
     group = low_latency_group(
         "ll-relay", topic, f"{topic}-copy", epoch_seconds=2, flowControl={"messagesPerSec": 200}
     )
