@@ -377,6 +377,19 @@ def _report_all(
     return _kinds(pool.heartbeat(worker_id, statuses))
 
 
+def _four_groups_on_the_first_of_two(pooled) -> tuple[int, int, dict[str, LaunchRecord]]:
+    """A pool of two workers, only the first heard, and groups g1 to g4 placed on it: (the
+    first worker, the second, the groups' launch records)."""
+    store, clock, _apps, pool, reconciler, groups = pooled
+    reconciler.reconcile_once()
+    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
+    _heard(store, pool, first, clock.now)
+    for name in ("g1", "g2", "g3", "g4"):
+        groups.add(audit_group(name, "orders"), RUNNING, None)
+    reconciler.reconcile_once()
+    return first, second, {g: store.launches()[g] for g in ("g1", "g2", "g3", "g4")}
+
+
 @pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
 def test_a_worker_that_joins_gets_its_share_once_the_old_worker_stopped_it(pooled):
     """Rebalancing, and never in two places while a group moves: the new worker gets RUN for
@@ -458,14 +471,8 @@ def test_the_pool_grows_with_its_groups_and_drains_a_worker_before_stopping_it(p
 
 @pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
 def test_a_rebalance_moves_groups_that_are_not_running_yet_first(pooled):
-    store, clock, _apps, pool, reconciler, groups = pooled
-    reconciler.reconcile_once()
-    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
-    _heard(store, pool, first, clock.now)
-    for name in ("g1", "g2", "g3", "g4"):
-        groups.add(audit_group(name, "orders"), RUNNING, None)
-    reconciler.reconcile_once()
-    before = {g: store.launches()[g] for g in ("g1", "g2", "g3", "g4")}
+    store, clock, _apps, pool, reconciler, _groups = pooled
+    first, second, before = _four_groups_on_the_first_of_two(pooled)
     _report_all(pool, first, {g: before[g] for g in ("g3", "g4")})  # g1, g2 not started yet
     _heard(store, pool, second, clock.now)
     reconciler.reconcile_once()
@@ -508,14 +515,8 @@ def test_a_group_told_to_run_but_not_reported_yet_starts_elsewhere_only_once_sto
     group running, has not come yet; a rebalance moves the group to B. B gets RUN only once
     A reported it stopped (the mutant that counts only reported runs sends RUN to B at once,
     while A starts the same group)."""
-    store, clock, _apps, pool, reconciler, groups = pooled
-    reconciler.reconcile_once()
-    first, second = (store.launches()[f"~worker/{slot}"].worker_id for slot in (0, 1))
-    _heard(store, pool, first, clock.now)
-    for name in ("g1", "g2", "g3", "g4"):
-        groups.add(audit_group(name, "orders"), RUNNING, None)
-    reconciler.reconcile_once()
-    before = {g: store.launches()[g] for g in ("g1", "g2", "g3", "g4")}
+    store, clock, _apps, pool, reconciler, _groups = pooled
+    first, second, before = _four_groups_on_the_first_of_two(pooled)
     assert _report_all(pool, first, {}) == [(g, worker_jobs.RUN) for g in sorted(before)]
 
     # The crash point: the first worker's next heartbeat is late; meanwhile the second
