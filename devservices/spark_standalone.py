@@ -70,6 +70,7 @@ from devservices._service import (
     stopped_on_failure,
     wait_all_ready,
 )
+from devservices.kafka import SERVICE_JAVA_OPTS_ENV
 
 log = logging.getLogger("uatu.standalone")
 
@@ -363,6 +364,9 @@ def _daemon_env(
         # Drivers and executors inherit it: everything binds to and advertises loopback.
         SPARK_LOCAL_IP=HOST,
         SPARK_DAEMON_MEMORY=daemon_memory,
+        # The master's and workers' own JVMs, with the flags devservices adds to every
+        # service it starts (the test suite's C1-only JIT).
+        SPARK_DAEMON_JAVA_OPTS=base.get(SERVICE_JAVA_OPTS_ENV, ""),
     )
     return env
 

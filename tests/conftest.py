@@ -41,7 +41,8 @@ os.environ.setdefault("PYSPARK_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Production launches never see this variable. The class-data sharing archive is the one
 # spark-submit.sh uses too.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", suite_java_options())
-os.environ.setdefault(SERVICE_JAVA_OPTS_ENV, C1_ONLY_JIT)  # devservices' brokers, ZooKeeper, MM2
+# devservices' JVMs: brokers, ZooKeeper, MirrorMaker 2, the standalone cluster's daemons.
+os.environ.setdefault(SERVICE_JAVA_OPTS_ENV, C1_ONLY_JIT)
 # Each xdist worker picks its services' ports from a slice of its own: two workers starting
 # brokers at the same moment cannot pick the same free port (core.processes.free_ports).
 if "PYTEST_XDIST_WORKER" in os.environ:

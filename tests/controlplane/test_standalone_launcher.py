@@ -367,19 +367,27 @@ def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[st
 
 
 def cluster_launcher(
-    cluster: StandaloneCluster, tmp_path: Path, conf: Path, **resources: Any
+    cluster: StandaloneCluster,
+    tmp_path: Path,
+    conf: Path,
+    grace_seconds: float = 30,
+    **resources: Any,
 ) -> StandaloneLauncher:
-    """The launcher of the tests on `cluster`: a 30 s grace, C1-only executors."""
+    """The launcher of the tests on `cluster`: C1-only drivers and executors."""
     return StandaloneLauncher(
         cluster.rest_url,
         cluster.master_url,
         tmp_path / "apps",
         conf_dir=conf,
         worker_dir=cluster.worker_dir,
-        grace_seconds=30,
+        grace_seconds=grace_seconds,
         # C1 only, as for the suite's other Spark JVMs (tests/conftest.py): SPARK_SUBMIT_OPTS
-        # does not reach a cluster's executors.
-        extra_conf={"spark.executor.extraJavaOptions": C1_ONLY_JIT},
+        # reaches neither a cluster's executors nor a driver the cluster starts (a driver's
+        # default options come before the launcher's extraJavaOptions, which stay as they are).
+        extra_conf={
+            "spark.driver.defaultJavaOptions": C1_ONLY_JIT,
+            "spark.executor.extraJavaOptions": C1_ONLY_JIT,
+        },
         **resources,
     )
 
@@ -412,7 +420,10 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     assert env["UATU_CONF_DIR"] == str(conf.resolve())
     wait_for(lambda: len(list(counts_log.glob("*.json"))) >= 2, 240, "audit commits")
     measured["create_to_second_commit_s"] = time.monotonic() - started
-    assert any("CoarseGrainedExecutorBackend" in p for p in cluster_processes(standalone))
+    jvms = [p for p in cluster_processes(standalone) if "java" in p.split(" ", 1)[0]]
+    assert any("CoarseGrainedExecutorBackend" in p for p in jvms)
+    assert any("DriverWrapper" in p for p in jvms)
+    assert all(C1_ONLY_JIT in p for p in jvms), jvms  # the suite's JIT setting reached them
     assert launcher.alive(record)
 
     # Cancel: the stop file reaches the driver (shared filesystem), which ends the query and
@@ -431,14 +442,7 @@ def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path
     # The relaunch resumes the first run's query (same id, so same checkpoint) before the kill.
     query_id = re.search(r"started query audit-sa \(id ([0-9a-f-]+)\)", job_log)
     assert query_id, job_log
-    hard = StandaloneLauncher(
-        standalone.rest_url,
-        standalone.master_url,
-        tmp_path / "apps",
-        conf_dir=conf,
-        worker_dir=standalone.worker_dir,
-        grace_seconds=0,
-    )
+    hard = cluster_launcher(standalone, tmp_path, conf, grace_seconds=0)
     second = hard.launch(audit_group("sa", topic), "def-2", {})
     assert second.handle != record.handle
     resumed = f"started query audit-sa (id {query_id[1]})"
