@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from confluent_kafka import (
     OFFSET_INVALID,
@@ -22,6 +23,8 @@ from confluent_kafka import (
 )
 
 from core.config import ClusterConfig
+
+_T = TypeVar("_T")
 
 # A group coordinator that moved or is still loading answers with these; a retry a moment
 # later goes through.
@@ -46,6 +49,21 @@ def is_transient(error: KafkaException) -> bool:
     return isinstance(cause, KafkaError) and (
         cause.retriable() or cause.code() in _COORDINATOR_ERRORS
     )
+
+
+def with_transient_retries(
+    call: Callable[[], _T], attempts: int = DEFAULT_ATTEMPTS, retry_wait_s: float = 0.5
+) -> _T:
+    """`call()`, tried again `retry_wait_s` later while it fails with a transient error
+    (`is_transient`), up to `attempts` tries in all; the last failure, or any other, raises."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except KafkaException as error:
+            if attempt == attempts or not is_transient(error):
+                raise
+            time.sleep(retry_wait_s)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 class GroupOffsetCommitter:
@@ -85,14 +103,11 @@ class GroupOffsetCommitter:
             self._commit(self._consumer, offsets)
 
     def _commit(self, consumer: Consumer, offsets: list[TopicPartition]) -> None:
-        for attempt in range(1, self._attempts + 1):
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-                return
-            except KafkaException as error:
-                if attempt == self._attempts or not is_transient(error):
-                    raise
-                time.sleep(self._retry_wait_s)
+        with_transient_retries(
+            lambda: consumer.commit(offsets=offsets, asynchronous=False),
+            self._attempts,
+            self._retry_wait_s,
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -101,20 +116,27 @@ class GroupOffsetCommitter:
                 self._consumer = None
 
 
-def committed_offsets(cluster: ClusterConfig, group: str, topic: str) -> dict[int, int]:
+def committed_offsets(
+    cluster: ClusterConfig, group: str, topic: str, *, retry_wait_s: float = 0.5
+) -> dict[int, int]:
     """The group's committed offsets on `topic`, by partition (partitions without a commit
     left out; empty for a group that never committed). Reads the commits; does not join the
-    group. A consumer closed here, not an AdminClient: an AdminClient left to the garbage
-    collector crashed a dispatcher's driver (a segfault in librdkafka's main thread)."""
+    group. A transient error (a coordinator still loading, as on a cluster whose
+    `__consumer_offsets` is being created) is tried again (`with_transient_retries`). A
+    consumer closed here, not an AdminClient: an AdminClient left to the garbage collector
+    crashed a dispatcher's driver (a segfault in librdkafka's main thread)."""
     consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
         if meta is None or meta.error is not None:
             return {}
         asked = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        found = with_transient_retries(
+            lambda: consumer.committed(asked, timeout=30), retry_wait_s=retry_wait_s
+        )
         return {
             tp.partition: tp.offset
-            for tp in consumer.committed(asked, timeout=30)
+            for tp in found
             if tp.offset != OFFSET_INVALID and tp.offset >= 0
         }
     finally:

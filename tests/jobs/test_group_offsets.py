@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from core.config import ClusterConfig
+from jobs.runtime import group_offsets
 from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
 from testing.topic_data import committed_offsets
 
@@ -67,3 +70,37 @@ def test_a_committer_made_with_the_defaults_rides_out_a_moving_coordinator() -> 
     committer._consumer = consumer  # type: ignore[assignment]
     committer.commit({1: 4, 0: 2})
     assert consumer.committed == [[(0, 2), (1, 4)]]
+
+
+class _LoadingCoordinator:
+    """A Consumer stand-in for a topic of two partitions whose group coordinator answers
+    NOT_COORDINATOR to the first `failures` reads of the commits (a new cluster's
+    `__consumer_offsets` still being created), then partition 1's commit."""
+
+    failures = 2
+
+    def __init__(self, config) -> None:
+        self.closed = False
+
+    def list_topics(self, topic, timeout):
+        partitions = {0: object(), 1: object()}
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions=partitions, error=None)})
+
+    def committed(self, asked, timeout):
+        if _LoadingCoordinator.failures:
+            _LoadingCoordinator.failures -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+        return [
+            TopicPartition(tp.topic, tp.partition, 7 if tp.partition else -1001) for tp in asked
+        ]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_reading_a_groups_commits_rides_out_a_coordinator_still_loading(monkeypatch) -> None:
+    monkeypatch.setattr(group_offsets, "Consumer", _LoadingCoordinator)
+    monkeypatch.setattr(_LoadingCoordinator, "failures", 2)
+    cluster = ClusterConfig(name="local", bootstrap_servers="127.0.0.1:1")
+    assert group_offsets.committed_offsets(cluster, "g", "t", retry_wait_s=0.0) == {1: 7}
+    assert _LoadingCoordinator.failures == 0

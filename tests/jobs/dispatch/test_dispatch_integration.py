@@ -596,16 +596,22 @@ def timestamp_splitting_tier_partitions(topic: str, now: int) -> int:
     )
 
 
+SLOW_CALL_MS = 6000
+
+
 def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
     spark, kafka, work, service
 ) -> None:
     """Both records go to the 1.5 s tier: b0 (partition 1) at once, a0 (partition 0) only
-    after a 2.5 s call. b0 is due first and is dispatched from the tier before a0 is due:
-    the tier waits per partition, not for the slowest one."""
+    after a 6 s call. b0 is due first and is dispatched from the tier before a0 is due:
+    the tier waits per partition, not for the slowest one. (A tier that waited for the slowest
+    partition would dispatch b0 after a0 is due. Between b0's due time and a0's lie the slow
+    call's 6 s, for b0 to be dispatched in through 1 s tier triggers on a loaded machine: with
+    2.5 s a fresh clone once saw it 0.1 s late.)"""
     topics = Topics.create(kafka, "holdback")
     stamp = timestamp_splitting_tier_partitions(topics.main, int(time.time() * 1000))
     records = [
-        Record(0, None, value("a0", "slowretry2500,ok"), stamp),
+        Record(0, None, value("a0", f"slowretry{SLOW_CALL_MS},ok"), stamp),
         Record(1, None, value("b0", "retry,ok"), stamp),
     ]
     produce_records(kafka.bootstrap_servers, topics.main, records)
@@ -618,6 +624,7 @@ def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
             "@type": "type.googleapis.com/uatu.v1.JobOptions",
             "dispatch": {"tierTriggerSeconds": 1},
         },
+        rpcDispatcherTaskGroup__rpcTimeoutMs=SLOW_CALL_MS + RPC_TIMEOUT_MS,  # a0's call answers
     )
     assert run_in_process(data, work / "conf") == EXIT_OK
     calls = {}
@@ -627,7 +634,7 @@ def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
     assert a_tier.message.physical is not None and b_tier.message.physical is not None
     assert a_tier.message.physical[:2] == (topics.r1, tier_partition(topics.main, 0, stamp))
     assert b_tier.message.physical[:2] == (topics.r1, tier_partition(topics.main, 1, stamp))
-    a_due = a_first.received_s + 2.5 + R1_DELAY_MS / 1000
+    a_due = a_first.received_s + (SLOW_CALL_MS + R1_DELAY_MS) / 1000
     assert b_first.received_s + R1_DELAY_MS / 1000 <= b_tier.received_s < a_due
     assert a_tier.received_s >= a_due - 0.5  # a0 waited its own delay
 
