@@ -606,8 +606,8 @@ def test_one_partitions_retry_delay_does_not_hold_back_another_partition(
     after a 6 s call. b0 is due first and is dispatched from the tier before a0 is due:
     the tier waits per partition, not for the slowest one. (A tier that waited for the slowest
     partition would dispatch b0 after a0 is due. Between b0's due time and a0's lie the slow
-    call's 6 s, for b0 to be dispatched in through 1 s tier triggers on a loaded machine: with
-    2.5 s a fresh clone once saw it 0.1 s late.)"""
+    call's 6 s, for b0 to be dispatched in through 1 s tier triggers on a loaded machine; a
+    shorter call left too little.)"""
     topics = Topics.create(kafka, "holdback")
     stamp = timestamp_splitting_tier_partitions(topics.main, int(time.time() * 1000))
     records = [
