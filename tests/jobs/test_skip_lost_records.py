@@ -33,12 +33,12 @@ from tests.jobs.audit.test_audit_job_integration import (
     expected_rows,
     jobgroup,
 )
+from tests.jobs.in_process import run_in_process
 from tests.jobs.test_source_faults import (
     delete_before,
     end_offsets,
     error_lines,
     loss_rows,
-    run_in_process,
 )
 
 pytestmark = pytest.mark.integration

@@ -14,11 +14,8 @@ gap in the dispatcher's retry tier is
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +25,6 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from core.errors import EXIT_FAILED, EXIT_OK
-from jobs import main as job_main
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.dispatch_service import ScriptedService, value
@@ -36,6 +32,7 @@ from testing.jobrun import committed_batch, last_keys_batch, run_job
 from testing.polling import wait_for
 from testing.topic_data import Record, count_records, produce_records, read_partitions
 from tests.jobs.audit.test_audit_job_integration import jobgroup
+from tests.jobs.in_process import run_in_process, running
 
 pytestmark = pytest.mark.integration
 
@@ -49,46 +46,6 @@ DELETED = 5  # records of partition 0 deleted unread
 
 def error_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if line.startswith("error:")]
-
-
-def run_in_process(group: dict, workdir: Path, conf: Path, *args: str) -> int:
-    """`jobs/main.py` on `group` in this process (on the test session): its exit status; its
-    one error line goes to this process's stderr."""
-    path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(group))
-    return job_main.main([str(path), "--conf-dir", str(conf), *args])
-
-
-@contextmanager
-def running(
-    group: dict, workdir: Path, conf: Path, stop_file: Path, *args: str
-) -> Iterator[Callable[[], int | None]]:
-    """`run_in_process` in a thread for the length of the block; yields its exit status (None
-    while it runs). The block's end stops a run still going with the stop file
-    (UATU_STOP_FILE, the `stop_file` fixture) and waits for it."""
-    result: list = []
-
-    def run() -> None:
-        try:
-            result.append(run_in_process(group, workdir, conf, *args))
-        except BaseException as e:  # handed to the test
-            result.append(e)
-
-    def status() -> int | None:
-        if result and isinstance(result[0], BaseException):
-            raise result[0]
-        return result[0] if result else None
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield status
-    finally:
-        if thread.is_alive():
-            stop_file.touch()
-        thread.join(180)
-        stop_file.unlink(missing_ok=True)
-    assert not thread.is_alive(), "the job did not stop"
 
 
 def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
@@ -196,13 +153,6 @@ BY_KIND = pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
 def service() -> Iterator[ScriptedService]:
     with ScriptedService() as svc:
         yield svc
-
-
-@pytest.fixture()
-def stop_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "stop"
-    monkeypatch.setenv("UATU_STOP_FILE", str(path))
-    return path
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ The truth is computed in plain Python from the records sent (`expected_rows`).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +24,15 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from core.errors import EXIT_OK
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobrun import (
     committed_batch,
     last_keys_batch,
-    log_path,
     run_job,
-    running_job,
     saved_partials,
     spark_committed_batch,
-    stop_job,
 )
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_job_integration import (
@@ -42,6 +41,7 @@ from tests.jobs.audit.test_audit_job_integration import (
     expected_rows,
     jobgroup,
 )
+from tests.jobs.in_process import run_in_process, running
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ class CrashState:
     ids=["keys-not-saved-two-topics", "saved-not-committed", "committed-not-merged"],
 )
 def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
-    spark, kafka, tmp_path: Path, fault: str, expected, topics: int
+    spark, kafka, tmp_path: Path, caplog, fault: str, expected, topics: int
 ) -> None:
     """330 records a topic in batches of 150 (rate 150 x 1 s trigger; --once keeps the
     limit); the job is SIGKILLed at `fault`, then run again on the same checkpoint."""
@@ -114,10 +114,11 @@ def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
     )
     assert expected(left), f"the crash left {left}"
 
-    status, log = run_job(group, tmp_path, conf_dir, "--once")
-
-    assert status == 0, log
-    assert ("merged the saved partials of batches" in log) == bool(left.saved)
+    # The restart in this process: what it recovers is the job's, not spark-submit.sh's.
+    with caplog.at_level(logging.INFO, logger="uatu"):
+        assert run_in_process(group, tmp_path, conf_dir, "--once") == EXIT_OK
+    merged = [r for r in caplog.records if "merged the saved partials of batches" in r.message]
+    assert bool(merged) == bool(left.saved)
     assert saved_partials(tmp_path / "ck") == []
     counts = spark.read.format("delta").load(str(counts_path))
     assert_df_equality(
@@ -128,10 +129,12 @@ def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
     )
 
 
-def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path) -> None:
+def test_a_broker_restart_mid_run_leaves_the_truth(
+    spark, kafka, tmp_path: Path, stop_file: Path
+) -> None:
     """A streaming audit job; its (only) broker is stopped and started again between two
-    waves of records. The job rides it out (Kafka's clients retry) and, stopped with SIGTERM,
-    has counted both waves exactly as the truth computed in Python."""
+    waves of records. The job (in this process) rides it out (Kafka's clients retry) and,
+    stopped by its stop file, has counted both waves exactly as the truth computed in Python."""
     topic = f"audit-broker-{time.monotonic_ns()}"
     kafka.create_topic(topic, partitions=2)
     first = audit_dataset(60, partitions=2, now_ms=int(time.time() * 1000))
@@ -142,7 +145,7 @@ def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path)
     counts_path = tmp_path / "wh" / "audit_counts"
     group = jobgroup("broker-restart", topic, trigger_s=1)
     records = first
-    with running_job(group, tmp_path, conf_dir) as proc:
+    with running(group, tmp_path, conf_dir, stop_file) as status:
         wait_for(lambda: committed_batch(counts_path) is not None, 300, "a first batch")
         kafka.restart_broker(0)
         second = audit_dataset(60, partitions=2, now_ms=int(time.time() * 1000), seed=8)
@@ -150,13 +153,13 @@ def test_a_broker_restart_mid_run_leaves_the_truth(spark, kafka, tmp_path: Path)
         records = first + second
 
         def counted() -> int:
+            assert status() is None, "the job ended"
             total = spark.read.format("delta").load(str(counts_path)).agg(F.sum("message_count"))
             return total.first()[0] or 0
 
         # Two audit types: every record counted twice.
         wait_for(lambda: counted() >= 2 * len(records), 300, "both waves counted", interval_s=2)
-        status = stop_job(proc)
-    assert status == 0, log_path(tmp_path, group).read_text()
+    assert status() == EXIT_OK
     assert_df_equality(
         spark.read.format("delta").load(str(counts_path)).select(*COMPARED),
         expected_df(spark, expected_rows(records, topic)),

@@ -36,19 +36,13 @@ from tests.jobs.audit.test_audit_job_integration import (
     expected_rows,
     jobgroup,
 )
-from tests.jobs.test_source_faults import delete_topic, loss_rows, run_in_process, running
+from tests.jobs.in_process import run_in_process, running
+from tests.jobs.test_source_faults import delete_topic, loss_rows
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 TYPES = 2  # the group's audit types: every record is counted once per type
-
-
-@pytest.fixture()
-def stop_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "stop"
-    monkeypatch.setenv("UATU_STOP_FILE", str(path))
-    return path
 
 
 def selection_group(group_id: str, pattern: str, exclude: str = "") -> dict:

@@ -71,58 +71,6 @@ def running(spec, stop_file: Path) -> AbstractContextManager[Callable[[], int | 
     return running_in_thread(availability.AvailabilityJob(spec), stop_file)
 
 
-def test_topic_availability_shows_under_replicated_then_offline(spark, tmp_path) -> None:
-    from devservices.kafka import start_cluster
-
-    with start_cluster(tmp_path / "kafka", n_brokers=3) as cluster:
-        cluster.create_topic("replicated", 3, 3)
-        cluster.create_topic("single", 3, 1)  # one replica each: one per broker
-        spec = spec_for(
-            tmp_path,
-            cluster.bootstrap_servers,
-            "avail-topics",
-            skipConsumerLag=True,
-            skipProbes=True,
-        )
-        table = spec.output.table("topic_availability")
-
-        def samples_after(t: float):
-            if not DeltaTable.isDeltaTable(spark, table):
-                return None
-            rows = (
-                spark.read.format("delta")
-                .load(table)
-                .where(F.col("sampled_at") > F.lit(t).cast("timestamp"))
-                .where(F.col("topic").isin("replicated", "single"))
-                .collect()
-            )
-            return rows if len({r["sampled_at"] for r in rows}) >= 2 else None
-
-        with running(spec, tmp_path / "stop"):
-            healthy = wait_for(lambda: samples_after(0), 120, "two samples")
-            assert not any(r["offline"] or r["under_replicated"] for r in healthy)
-            victim = 2
-            led = {
-                r["partition"] for r in healthy if r["topic"] == "single" and r["leader"] == victim
-            }
-            cluster.kill_broker(victim)
-            killed_at = time.time()
-
-            def flagged():
-                rows = samples_after(killed_at)
-                if not rows:
-                    return None
-                latest = max(r["sampled_at"] for r in rows)
-                last = [r for r in rows if r["sampled_at"] == latest]
-                offline = {r["partition"] for r in last if r["topic"] == "single" and r["offline"]}
-                under = [r for r in last if r["topic"] == "replicated" and r["under_replicated"]]
-                return (offline, under) if offline == led and len(under) == 3 else None
-
-            _, under = wait_for(flagged, 60, "the dead broker's partitions flagged")
-        assert led, f"broker {victim} led none of the single-replica partitions"
-        assert all(r["isr_size"] == 2 and victim in r["offline_replicas"] for r in under)
-
-
 # --- consumer groups --------------------------------------------------------------------------
 
 
@@ -308,12 +256,17 @@ def probe_records_per_window(bootstrap: str, topic: str, window_ms: int) -> Coun
     return counts
 
 
-def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, monkeypatch) -> None:
+def test_native_probes_and_topic_availability_see_a_broker_die(
+    spark, tmp_path, monkeypatch
+) -> None:
     """Three brokers in zones a, b, c; the probe topic starts with one partition, led by
     broker 0, so the job must add partitions for brokers 1 and 2. While all are up every
-    window shows every probe produced and read back, matching the probe records on the topic.
-    After broker 2 is killed its windows show failed produces while 0 and 1 stay at 100 %;
-    started again, its probes succeed again in the same run, which then stops cleanly.
+    window shows every probe produced and read back, matching the probe records on the topic,
+    and topic_availability shows no partition offline or under-replicated. After broker 2 is
+    killed its windows show failed produces while 0 and 1 stay at 100 %, and
+    topic_availability flags the single-replica partitions it led offline and every partition
+    of a three-replica topic under-replicated (ISR 2, broker 2 offline); started again, its
+    probes succeed again in the same run, which then stops cleanly.
 
     Through the fault hook, the receiver fails to look up one partition's end at start and
     its retry waits 5 s (two and a half windows): a probe sent to that partition meanwhile
@@ -330,13 +283,14 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, mon
 
     with start_cluster(tmp_path / "kafka", n_brokers=3, racks=["a", "b", "c"]) as cluster:
         cluster.create_topic("probe", 1, replica_assignment=[[0]])
+        cluster.create_topic("replicated", 3, 3)
+        cluster.create_topic("single", 3, 1)  # one replica each: one per broker
         spec = spec_for(
             tmp_path,
             cluster.bootstrap_servers,
             "avail-probes",
             zone_isolated=True,
             skipConsumerLag=True,
-            skipTopicAvailability=True,
             probeIntervalMs=200,
             probeWindowSeconds=2,
             probeAckSlaMs=1000,
@@ -365,6 +319,21 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, mon
             # The first window is partial: the prober started in the middle of it.
             return full[1:] if len(full) >= 3 else None
 
+        def topic_samples_after(t: float):
+            """topic_availability's rows of the two topics sampled after `t`, once there
+            are two samples."""
+            table = spec.output.table("topic_availability")
+            if not DeltaTable.isDeltaTable(spark, table):
+                return None
+            found = (
+                spark.read.format("delta")
+                .load(table)
+                .where(F.col("sampled_at") > F.lit(t).cast("timestamp"))
+                .where(F.col("topic").isin("replicated", "single"))
+                .collect()
+            )
+            return found if len({r["sampled_at"] for r in found}) >= 2 else None
+
         with running(spec, tmp_path / "stop"):
             windows = wait_for(healthy_windows, 120, "two windows with all three brokers healthy")
             assignment = {
@@ -387,8 +356,26 @@ def test_native_probes_per_broker_and_zone_see_a_broker_die(spark, tmp_path, mon
                     (r["zone"], r["probes"]) for r in window
                 )
 
+            healthy = wait_for(lambda: topic_samples_after(0), 60, "two topic samples")
+            assert not any(r["offline"] or r["under_replicated"] for r in healthy)
+            led = {r["partition"] for r in healthy if r["topic"] == "single" and r["leader"] == 2}
+            assert led, "broker 2 led none of the single-replica partitions"
+
             killed_at = time.time()
             cluster.kill_broker(2)
+
+            def flagged():
+                rows = topic_samples_after(killed_at)
+                if not rows:
+                    return None
+                latest = max(r["sampled_at"] for r in rows)
+                last = [r for r in rows if r["sampled_at"] == latest]
+                offline = {r["partition"] for r in last if r["topic"] == "single" and r["offline"]}
+                under = [r for r in last if r["topic"] == "replicated" and r["under_replicated"]]
+                return (offline, under) if offline == led and len(under) == 3 else None
+
+            _, under = wait_for(flagged, 60, "the dead broker's partitions flagged")
+            assert all(r["isr_size"] == 2 and 2 in r["offline_replicas"] for r in under)
 
             def dead_window():
                 after = f"window_start >= '{datetime.fromtimestamp(killed_at, UTC).isoformat()}'"

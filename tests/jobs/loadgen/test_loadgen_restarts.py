@@ -1,14 +1,14 @@
-"""Both load generators across process deaths, through ./spark-submit.sh: LOAD_GEN_CONSUME
-killed with SIGKILL mid-stream still ends with every record in loadgen_stats exactly once and
-the injected gap and duplicate found once; LOAD_GEN_PRODUCE stopped with SIGTERM twice
-continues its sequence numbers without a gap or a duplicate."""
+"""Both load generators across stops: LOAD_GEN_CONSUME killed with SIGKILL mid-stream (through
+./spark-submit.sh, its restart in this process) still ends with every record in loadgen_stats
+exactly once and the injected gap and duplicate found once; LOAD_GEN_PRODUCE stopped mid-batch
+twice (in this process, by its stop file: what spark-submit.sh does on SIGTERM) continues its
+sequence numbers without a gap or a duplicate."""
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,27 +16,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from core.paths import ROOT
+from core.errors import EXIT_OK
+from testing.jobrun import submit_job
 from testing.polling import wait_for
 from testing.topic_data import Record, iter_messages, produce_records
+from tests.jobs.in_process import run_in_process, running
 from tests.jobs.loadgen.conftest import consume_group, decode_header, encode_header, produce_group
 
 pytestmark = pytest.mark.integration
-
-
-def submit(group: dict, workdir: Path, conf_dir: Path, *args: str) -> subprocess.Popen:
-    """./spark-submit.sh in its own process group; output to <workdir>/<id>.log."""
-    path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
-    path.write_text(json.dumps(group))
-    log = (workdir / f"{group['jobGroupId']}.log").open("a")
-    env = {**os.environ, "UATU_CONF_DIR": str(conf_dir)}
-    return subprocess.Popen(
-        [str(ROOT / "spark-submit.sh"), str(path), *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
 
 
 def saved_batches(directory: Path) -> list[int]:
@@ -61,7 +48,7 @@ def test_consume_killed_mid_stream_counts_every_record_once(spark, kafka, conf_d
     group["flowControl"] = {"messagesPerSec": 150}  # 150 records per 1 s micro-batch
     pending = tmp_path / "ck" / "lg-kill" / "loadgen-pending"
 
-    proc = submit(group, tmp_path, conf_dir)
+    proc = submit_job(group, tmp_path, conf_dir)
     try:
         # Killed once some batches are kept but, 30 s being far off, not yet in the table.
         wait_for(
@@ -72,8 +59,7 @@ def test_consume_killed_mid_stream_counts_every_record_once(spark, kafka, conf_d
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
 
-    restarted = submit(group, tmp_path, conf_dir, "--once")
-    assert restarted.wait(timeout=600) == 0, (tmp_path / "lg-kill.log").read_text()[-3000:]
+    assert run_in_process(group, tmp_path, conf_dir, "--once") == EXIT_OK
 
     table = spark.read.format("delta").load(str(tmp_path / "wh" / "loadgen_stats"))
     totals = table.groupBy("generator").agg(
@@ -96,29 +82,27 @@ def newest(directory: Path) -> int:
     return max(saved_batches(directory), default=-1)
 
 
-def run_then_stop(group: dict, workdir: Path, conf_dir: Path, state: Path) -> None:
-    """Run until two more batches are saved, then SIGTERM mid-batch; the job must exit 0."""
+def run_then_stop(group: dict, workdir: Path, conf_dir: Path, state: Path, stop_file: Path) -> None:
+    """Run in this process until two more batches are saved, then stop it mid-batch by its
+    stop file; the job must exit 0."""
     target = newest(state) + 2
-    proc = submit(group, workdir, conf_dir)
-    try:
-        wait_for(lambda: newest(state) >= target or proc.poll() is not None, 300, "two batches")
+    with running(group, workdir, conf_dir, stop_file) as status:
+        wait_for(lambda: newest(state) >= target or status() is not None, 300, "two batches")
         time.sleep(1)  # mid-batch: the generators have sent past the last cut
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, (workdir / "lg-stops.log").read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
+    assert status() == EXIT_OK
 
 
-def test_produce_stopped_twice_continues_without_gap_or_duplicate(kafka, conf_dir, tmp_path):
+def test_produce_stopped_twice_continues_without_gap_or_duplicate(
+    spark, kafka, conf_dir, tmp_path, caplog, stop_file
+):
     topic = "lg-produce-stops"
     kafka.create_topic(topic, 2, 1)
     group = produce_group("lg-stops", topic, flow={"messagesPerSec": 400})
     group["extension"]["trigger"] = {"intervalSeconds": 2}
     state = tmp_path / "ck" / "lg-stops" / "loadgen-produce"
-    run_then_stop(group, tmp_path, conf_dir, state)
-    run_then_stop(group, tmp_path, conf_dir, state)
+    with caplog.at_level(logging.INFO, logger="uatu"):
+        run_then_stop(group, tmp_path, conf_dir, state, stop_file)
+        run_then_stop(group, tmp_path, conf_dir, state, stop_file)
 
     by_generator: dict[tuple[int, str], list[int]] = {}
     for m in iter_messages(kafka.bootstrap_servers, topic, 2):
@@ -129,5 +113,4 @@ def test_produce_stopped_twice_continues_without_gap_or_duplicate(kafka, conf_di
     assert sorted(p for p, _ in by_generator) == [0, 1]
     for seqs in by_generator.values():
         assert seqs == list(range(len(seqs)))
-    log = (tmp_path / "lg-stops.log").read_text()
-    assert Counter("before the stop" in line for line in log.splitlines())[True] == 2
+    assert Counter("before the stop" in r.getMessage() for r in caplog.records)[True] == 2

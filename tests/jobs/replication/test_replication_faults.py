@@ -10,6 +10,7 @@ module; the destination is checked record by record in plain Python (`assert_exa
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +21,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from testing.jobrun import committed_batch, log_path, run_job, running_job, stop_job
+from core.errors import EXIT_OK
+from testing.jobrun import committed_batch, run_job
 from testing.polling import wait_for
 from testing.topic_data import Record, count_records, produce_records, read_partitions
+from tests.jobs.in_process import run_in_process, running
 from tests.jobs.replication.test_replication_integration import (
     PARTITIONS,
     assert_exact_copy,
@@ -137,9 +140,8 @@ def test_sigkill_after_k_acknowledged_records_then_restart_finds_them_present(
     present = count_records(kafka_dest.bootstrap_servers, destination, PARTITIONS)
     assert 300 <= present < N
 
-    status, log = run_job(group, tmp_path, conf)
-
-    assert status == 0, log
+    # The restart in this process: what it recovers is the job's, not spark-submit.sh's.
+    assert run_in_process(group, tmp_path, conf) == EXIT_OK
     copied = read_partitions(kafka_dest.bootstrap_servers, destination, PARTITIONS)
     assert_exact_copy(by_partition(source.records), copied, source.topic)
     # The replay read everything, wrote only what was missing, and found the rest present.
@@ -179,7 +181,7 @@ def test_a_task_whose_first_attempt_fails_is_retried_without_duplicates(
 
 @pytest.mark.parametrize("low_latency", [False, True], ids=["micro-batch", "low-latency"])
 def test_partitions_added_to_the_source_while_copying_are_copied_too(
-    kafka, kafka_dest, tmp_path, low_latency
+    spark, kafka, kafka_dest, tmp_path, caplog, stop_file, low_latency
 ) -> None:
     """A continuous copy of a 2-partition topic; the source grows to 4 partitions meanwhile.
     The destination grows with it (as MirrorMaker 2 keeps a target in step) and every record
@@ -193,7 +195,10 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
     extension = {"replication": {"lowLatency": True, "epochSeconds": 2}} if low_latency else {}
     group = group_json("grow", topic, f"{topic}-copy", extension=extension)
-    with running_job(group, tmp_path, conf) as proc:
+    with (
+        caplog.at_level(logging.INFO, logger="uatu"),
+        running(group, tmp_path, conf, stop_file) as status,
+    ):
         wait_for(
             lambda: count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", 2) == len(first),
             300,
@@ -212,10 +217,9 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
             300,
             f"{total} records in the grown destination",
         )
-        status = stop_job(proc)
-    log = log_path(tmp_path, group).read_text()
-    assert status == 0, log
-    assert ("has new partitions [2, 3]" in log) == low_latency
+        assert status() is None, "the copy ended"
+    assert status() == EXIT_OK
+    assert ("has new partitions [2, 3]" in caplog.text) == low_latency
     topics = AdminClient({"bootstrap.servers": kafka_dest.bootstrap_servers}).list_topics(
         f"{topic}-copy", timeout=10
     )
@@ -224,11 +228,14 @@ def test_partitions_added_to_the_source_while_copying_are_copied_too(
     assert_exact_copy(by_partition(first + second), copied, topic)
 
 
-def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest, tmp_path) -> None:
+def test_a_continuous_copy_rides_out_restarts_of_both_brokers(
+    spark, kafka, kafka_dest, tmp_path, stop_file
+) -> None:
     """A continuous copy; after the first wave has landed, the source's and the destination's
     (only) brokers are restarted, then a second wave is produced. The job keeps going (Kafka's
-    clients retry; a failed batch is retried from the checkpoint) and, stopped with SIGTERM,
-    leaves an exact copy of both waves: every record once, in order, in its own partition."""
+    clients retry; a failed batch is retried from the checkpoint) and, stopped by its stop file,
+    leaves an exact copy of both waves (in this process: the restarts are what is tested, not
+    spark-submit.sh): every record once, in order, in its own partition."""
     topic = f"rep-restart-{time.monotonic_ns()}"
     kafka.create_topic(topic, PARTITIONS, 1)
     kafka_dest.create_topic(f"{topic}-copy", PARTITIONS, 1)
@@ -236,7 +243,7 @@ def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest,
     produce_records(kafka.bootstrap_servers, topic, first)
     conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
     group = group_json("restart", topic, f"{topic}-copy")
-    with running_job(group, tmp_path, conf) as proc:
+    with running(group, tmp_path, conf, stop_file) as status:
         wait_for(
             lambda: (
                 count_records(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
@@ -257,7 +264,7 @@ def test_a_continuous_copy_rides_out_restarts_of_both_brokers(kafka, kafka_dest,
             300,
             f"{total} records at the destination",
         )
-        status = stop_job(proc)
-    assert status == 0, log_path(tmp_path, group).read_text()
+        assert status() is None, "the copy ended"
+    assert status() == EXIT_OK
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)

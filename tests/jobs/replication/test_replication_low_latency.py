@@ -8,6 +8,7 @@ are tested for both copies in test_replication_faults.py.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -15,9 +16,11 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from core.errors import EXIT_OK
 from testing.jobrun import log_path, run_job, running_job, stop_job
 from testing.polling import wait_for
 from testing.topic_data import committed_offsets, count_records, produce_records, read_partitions
+from tests.jobs.in_process import running
 from tests.jobs.replication.test_replication_faults import totals
 from tests.jobs.replication.test_replication_integration import (
     PARTITIONS,
@@ -185,7 +188,7 @@ def test_low_latency_sigkill_after_k_acks_then_restart_sends_nothing_twice(
 
 
 def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
-    spark, kafka, kafka_dest, tmp_path
+    spark, kafka, kafka_dest, tmp_path, caplog, stop_file
 ) -> None:
     """Killed after stats batch 0's offsets were logged and before its stats were written:
     the restart counts batch 0 again from the source (its records found present, none sent),
@@ -207,15 +210,20 @@ def test_low_latency_crash_between_logging_and_stats_counts_the_batch_once(
     assert stats_totals_or_zero(spark, tmp_path / "wh") == (0, 0, 0)
 
     n = len(first) + len(second)
-    log = run_until_counted(
-        spark,
-        group,
-        tmp_path,
-        conf,
-        n,
-        then=lambda: produce_records(kafka.bootstrap_servers, topic, second),
-    )
-    assert "stats batch 0 was logged but not committed: counting it again" in log
+    # The restart in this process (local[2], as the crashed run): the recount is the job's.
+    with (
+        caplog.at_level(logging.INFO, logger="uatu"),
+        running(group, tmp_path, conf, stop_file) as status,
+    ):
+        produce_records(kafka.bootstrap_servers, topic, second)
+        wait_for(
+            lambda: stats_totals_or_zero(spark, tmp_path / "wh")[0] == n,
+            300,
+            f"{n} records counted in replication_stats",
+        )
+        assert status() is None, "the copy ended"
+    assert status() == EXIT_OK
+    assert "stats batch 0 was logged but not committed: counting it again" in caplog.text
     copied = read_partitions(kafka_dest.bootstrap_servers, f"{topic}-copy", PARTITIONS)
     assert_exact_copy(by_partition(first + second), copied, topic)
     read, replicated, present = totals(spark, tmp_path / "wh")
