@@ -24,7 +24,7 @@ from bench.kafka_perf import (
     parse_producer_output,
     producer_perf_args,
 )
-from devservices.kafka import G1_GC, SERIAL_GC, SERVICE_JAVA_OPTS_ENV, start_cluster
+from devservices.kafka import G1_GC, SERIAL_GC, SERVICE_JAVA_OPTS_ENV
 from devservices.mirror_maker import (
     logged_consumer_configs,
     mm2_command,
@@ -326,11 +326,13 @@ def _read_target(bootstrap: str) -> dict[int, list[Record]]:
     return dict(got)
 
 
-@pytest.mark.integration
-def test_mirror_maker_copies_every_record_keeping_partition_and_order(tmp_path: Path) -> None:
+def test_mirror_maker_copies_every_record_keeping_partition_and_order(
+    kafka, kafka_dest, tmp_path: Path
+) -> None:
+    # The session's two clusters (topic TOPIC is this test's alone): MM2 runs against brokers
+    # as they are, no cluster of its own needed.
+    source, target = kafka, kafka_dest
     with ExitStack() as stack:
-        source = stack.enter_context(start_cluster(tmp_path / "source"))
-        target = stack.enter_context(start_cluster(tmp_path / "target"))
         source.create_topic(TOPIC, PARTITIONS, replication_factor=1)
         expected = _produce_keyed(source.bootstrap_servers)
         assert sum(len(v) for v in expected.values()) == RECORDS

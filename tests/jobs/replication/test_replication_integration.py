@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import ConfigResource
 from google.protobuf import json_format
 from pyspark.sql import functions as F
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -309,6 +310,8 @@ def _rfc3339(ms: int) -> str:
 def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) -> None:
     """Destination topic with replication factor 3 and min.insync.replicas=3, one of its three
     brokers down: acks=all cannot be satisfied (the job fails, nothing is written), acks=1 can.
+    It holds devservices.kafka's three-broker cluster to its contract too: brokers default to
+    min.insync.replicas=2, a killed broker leaves the ISRs, and restarted it rejoins them.
     """
     from devservices.kafka import start_cluster
 
@@ -316,6 +319,12 @@ def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) ->
     records = dataset(40)
     produce_records(kafka.bootstrap_servers, "rep-acks", records)
     with start_cluster(tmp_path / "three-brokers", n_brokers=3) as trio:
+        # devservices.kafka's three-broker default: a write needs two replicas in sync.
+        broker = ConfigResource(ConfigResource.Type.BROKER, "0")
+        admin = trio.admin()  # held: a dropped AdminClient fails its futures
+        assert (
+            admin.describe_configs([broker])[broker].result(30)["min.insync.replicas"].value == "2"
+        )
         for name in ("rep-acks-all", "rep-acks-one"):
             trio.create_topic(name, PARTITIONS, 3, config={"min.insync.replicas": "3"})
         trio.kill_broker(2)
