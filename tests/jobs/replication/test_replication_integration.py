@@ -7,9 +7,6 @@ destination is read back with a plain Kafka consumer.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -22,8 +19,6 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK, InvalidJobGroup, TopicNotFound
-from core.paths import ROOT
-from core.processes import signal_group
 from core.provenance import STAMP, SourceOffset, latest_stamp
 from jobs import main as job_main
 from jobs.replication import job as replication
@@ -422,69 +417,6 @@ def test_a_second_name_for_the_source_cluster_is_no_way_to_copy_a_topic_onto_its
     assert status == 2, err
     assert err.splitlines() == [err]
     assert "kafka_dispatcher_task_group.cluster='alias': reaches the same Kafka cluster" in err
-
-
-def submit(data: dict, workdir: Path, conf_dir: Path) -> subprocess.Popen:
-    path = workdir / f"{data['jobGroupId']}.json"
-    path.write_text(json.dumps(data))
-    log = (workdir / f"{data['jobGroupId']}.log").open("ab")
-    return subprocess.Popen(
-        [str(ROOT / "spark-submit.sh"), str(path)],
-        env={**os.environ, "UATU_CONF_DIR": str(conf_dir), "UATU_DRIVER_MEMORY": "1g"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def test_continuous_copy_survives_a_killed_driver_without_loss_or_duplicates(
-    kafka, kafka_dest, conf_dir, tmp_path
-) -> None:
-    """Kill -9 the whole application mid-copy, restart it: every record exactly once, in order."""
-    kafka.create_topic("rep-crash", PARTITIONS, 1)
-    kafka_dest.create_topic("rep-crash-copy", PARTITIONS, 1)
-    first, second = dataset(6000), dataset(2000, topic_tag="b")
-    produce_records(kafka.bootstrap_servers, "rep-crash", first)
-    # 200 records/s: batches of 2000 (the 10 s flow window), so the copy lasts long enough to
-    # kill it half way.
-    data = group_json("crash", "rep-crash", "rep-crash-copy", flowControl={"messagesPerSec": 200})
-
-    proc = submit(data, tmp_path, conf_dir)
-    try:
-        wait_for(
-            lambda: (
-                count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= 1500
-            ),
-            180,
-            "the first records in the destination",
-        )
-        signal_group(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-        copied_before = count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS)
-        assert 0 < copied_before < len(first)
-
-        proc = submit(data, tmp_path, conf_dir)
-        produce_records(kafka.bootstrap_servers, "rep-crash", second)  # continuous: new data too
-        total = len(first) + len(second)
-        wait_for(
-            lambda: (
-                count_records(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS) >= total
-            ),
-            # Generous: each batch is paced over 10 s and its stats then take seconds (minutes
-            # on a loaded machine); a restarted driver also starts a new JVM and session.
-            600,
-            f"{total} records in the destination",
-        )
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(120) == EXIT_OK
-    finally:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-
-    expected = by_partition(first + second)
-    copied = read_partitions(kafka_dest.bootstrap_servers, "rep-crash-copy", PARTITIONS)
-    assert_exact_copy(expected, copied, "rep-crash")
 
 
 def _most_in_window(landed: list[tuple[int, int]], window_ms: int) -> tuple[int, int]:
