@@ -107,24 +107,49 @@ def running_job(
 
 
 @contextmanager
-def running_in_thread(job, stop_file: Path) -> Iterator[Callable[[], int | None]]:
-    """`job.run(once=False, stop_file=...)` (a `StreamingJob`) in a thread of this process,
-    on the test session, for the length of the block; yields its exit status (None: still
-    running). The block's end creates the stop file; the job must then stop, with exit 0,
-    within 180 s."""
-    status: list[int] = []
-    thread = threading.Thread(
-        target=lambda: status.append(job.run(once=False, stop_file=str(stop_file)))
-    )
+def stopped_at_block_end(
+    run: Callable[[], int], stop_file: Path
+) -> Iterator[Callable[[], int | None]]:
+    """`run()` (a job run that polls `stop_file`) in a thread of this process for the length
+    of the block; yields its exit status (None: still running; an exception it raised is
+    raised again). The block's end creates the stop file; the run must then end within 180 s.
+    """
+    result: list[int | BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(run())
+        except BaseException as e:  # handed to the test through `status`
+            result.append(e)
+
+    def status() -> int | None:
+        if not result:
+            return None
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
+
+    thread = threading.Thread(target=target, daemon=True)
     thread.start()
     try:
-        yield lambda: status[0] if status else None
+        yield status
     finally:
         stop_file.touch()
         thread.join(180)
         stop_file.unlink(missing_ok=True)
     assert not thread.is_alive(), "the job did not stop"
-    assert status == [EXIT_OK]
+
+
+@contextmanager
+def running_in_thread(job, stop_file: Path) -> Iterator[Callable[[], int | None]]:
+    """`job.run(once=False, stop_file=...)` (a `StreamingJob`) in a thread of this process,
+    on the test session, for the length of the block (`stopped_at_block_end`); the job must
+    stop with exit 0."""
+    with stopped_at_block_end(
+        lambda: job.run(once=False, stop_file=str(stop_file)), stop_file
+    ) as status:
+        yield status
+    assert status() == EXIT_OK
 
 
 def stop_job(proc: subprocess.Popen, timeout_s: float = 120) -> int:

@@ -12,13 +12,13 @@ fixture (tests/jobs/conftest.py) points at a path of the test's own.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from jobs import main as job_main
+from testing.jobrun import stopped_at_block_end
 
 
 def run_in_process(group: Mapping, workdir: Path, conf: Path, *args: str) -> int:
@@ -30,33 +30,10 @@ def run_in_process(group: Mapping, workdir: Path, conf: Path, *args: str) -> int
     return job_main.main([str(path), "--conf-dir", str(conf), *args])
 
 
-@contextmanager
 def running(
     group: Mapping, workdir: Path, conf: Path, stop_file: Path, *args: str
-) -> Iterator[Callable[[], int | None]]:
+) -> AbstractContextManager[Callable[[], int | None]]:
     """`run_in_process` in a thread for the length of the block; yields its exit status (None
     while it runs). The block's end stops a run still going with the stop file and waits for
-    it, 180 s at most."""
-    result: list = []
-
-    def run() -> None:
-        try:
-            result.append(run_in_process(group, workdir, conf, *args))
-        except BaseException as e:  # handed to the test
-            result.append(e)
-
-    def status() -> int | None:
-        if result and isinstance(result[0], BaseException):
-            raise result[0]
-        return result[0] if result else None
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield status
-    finally:
-        if thread.is_alive():
-            stop_file.touch()
-        thread.join(180)
-        stop_file.unlink(missing_ok=True)
-    assert not thread.is_alive(), "the job did not stop"
+    it (`testing.jobrun.stopped_at_block_end`)."""
+    return stopped_at_block_end(lambda: run_in_process(group, workdir, conf, *args), stop_file)
