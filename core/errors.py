@@ -92,6 +92,21 @@ class TableSchemaMismatch(UatuError):
         )
 
 
+class CountsMovedToPack(UatuError):
+    """An audit group whose counts went on in an audit pack (jobs/audit/packs.py) was started
+    on its own checkpoint, which would count again what the pack counted; refused before
+    its query starts."""
+
+    exit_status = EXIT_BAD_INPUT
+
+    def __init__(self, job_group_id: str, ledger: str, pack_checkpoint: str) -> None:
+        super().__init__(
+            f"audit group {job_group_id!r} counts on in the pack checkpoint {pack_checkpoint} "
+            f"({ledger} says so): its own checkpoint would count those records again; run "
+            "it as an audit pack (a pack of one will do)"
+        )
+
+
 class SourceTopicDeleted(UatuError):
     """The source topic was deleted while the job ran; the query failed (exit 1)."""
 

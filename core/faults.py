@@ -118,6 +118,11 @@ POINTS: Mapping[str, Point] = {
         "@k = the k-th MERGE of the run",
         AUDIT,
     ),
+    "audit.pack_ledgers": Point(
+        "jobs/audit/packs.py, driver: a new pack generation's file is written, its members' "
+        "ledgers still name the checkpoints they ran on, its query has not started",
+        AUDIT,
+    ),
     "tiers.report_ids_appended": Point(
         "jobs/audit/tiers/reports.py, driver: a batch's new report ids are in tier_report_ids "
         "and its counts not yet merged into tier_counts",

@@ -74,9 +74,12 @@ class CountsWriter:
         checkpoint: str,
         app_id: Callable[[SparkSession], str],
         job_group_id: str,
+        routes: tables.Routes = (),
     ):
         self.counts_path = counts_path
-        self.job_group_id = job_group_id  # whose rows of audit_counts these are
+        # Whose rows of audit_counts these are: the group's, or a pack's members' by topic.
+        self.job_group_id = job_group_id
+        self.routes = routes
         self.checkpoint = checkpoint
         self._app_id = app_id
         self._changed = threading.Condition()
@@ -241,9 +244,13 @@ class CountsWriter:
         if not self._table_has_rows:
             self._table_has_rows = not never_written(spark, self.counts_path)
         if self._table_has_rows:
-            tables.merge_counts(source, self.counts_path, app_id, batch_id, self.job_group_id)
+            tables.merge_counts(
+                source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes
+            )
         else:
-            tables.insert_counts(source, self.counts_path, app_id, batch_id, self.job_group_id)
+            tables.insert_counts(
+                source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes
+            )
             self._table_has_rows = True
 
     def _raise_if_failed(self) -> None:

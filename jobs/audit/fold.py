@@ -239,7 +239,9 @@ class AuditFolder:
                 ", ".join(map(str, lost)),
                 loss_table,
             )
-            record_lost(spark, loss_table, spec.job_group_id, spec.source.cluster.name, topic, lost)
+            record_lost(
+                spark, loss_table, spec.group_of(topic), spec.source.cluster.name, topic, lost
+            )
         return java_list(spark, kept)
 
     def fold_ranges(

@@ -54,7 +54,8 @@ from jobs.audit import metrics, tables
 from jobs.audit.counts_writer import CountsWriter
 from jobs.audit.flow import BytePacer, sample_selection_record_bytes
 from jobs.audit.fold import AuditFolder
-from jobs.audit.spec import AuditSpec
+from jobs.audit.packs import form_pack, pack_key, refuse_moved_counts
+from jobs.audit.spec import AuditSpec, query_name
 from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime import source_failure
@@ -63,7 +64,7 @@ from jobs.runtime.kafka_source import source_read_options
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
 from jobs.runtime.tables import data_loss_path
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.template import Packing, StreamingJob
 
 log = logging.getLogger("uatu.audit")
 
@@ -191,7 +192,7 @@ class PhaseTimes:
 class AuditJob(StreamingJob[AuditSpec]):
     """The audit job in the shared template: its table, its stream, its batch writer."""
 
-    write_id_prefix = "uatu-audit"
+    write_id_prefix = tables.WRITE_ID_PREFIX
 
     def __init__(self, spec: AuditSpec) -> None:
         super().__init__(spec)
@@ -204,7 +205,17 @@ class AuditJob(StreamingJob[AuditSpec]):
             spec.output.checkpoint,
             self.write_id().of,
             spec.job_group_id,
+            spec.routes,
         )
+
+    @classmethod
+    def packing(cls, spec: AuditSpec) -> Packing | None:
+        """An audit that packs (`packs.pack_key`) shares a query with the others of its key,
+        each topic in one member of a pack (jobs/audit/packs.py)."""
+        key = pack_key(spec)
+        if key is None:
+            return None
+        return Packing(key, spec.source.topic, form_pack, query_name, cls)
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work); for a
@@ -249,7 +260,9 @@ class AuditJob(StreamingJob[AuditSpec]):
         return self._writer
 
     def before_query(self, spark: SparkSession) -> int | None:
-        """Write the counts a crashed run saved and did not MERGE, before any new batch."""
+        """Write the counts a crashed run saved and did not MERGE, before any new batch (a
+        group whose counts went on in an audit pack is refused: `packs.refuse_moved_counts`)."""
+        refuse_moved_counts(spark, self.spec)
         self._counts.recover(spark)
         return None
 
@@ -296,7 +309,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         for topic in self._source_topics(spark):
             gaps = source_failure.skip_lost(
                 spark,
-                job_group_id=spec.job_group_id,
+                job_group_id=spec.group_of(topic),
                 cluster=spec.source.cluster,
                 source=source_failure.Source(topic, spec.output.checkpoint),
                 loss_table=data_loss_path(spec.output.table("audit_counts")),

@@ -121,10 +121,17 @@ class AuditSpec:
     # Exact audits keep a window's keys until its end is this far behind the partition's
     # watermark (the fold never keeps them less than the window's allowed lateness).
     key_retention_seconds: int = DEFAULT_KEY_RETENTION_SECONDS
+    # An audit pack (jobs/audit/packs.py): (topic, JobGroup id) of each member, whose rows of
+    # audit_counts that topic's are; job_group_id then names the pack. Empty: one group.
+    routes: tuple[tuple[str, str], ...] = ()
+
+    def group_of(self, topic: str) -> str:
+        """The JobGroup that audits `topic` (a pack's member; else the job's own group)."""
+        return dict(self.routes).get(topic, self.job_group_id)
 
     @property
     def query_name(self) -> str:
-        return f"audit-{self.job_group_id}"
+        return query_name(self.job_group_id)
 
     def required_topic(self) -> SourceTopic:
         return self.source.topic_ref()
@@ -157,6 +164,11 @@ class AuditSpec:
         if not budgets:
             return None
         return max(1, int(min(budgets)))
+
+
+def query_name(job_group_id: str) -> str:
+    """The name of the audit query of `job_group_id` (a group's, or an audit pack's)."""
+    return f"audit-{job_group_id}"
 
 
 def _field_ref(

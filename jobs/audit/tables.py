@@ -64,7 +64,19 @@ from pyspark.sql.types import (
 
 from jobs.audit.spec import AuditSpec
 from jobs.audit.transforms import WINDOW_KEY, with_estimate_columns
-from jobs.runtime.delta import DeltaTableSpec, append_once, kll_quantiles, located, merge_once
+from jobs.runtime.delta import (
+    DeltaTableSpec,
+    Writer,
+    append_once,
+    kll_quantiles,
+    located,
+    merge_once,
+)
+
+# The first part of the audit query's idempotent-write id (`StreamingJob.write_id`), here
+# because a pack reads the marker of a query it does not run (jobs/audit/packs.py). Never
+# change it: a batch replayed after the change would carry a new id and be written twice.
+WRITE_ID_PREFIX = "uatu-audit"
 
 AUDIT_COUNTS = DeltaTableSpec(
     name="audit_counts",
@@ -184,38 +196,69 @@ def _on_insert() -> dict[str, str | Column]:
     }
 
 
+Routes = tuple[tuple[str, str], ...]  # a pack's (topic, JobGroup id), `AuditSpec.routes`
+
+
+def routed(partials: DataFrame, routes: Routes) -> DataFrame:
+    """A pack's partials, each row labelled with the JobGroup of its topic; one group's
+    partials (no routes) as they are (the write labels them). A topic without a route gets
+    no group, which the table's NOT NULL refuses: the write fails rather than lose it."""
+    if not routes:
+        return partials
+    groups = F.create_map(*(F.lit(x) for route in routes for x in route))
+    return partials.withColumn("job_group_id", groups[F.col("topic")])
+
+
+def _writer(job_group_id: str, routes: Routes) -> Writer:
+    return tuple(sorted({group for _, group in routes})) if routes else job_group_id
+
+
 def merge_counts(
-    partials: DataFrame, counts_path: str, app_id: str, batch_id: int, job_group_id: str
+    partials: DataFrame,
+    counts_path: str,
+    app_id: str,
+    batch_id: int,
+    job_group_id: str,
+    routes: Routes = (),
 ) -> None:
     """Fold one batch's partials (with new_unique_count) into `job_group_id`'s rows of
-    audit_counts, once per batch: counts add up, HLL sketches union, KLL sketches merge and
-    the quantiles are re-read."""
+    audit_counts (a pack's: each topic's group's, by `routes`), once per batch: counts add
+    up, HLL sketches union, KLL sketches merge and the quantiles are re-read."""
     merge_once(
-        with_estimate_columns(partials),
+        with_estimate_columns(partials).transform(routed, routes),
         AUDIT_COUNTS,
         counts_path,
         app_id,
         batch_id,
         update=_on_match(),
         insert=_on_insert(),
-        writer=job_group_id,
+        writer=_writer(job_group_id, routes),
     )
 
 
 def insert_counts(
-    partials: DataFrame, counts_path: str, app_id: str, batch_id: int, job_group_id: str
+    partials: DataFrame,
+    counts_path: str,
+    app_id: str,
+    batch_id: int,
+    job_group_id: str,
+    routes: Routes = (),
 ) -> None:
     """What `merge_counts` writes into a table without rows (every partial is an insert), as
     a plain append: a MERGE's matching pass costs more than the write itself, most of all in
     a cold JVM (the first batch of a run). Same idempotent-write marker."""
     inserted = (
         with_estimate_columns(partials)
+        .transform(routed, routes)
         .alias("s")
         .select(
             *(
                 (F.expr(value) if isinstance(value, str) else value).alias(column)
                 for column, value in _on_insert().items()
-            )
+            ),
+            *([F.col("s.job_group_id")] if routes else []),
         )
     )
-    append_once(inserted, AUDIT_COUNTS, counts_path, app_id, batch_id, writer=job_group_id)
+    append_once(
+        inserted, AUDIT_COUNTS, counts_path, app_id, batch_id, writer=_writer(job_group_id, routes)
+    )

@@ -17,7 +17,8 @@ Many writers, one table: any number of JobGroups, queries and applications share
 * Conflicts: a MERGEd table declares a `writer_column` (the JobGroup id), partitions by it,
   and every MERGE names its writer's partition as a literal in its condition, so Delta's
   conflict detection sees each writer read and rewrite only its own files. Appends never
-  read, so they never conflict.
+  read, so they never conflict. One query may write for several writers at once (an audit
+  pack, jobs/audit/packs.py): its rows carry their writer and its condition lists them all.
 * What still can conflict (a writer against table maintenance, which compacts files every
   writer reads) is retried, a bounded number of times, with the same idempotent-write
   marker: a write that did commit is skipped by it, one that did not commits once.
@@ -29,7 +30,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -266,13 +267,14 @@ def append_once(
     app_id: str,
     batch_id: int,
     *,
-    writer: str = "",
+    writer: Writer = "",
 ) -> None:
     """Append `rows` to `table` at `path` unless this (app_id, batch_id) was committed there.
 
     `rows` has exactly the declared columns (any order) with the declared types, but the
-    writer column, which `writer` fills in (required for a table that declares one); anything
-    else raises ValueError naming the table before Spark runs. Keyed by (app_id = the
+    writer column, which `writer` fills in (required for a table that declares one; with
+    several writers, the rows carry it themselves); anything else raises ValueError naming
+    the table before Spark runs. Keyed by (app_id = the
     streaming query's id, batch_id): Delta's txnAppId/txnVersion writer options, so a
     replayed batch, or any batch id not above the last one committed for app_id, is a no-op.
     """
@@ -288,15 +290,51 @@ def append_once(
     with_retries(f"appending batch {batch_id} to {table.name}", lambda: write.save(path))
 
 
-def _with_writer(rows: DataFrame, table: DeltaTableSpec, writer: str) -> DataFrame:
-    """`rows` with the table's writer column set to `writer` (as it is without one)."""
+# Whose rows a write is: one writer (the column is set to it), or several (each row names
+# its own, one of them).
+Writer = str | Sequence[str]
+
+
+def _with_writer(rows: DataFrame, table: DeltaTableSpec, writer: Writer) -> DataFrame:
+    """`rows` with the table's writer column set to `writer` (as it is without one); for
+    several writers, `rows` as they are, which must carry the column."""
     if not table.writer_column:
         if writer:
             raise ValueError(f"table {table.name} has no writer column for {writer!r}")
         return rows
     if not writer:
         raise ValueError(f"table {table.name}: name the writer of its rows")
-    return rows.withColumn(table.writer_column, F.lit(writer))
+    if isinstance(writer, str):
+        return rows.withColumn(table.writer_column, F.lit(writer))
+    if table.writer_column not in rows.columns:
+        raise ValueError(
+            f"table {table.name}: rows of several writers must carry {table.writer_column}"
+        )
+    return rows
+
+
+def _writer_condition(table: DeltaTableSpec, writer: Writer) -> Column:
+    """The target-only predicate naming the writers' partitions as literals: Delta reads
+    it as the MERGE's read set, which keeps other writers' commits out of its conflicts."""
+    column = F.col(f"t.`{table.writer_column}`")
+    if isinstance(writer, str):
+        return column == F.lit(writer)
+    own = column == F.col(f"s.`{table.writer_column}`")
+    return column.isin([F.lit(w) for w in sorted(set(writer))]) & own
+
+
+def written_through(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The newest batch id `app_id` committed to the Delta table at `path` (its
+    idempotent-write marker, as `append_once` and `merge_once` record it); None when it
+    committed none, or there is no table. Reads the table's latest snapshot."""
+    if _log_commits(spark, path) is None:
+        return None
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    none = jvm.scala.Option.apply(None)
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    version = delta_log.update(False, none, none).transactions().get(app_id)
+    return int(version.get()) if version.isDefined() else None
 
 
 # The marker is a setting of the session: one lock per session keeps two threads' MERGEs
@@ -321,14 +359,15 @@ def merge_once(
     *,
     update: Mapping[str, str | Column],
     insert: Mapping[str, str | Column],
-    writer: str = "",
+    writer: Writer = "",
 ) -> None:
     """MERGE `source` into `table` at `path` on the table's keys, unless this (app_id,
     batch_id) was committed there.
 
     A table with a writer column takes the MERGE into `writer`'s rows only: the column is
     set on every inserted row, and the condition names the writer's partition as a literal,
-    so MERGEs of other writers never conflict with this one.
+    so MERGEs of other writers never conflict with this one. With several writers, a source
+    row matches only its own writer's rows.
 
     The table is aliased `t` and the source `s`: a row of `s` whose keys equal a row of `t`
     sets `update` (column -> SQL expression or Column) on it, any other row of `s` inserts
@@ -349,9 +388,7 @@ def merge_once(
     source = _with_writer(source, table, writer)
     condition = F.expr(" AND ".join(f"t.`{k}` = s.`{k}`" for k in table.keys))
     if table.writer_column:
-        # A literal, not s.<column>: Delta reads a target-only predicate as the MERGE's read
-        # set, which is what keeps other writers' commits out of its conflicts.
-        condition = (F.col(f"t.`{table.writer_column}`") == F.lit(writer)) & condition
+        condition = _writer_condition(table, writer) & condition
         insert = {**insert, table.writer_column: f"s.`{table.writer_column}`"}
     with_retries(
         f"merging batch {batch_id} into {table.name}",

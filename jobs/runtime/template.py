@@ -26,8 +26,9 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import ClassVar, Generic, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from uber.data.kafka.datatransfer.job_pb2 import FlowControl
@@ -64,6 +65,19 @@ class WriteId:
         if self._value is None:
             self._value = f"{self.prefix}-{query_id(spark, self.checkpoint)}"
         return self._value
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How a worker application runs a spec with others of its key in one query, a *pack*
+    (jobs/worker/packer.py). A job type that packs returns one from `StreamingJob.packing`."""
+
+    key: str  # the specs of one key may share a query
+    item: str  # what one pack holds once: two specs of one item go to two packs
+    # (session, member specs, the site's checkpoint root, the pack's name) -> the pack's spec
+    form: Callable[[SparkSession, Sequence[Any], str, str], Any]
+    query_name: Callable[[str], str]  # the pack's query name, from the pack's name
+    job: Callable[[Any], StreamingJob[Any]]  # the job that runs a pack's spec
 
 
 class StreamingJob(ABC, Generic[S]):
@@ -138,6 +152,12 @@ class StreamingJob(ABC, Generic[S]):
     def skips_lost_records(self) -> bool:
         """Whether the job reads past lost source records: it overrides `skip_lost_records`."""
         return type(self).skip_lost_records is not StreamingJob.skip_lost_records
+
+    @classmethod
+    def packing(cls, spec: S) -> Packing | None:
+        """How a worker may run `spec` in one query with others (a pack); None, the default:
+        it runs as a query of its own."""
+        return None
 
     def retune(self, flow: FlowControl) -> bool:
         """New flow control for the running query, from its next micro-batch: True when the
