@@ -42,8 +42,10 @@ from jobs.worker.runs import GroupRuns
 
 @dataclass
 class Watched:
-    """One group's query as the listener follows it."""
+    """One group's query as the listener follows it (an audit pack's query is followed once
+    per member, each member's progress being its own topic's: jobs/worker/packer.py)."""
 
+    query_name: str
     group_id: str
     progress: ProgressListener
     produces: bool  # its input is written to Kafka: records produced = records read
@@ -66,23 +68,22 @@ class QueryEvents(StreamingQueryListener):
         self._window = window
         self._clock = clock
         self._lock = threading.Lock()
-        self._watched: dict[str, Watched] = {}  # query name -> its group
+        self._watched: dict[tuple[str, str], Watched] = {}  # (query name, group id)
         self._names: dict[str, str] = {}  # query id -> name
 
     def watch(
         self, query_name: str, group_id: str, identity: JobIdentity, *, produces: bool = False
     ) -> None:
-        """Follow the group's query (and the queries named after it: the dispatcher's tiers)."""
+        """Follow the group's query (and the queries named after it: the dispatcher's tiers);
+        the group's progress is that of `identity`'s topic (all the query's with none)."""
         with self._lock:
-            self._watched[query_name] = Watched(
-                group_id, ProgressListener(query_name, identity), produces
+            self._watched[(query_name, group_id)] = Watched(
+                query_name, group_id, ProgressListener(query_name, identity), produces
             )
 
     def unwatch(self, query_name: str, group_id: str) -> None:
         with self._lock:
-            watched = self._watched.get(query_name)
-            if watched is not None and watched.group_id == group_id:
-                del self._watched[query_name]
+            self._watched.pop((query_name, group_id), None)
 
     def traffic(self, group_id: str) -> JobStatus | None:
         """The group's task statuses for its heartbeat status: offsets and rates summed over
@@ -110,54 +111,57 @@ class QueryEvents(StreamingQueryListener):
         return result
 
     def _busy_share(self, group_id: str) -> float:
-        """The group's part of the batch time of every query in the window (lock held)."""
+        """The group's part of the batch time of every query in the window, a query's time
+        shared equally by the groups it runs (lock held)."""
         since = self._clock() - self._window
+        sharing: dict[str, int] = {}
+        for watched in self._watched.values():
+            sharing[watched.query_name] = sharing.get(watched.query_name, 0) + 1
         total = mine = 0.0
         for watched in self._watched.values():
             while watched.busy and watched.busy[0][0] < since:
                 watched.busy.popleft()
-            spent = sum(ms for _, ms in watched.busy)
+            spent = sum(ms for _, ms in watched.busy) / sharing[watched.query_name]
             total += spent
             mine += spent if watched.group_id == group_id else 0.0
         return mine / total if total else 0.0
 
-    def _group_of(self, query_name: str) -> Watched | None:
+    def _groups_of(self, query_name: str) -> list[Watched]:
+        """The groups of the query (of a query named after theirs: the dispatcher's tiers)."""
         with self._lock:
-            for name, watched in self._watched.items():
-                if query_name == name or query_name.startswith(f"{name}-"):
-                    return watched
-        return None
+            return [
+                w
+                for w in self._watched.values()
+                if query_name == w.query_name or query_name.startswith(f"{w.query_name}-")
+            ]
 
     def onQueryStarted(self, event) -> None:
         name = event.name or ""
         with self._lock:
             self._names[str(event.id)] = name
-            watched = self._watched.get(name)  # the group's own query, not its tiers'
-        if watched is not None:
+            # the groups' own query, not their tiers'
+            started = [w for w in self._watched.values() if w.query_name == name]
+        for watched in started:
             self._runs.note_started(watched.group_id, str(event.runId))
 
     def onQueryProgress(self, event) -> None:
         progress = json.loads(event.progress.json)
-        watched = self._group_of(progress.get("name") or "")
-        if watched is None:
-            return
-        watched.progress.record(progress)
-        with self._lock:
-            spent = (progress.get("durationMs") or {}).get("triggerExecution", 0)
-            watched.busy.append((self._clock(), float(spent)))
-            if watched.produces:
-                watched.produced += int(progress.get("numInputRows") or 0)
+        for watched in self._groups_of(progress.get("name") or ""):
+            watched.progress.record(progress)
+            with self._lock:
+                spent = (progress.get("durationMs") or {}).get("triggerExecution", 0)
+                watched.busy.append((self._clock(), float(spent)))
+                if watched.produces:
+                    watched.produced += int(progress.get("numInputRows") or 0)
 
     def onQueryIdle(self, event) -> None:
         with self._lock:
             name = self._names.get(str(event.id), "")
-        watched = self._group_of(name)
-        if watched is not None:
+        for watched in self._groups_of(name):
             watched.progress.onQueryIdle(event)
 
     def onQueryTerminated(self, event) -> None:
         with self._lock:
             name = self._names.pop(str(event.id), "")
-        watched = self._group_of(name) if event.exception else None
-        if watched is not None:
+        for watched in self._groups_of(name) if event.exception else []:
             self._runs.note_failure(watched.group_id, event.exception)

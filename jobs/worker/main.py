@@ -24,9 +24,11 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from uatu.v1.worker_job_pb2 import WorkerJob
@@ -44,7 +46,9 @@ from jobs.runtime.progress import JobIdentity
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.runtime.runner import StopRequests
 from jobs.runtime.session import build_session, listening
+from jobs.runtime.template import StreamingJob
 from jobs.worker.events import QueryEvents
+from jobs.worker.packer import Packer
 from jobs.worker.runs import GroupRuns
 
 log = logging.getLogger("uatu.worker")
@@ -110,8 +114,9 @@ def main(argv: list[str]) -> int:
     # UATU_METRICS_PORT, and UATU_METRICS_SD_DIR where its /sd can read the target file).
     worker = str(config.worker_id)
     endpoint = start_metrics(os.environ, f"worker-{worker}", ui_port, {"worker": worker})
+    packer = packer_on(spark, settings)
     runs = GroupRuns(
-        lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs),
+        lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs, packer),
         traffic=lambda group_id: events.traffic(group_id),
     )
     # The worker's one listener (the lambdas above run later). The application's CPU is its
@@ -168,24 +173,50 @@ def _run_group(
     stop_file: str,
     events: QueryEvents,
     runs: GroupRuns,
+    packer: Packer,
 ) -> int:
     """Run one group's query to its end in this thread, in the group's FAIR pool; a
-    flow-control UPDATE meanwhile goes to its job's `retune`."""
+    flow-control UPDATE meanwhile goes to its job's `retune`. An audit that packs runs in its
+    pack's query instead (jobs/worker/packer.py), this thread waiting until it is stopped."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_group_id)
     group = job.job_group
     streaming_job = build_job(group, settings)
     check_source(streaming_job, group, settings)
     streaming_job.check()
-    name = streaming_job.spec.query_name
     source = group.kafka_consumer_task_group
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
-    produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
-    events.watch(name, job.job_group_id, identity, produces=produces)
-    runs.attach(job.job_group_id, streaming_job.retune)
+    watched: list[str] = []
+
+    def watch(query_name: str) -> None:
+        produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
+        events.watch(query_name, job.job_group_id, identity, produces=produces)
+        watched.append(query_name)
+
     try:
+        packing = type(streaming_job).packing(streaming_job.spec)
+        if packing is not None:
+            return packer.run(packing, streaming_job.spec, stop_file, joined=watch)
+        watch(streaming_job.spec.query_name)
+        runs.attach(job.job_group_id, streaming_job.retune)
         return streaming_job.run_on(spark, once=False, stop_file=stop_file)
     finally:
-        events.unwatch(name, job.job_group_id)
+        for query_name in watched:
+            events.unwatch(query_name, job.job_group_id)
+
+
+def packer_on(spark: SparkSession, settings: Settings) -> Packer:
+    """The worker's packs, on its session and the site's checkpoints."""
+    return Packer(
+        lambda packing, members, name: packing.form(spark, members, settings.checkpoints, name),
+        lambda packing, spec, stop_file: _run_pack(spark, packing.job(spec), stop_file),
+        Path(tempfile.mkdtemp(prefix="uatu-packs-")),
+    )
+
+
+def _run_pack(spark: SparkSession, job: StreamingJob, stop_file: str) -> int:
+    """A pack's query until its stop file appears, in the pack's FAIR pool."""
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.spec.job_group_id)
+    return job.run_on(spark, once=False, stop_file=stop_file)
 
 
 def _fence(

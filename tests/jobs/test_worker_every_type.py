@@ -3,7 +3,11 @@ queries of one SparkSession, started by the worker's own GroupRuns and runner
 (jobs/worker/runs.py, `_run_group` of jobs/worker/main.py) from RUN commands, against a real
 broker. In this process, on the test session: what is under test is that the jobs share one
 session side by side, not the worker's entry point (tests/controlplane/test_worker_pool.py
-runs that)."""
+runs that).
+
+The audit kind is two groups of two topics, which pack (jobs/worker/packer.py): one query
+audits both, each group's rows of audit_counts hold what was sent to its own topic, and each
+group's status reports its own topic's offsets."""
 
 from __future__ import annotations
 
@@ -18,13 +22,14 @@ from core import worker_jobs
 from core.config import load_settings
 from jobs.prepare import build_job
 from jobs.worker.events import QueryEvents
-from jobs.worker.main import _run_group
+from jobs.worker.main import _run_group, packer_on
 from jobs.worker.runs import GroupRuns
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.dispatch_service import ScriptedService
 from testing.jobgroups import MINIMAL_GROUPS, minimal_group, parse
 from testing.polling import wait_for
+from testing.topic_data import count_records
 
 TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
 EARLIEST = {"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST"}
@@ -53,9 +58,10 @@ def every_kind(suffix: str, sink: str) -> dict[str, dict]:
         },
     }
     assert set(topics) == set(MINIMAL_GROUPS)  # a new kind must be added here
+    topics["audit-2"] = {"kafkaConsumerTaskGroup": {"topic": u, **EARLIEST}}
     groups = {}
     for kind, sections in topics.items():
-        data = minimal_group(kind, f"every-{kind}-{suffix}", **sections)
+        data = minimal_group(kind.removesuffix("-2"), f"every-{kind}-{suffix}", **sections)
         data["extension"] = TRIGGER
         groups[kind] = data
     return groups
@@ -88,6 +94,14 @@ def retune_in_place(spark, runs: GroupRuns, group: JobGroup, query_name: str, ka
     ] == [str(query.runId)]
 
 
+def audited(spark, table) -> dict[tuple[str, str], int]:
+    """Records counted per (group, topic) in audit_counts."""
+    if not (table / "_delta_log").exists():
+        return {}
+    rows = spark.read.format("delta").load(str(table)).groupBy("job_group_id", "topic").sum()
+    return {(r["job_group_id"], r["topic"]): r["sum(message_count)"] for r in rows.collect()}
+
+
 def limiter_keys(spark) -> set[str]:
     """The (JobGroup, caps) of every flow limiter the copies in this JVM joined."""
     jvm = spark.sparkContext._jvm
@@ -112,8 +126,12 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
     with ScriptedService() as sink:
         groups = {kind: parse(data) for kind, data in every_kind(suffix, sink.address).items()}
         names = {kind: build_job(g, settings).spec.query_name for kind, g in groups.items()}
+        packer = packer_on(spark, settings)
         runs = GroupRuns(
-            lambda job, stop_file: _run_group(spark, settings, job, stop_file, events, runs)
+            lambda job, stop_file: _run_group(
+                spark, settings, job, stop_file, events, runs, packer
+            ),
+            traffic=lambda group_id: events.traffic(group_id),
         )
         events = QueryEvents(runs)
         spark.streams.addListener(events)
@@ -137,9 +155,48 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
                 assert failed == [], failed  # fail fast, with the one line of each
                 return all(batches(kind) >= 2 for kind in groups)
 
+            audits = [groups["audit"].job_group_id, groups["audit-2"].job_group_id]
+            wait_for(
+                lambda: (
+                    (p := packer.pack_of(audits[0])) is not None and p.members() == sorted(audits)
+                ),
+                120,
+                "both audit groups in one pack",
+            )
+            pack = packer.pack_of(audits[0])
+            assert pack is not None
+            names["audit"] = names["audit-2"] = pack.query_name
             wait_for(all_ran, 300, "every kind's query to complete two micro-batches")
             assert sorted(runs.running()) == sorted(g.job_group_id for g in groups.values())
+            assert [q.name for q in spark.streams.active].count(pack.query_name) == 1
             retune_in_place(spark, runs, groups["replication"], names["replication"], kafka)
+            # the copy (from t) fills u: each audit's rows and status are its own topic's
+            held = {
+                audits[0]: f"every-t-{suffix}",
+                audits[1]: f"every-u-{suffix}",
+            }
+
+            def truth() -> dict[tuple[str, str], int]:
+                return {
+                    (g, t): count_records(kafka.bootstrap_servers, t, 2) for g, t in held.items()
+                }
+
+            def reported() -> dict[str, int]:
+                return {
+                    job.job_group_id: s.kafka_consumer_task_status.read_offset
+                    for s in runs.statuses()
+                    if (job := worker_jobs.worker_job_of(s.job)) is not None
+                    and job.job_group_id in held
+                }
+
+            wait_for(
+                lambda: (
+                    audited(spark, tmp_path / "wh" / "audit_counts") == truth()
+                    and reported() == {g: n for (g, _), n in truth().items()}
+                ),
+                180,
+                "each audit group's counts and status to be what its topic holds",
+            )
         finally:
             runs.stop_all("the end of the test")
             stopped = runs.wait_stopped(120)

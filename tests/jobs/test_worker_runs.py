@@ -343,6 +343,61 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
     assert group_runs.wait_stopped(10)
 
 
+def test_the_groups_of_an_audit_pack_each_report_their_own_topic_and_share_its_cpu(tmp_path):
+    """One query audits two groups' topics (jobs/worker/packer.py): each group's status has
+    its own topic's offsets and rates, its CPU an equal share of the query's batch time
+    (against a group of its own query), and the query's start and failure reach both."""
+    import json
+    from types import SimpleNamespace
+
+    from jobs.runtime.progress import JobIdentity
+    from jobs.worker.events import QueryEvents
+
+    queries = Queries()
+    group_runs = GroupRuns(queries, tmp_path, traffic=lambda g: events.traffic(g))
+    events = QueryEvents(group_runs, lambda: 2.0, window=60.0, clock=lambda: 1000.0)
+    audit = job_pb2.JOB_TYPE_KAFKA_AUDIT
+    events.watch("audit-pack-k", "a", JobIdentity(audit, "local", "ta"))
+    events.watch("audit-pack-k", "b", JobIdentity(audit, "local", "tb"))
+    events.watch("audit-c", "c", JobIdentity(audit, "local", "tc"))
+    group_runs.take([_command(RUN, g, "r1") for g in ("a", "b", "c")])
+    wait_for(lambda: queries.live == {"a", "b", "c"}, 10, "the runs")
+
+    def progress(name: str, end: dict, busy_ms: int) -> SimpleNamespace:
+        record = {
+            "name": name,
+            "timestamp": "2026-12-02T10:00:00.000Z",
+            "durationMs": {"triggerExecution": busy_ms},
+            "sources": [{"startOffset": json.dumps({t: {"0": 0} for t in end}),
+                         "endOffset": json.dumps({t: {"0": n} for t, n in end.items()})}],
+        }  # fmt: skip
+        return SimpleNamespace(progress=SimpleNamespace(json=json.dumps(record)))
+
+    events.onQueryProgress(progress("audit-pack-k", {"ta": 10, "tb": 30}, busy_ms=2000))
+    events.onQueryProgress(progress("audit-c", {"tc": 5}, busy_ms=2000))
+    by_group = {
+        worker_jobs.worker_job_of(s.job).job_group_id: s.kafka_consumer_task_status  # type: ignore[union-attr]
+        for s in group_runs.statuses()
+    }
+    assert {g: s.commit_offset for g, s in by_group.items()} == {"a": 10, "b": 30, "c": 5}
+    # 2 s of the pack's shared by a and b, against c's 2 s alone, of 2 cores
+    assert {g: s.cpu_usage for g, s in by_group.items()} == {"a": 0.5, "b": 0.5, "c": 1.0}
+    events.onQueryStarted(SimpleNamespace(id="q-p", runId="run-p", name="audit-pack-k"))
+    events.onQueryTerminated(SimpleNamespace(id="q-p", exception="java.lang.X: boom\n\tat y"))
+    told = {
+        job.job_group_id: (job.query_run, job.last_error)
+        for s in group_runs.statuses()
+        if (job := worker_jobs.worker_job_of(s.job)) is not None
+    }
+    assert told == {
+        "a": ("run-p", "java.lang.X: boom"),
+        "b": ("run-p", "java.lang.X: boom"),
+        "c": ("", ""),
+    }
+    group_runs.stop_all("test over")
+    assert group_runs.wait_stopped(10)
+
+
 def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> None:
     """A worker may run any JobType in its one session: the availability job's offset reader
     (without it, it reads no commit from __consumer_offsets and every group shows

@@ -1,0 +1,212 @@
+"""Packs on a worker: the groups of one pack key share one query.
+
+A worker that ran every group as a query of its own would pay a query's fixed cost per
+trigger for each. A job type whose groups can share a query says how
+(`StreamingJob.packing`: the audit, jobs/audit/packs.py says why and which audits). Here the
+run of such a group (`GroupRuns`' thread for it, jobs/worker/runs.py) joins its pack and
+waits; the pack's own thread forms a generation of the current members (`Packing.form`) and
+runs its query. A join or a leave stops that query between
+two micro-batches (its stop file) and the thread forms the next generation; joins and leaves
+that arrive meanwhile are taken together.
+
+Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
+stopped, its last batch in audit_counts: only then does the worker report the group stopped,
+so the control plane starts it elsewhere after it stopped here (never in two places), and the
+new place starts where its counts end. When a pack's query fails, every member's run fails
+with the one line of its cause; the control plane relaunches them (each joins again), and the
+other packs and groups of the worker keep running.
+
+One query per pack, named after the pack (`pack-<key>`; for the audit `audit-pack-<key>`)
+whatever its generation; its Spark jobs go to a FAIR pool named after the pack. Two groups of
+one item (the audit's: its topic) and key go to two packs of the key (`pack-<key>-1`, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import EXIT_OK, UatuError
+from jobs.runtime.template import Packing
+
+log = logging.getLogger("uatu.worker")
+
+# Forms a generation of the members' specs under the pack's name (`Packing.form` on the
+# worker's session and checkpoints): the pack's spec.
+FormPack = Callable[[Packing, list[Any], str], Any]
+# Runs a pack's spec (`Packing.job`'s) until its stop file appears: the exit status (0
+# stopped, 1 failed).
+RunPack = Callable[[Packing, Any, str], int]
+# How often a member's run looks for its stop file.
+STOP_POLL_SECONDS = 0.2
+
+
+class PackFailed(UatuError):
+    """The query of a group's pack failed; the group's run fails with its line."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"its pack {name} failed: {why}")
+
+
+@dataclass
+class Member:
+    """One group in a pack, as its own run waits on it."""
+
+    spec: Any  # the group's JobSpec
+    item: str  # Packing.item
+    failure: str | None = None  # the pack's query failed while the group was in it
+    wake: threading.Event = field(default_factory=threading.Event)  # a generation ended
+
+    @property
+    def group_id(self) -> str:
+        return str(self.spec.job_group_id)
+
+
+class Pack:
+    """The members of one pack on this worker and the thread that runs their query."""
+
+    def __init__(
+        self, packing: Packing, name: str, form: FormPack, run: RunPack, stop_dir: Path
+    ) -> None:
+        self.packing = packing  # the first member's (every member's has the same key)
+        self.name = name  # the pack spec's job_group_id
+        self.query_name = packing.query_name(name)
+        self._form = form
+        self._run = run
+        self._stop_dir = stop_dir
+        self._changed = threading.Condition()
+        self._wanted: dict[str, Member] = {}
+        self._running: set[str] = set()  # the members of the generation running now
+        self._stop_file: Path | None = None  # that generation's
+        self._dirty = False  # members changed since the generation running now was formed
+        self._thread: threading.Thread | None = None
+        self._generations = 0
+
+    def members(self) -> list[str]:
+        with self._changed:
+            return sorted(self._wanted)
+
+    def holds(self, item: str) -> bool:
+        with self._changed:
+            return any(m.item == item for m in self._wanted.values())
+
+    def join(self, spec: Any, item: str) -> Member:
+        member = Member(spec, item)
+        with self._changed:
+            self._wanted[member.group_id] = member
+            self._restart_locked()
+        return member
+
+    def leave(self, member: Member) -> None:
+        """Take `member` out; return once no query of this pack audits it any more."""
+        with self._changed:
+            if self._wanted.get(member.group_id) is member:
+                del self._wanted[member.group_id]
+                self._restart_locked()
+            while member.group_id in self._running:
+                self._changed.wait()
+
+    def _restart_locked(self) -> None:
+        """Have the running generation stop (it re-forms), or start the pack's thread."""
+        self._dirty = True
+        if self._stop_file is not None:
+            self._stop_file.touch()
+        if self._thread is None and self._wanted:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"uatu-{self.query_name}", daemon=True
+            )
+            self._thread.start()
+        self._changed.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                if not self._wanted:
+                    self._thread = None
+                    return
+                members = list(self._wanted.values())
+                self._generations += 1
+                stop_file = self._stop_dir / f"{self.query_name}.{self._generations}.stop"
+                self._stop_file, self._running, self._dirty = stop_file, set(self._wanted), False
+            failure = self._run_generation(members, stop_file)
+            with self._changed:
+                for member in members:
+                    if failure is not None and self._wanted.get(member.group_id) is member:
+                        member.failure = failure
+                        del self._wanted[member.group_id]
+                    member.wake.set()
+                self._stop_file, self._running = None, set()
+                self._changed.notify_all()
+            stop_file.unlink(missing_ok=True)
+
+    def _run_generation(self, members: list[Member], stop_file: Path) -> str | None:
+        """Form and run one generation until it is stopped; the one line of its failure."""
+        try:
+            spec = self._form(self.packing, [m.spec for m in members], self.name)
+            with self._changed:
+                if self._dirty:  # changed while forming: form again
+                    return None
+            status = self._run(self.packing, spec, str(stop_file))
+        except UatuError as e:
+            return str(e)
+        except Exception as e:  # the worker's other groups keep running
+            log.exception("pack %s failed", self.name)
+            return f"{type(e).__name__}: {e}"
+        return None if status == EXIT_OK else f"its query ended (exit {status})"
+
+
+class Packer:
+    """The worker's packs, by key; `run` is the runner of a group that packs."""
+
+    def __init__(self, form: FormPack, run: RunPack, stop_dir: Path) -> None:
+        self._form = form
+        self._run = run
+        self._stop_dir = stop_dir
+        self._lock = threading.Lock()
+        self._packs: dict[str, list[Pack]] = {}  # by key
+
+    def pack_of(self, group_id: str) -> Pack | None:
+        with self._lock:
+            packs = [p for of_key in self._packs.values() for p in of_key]
+        return next((p for p in packs if group_id in p.members()), None)
+
+    def _join(
+        self, packing: Packing, spec: Any, joined: Callable[[str], None]
+    ) -> tuple[Pack, Member]:
+        """Join the first pack of the key that does not hold the spec's item yet (a new one if
+        none), `joined` told its query name first; under the packer's lock, so two groups of
+        one item never join one pack."""
+        with self._lock:
+            of_key = self._packs.setdefault(packing.key, [])
+            pack = next((p for p in of_key if not p.holds(packing.item)), None)
+            if pack is None:
+                name = f"pack-{packing.key}" + (f"-{len(of_key)}" if of_key else "")
+                pack = Pack(packing, name, self._form, self._run, self._stop_dir)
+                of_key.append(pack)
+            joined(pack.query_name)
+            return pack, pack.join(spec, packing.item)
+
+    def run(
+        self,
+        packing: Packing,
+        spec: Any,
+        stop_file: str,
+        joined: Callable[[str], None] = lambda _: None,
+    ) -> int:
+        """Run `spec`'s group in its pack (`packing`, its job type's) until `stop_file`
+        appears: EXIT_OK once no query runs it any more; PackFailed when its pack's query
+        failed meanwhile. `joined` is told the pack's query name as the group joins (before
+        its first batch)."""
+        pack, member = self._join(packing, spec, joined)
+        stop = Path(stop_file)
+        while member.failure is None and not stop.exists():
+            member.wake.wait(STOP_POLL_SECONDS)
+            member.wake.clear()
+        pack.leave(member)
+        if member.failure is not None:
+            raise PackFailed(pack.name, member.failure)
+        return EXIT_OK

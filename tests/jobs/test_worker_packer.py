@@ -1,0 +1,123 @@
+"""The worker's packs (jobs/worker/packer.py), their protocol alone: members join and leave a
+pack whose query re-forms, a stopped member's run returns only once no query runs it, a
+failed query fails every member, two members of one item go to two packs. The query here is a
+stand-in that runs until its stop file appears (what a job's `run_on` does); audit packs on
+real Spark and Kafka are tests/jobs/test_worker_every_type.py's and
+tests/jobs/audit/test_audit_packs.py's."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from core.errors import EXIT_FAILED, EXIT_OK
+from jobs.runtime.template import Packing
+from jobs.worker.packer import Packer, PackFailed
+from testing.polling import wait_for
+from tests.jobs.audit.test_audit_pack_units import audit, spec_of
+
+
+def packing(item: str) -> Packing:
+    """Packs of one key whose query the test's stand-in runs (form and job unused here)."""
+    return Packing("k", item, form=None, query_name=lambda name: f"q-{name}", job=None)  # type: ignore[arg-type]
+
+
+class Queries:
+    """Pack queries that run until their stop file appears; what ran, and what runs now."""
+
+    def __init__(self, status: int = EXIT_OK) -> None:
+        self.status = status
+        self.lock = threading.Lock()
+        self.generations: list[tuple[str, tuple[str, ...]]] = []  # (pack, members)
+        self.running: dict[str, tuple[str, ...]] = {}
+
+    def form(self, _packing, members, name: str):
+        return (name, tuple(sorted(m.job_group_id for m in members)))
+
+    def run(self, _packing, formed, stop_file: str) -> int:
+        name, members = formed
+        with self.lock:
+            self.generations.append(formed)
+            self.running[name] = members
+        try:
+            if self.status != EXIT_OK:
+                return self.status
+            wait_for(lambda: Path(stop_file).exists(), 60, "the generation's stop file")
+            return EXIT_OK
+        finally:
+            with self.lock:
+                del self.running[name]
+
+    def audited(self, group_id: str) -> bool:
+        with self.lock:
+            return any(group_id in members for members in self.running.values())
+
+
+class Member:
+    """A group's run (what GroupRuns' thread does) in its own thread, with its stop file."""
+
+    def __init__(self, packer: Packer, tmp_path: Path, group_id: str, topic: str) -> None:
+        self.stop_file = tmp_path / f"{group_id}.stop"
+        self.outcome: int | BaseException | None = None
+        spec = spec_of(audit(group_id, topic))
+        self.thread = threading.Thread(
+            target=self._run, args=(packer, packing(topic), spec), daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, packer: Packer, packing: Packing, spec) -> None:
+        try:
+            self.outcome = packer.run(packing, spec, str(self.stop_file))
+        except BaseException as e:  # the test reads it
+            self.outcome = e
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+def test_members_share_one_query_that_reforms_and_a_stopped_member_is_audited_nowhere(
+    tmp_path,
+):
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path)
+    a = Member(packer, tmp_path, "a", "ta")
+    b = Member(packer, tmp_path, "b", "tb")
+    wait_for(lambda: ("a", "b") in queries.running.values(), 30, "a generation of a and b")
+    (name,) = queries.running
+    assert name.startswith("pack-")
+
+    a.stop()  # returns once a's run has: no query audits a then
+    assert (a.outcome, queries.audited("a")) == (EXIT_OK, False)
+    wait_for(lambda: queries.running.get(name) == ("b",), 30, "a generation of b alone")
+    c = Member(packer, tmp_path, "c", "tc")
+    wait_for(lambda: queries.running.get(name) == ("b", "c"), 30, "c joins b's pack")
+    b.stop()
+    c.stop()
+    assert (b.outcome, c.outcome) == (EXIT_OK, EXIT_OK)
+    wait_for(lambda: not queries.running, 30, "the pack's query stopped with its last member")
+    assert {g for _, members in queries.generations for g in members} == {"a", "b", "c"}
+
+
+def test_two_groups_of_one_topic_go_to_two_packs(tmp_path):
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path)
+    first, second = Member(packer, tmp_path, "x", "t"), Member(packer, tmp_path, "y", "t")
+    wait_for(lambda: len(queries.running) == 2, 30, "two packs running")
+    assert sorted(queries.running.values()) == [("x",), ("y",)]
+    assert len({name.removesuffix("-1") for name in queries.running}) == 1
+    first.stop()
+    second.stop()
+
+
+def test_a_failed_query_fails_every_member_with_its_line(tmp_path):
+    queries = Queries(status=EXIT_FAILED)
+    packer = Packer(queries.form, queries.run, tmp_path)
+    a, b = Member(packer, tmp_path, "a", "ta"), Member(packer, tmp_path, "b", "tb")
+    for member in (a, b):
+        member.thread.join(60)
+    failures = [m.outcome for m in (a, b)]
+    assert all(isinstance(f, PackFailed) for f in failures), failures
+    assert "its query ended (exit 1)" in str(failures[0])
+    assert (queries.running, packer.pack_of("a"), packer.pack_of("b")) == ({}, None, None)
