@@ -142,7 +142,20 @@ class FleetProducer(threading.Thread):
             self.truth.repeats[(topic, partition, window)] += repeat
 
 
-def audit_group(group_id: str, *, pattern: str = "", topic: str = "", trigger: int) -> dict:
+BOTH_TYPES = ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
+
+
+def audit_group(
+    group_id: str,
+    *,
+    pattern: str = "",
+    topic: str = "",
+    trigger: int,
+    audit_types: Sequence[str] = BOTH_TYPES,
+    consumer_group: str = "",
+) -> dict:
+    """The audit JobGroup of the benches: `audit_types` of 60 s windows, from the earliest
+    offset, its consumer group `consumer_group` (default: the group's id)."""
     options: dict[str, Any] = {
         "@type": "type.googleapis.com/uatu.v1.JobOptions",
         "trigger": {"intervalSeconds": trigger},
@@ -155,12 +168,11 @@ def audit_group(group_id: str, *, pattern: str = "", topic: str = "", trigger: i
         "kafkaConsumerTaskGroup": {
             "cluster": "local",
             "topic": topic,
-            "consumerGroup": group_id,
+            "consumerGroup": consumer_group or group_id,
             "autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST",
             "auditMetadata": {
                 "auditConfigs": [
-                    {"auditType": t, "auditIntervalInSeconds": WINDOW_S}
-                    for t in ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ")
+                    {"auditType": t, "auditIntervalInSeconds": WINDOW_S} for t in audit_types
                 ]
             },
         },
@@ -222,8 +234,14 @@ def read_counts(path: str) -> list[dict[str, Any]]:
     return table.to_pyarrow_table(columns=columns).to_pylist()
 
 
-def compare(rows: list[dict[str, Any]], truth: Truth, group_id: str) -> dict[str, Any]:
-    """Windows exact (counts, EXACT distinct) and APPROX within 3 standard errors."""
+def compare(
+    rows: list[dict[str, Any]],
+    truth: Truth,
+    group_id: str,
+    audit_types: Sequence[str] = BOTH_TYPES,
+) -> dict[str, Any]:
+    """Windows of `audit_types` exact (counts, EXACT distinct) and APPROX within 3 standard
+    errors."""
     mismatched, approx_outside, compared = [], 0, 0
     got: dict[tuple[str, Key], dict] = {}
     for r in rows:
@@ -233,7 +251,7 @@ def compare(rows: list[dict[str, Any]], truth: Truth, group_id: str) -> dict[str
         got[(r["audit_type"], (r["topic"], r["partition"], start))] = r
     for key, sent in truth.sent.items():
         unique = sent - truth.repeats[key]
-        for audit_type in ("AUDIT_TYPE_EXACT_UNIQ", "AUDIT_TYPE_APPROX_UNIQ"):
+        for audit_type in audit_types:
             compared += 1
             row = got.get((audit_type, key))
             if row is None or row["message_count"] != sent:
@@ -408,12 +426,14 @@ def run_fleet(args, workdir: Path, conf: Path, admin: AdminClient, producer: Fle
     }
 
 
-def run_baseline(args, workdir: Path, conf: Path, topics: list[str]) -> dict[str, Any]:
+def run_baseline(
+    args, workdir: Path, conf: Path, topics: list[str], audit_types: Sequence[str] = BOTH_TYPES
+) -> dict[str, Any]:
     """One application per topic, as today, for --baseline-apps topics at once."""
     say(f"baseline: {args.baseline_apps} single-topic audits, one application each")
     runs = [
         start_audit(
-            audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds),
+            audit_group(f"one-{t}", topic=t, trigger=args.trigger_seconds, audit_types=audit_types),
             workdir,
             conf,
             args.driver_memory,

@@ -4,7 +4,9 @@ per group.
 On a private 1-broker Kafka under var/bench/, with a control plane (`python -m controlplane
 serve --workers W`, SQLite store, local launcher, heartbeats every second):
 
-1. --audits single-topic KAFKA_AUDIT groups (EXACT_UNIQ, 60 s windows) and --replications
+1. --audits single-topic KAFKA_AUDIT groups (EXACT_UNIQ and APPROX_UNIQ, 60 s windows; with
+   --packed APPROX_UNIQ only and one consumer group, so the workers run them in audit packs,
+   a pack's first batch and commits counting for each of its groups) and --replications
    KAFKA_REPLICATION groups, each on its own topic of --partitions partitions, fed --rate
    records/s per topic by one paced producer (bench/fleet_bench.py's: known counts per
    window). The worker applications are up (registered) before the first AddJobGroup.
@@ -64,6 +66,7 @@ from bench._common import (
     write_result,
 )
 from bench.fleet_bench import (
+    BOTH_TYPES,
     FleetProducer,
     audit_group,
     compare,
@@ -77,6 +80,7 @@ from core.channel import open_channel
 from core.paths import ROOT
 from core.processes import free_ports, signal_group, terminate
 from devservices.kafka import start_cluster
+from jobs.audit.packs import LEDGER
 from testing.conf import write_conf_dir
 from testing.jobgroups import replication_group
 from testing.topic_data import read_partitions
@@ -90,7 +94,12 @@ def copy_of(topic: str, trigger_seconds: int, rate: float = 0) -> JobGroup:
 
 
 def commits(checkpoints: Path, group_id: str) -> list[Path]:
+    """The commit files of the checkpoint the group's counts go on in: its own, or (an audit
+    in a pack) the pack generation its ledger names, every batch of which audits it."""
     folder = checkpoints / group_id / "commits"
+    ledger = checkpoints / group_id / LEDGER
+    if ledger.exists():
+        folder = Path(json.loads(ledger.read_text())["checkpoint"]) / "commits"
     return [p for p in folder.glob("[0-9]*")] if folder.is_dir() else []
 
 
@@ -126,6 +135,11 @@ def groups_on(store: SqliteStore, worker_id: int) -> list[str]:
     return sorted(
         k for k, r in store.launches().items() if not k.startswith("~") and r.worker_id == worker_id
     )
+
+
+def audit_types(args) -> tuple[str, ...]:
+    """What the audits count: with --packed, approximate only (what packs on a worker)."""
+    return ("AUDIT_TYPE_APPROX_UNIQ",) if args.packed else BOTH_TYPES
 
 
 def seconds(values: list[float]) -> dict[str, float | None]:
@@ -190,7 +204,14 @@ def _registered(store: SqliteStore, args) -> bool:
 def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
     groups = [
         json_format.ParseDict(
-            audit_group(f"a-{t}", topic=t, trigger=args.trigger_seconds), JobGroup()
+            audit_group(
+                f"a-{t}",
+                topic=t,
+                trigger=args.trigger_seconds,
+                audit_types=audit_types(args),
+                consumer_group="pool-audits" if args.packed else "",
+            ),
+            JobGroup(),
         )
         for t in audits
     ]
@@ -347,7 +368,7 @@ def check_truth(workdir, bootstrap, producer, audits, copies, args) -> dict[str,
         rows = read_counts(counts)
         got: dict[str, int] = {}
         for r in rows:
-            if r["audit_type"] == "AUDIT_TYPE_EXACT_UNIQ":
+            if r["audit_type"] == audit_types(args)[0]:
                 got[r["job_group_id"]] = got.get(r["job_group_id"], 0) + r["message_count"]
         return all(got.get(g, 0) >= total[g] for g in live)
 
@@ -359,7 +380,7 @@ def check_truth(workdir, bootstrap, producer, audits, copies, args) -> dict[str,
         truth = type(producer.truth)()
         truth.sent.update({k: v for k, v in producer.truth.sent.items() if k[0] == topic})
         truth.repeats.update({k: v for k, v in producer.truth.repeats.items() if k[0] == topic})
-        result = compare(rows, truth, group_id)
+        result = compare(rows, truth, group_id, audit_types(args))
         wrong += result["windows_wrong"] + result["rows_not_sent"]
     copied_wrong = 0
     for topic in copies:
@@ -388,7 +409,7 @@ def baseline(args, workdir, conf, bootstrap, audits, figures) -> dict[str, Any]:
     feeder = FleetProducer(bootstrap, audits[: args.baseline_apps], args.partitions, args.rate)
     feeder.start()
     try:
-        usage = run_baseline(args, workdir, conf, audits)
+        usage = run_baseline(args, workdir, conf, audits, audit_types(args))
     finally:
         feeder.stopping.set()
         feeder.join()
@@ -430,6 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-minutes", type=float, default=3)
     parser.add_argument("--driver-memory", default="2g", help="of every application")
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument(
+        "--packed",
+        action="store_true",
+        help="audits that pack on the workers (APPROX_UNIQ only, one consumer group): one "
+        "query per pack, not per group (docs/audit.md, Audit packs)",
+    )
     args = parse_args(
         parser,
         argv,
