@@ -6,8 +6,10 @@ trigger for each. A job type whose groups can share a query says how
 run of such a group (`GroupRuns`' thread for it, jobs/worker/runs.py) joins its pack and
 waits; the pack's own thread forms a generation of the current members (`Packing.form`) and
 runs its query. A join or a leave stops that query between
-two micro-batches (its stop file) and the thread forms the next generation; joins and leaves
-that arrive meanwhile are taken together.
+two micro-batches (its stop file) and the thread forms the next generation once the members
+have not changed for SETTLE_SECONDS (at most MAX_SETTLE_SECONDS after the first change): the
+control plane places a burst of groups over several heartbeats, and each generation costs a
+query start and a first batch, so joins and leaves that arrive together are taken together.
 
 Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
 stopped, its last batch in audit_counts: only then does the worker report the group stopped,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,10 @@ FormPack = Callable[[Packing, list[Any], str], Any]
 RunPack = Callable[[Packing, Any, str], int]
 # How often a member's run looks for its stop file.
 STOP_POLL_SECONDS = 0.2
+# A generation is formed once the members have not changed for this long...
+SETTLE_SECONDS = 2.0
+# ...or this long after the first change it takes, whichever comes first.
+MAX_SETTLE_SECONDS = 10.0
 
 
 class PackFailed(UatuError):
@@ -70,9 +77,16 @@ class Pack:
     """The members of one pack on this worker and the thread that runs their query."""
 
     def __init__(
-        self, packing: Packing, name: str, form: FormPack, run: RunPack, stop_dir: Path
+        self,
+        packing: Packing,
+        name: str,
+        form: FormPack,
+        run: RunPack,
+        stop_dir: Path,
+        settle: tuple[float, float] = (SETTLE_SECONDS, MAX_SETTLE_SECONDS),
     ) -> None:
         self.packing = packing  # the first member's (every member's has the same key)
+        self._settle, self._max_settle = settle
         self.name = name  # the pack spec's job_group_id
         self.query_name = packing.query_name(name)
         self._form = form
@@ -83,6 +97,8 @@ class Pack:
         self._running: set[str] = set()  # the members of the generation running now
         self._stop_file: Path | None = None  # that generation's
         self._dirty = False  # members changed since the generation running now was formed
+        self._changed_at = 0.0  # monotonic time of the last change of the members
+        self._pending_since: float | None = None  # of the first change not formed yet
         self._thread: threading.Thread | None = None
         self._generations = 0
 
@@ -102,7 +118,7 @@ class Pack:
         return member
 
     def leave(self, member: Member) -> None:
-        """Take `member` out; return once no query of this pack audits it any more."""
+        """Take `member` out; return once no query of this pack runs it any more."""
         with self._changed:
             if self._wanted.get(member.group_id) is member:
                 del self._wanted[member.group_id]
@@ -113,6 +129,9 @@ class Pack:
     def _restart_locked(self) -> None:
         """Have the running generation stop (it re-forms), or start the pack's thread."""
         self._dirty = True
+        self._changed_at = time.monotonic()
+        if self._pending_since is None:
+            self._pending_since = self._changed_at
         if self._stop_file is not None:
             self._stop_file.touch()
         if self._thread is None and self._wanted:
@@ -122,9 +141,20 @@ class Pack:
             self._thread.start()
         self._changed.notify_all()
 
+    def _settled_locked(self) -> None:
+        """Wait until the members settle (the module docstring), lock held."""
+        while self._pending_since is not None:
+            now = time.monotonic()
+            due = min(self._changed_at + self._settle, self._pending_since + self._max_settle)
+            if now >= due:
+                break
+            self._changed.wait(due - now)
+        self._pending_since = None
+
     def _loop(self) -> None:
         while True:
             with self._changed:
+                self._settled_locked()
                 if not self._wanted:
                     self._thread = None
                     return
@@ -162,10 +192,18 @@ class Pack:
 class Packer:
     """The worker's packs, by key; `run` is the runner of a group that packs."""
 
-    def __init__(self, form: FormPack, run: RunPack, stop_dir: Path) -> None:
+    def __init__(
+        self,
+        form: FormPack,
+        run: RunPack,
+        stop_dir: Path,
+        settle: tuple[float, float] = (SETTLE_SECONDS, MAX_SETTLE_SECONDS),
+    ) -> None:
+        """`settle`: (SETTLE_SECONDS, MAX_SETTLE_SECONDS) of its packs."""
         self._form = form
         self._run = run
         self._stop_dir = stop_dir
+        self._settle = settle
         self._lock = threading.Lock()
         self._packs: dict[str, list[Pack]] = {}  # by key
 
@@ -185,7 +223,7 @@ class Packer:
             pack = next((p for p in of_key if not p.holds(packing.item)), None)
             if pack is None:
                 name = f"pack-{packing.key}" + (f"-{len(of_key)}" if of_key else "")
-                pack = Pack(packing, name, self._form, self._run, self._stop_dir)
+                pack = Pack(packing, name, self._form, self._run, self._stop_dir, self._settle)
                 of_key.append(pack)
             joined(pack.query_name)
             return pack, pack.join(spec, packing.item)

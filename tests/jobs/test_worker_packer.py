@@ -8,6 +8,7 @@ tests/jobs/audit/test_audit_packs.py's."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from core.errors import EXIT_FAILED, EXIT_OK
@@ -15,6 +16,8 @@ from jobs.runtime.template import Packing
 from jobs.worker.packer import Packer, PackFailed
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_pack_units import audit, spec_of
+
+SETTLE = (0.3, 3.0)  # the packs' (SETTLE_SECONDS, MAX_SETTLE_SECONDS) here
 
 
 def packing(item: str) -> Packing:
@@ -42,7 +45,7 @@ class Queries:
         try:
             if self.status != EXIT_OK:
                 return self.status
-            wait_for(lambda: Path(stop_file).exists(), 60, "the generation's stop file")
+            wait_for(lambda: Path(stop_file).exists(), 60, "its stop file", interval_s=0.05)
             return EXIT_OK
         finally:
             with self.lock:
@@ -72,16 +75,23 @@ class Member:
             self.outcome = e
 
     def stop(self) -> None:
-        self.stop_file.touch()
-        self.thread.join(60)
-        assert not self.thread.is_alive()
+        stop_all([self])
+
+
+def stop_all(members: list[Member]) -> None:
+    """Stop the members' runs at once and wait for each to return."""
+    for member in members:
+        member.stop_file.touch()
+    for member in members:
+        member.thread.join(60)
+        assert not member.thread.is_alive()
 
 
 def test_members_share_one_query_that_reforms_and_a_stopped_member_is_audited_nowhere(
     tmp_path,
 ):
     queries = Queries()
-    packer = Packer(queries.form, queries.run, tmp_path)
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE)
     a = Member(packer, tmp_path, "a", "ta")
     b = Member(packer, tmp_path, "b", "tb")
     wait_for(lambda: ("a", "b") in queries.running.values(), 30, "a generation of a and b")
@@ -93,27 +103,56 @@ def test_members_share_one_query_that_reforms_and_a_stopped_member_is_audited_no
     wait_for(lambda: queries.running.get(name) == ("b",), 30, "a generation of b alone")
     c = Member(packer, tmp_path, "c", "tc")
     wait_for(lambda: queries.running.get(name) == ("b", "c"), 30, "c joins b's pack")
-    b.stop()
-    c.stop()
+    stop_all([b, c])
     assert (b.outcome, c.outcome) == (EXIT_OK, EXIT_OK)
     wait_for(lambda: not queries.running, 30, "the pack's query stopped with its last member")
     assert {g for _, members in queries.generations for g in members} == {"a", "b", "c"}
 
 
+def test_members_that_join_together_start_in_one_generation(tmp_path):
+    """Joins less than the settle time apart are formed together, not one generation each
+    (each costs a query start and a first batch), also when they stop a running one."""
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path, (1.0, 10.0))
+    members = [Member(packer, tmp_path, g, f"t{g}") for g in ("a", "b", "c")]
+    wait_for(lambda: queries.generations, 30, "the first generation")
+    for n in range(5):  # joins 0.1 s apart, well below the settle time
+        members.append(Member(packer, tmp_path, f"s{n}", f"ts{n}"))
+        time.sleep(0.1)
+    wait_for(lambda: len(queries.generations) >= 2, 30, "a second generation")
+    assert [m for _, m in queries.generations] == [
+        ("a", "b", "c"),
+        ("a", "b", "c", "s0", "s1", "s2", "s3", "s4"),
+    ]
+    stop_all(members)
+
+
+def test_a_stream_of_joins_is_formed_by_the_settle_bound(tmp_path):
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path, (1.5, 2.0))
+    members = []
+    for n in range(15):  # a join every 0.2 s for 3 s: never the settle time apart
+        members.append(Member(packer, tmp_path, f"s{n:02d}", f"t{n}"))
+        time.sleep(0.2)
+    wait_for(lambda: queries.generations, 30, "a generation")
+    first = queries.generations[0][1]
+    assert 2 <= len(first) < 15, first  # formed by the bound, 2 s after the first join
+    stop_all(members)
+
+
 def test_two_groups_of_one_topic_go_to_two_packs(tmp_path):
     queries = Queries()
-    packer = Packer(queries.form, queries.run, tmp_path)
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE)
     first, second = Member(packer, tmp_path, "x", "t"), Member(packer, tmp_path, "y", "t")
     wait_for(lambda: len(queries.running) == 2, 30, "two packs running")
     assert sorted(queries.running.values()) == [("x",), ("y",)]
     assert len({name.removesuffix("-1") for name in queries.running}) == 1
-    first.stop()
-    second.stop()
+    stop_all([first, second])
 
 
 def test_a_failed_query_fails_every_member_with_its_line(tmp_path):
     queries = Queries(status=EXIT_FAILED)
-    packer = Packer(queries.form, queries.run, tmp_path)
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE)
     a, b = Member(packer, tmp_path, "a", "ta"), Member(packer, tmp_path, "b", "tb")
     for member in (a, b):
         member.thread.join(60)
