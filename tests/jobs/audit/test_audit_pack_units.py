@@ -9,11 +9,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from google.protobuf import json_format
 
 from core.config import ClusterConfig, Settings
 from core.jobgroup import parse_jobgroup
 from jobs import registry
 from jobs.audit.packs import _common_key, pack_key
+from testing.jobgroups import audit_group
 
 LOCAL = ClusterConfig("local", "b:9092", MappingProxyType({}))
 OTHER = ClusterConfig("other", "c:9092", MappingProxyType({}))
@@ -26,21 +28,10 @@ SETTINGS = Settings(
 
 
 def audit(group_id: str = "g1", topic: str = "t1", **changes) -> dict:
-    """An approximate, uncapped audit of one topic; `changes` set or replace its parts."""
-    data: dict = {
-        "jobGroupId": group_id,
-        "type": "JOB_TYPE_KAFKA_AUDIT",
-        "kafkaConsumerTaskGroup": {
-            "cluster": "local",
-            "topic": topic,
-            "auditMetadata": {
-                "auditConfigs": [
-                    {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": 60}
-                ]
-            },
-        },
-        "extension": {"@type": "type.googleapis.com/uatu.v1.JobOptions"},
-    }
+    """testing.jobgroups' approximate, uncapped audit of one topic, as protobuf JSON;
+    `changes` set or replace its parts (`a__b`: field b of a)."""
+    data = json_format.MessageToDict(audit_group(group_id, topic, trigger_seconds=None))
+    data["extension"] = {"@type": "type.googleapis.com/uatu.v1.JobOptions"}
     for path, value in changes.items():
         *parents, leaf = path.split("__")
         node = data

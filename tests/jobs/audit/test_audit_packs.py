@@ -27,36 +27,17 @@ from core import faults
 from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK, CountsMovedToPack
 from core.faults import FaultInjected
-from core.jobgroup import parse_jobgroup
 from jobs import registry
 from jobs.audit.job import AuditJob
 from jobs.audit.packs import LEDGER, form_pack
 from jobs.runtime.checkpoint_files import read_offset_log
 from testing.conf import write_conf_dir
 from testing.demo_data import SentRecord, produce
+from testing.jobgroups import audit_group
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-
-
-def audit_group(group_id: str, topic: str) -> dict:
-    """An approximate audit of one topic (60 s windows of the Kafka timestamp), from the
-    earliest offset: what packs."""
-    return {
-        "jobGroupId": group_id,
-        "type": "JOB_TYPE_KAFKA_AUDIT",
-        "kafkaConsumerTaskGroup": {
-            "cluster": "local",
-            "topic": topic,
-            "auditMetadata": {
-                "auditConfigs": [
-                    {"auditType": "AUDIT_TYPE_APPROX_UNIQ", "auditIntervalInSeconds": 60}
-                ]
-            },
-        },
-        "extension": {"@type": "type.googleapis.com/uatu.v1.JobOptions"},
-    }
 
 
 class Site:
@@ -76,8 +57,9 @@ class Site:
         self._serial = 0
 
     def spec(self, group_id: str):
-        data = audit_group(group_id, self.groups[group_id])
-        return registry.validate(parse_jobgroup(json.dumps(data)), self.settings)[1]
+        """An approximate audit of the group's topic from the earliest offset: what packs."""
+        group = audit_group(group_id, self.groups[group_id], from_earliest=True)
+        return registry.validate(group, self.settings)[1]
 
     def send(self, n: int) -> None:
         """`n` records to every topic, round robin over its partitions, each unique."""
