@@ -14,6 +14,8 @@ Everything is real except the Spark query: the control plane's gRPC server, stor
 and pool; each worker's heartbeat loop (`serve_commands`), ControlPlaneLink and GroupRuns, in
 threads of this process. A group's "query" is a stand-in that runs until its stop file
 appears, as a streaming query's runner does (jobs/runtime/runner.py), and records when it ran.
+With `packed`, each worker runs its groups through its Packer (jobs/worker/packer.py), as it
+runs audits that pack: the stand-in query is the pack's, and runs every member.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from uatu.v1.worker_job_pb2 import WorkerJob
@@ -35,7 +38,9 @@ from controlplane import pool_slots
 from controlplane.launchers.base import LaunchRecord, launch_details
 from core import faults
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
+from jobs.runtime.template import Packing
 from jobs.worker.main import FENCE_ENV, serve_commands
+from jobs.worker.packer import Packer
 from jobs.worker.runs import GroupRuns
 from testing.conf import write_conf_dir
 from testing.jobgroups import audit_group
@@ -61,8 +66,11 @@ class InProcessWorkers:
     """The pool's worker applications as threads of this process, each with the real
     heartbeat loop. The control plane can neither see nor stop them (another host)."""
 
-    def __init__(self, stop_dir: Path, fence_seconds: float | None = None) -> None:
+    def __init__(
+        self, stop_dir: Path, fence_seconds: float | None = None, *, packed: bool = False
+    ) -> None:
         self.stop_dir = stop_dir
+        self.packed = packed
         stop_dir.mkdir(parents=True, exist_ok=True)
         self.fence_seconds = fence_seconds  # None: the pool's (UATU_WORKER_FENCE_SECONDS)
         self.spans: list[Span] = []
@@ -75,10 +83,20 @@ class InProcessWorkers:
         config = ReporterConfig.from_env(env)
         assert config is not None
         fence = self.fence_seconds or float(env[FENCE_ENV])
-        runs = GroupRuns(
-            lambda job, stop_file: self._query(config.worker_id, job, stop_file),
-            stop_dir=Path(tempfile.mkdtemp(dir=self.stop_dir)),
+        packer = Packer(
+            lambda _packing, members, _name: [m.job_group_id for m in members],
+            lambda _packing, groups, stop_file: self._query(config.worker_id, groups, stop_file),
+            Path(tempfile.mkdtemp(dir=self.stop_dir)),
+            settle=(0.05, 0.5),
         )
+
+        def runner(job: WorkerJob, stop_file: str) -> int:
+            if not self.packed:
+                return self._query(config.worker_id, [job.job_group_id], stop_file)
+            packing = Packing("k", job.job_group_id, None, str, None)  # type: ignore[arg-type]
+            return packer.run(packing, SimpleNamespace(job_group_id=job.job_group_id), stop_file)
+
+        runs = GroupRuns(runner, stop_dir=Path(tempfile.mkdtemp(dir=self.stop_dir)))
         thread = threading.Thread(
             target=serve_commands,
             args=(ControlPlaneLink(config), runs, fence, config.interval_seconds, self._reason),
@@ -99,13 +117,15 @@ class InProcessWorkers:
     def _reason(self) -> str | None:
         return "the end of the test" if self._stopping.is_set() else None
 
-    def _query(self, worker_id: int, job: WorkerJob, stop_file: str) -> int:
-        span = Span(job.job_group_id, worker_id, time.monotonic())
+    def _query(self, worker_id: int, group_ids: list[str], stop_file: str) -> int:
+        """The stand-in query of `group_ids` (one group's, or a pack's)."""
+        spans = [Span(g, worker_id, time.monotonic()) for g in group_ids]
         with self._lock:
-            self.spans.append(span)
+            self.spans.extend(spans)
         while not Path(stop_file).exists():
             time.sleep(0.02)
-        span.end = time.monotonic()
+        for span in spans:
+            span.end = time.monotonic()
         return 0
 
     def running(self, group_id: str) -> list[Span]:
@@ -178,10 +198,11 @@ def moved_while_silent(
     return [s for s in apps.spans if s.group_id == "g-a"]
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["own-query", "in-a-pack"])
 def test_a_silent_workers_group_is_stopped_there_before_it_runs_elsewhere(
-    control_plane, monkeypatch, tmp_path
+    control_plane, monkeypatch, tmp_path, packed
 ):
-    apps = InProcessWorkers(tmp_path / "stops")
+    apps = InProcessWorkers(tmp_path / "stops", packed=packed)
     try:
         spans = moved_while_silent(control_plane, monkeypatch, apps)
     finally:
