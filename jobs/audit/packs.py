@@ -35,7 +35,9 @@ Order of the steps: the generation's own file (`<generation>/pack.json`: its rou
 starting offsets), then each member's ledger, then the query. A crash before every ledger is
 written leaves the new generation without a batch, so an old ledger and a new one give the
 same positions. Forming the membership every ledger already names resumes that generation:
-an ordinary restart on its checkpoint, exactly-once as any audit.
+an ordinary restart on its checkpoint, exactly-once as any audit. A generation no ledger
+names any more is deleted by the formation that moved the last of them
+(`_remove_superseded`): it can never be named again.
 
 A member joins a pack only once the query it last ran on has stopped (a worker re-forms a
 pack without a group before the control plane places the group elsewhere: never in two
@@ -136,16 +138,36 @@ def form_pack(
             log.info("audit pack %s: resuming %s (%d members)", key, checkpoint, len(members))
             return _pack_spec(members, name, checkpoint, routes, json.loads(kept)["starting"])
     checkpoint = f"{checkpoints.rstrip('/')}/packs/{key}/{uuid.uuid4().hex[:12]}"
+    starting = _new_generation(spark, files, members, key, checkpoint, routes)
+    _remove_superseded(files, {c for c in current if c is not None})
+    return _pack_spec(members, name, checkpoint, routes, _spark_json(starting))
+
+
+def _new_generation(
+    spark: SparkSession,
+    files: HadoopFiles,
+    members: Sequence[AuditSpec],
+    key: str,
+    checkpoint: str,
+    routes: tuple[tuple[str, str], ...],
+) -> Positions:
+    """Write the generation's file, then the members' ledgers (the module docstring's
+    order); its starting offsets."""
     started = time.monotonic()
     starting = _starting_offsets(spark, members)
     positions_read = time.monotonic()
+    ledgers = [f"{m.output.checkpoint}/{LEDGER}" for m in members]
     files.write_json(
         f"{checkpoint}/{LEDGER}",
-        {"routes": [list(r) for r in routes], "starting": _spark_json(starting)},
+        {
+            "routes": [list(r) for r in routes],
+            "starting": _spark_json(starting),
+            "ledgers": ledgers,
+        },
     )
     fault_point("audit.pack_ledgers")  # core/faults.py: tests only
-    for member in members:
-        files.write_json(f"{member.output.checkpoint}/{LEDGER}", {"checkpoint": checkpoint})
+    for ledger in ledgers:
+        files.write_json(ledger, {"checkpoint": checkpoint})
     log.info(
         "audit pack %s: new generation %s for %d members (%s): their positions read in "
         "%.1f s, the ledgers written in %.1f s",
@@ -156,7 +178,27 @@ def form_pack(
         positions_read - started,
         time.monotonic() - positions_read,
     )
-    return _pack_spec(members, name, checkpoint, routes, _spark_json(starting))
+    return starting
+
+
+def _remove_superseded(files: HadoopFiles, previous: set[str]) -> None:
+    """Delete each of the `previous` generations (the checkpoints the members' ledgers named
+    before) that no ledger names any more: only its own members' ledgers, which its file
+    lists, ever named it, and a ledger is only ever rewritten to a new generation. A
+    member's own checkpoint (it ran alone) is never deleted."""
+    for checkpoint in sorted(previous):
+        kept = files.read_text(f"{checkpoint}/{LEDGER}")
+        generation = json.loads(kept) if kept is not None else {}
+        if "ledgers" not in generation:
+            continue
+        named = any(
+            (text := files.read_text(ledger)) is not None
+            and json.loads(text).get("checkpoint") == checkpoint
+            for ledger in generation["ledgers"]
+        )
+        if not named:
+            files.delete(checkpoint, recursive=True)
+            log.info("audit pack: removed %s, a generation no member counts on", checkpoint)
 
 
 def _common_key(members: Sequence[AuditSpec]) -> str:

@@ -5,7 +5,8 @@ Each step sends a known number of records to every topic, then runs packs `--onc
 every step each group's rows of audit_counts hold exactly what was sent to its topic so far,
 per partition (message_count and bytes), and no other group's. So a topic read twice by a new
 generation (Spark's source reads an added topic from its earliest offset) or a range skipped
-between two generations shows at once.
+between two generations shows at once. A generation is deleted once no member's ledger names
+it, and not before.
 
 The crash points: a MERGE that fails after Spark committed its batch (the new generation must
 start where the table's counts end, not where Spark's commit log does), and a crash between a
@@ -110,12 +111,15 @@ def test_packs_whose_members_change_count_every_record_once(spark, kafka, tmp_pa
     status, second = site.run(spark, g1, g2, g3)
     assert (status, second != first) == (EXIT_OK, True)
     assert site.counted(spark) == site.truth()
+    assert not Path(first).exists()  # no ledger names it any more
 
     site.send(7)  # the pack split in two
     assert site.run(spark, g1)[0] == EXIT_OK
+    assert Path(second).exists()  # g2's and g3's counts still end there
     status, rest = site.run(spark, g2, g3)
     assert status == EXIT_OK
     assert site.counted(spark) == site.truth()
+    assert not Path(second).exists()
 
     site.send(3)  # the same members again: the generation their ledgers name, resumed
     assert site.run(spark, g2, g3) == (EXIT_OK, rest)
