@@ -1,7 +1,8 @@
 """A worker application: `spark-submit.sh worker`. One long-running Spark application that
 registers with the control plane (RegisterWorker) and runs the JobGroups it is assigned, each
 as its own streaming query in one SparkSession (jobs/worker/runs.py), as uForwarder's
-workers run the jobs their master assigns. Assignment, update and removal arrive as the
+workers run the jobs their master assigns; the groups of a job type that packs (audits: one
+cluster and configuration) share one query per pack (jobs/worker/packer.py). Assignment, update and removal arrive as the
 commands of the heartbeat replies (RUN, UPDATE, CANCEL); every heartbeat carries one status
 per group.
 
