@@ -2,9 +2,9 @@
 registers with the control plane (RegisterWorker) and runs the JobGroups it is assigned, each
 as its own streaming query in one SparkSession (jobs/worker/runs.py), as uForwarder's
 workers run the jobs their master assigns; the groups of a job type that packs (audits: one
-cluster and configuration) share one query per pack (jobs/worker/packer.py). Assignment, update and removal arrive as the
-commands of the heartbeat replies (RUN, UPDATE, CANCEL); every heartbeat carries one status
-per group.
+cluster and configuration) share one query per pack (jobs/worker/packer.py). Assignment,
+update and removal arrive as the commands of the heartbeat replies (RUN, UPDATE, CANCEL);
+every heartbeat carries one status per group.
 
 It needs the control plane: `UATU_CONTROL_PLANE` (and, when the control plane launched it,
 `UATU_WORKER_ID` and `UATU_WORKER_SECRET`; jobs/runtime/reporting.py reads them all).
