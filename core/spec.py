@@ -195,7 +195,9 @@ class SourceSpec:
     cluster: ClusterConfig
     topic: str
     consumer_group: str = ""
-    starting_offsets: str = "earliest"  # where a new checkpoint starts: earliest | latest
+    # Where a new checkpoint starts: earliest | latest, or Spark's JSON of per-partition
+    # offsets (an audit pack's generation, jobs/audit/packs.py).
+    starting_offsets: str = "earliest"
     read_committed: bool = False
     start_timestamp_ms: int | None = None
     end_timestamp_ms: int | None = None
