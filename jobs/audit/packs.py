@@ -129,7 +129,8 @@ def form_pack(
     name = name or f"pack-{key}"
     routes = tuple(sorted((m.source.topic, m.job_group_id) for m in members))
     files = HadoopFiles(spark)
-    current = {_ledger_of(files, m) for m in members}
+    ledgers = {m.job_group_id: _ledger_of(files, m) for m in members}
+    current = set(ledgers.values())
     if len(current) == 1 and None not in current:
         (checkpoint,) = current
         assert checkpoint is not None
@@ -138,7 +139,7 @@ def form_pack(
             log.info("audit pack %s: resuming %s (%d members)", key, checkpoint, len(members))
             return _pack_spec(members, name, checkpoint, routes, json.loads(kept)["starting"])
     checkpoint = f"{checkpoints.rstrip('/')}/packs/{key}/{uuid.uuid4().hex[:12]}"
-    starting = _new_generation(spark, files, members, key, checkpoint, routes)
+    starting = _new_generation(spark, files, members, ledgers, key, checkpoint, routes)
     _remove_superseded(files, {c for c in current if c is not None})
     return _pack_spec(members, name, checkpoint, routes, _spark_json(starting))
 
@@ -147,14 +148,15 @@ def _new_generation(
     spark: SparkSession,
     files: HadoopFiles,
     members: Sequence[AuditSpec],
+    ledgers_read: Mapping[str, str | None],
     key: str,
     checkpoint: str,
     routes: tuple[tuple[str, str], ...],
 ) -> Positions:
     """Write the generation's file, then the members' ledgers (the module docstring's
-    order); its starting offsets."""
+    order); its starting offsets. `ledgers_read`: what each member's ledger named, by group."""
     started = time.monotonic()
-    starting = _starting_offsets(spark, members)
+    starting = _starting_offsets(spark, members, ledgers_read)
     positions_read = time.monotonic()
     ledgers = [f"{m.output.checkpoint}/{LEDGER}" for m in members]
     files.write_json(
@@ -265,18 +267,20 @@ def _ledger_of(files: HadoopFiles, member: AuditSpec) -> str | None:
     return None if text is None else str(json.loads(text)["checkpoint"])
 
 
-def _starting_offsets(spark: SparkSession, members: Sequence[AuditSpec]) -> Positions:
+def _starting_offsets(
+    spark: SparkSession, members: Sequence[AuditSpec], ledgers: Mapping[str, str | None]
+) -> Positions:
     """Where each member's topic starts in a new generation: where its counts end, every
     partition (Spark's JSON names them all; EARLIEST or LATEST where the member has none).
-    Each checkpoint the members last ran on is read once."""
-    files = HadoopFiles(spark)
+    `ledgers`: the pack checkpoint each member's ledger names, by group (None: it ran alone
+    or never ran). Each checkpoint the members last ran on is read once."""
     partitions = kafka_admin.topic_partitions(members[0].source.cluster)
     counts_path = members[0].output.table("audit_counts")  # one table: the same pack_key
     ends: dict[str, Positions] = {}
     starting: Positions = {}
     for member in members:
         topic = member.source.topic
-        checkpoint = _ledger_of(files, member) or member.output.checkpoint
+        checkpoint = ledgers[member.job_group_id] or member.output.checkpoint
         if checkpoint not in ends:
             ends[checkpoint] = counts_end(spark, checkpoint, counts_path)
         held = ends[checkpoint].get(topic, {})

@@ -189,9 +189,13 @@ def _run_group(
     watched: list[str] = []
 
     def watch(query_name: str) -> None:
+        """Follow the group's query, and no longer the query it ran in before (a pack's fold
+        moves a group from one pack's query to another's)."""
+        for previous in watched:
+            events.unwatch(previous, job.job_group_id)
         produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
         events.watch(query_name, job.job_group_id, identity, produces=produces)
-        watched.append(query_name)
+        watched[:] = [query_name]
 
     try:
         packing = type(streaming_job).packing(streaming_job.spec)

@@ -5,11 +5,20 @@ trigger for each. A job type whose groups can share a query says how
 (`StreamingJob.packing`: the audit, jobs/audit/packs.py says why and which audits). Here the
 run of such a group (`GroupRuns`' thread for it, jobs/worker/runs.py) joins its pack and
 waits; the pack's own thread forms a generation of the current members (`Packing.form`) and
-runs its query. A join or a leave stops that query between
-two micro-batches (its stop file) and the thread forms the next generation once the members
-have not changed for SETTLE_SECONDS (at most MAX_SETTLE_SECONDS after the first change): the
-control plane places a burst of groups over several heartbeats, and each generation costs a
-query start and a first batch, so joins and leaves that arrive together are taken together.
+runs its query. A change of the members stops that query between two micro-batches (its stop
+file) and the thread forms the next generation once the members have not changed for
+SETTLE_SECONDS (at most MAX_SETTLE_SECONDS after the first change): the control plane places a
+burst of groups over several heartbeats, and each generation costs a query start and a first
+batch, so joins and leaves that arrive together are taken together.
+
+A group joins a pack of its key that is not running a generation yet (one settling); when
+every pack of the key runs, it starts a new one rather than stopping a running query: a
+newcomer's first batch then waits for no other pack's running batch and MERGE, and the groups
+already running miss no batch for it (the groups a dead worker's lease hands over arrive in a
+burst onto a worker whose pack is mid-batch). Packs of one key that have each run their
+generation for FOLD_SECONDS fold into the largest of them, all at once: its members move (a
+leave, then a join, so the audit resumes where its counts end), so a worker keeps about one
+query per key however its groups arrived.
 
 Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
 stopped, its last batch in audit_counts: only then does the worker report the group stopped,
@@ -50,6 +59,11 @@ STOP_POLL_SECONDS = 0.2
 SETTLE_SECONDS = 2.0
 # ...or this long after the first change it takes, whichever comes first.
 MAX_SETTLE_SECONDS = 10.0
+# Packs of one key that have each run their generation this long fold into one (long enough
+# for a newcomers' pack to commit its first batch, since a fold stops it between batches).
+FOLD_SECONDS = 30.0
+# How often the packer looks for packs to fold.
+FOLD_POLL_SECONDS = 1.0
 
 
 class PackFailed(UatuError):
@@ -66,6 +80,7 @@ class Member:
     spec: Any  # the group's JobSpec
     item: str  # Packing.item
     failure: str | None = None  # the pack's query failed while the group was in it
+    move_to: Pack | None = None  # a fold moves the group to this pack of its key
     wake: threading.Event = field(default_factory=threading.Event)  # a generation ended
 
     @property
@@ -101,6 +116,7 @@ class Pack:
         self._pending_since: float | None = None  # of the first change not formed yet
         self._thread: threading.Thread | None = None
         self._generations = 0
+        self._started_at = 0.0  # monotonic time the running generation was formed
 
     def members(self) -> list[str]:
         with self._changed:
@@ -110,8 +126,24 @@ class Pack:
         with self._changed:
             return any(m.item == item for m in self._wanted.values())
 
-    def join(self, spec: Any, item: str) -> Member:
-        member = Member(spec, item)
+    def items(self) -> set[str]:
+        with self._changed:
+            return {m.item for m in self._wanted.values()}
+
+    def is_open(self) -> bool:
+        """No generation is formed or running: a join costs no running query a batch."""
+        with self._changed:
+            return not self._running
+
+    def steady_members(self, seconds: float) -> list[Member]:
+        """The members, if its generation has run them unchanged for `seconds`; else none."""
+        with self._changed:
+            steady = self._running and not self._dirty and set(self._wanted) == self._running
+            if not steady or time.monotonic() - self._started_at < seconds:
+                return []
+            return list(self._wanted.values())
+
+    def join(self, member: Member) -> Member:
         with self._changed:
             self._wanted[member.group_id] = member
             self._restart_locked()
@@ -162,6 +194,7 @@ class Pack:
                 self._generations += 1
                 stop_file = self._stop_dir / f"{self.query_name}.{self._generations}.stop"
                 self._stop_file, self._running, self._dirty = stop_file, set(self._wanted), False
+                self._started_at = time.monotonic()
             failure = self._run_generation(members, stop_file)
             with self._changed:
                 for member in members:
@@ -198,35 +231,81 @@ class Packer:
         run: RunPack,
         stop_dir: Path,
         settle: tuple[float, float] = (SETTLE_SECONDS, MAX_SETTLE_SECONDS),
+        fold_seconds: float = FOLD_SECONDS,
     ) -> None:
         """`settle`: (SETTLE_SECONDS, MAX_SETTLE_SECONDS) of its packs."""
         self._form = form
         self._run = run
         self._stop_dir = stop_dir
         self._settle = settle
+        self._fold_seconds = fold_seconds
         self._lock = threading.Lock()
         self._packs: dict[str, list[Pack]] = {}  # by key
+        self._folder: threading.Thread | None = None
 
     def pack_of(self, group_id: str) -> Pack | None:
         with self._lock:
             packs = [p for of_key in self._packs.values() for p in of_key]
         return next((p for p in packs if group_id in p.members()), None)
 
-    def _join(
-        self, packing: Packing, spec: Any, joined: Callable[[str], None]
-    ) -> tuple[Pack, Member]:
-        """Join the first pack of the key that does not hold the spec's item yet (a new one if
-        none), `joined` told its query name first; under the packer's lock, so two groups of
-        one item never join one pack."""
+    def _join(self, packing: Packing, member: Member, joined: Callable[[str], None]) -> Pack:
+        """Join the member to an open pack of the key that does not hold its item (a new one if
+        none: the module docstring), `joined` told its query name first; under the packer's
+        lock, so two groups of one item never join one pack."""
         with self._lock:
             of_key = self._packs.setdefault(packing.key, [])
-            pack = next((p for p in of_key if not p.holds(packing.item)), None)
+            pack = next((p for p in of_key if p.is_open() and not p.holds(member.item)), None)
             if pack is None:
                 name = f"pack-{packing.key}" + (f"-{len(of_key)}" if of_key else "")
                 pack = Pack(packing, name, self._form, self._run, self._stop_dir, self._settle)
                 of_key.append(pack)
             joined(pack.query_name)
-            return pack, pack.join(spec, packing.item)
+            pack.join(member)
+            if self._folder is None:
+                self._folder = threading.Thread(
+                    target=self._fold_loop, name="uatu-pack-folder", daemon=True
+                )
+                self._folder.start()
+            return pack
+
+    def _move(self, member: Member, to: Pack, joined: Callable[[str], None]) -> Pack:
+        """Join the member (out of its pack by now) to the pack a fold chose, or to another of
+        the key if that one took its item meanwhile."""
+        member.move_to = None
+        with self._lock:
+            if not to.holds(member.item):
+                joined(to.query_name)
+                to.join(member)
+                return to
+        return self._join(to.packing, member, joined)
+
+    def _fold_loop(self) -> None:
+        while True:
+            time.sleep(FOLD_POLL_SECONDS)
+            with self._lock:
+                keys = list(self._packs.values())
+            for of_key in keys:
+                self._fold(of_key)
+
+    def _fold(self, of_key: list[Pack]) -> None:
+        """Move the members of the key's steady packs into the largest of them (the module
+        docstring), a member whose item that pack holds already staying where it is."""
+        steady = [(p, p.steady_members(self._fold_seconds)) for p in list(of_key)]
+        steady = [(p, members) for p, members in steady if members]
+        if len(steady) < 2:
+            return
+        target, _ = max(steady, key=lambda pm: len(pm[1]))
+        items = target.items()
+        for pack, members in steady:
+            if pack is target:
+                continue
+            moving = [m for m in members if m.item not in items]
+            if moving:
+                log.info("pack %s: %d groups fold into %s", pack.name, len(moving), target.name)
+            for member in moving:
+                items.add(member.item)
+                member.move_to = target
+                member.wake.set()
 
     def run(
         self,
@@ -237,14 +316,18 @@ class Packer:
     ) -> int:
         """Run `spec`'s group in its pack (`packing`, its job type's) until `stop_file`
         appears: EXIT_OK once no query runs it any more; PackFailed when its pack's query
-        failed meanwhile. `joined` is told the pack's query name as the group joins (before
-        its first batch)."""
-        pack, member = self._join(packing, spec, joined)
+        failed meanwhile. `joined` is told the query name of each pack the group joins (before
+        its first batch there; a fold moves it to another)."""
+        member = Member(spec, packing.item)
+        pack = self._join(packing, member, joined)
         stop = Path(stop_file)
-        while member.failure is None and not stop.exists():
-            member.wake.wait(STOP_POLL_SECONDS)
-            member.wake.clear()
-        pack.leave(member)
-        if member.failure is not None:
-            raise PackFailed(pack.name, member.failure)
-        return EXIT_OK
+        while True:
+            while member.failure is None and member.move_to is None and not stop.exists():
+                member.wake.wait(STOP_POLL_SECONDS)
+                member.wake.clear()
+            pack.leave(member)
+            if member.failure is not None:
+                raise PackFailed(pack.name, member.failure)
+            if member.move_to is None or stop.exists():
+                return EXIT_OK
+            pack = self._move(member, member.move_to, joined)

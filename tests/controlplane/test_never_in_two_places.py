@@ -88,6 +88,7 @@ class InProcessWorkers:
             lambda _packing, groups, stop_file: self._query(config.worker_id, groups, stop_file),
             Path(tempfile.mkdtemp(dir=self.stop_dir)),
             settle=(0.05, 0.5),
+            fold_seconds=0.5,  # groups placed over several heartbeats fold while they move
         )
 
         def runner(job: WorkerJob, stop_file: str) -> int:

@@ -1,6 +1,8 @@
 """The worker's packs (jobs/worker/packer.py), their protocol alone: members join and leave a
 pack whose query re-forms, a stopped member's run returns only once no query runs it, a
-failed query fails every member, two members of one item go to two packs. The query here is a
+failed query fails every member, two members of one item go to two packs, newcomers start a
+pack of their own beside a running one and packs fold into one, no group ever in two queries
+at once. The query here is a
 stand-in that runs until its stop file appears (what a job's `run_on` does); audit packs on
 real Spark and Kafka are tests/jobs/test_worker_every_type.py's and
 tests/jobs/audit/test_audit_packs.py's."""
@@ -13,11 +15,13 @@ from pathlib import Path
 
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.template import Packing
+from jobs.worker.packer import Member as PackMember
 from jobs.worker.packer import Packer, PackFailed
 from testing.polling import wait_for
 from tests.jobs.audit.test_audit_pack_units import audit, spec_of
 
 SETTLE = (0.3, 3.0)  # the packs' (SETTLE_SECONDS, MAX_SETTLE_SECONDS) here
+FOLD = 1.0  # their FOLD_SECONDS, where a test lets packs fold
 
 
 def packing(item: str) -> Packing:
@@ -33,6 +37,7 @@ class Queries:
         self.lock = threading.Lock()
         self.generations: list[tuple[str, tuple[str, ...]]] = []  # (pack, members)
         self.running: dict[str, tuple[str, ...]] = {}
+        self.in_two_at_once: list[str] = []  # groups a query started while another ran them
 
     def form(self, _packing, members, name: str):
         return (name, tuple(sorted(m.job_group_id for m in members)))
@@ -41,6 +46,7 @@ class Queries:
         name, members = formed
         with self.lock:
             self.generations.append(formed)
+            self.in_two_at_once += [g for g in members if self._audited_locked(g)]
             self.running[name] = members
         try:
             if self.status != EXIT_OK:
@@ -53,7 +59,15 @@ class Queries:
 
     def audited(self, group_id: str) -> bool:
         with self.lock:
-            return any(group_id in members for members in self.running.values())
+            return self._audited_locked(group_id)
+
+    def _audited_locked(self, group_id: str) -> bool:
+        return any(group_id in members for members in self.running.values())
+
+    def packs_of_key(self) -> list[tuple[str, ...]]:
+        """The members of each query running now, sorted."""
+        with self.lock:
+            return sorted(self.running.values())
 
 
 class Member:
@@ -91,7 +105,7 @@ def test_members_share_one_query_that_reforms_and_a_stopped_member_is_audited_no
     tmp_path,
 ):
     queries = Queries()
-    packer = Packer(queries.form, queries.run, tmp_path, SETTLE)
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE, FOLD)
     a = Member(packer, tmp_path, "a", "ta")
     b = Member(packer, tmp_path, "b", "tb")
     wait_for(lambda: ("a", "b") in queries.running.values(), 30, "a generation of a and b")
@@ -101,19 +115,24 @@ def test_members_share_one_query_that_reforms_and_a_stopped_member_is_audited_no
     a.stop()  # returns once a's run has: no query audits a then
     assert (a.outcome, queries.audited("a")) == (EXIT_OK, False)
     wait_for(lambda: queries.running.get(name) == ("b",), 30, "a generation of b alone")
-    c = Member(packer, tmp_path, "c", "tc")
-    wait_for(lambda: queries.running.get(name) == ("b", "c"), 30, "c joins b's pack")
+    c = Member(packer, tmp_path, "c", "tc")  # b's pack runs: c starts one of its own...
+    wait_for(lambda: queries.packs_of_key() == [("b",), ("c",)], 30, "c's own pack beside b's")
+    # ...and the two fold into one (a tie: into the key's first)
+    wait_for(lambda: queries.running.get(name) == ("b", "c"), 30, "c folded into b's pack")
+    assert queries.packs_of_key() == [("b", "c")]
     stop_all([b, c])
     assert (b.outcome, c.outcome) == (EXIT_OK, EXIT_OK)
     wait_for(lambda: not queries.running, 30, "the pack's query stopped with its last member")
     assert {g for _, members in queries.generations for g in members} == {"a", "b", "c"}
+    assert queries.in_two_at_once == []
 
 
-def test_members_that_join_together_start_in_one_generation(tmp_path):
+def test_members_that_join_together_start_in_one_generation_beside_the_running_one(tmp_path):
     """Joins less than the settle time apart are formed together, not one generation each
-    (each costs a query start and a first batch), also when they stop a running one."""
+    (each costs a query start and a first batch); joins while the key's pack runs form a
+    pack of their own and leave the running query alone."""
     queries = Queries()
-    packer = Packer(queries.form, queries.run, tmp_path, (1.0, 10.0))
+    packer = Packer(queries.form, queries.run, tmp_path, (1.0, 10.0), fold_seconds=600)
     members = [Member(packer, tmp_path, g, f"t{g}") for g in ("a", "b", "c")]
     wait_for(lambda: queries.generations, 30, "the first generation")
     for n in range(5):  # joins 0.1 s apart, well below the settle time
@@ -122,9 +141,38 @@ def test_members_that_join_together_start_in_one_generation(tmp_path):
     wait_for(lambda: len(queries.generations) >= 2, 30, "a second generation")
     assert [m for _, m in queries.generations] == [
         ("a", "b", "c"),
-        ("a", "b", "c", "s0", "s1", "s2", "s3", "s4"),
+        ("s0", "s1", "s2", "s3", "s4"),
     ]
+    assert queries.packs_of_key() == [("a", "b", "c"), ("s0", "s1", "s2", "s3", "s4")]
     stop_all(members)
+
+
+def test_packs_fold_into_the_largest_and_a_group_of_a_held_item_stays_apart(tmp_path):
+    """Three packs of one key: the largest takes the others' members at once (one more
+    generation, not one per pack), except a member whose item it holds already."""
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path, (0.3, 3.0), fold_seconds=600)
+    big = [Member(packer, tmp_path, g, f"t{g}") for g in ("a", "b", "c")]
+    wait_for(lambda: queries.generations, 30, "the first pack's generation")
+    small = [Member(packer, tmp_path, "d", "td"), Member(packer, tmp_path, "x", "ta")]
+    wait_for(lambda: len(queries.running) == 2, 30, "the second pack")
+    last = [Member(packer, tmp_path, "e", "te")]
+    wait_for(lambda: len(queries.running) == 3, 30, "the third pack")
+    assert queries.packs_of_key() == [("a", "b", "c"), ("d", "x"), ("e",)]
+    packer._fold_seconds = 0.5  # now fold
+    wait_for(
+        lambda: queries.packs_of_key() == [("a", "b", "c", "d", "e"), ("x",)],
+        30,
+        "d and e folded into the largest, x (a's topic) left in its own",
+    )
+    assert [m for _, m in queries.generations].count(("a", "b", "c", "d", "e")) == 1
+    last.append(Member(packer, tmp_path, "f", "tf"))  # another fold, x still left alone
+    wait_for(lambda: ("x",) in queries.packs_of_key() and len(queries.running) == 2, 30, "f")
+    wait_for(lambda: queries.packs_of_key()[0] == ("a", "b", "c", "d", "e", "f"), 30, "f folded")
+    assert [m for _, m in queries.generations].count(("x",)) == 1  # never moved, never re-formed
+    stop_all(big + small + last)
+    assert all(m.outcome == EXIT_OK for m in big + small + last)
+    assert queries.in_two_at_once == []
 
 
 def test_a_stream_of_joins_is_formed_by_the_settle_bound(tmp_path):
@@ -160,3 +208,22 @@ def test_a_failed_query_fails_every_member_with_its_line(tmp_path):
     assert all(isinstance(f, PackFailed) for f in failures), failures
     assert "its query ended (exit 1)" in str(failures[0])
     assert (queries.running, packer.pack_of("a"), packer.pack_of("b")) == ({}, None, None)
+
+
+def test_a_move_to_a_pack_that_took_the_item_meanwhile_goes_to_another(tmp_path):
+    """A fold chose the pack, then a newcomer of the same item joined it: the moving member
+    joins another pack of the key instead of being audited twice in one query."""
+    queries = Queries()
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE, fold_seconds=600)
+    a = Member(packer, tmp_path, "a", "ta")
+    wait_for(lambda: queries.running, 30, "a's pack")
+    target = packer.pack_of("a")
+    assert target is not None
+    names: list[str] = []
+    x = PackMember(spec_of(audit("x", "ta")), "ta")
+    moved = packer._move(x, target, names.append)
+    assert moved is not target and names == [moved.query_name]
+    wait_for(lambda: queries.packs_of_key() == [("a",), ("x",)], 30, "x in a pack of its own")
+    moved.leave(x)
+    stop_all([a])
+    assert queries.in_two_at_once == []
