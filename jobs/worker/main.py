@@ -215,7 +215,17 @@ def packer_on(spark: SparkSession, settings: Settings) -> Packer:
         lambda packing, members, name: packing.form(spark, members, settings.checkpoints, name),
         lambda packing, spec, stop_file: _run_pack(spark, packing.job(spec), stop_file),
         Path(tempfile.mkdtemp(prefix="uatu-packs-")),
+        committed=lambda query_name: _committed_a_batch(spark, query_name),
     )
+
+
+def _committed_a_batch(spark: SparkSession, query_name: str) -> bool:
+    """Whether the query of that name running now has completed a micro-batch."""
+    for query in spark.streams.active:
+        if query.name == query_name:
+            progress = query.lastProgress
+            return progress is not None and progress.batchId >= 0
+    return False
 
 
 def _run_pack(spark: SparkSession, job: StreamingJob, stop_file: str) -> int:

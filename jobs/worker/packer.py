@@ -16,9 +16,10 @@ every pack of the key runs, it starts a new one rather than stopping a running q
 newcomer's first batch then waits for no other pack's running batch and MERGE, and the groups
 already running miss no batch for it (the groups a dead worker's lease hands over arrive in a
 burst onto a worker whose pack is mid-batch). Packs of one key that have each run their
-generation for FOLD_SECONDS fold into the largest of them, all at once: its members move (a
-leave, then a join, so the audit resumes where its counts end), so a worker keeps about one
-query per key however its groups arrived.
+generation for FOLD_SECONDS, and committed a batch in it, fold into the largest of them, all
+at once: its members move (a leave, then a join, so the audit resumes where its counts end),
+so a worker keeps about one query per key however its groups arrived. (A fold stops a query
+between batches, so one that had not started its first batch would lose it.)
 
 Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
 stopped, its last batch in audit_counts: only then does the worker report the group stopped,
@@ -53,14 +54,16 @@ FormPack = Callable[[Packing, list[Any], str], Any]
 # Runs a pack's spec (`Packing.job`'s) until its stop file appears: the exit status (0
 # stopped, 1 failed).
 RunPack = Callable[[Packing, Any, str], int]
+# Whether the query of that name running now has committed a batch.
+Committed = Callable[[str], bool]
 # How often a member's run looks for its stop file.
 STOP_POLL_SECONDS = 0.2
 # A generation is formed once the members have not changed for this long...
 SETTLE_SECONDS = 2.0
 # ...or this long after the first change it takes, whichever comes first.
 MAX_SETTLE_SECONDS = 10.0
-# Packs of one key that have each run their generation this long fold into one (long enough
-# for a newcomers' pack to commit its first batch, since a fold stops it between batches).
+# Packs of one key that have each run their generation this long (and committed a batch in
+# it) fold into one: the members of a pack that keeps changing do not move every time.
 FOLD_SECONDS = 30.0
 # How often the packer looks for packs to fold.
 FOLD_POLL_SECONDS = 1.0
@@ -232,13 +235,16 @@ class Packer:
         stop_dir: Path,
         settle: tuple[float, float] = (SETTLE_SECONDS, MAX_SETTLE_SECONDS),
         fold_seconds: float = FOLD_SECONDS,
+        committed: Committed = lambda _query_name: True,
     ) -> None:
-        """`settle`: (SETTLE_SECONDS, MAX_SETTLE_SECONDS) of its packs."""
+        """`settle`: (SETTLE_SECONDS, MAX_SETTLE_SECONDS) of its packs; `fold_seconds` and
+        `committed`: when packs fold (the module docstring)."""
         self._form = form
         self._run = run
         self._stop_dir = stop_dir
         self._settle = settle
         self._fold_seconds = fold_seconds
+        self._committed = committed
         self._lock = threading.Lock()
         self._packs: dict[str, list[Pack]] = {}  # by key
         self._folder: threading.Thread | None = None
@@ -291,7 +297,7 @@ class Packer:
         """Move the members of the key's steady packs into the largest of them (the module
         docstring), a member whose item that pack holds already staying where it is."""
         steady = [(p, p.steady_members(self._fold_seconds)) for p in list(of_key)]
-        steady = [(p, members) for p, members in steady if members]
+        steady = [(p, ms) for p, ms in steady if ms and self._committed(p.query_name)]
         if len(steady) < 2:
             return
         target, _ = max(steady, key=lambda pm: len(pm[1]))

@@ -22,7 +22,7 @@ from core import worker_jobs
 from core.config import load_settings
 from jobs.prepare import build_job
 from jobs.worker.events import QueryEvents
-from jobs.worker.main import _run_group, packer_on
+from jobs.worker.main import _committed_a_batch, _run_group, packer_on
 from jobs.worker.runs import GroupRuns
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
@@ -169,6 +169,9 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
             wait_for(all_ran, 300, "every kind's query to complete two micro-batches")
             assert sorted(runs.running()) == sorted(g.job_group_id for g in groups.values())
             assert [q.name for q in spark.streams.active].count(pack.query_name) == 1
+            # what lets a pack fold (jobs/worker/packer.py): its query committed a batch
+            assert _committed_a_batch(spark, pack.query_name)
+            assert not _committed_a_batch(spark, f"{pack.query_name}-none")
             retune_in_place(spark, runs, groups["replication"], names["replication"], kafka)
             # the copy (from t) fills u: each audit's rows and status are its own topic's
             held = {

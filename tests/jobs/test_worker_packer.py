@@ -227,3 +227,26 @@ def test_a_move_to_a_pack_that_took_the_item_meanwhile_goes_to_another(tmp_path)
     moved.leave(x)
     stop_all([a])
     assert queries.in_two_at_once == []
+
+
+def test_a_pack_folds_only_once_its_query_committed_a_batch(tmp_path):
+    """A fold stops a query between batches: one that has not committed its first batch yet
+    keeps its members until it has."""
+    queries = Queries()
+    asked: list[str] = []
+    committed = {"q-pack-k"}  # the first pack's query has committed a batch, the second not
+
+    def has_committed(query_name: str) -> bool:
+        asked.append(query_name)
+        return query_name in committed
+
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE, 0.3, committed=has_committed)
+    members = [Member(packer, tmp_path, "a", "ta")]
+    wait_for(lambda: queries.running, 30, "a's pack")
+    members.append(Member(packer, tmp_path, "b", "tb"))
+    wait_for(lambda: asked.count("q-pack-k-1") >= 3, 30, "the folder to ask about b's pack thrice")
+    assert queries.packs_of_key() == [("a",), ("b",)]
+    committed.add("q-pack-k-1")
+    wait_for(lambda: queries.packs_of_key() == [("a", "b")], 30, "b's pack folded")
+    stop_all(members)
+    assert queries.in_two_at_once == []
