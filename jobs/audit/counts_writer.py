@@ -15,9 +15,10 @@ How, for batch N:
    the wait does not delay the counts. Batches ready meanwhile are combined
    (`transforms.combine_partials`) into one MERGE whose idempotent-write marker is the newest
    batch's id; their files are then deleted.
-   While the table is as `ensure` created it (`delta.never_written`: a new table's first
-   write), the write is a plain append of what the MERGE would insert: the MERGE's matching
-   pass is its costliest part in a cold JVM.
+   While the table holds no row of the query's groups (a new table, `delta.never_written`,
+   or new groups: `delta.holds_rows_of` their partitions), the write is a plain append of
+   what the MERGE would insert: the MERGE's matching pass is its costliest part, most of all
+   in a cold JVM or for a pack of many new groups (a file read and rewritten per group).
 3. `drain` (after the query) MERGEs everything still queued; `recover` (before the query)
    MERGEs every file a crashed run left, one batch at a time in batch order, so a batch the
    table already holds is skipped by its marker (`jobs.runtime.delta.merge_once`).
@@ -53,7 +54,7 @@ from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.transforms import combine_partials
 from jobs.runtime.checkpoint_files import CheckpointFiles
-from jobs.runtime.delta import ensure, never_written
+from jobs.runtime.delta import ensure, holds_rows_of, never_written
 
 log = logging.getLogger("uatu.audit")
 
@@ -91,7 +92,8 @@ class CountsWriter:
         self._thread: threading.Thread | None = None
         self._files: CheckpointFiles | None = None  # <checkpoint>/audit-partials, from _start
         self._merged_through = -1
-        self._table_has_rows = False  # until seen: a table never written is appended to, not MERGEd
+        # until seen: a table without rows of the query's groups is appended to, not MERGEd
+        self._table_has_rows = False
         self._table_created: Future[None] | None = None
 
     # --- before the query -------------------------------------------------------------------
@@ -238,11 +240,17 @@ class CountsWriter:
         log.info("audit_counts: batch %s merged in %.1f s", _ids(ids), time.monotonic() - started)
 
     def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> None:
-        """MERGE, or append to a table never written (the first write of a new table)."""
+        """MERGE, or append to a table without rows of the query's groups (the module
+        docstring, step 2)."""
         if self._table_created is not None:
             self._table_created.result()
         if not self._table_has_rows:
-            self._table_has_rows = not never_written(spark, self.counts_path)
+            self._table_has_rows = not never_written(spark, self.counts_path) and holds_rows_of(
+                spark,
+                self.counts_path,
+                tables.AUDIT_COUNTS.writer_column,
+                tables.writers(self.job_group_id, self.routes),
+            )
         if self._table_has_rows:
             tables.merge_counts(
                 source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes

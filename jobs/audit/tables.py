@@ -213,6 +213,12 @@ def _writer(job_group_id: str, routes: Routes) -> Writer:
     return tuple(sorted({group for _, group in routes})) if routes else job_group_id
 
 
+def writers(job_group_id: str, routes: Routes) -> tuple[str, ...]:
+    """The JobGroups whose rows a query's writes touch: a pack's members, else its own."""
+    writer = _writer(job_group_id, routes)
+    return (writer,) if isinstance(writer, str) else tuple(writer)
+
+
 def merge_counts(
     partials: DataFrame,
     counts_path: str,

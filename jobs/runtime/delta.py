@@ -215,6 +215,13 @@ def never_written(spark: SparkSession, path: str) -> bool:
     return actions is not None and not any("add" in action for action in actions)
 
 
+def holds_rows_of(spark: SparkSession, path: str, column: str, values: Iterable[str]) -> bool:
+    """Whether the Delta table at `path` has a row whose `column` (its partition column: the
+    read lists no file of another partition) is one of `values`."""
+    rows = spark.read.format("delta").load(path).where(F.col(column).isin(sorted(values)))
+    return not rows.isEmpty()
+
+
 def _schema_at_creation(spark: SparkSession, path: str) -> StructType | None:
     """The schema commit 0 of the table at `path` recorded, if its log holds commit 0 only
     (read as a file, as `never_written`); None otherwise."""

@@ -32,6 +32,7 @@ from jobs.runtime.delta import (
     append_once,
     ensure,
     ensure_tables,
+    holds_rows_of,
     kll_quantiles,
     merge_once,
     never_written,
@@ -104,6 +105,15 @@ def test_never_written_holds_for_a_table_as_ensure_created_it_only(spark, tmp_pa
     # Rows in the table's first commit (a table someone created with data) count too.
     rows(spark, ("a", 1, 5, None)).write.format("delta").save(filled)
     assert not never_written(spark, filled)
+
+
+def test_holds_rows_of_sees_only_the_rows_of_the_values_asked(spark, tmp_path):
+    path = str(tmp_path / "t")
+    ensure(spark, TOTALS, path)
+    assert not holds_rows_of(spark, path, "key", ["a"])
+    append_once(rows(spark, ("a", 1, 5, None)), TOTALS, path, "app", 0)
+    assert holds_rows_of(spark, path, "key", ["b", "a"])
+    assert not holds_rows_of(spark, path, "key", ["b", "c"])
 
 
 def test_a_table_as_ensure_created_it_shows_the_declared_schema_in_its_first_commit(

@@ -181,6 +181,37 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
     )
 
 
+def test_a_groups_first_write_appends_beside_other_groups_and_a_restart_merges(
+    spark, tmp_path: Path, table: str
+) -> None:
+    """A table that holds other groups' rows takes a new group's first write as an append
+    (no MERGE reads or rewrites anyone's files), and a group whose rows are there (its run
+    restarted, here a new writer) MERGEs: appended again, its windows would be rows twice."""
+    books = {"g": KeyBook(), "h": KeyBook()}
+
+    def run(group: str, checkpoint: str, batches: list[tuple[int, Batch]]) -> None:
+        writer = CountsWriter(table, str(tmp_path / checkpoint), lambda _s: checkpoint, group)
+        try:
+            for batch_id, batch in batches:
+                writer.submit(spark, batch_id, books[group].partials(spark, batch, batch_id))
+            writer.drain()
+        finally:
+            writer.close()
+
+    run("g", "g-1", [(0, BATCHES[0])])  # the table's first write: an append
+    run("h", "h-1", [(0, BATCHES[0])])  # g's rows there, none of h's: an append
+    run("g", "g-2", [(0, BATCHES[1]), (1, BATCHES[2])])  # g's rows there: MERGE
+    assert operations(table)[1:] == ["WRITE", "WRITE", "MERGE"]
+    for group, book in books.items():
+        mine = spark.read.format("delta").load(table).where(F.col("job_group_id") == group)
+        assert_df_equality(
+            mine.select("partition", "window_start", "message_count", "unique_count"),
+            book.truth(spark),
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )
+
+
 def test_drain_writes_batches_spark_has_not_committed(spark, tmp_path: Path, table: str) -> None:
     """After the query, nothing is left to commit: drain writes what is queued."""
     ck = tmp_path / "ck"
