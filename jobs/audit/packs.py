@@ -56,6 +56,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
 
@@ -76,6 +77,8 @@ from jobs.runtime.template import WriteId
 log = logging.getLogger("uatu.audit")
 
 LEDGER = "pack.json"
+# How many members' ledgers a new generation writes at once.
+LEDGER_WRITERS = 8
 # Spark's startingOffsets JSON for a partition without a position.
 EARLIEST, LATEST = -2, -1
 
@@ -168,8 +171,10 @@ def _new_generation(
         },
     )
     fault_point("audit.pack_ledgers")  # core/faults.py: tests only
-    for ledger in ledgers:
-        files.write_json(ledger, {"checkpoint": checkpoint})
+    # Several at once: one write is a few file-system round trips through py4j, and a
+    # generation of a worker's groups has dozens of members.
+    with ThreadPoolExecutor(LEDGER_WRITERS, thread_name_prefix="uatu-ledger") as pool:
+        list(pool.map(lambda ledger: files.write_json(ledger, {"checkpoint": checkpoint}), ledgers))
     log.info(
         "audit pack %s: new generation %s for %d members (%s): their positions read in "
         "%.1f s, the ledgers written in %.1f s",

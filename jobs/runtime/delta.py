@@ -42,6 +42,12 @@ from pyspark.sql.types import StructType
 from core.errors import TableSchemaMismatch
 from core.spec import OutputSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
+from jobs.runtime.delta_log import (
+    log_dir,
+    log_files,
+    marker_in_newest_commits,
+    only_commit_zero,
+)
 from jobs.runtime.delta_retries import with_retries
 from jobs.runtime.delta_schema import nullable, schema_differences, with_declared_columns
 from jobs.runtime.session import session_conf
@@ -176,20 +182,7 @@ def _partitioning_difference(table: DeltaTableSpec, actual: list[str]) -> str:
 def any_table_exists(spark: SparkSession, paths: Iterable[str]) -> bool:
     """Whether a Delta table with at least one commit is at any of `paths`: Hadoop file
     system calls, no Delta code (the first Delta operation of a session costs seconds)."""
-    return any(_log_commits(spark, path) for path in paths)
-
-
-def _log_dir(path: str) -> str:
-    return path.rstrip("/") + "/_delta_log"
-
-
-def _log_commits(spark: SparkSession, path: str) -> int | None:
-    """None: no Delta log at `path`; else how many commit and checkpoint files it has."""
-    files = HadoopFiles(spark)
-    if not files.exists(_log_dir(path)):
-        return None
-    names = files.names(_log_dir(path))
-    return sum(1 for name in names if name.endswith((".json", ".parquet")))
+    return any(log_files(spark, path) for path in paths)
 
 
 def _await_uncommitted_log(spark: SparkSession, path: str) -> None:
@@ -197,8 +190,8 @@ def _await_uncommitted_log(spark: SparkSession, path: str) -> None:
     waited for while it changed within STALE_LOG_SECONDS (a creation in progress), then
     removed (a creation cut short)."""
     files = HadoopFiles(spark)
-    while _log_commits(spark, path) == 0:
-        idle = time.time() - files.newest_modification_ms(_log_dir(path)) / 1000
+    while log_files(spark, path) == 0:
+        idle = time.time() - files.newest_modification_ms(log_dir(path)) / 1000
         if idle >= STALE_LOG_SECONDS:
             _delete_log(spark, path)
             return
@@ -211,7 +204,7 @@ def never_written(spark: SparkSession, path: str) -> bool:
     job has just created, a Delta read to find that it is empty costs seconds in a cold JVM.
     False when in doubt (no log, a checkpoint, a second commit), so a caller that MERGEs
     unless this is True is always right."""
-    actions = _only_commit_zero(spark, path)
+    actions = only_commit_zero(spark, path)
     return actions is not None and not any("add" in action for action in actions)
 
 
@@ -225,32 +218,16 @@ def holds_rows_of(spark: SparkSession, path: str, column: str, values: Iterable[
 def _schema_at_creation(spark: SparkSession, path: str) -> StructType | None:
     """The schema commit 0 of the table at `path` recorded, if its log holds commit 0 only
     (read as a file, as `never_written`); None otherwise."""
-    for action in _only_commit_zero(spark, path) or ():
+    for action in only_commit_zero(spark, path) or ():
         if "metaData" in action:
             return StructType.fromJson(json.loads(action["metaData"]["schemaString"]))
     return None
 
 
-def _only_commit_zero(spark: SparkSession, path: str) -> list[dict] | None:
-    """The actions of commit 0 of the Delta log at `path` when it is the log's only commit
-    or checkpoint file; None when there is no log or more than that commit."""
-    files = HadoopFiles(spark)
-    log_dir = _log_dir(path)
-    names = set(files.names(log_dir))
-    logged = {name for name in names if name.endswith((".json", ".parquet"))}
-    first = f"{0:020d}.json"
-    if logged != {first}:
-        return None
-    text = files.read_text(f"{log_dir}/{first}")
-    if text is None:
-        return None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def _delete_log(spark: SparkSession, path: str) -> None:
-    log_dir = _log_dir(path)
-    log.warning("removing %s: a Delta log without a commit (its creation was cut short)", log_dir)
-    HadoopFiles(spark).delete(log_dir, recursive=True)
+    folder = log_dir(path)
+    log.warning("removing %s: a Delta log without a commit (its creation was cut short)", folder)
+    HadoopFiles(spark).delete(folder, recursive=True)
 
 
 def located(
@@ -333,9 +310,14 @@ def _writer_condition(table: DeltaTableSpec, writer: Writer) -> Column:
 def written_through(spark: SparkSession, path: str, app_id: str) -> int | None:
     """The newest batch id `app_id` committed to the Delta table at `path` (its
     idempotent-write marker, as `append_once` and `merge_once` record it); None when it
-    committed none, or there is no table. Reads the table's latest snapshot."""
-    if _log_commits(spark, path) is None:
+    committed none, or there is no table. Reads the newest commit files first (a marker is
+    most often in one of them: a Delta snapshot of a busy table costs seconds to tens of
+    seconds on loaded cores), else the table's latest snapshot."""
+    if log_files(spark, path) is None:
         return None
+    decided, version = marker_in_newest_commits(HadoopFiles(spark), path, app_id)
+    if decided:
+        return version
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     none = jvm.scala.Option.apply(None)

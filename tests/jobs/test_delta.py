@@ -22,6 +22,8 @@ from pyspark.sql.types import (
 )
 
 from core.errors import EXIT_BAD_INPUT, TableSchemaMismatch
+from jobs.runtime import delta_log
+from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta import (
     STALE_LOG_SECONDS,
     TXN_APP_ID_CONF,
@@ -36,7 +38,9 @@ from jobs.runtime.delta import (
     kll_quantiles,
     merge_once,
     never_written,
+    written_through,
 )
+from jobs.runtime.delta_log import marker_in_newest_commits
 from jobs.runtime.delta_schema import schema_differences
 
 TOTALS = DeltaTableSpec(
@@ -114,6 +118,22 @@ def test_holds_rows_of_sees_only_the_rows_of_the_values_asked(spark, tmp_path):
     append_once(rows(spark, ("a", 1, 5, None)), TOTALS, path, "app", 0)
     assert holds_rows_of(spark, path, "key", ["b", "a"])
     assert not holds_rows_of(spark, path, "key", ["b", "c"])
+
+
+def test_written_through_reads_the_newest_commits_and_else_asks_delta(spark, tmp_path, monkeypatch):
+    """The newest marker of each writer, from the newest commit files or, when they do not
+    hold it, from Delta's snapshot; None for a writer that never wrote."""
+    path = str(tmp_path / "t")
+    assert written_through(spark, path, "a") is None  # no table
+    ensure(spark, TOTALS, path)
+    for app, batch in (("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2)):
+        append_once(rows(spark, (app, batch, 1, None)), TOTALS, path, app, batch)
+    seen = {app: written_through(spark, path, app) for app in ("a", "b", "never")}
+    assert seen == {"a": 1, "b": 2, "never": None}
+    monkeypatch.setattr(delta_log, "NEWEST_COMMITS_READ", 2)  # a's marker is older: Delta's
+    assert marker_in_newest_commits(HadoopFiles(spark), path, "a") == (False, None)
+    assert marker_in_newest_commits(HadoopFiles(spark), path, "b") == (True, 2)
+    assert {app: written_through(spark, path, app) for app in ("a", "b", "never")} == seen
 
 
 def test_a_table_as_ensure_created_it_shows_the_declared_schema_in_its_first_commit(
