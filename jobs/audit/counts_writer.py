@@ -233,33 +233,42 @@ class CountsWriter:
                 combine_partials
             )
         fault_point("audit.counts_merging")  # core/faults.py: tests only
-        self._write(spark, source, app_id, ids[-1])
+        how = self._write(spark, source, app_id, ids[-1])
         assert self._files is not None
         for batch_id in ids:
             self._files.delete(str(batch_id))
-        log.info("audit_counts: batch %s merged in %.1f s", _ids(ids), time.monotonic() - started)
+        log.info(
+            "audit_counts: batch %s merged in %.1f s (%s)",
+            _ids(ids),
+            time.monotonic() - started,
+            how,
+        )
 
-    def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> None:
+    def _write(self, spark: SparkSession, source: DataFrame, app_id: str, batch_id: int) -> str:
         """MERGE, or append to a table without rows of the query's groups (the module
-        docstring, step 2)."""
+        docstring, step 2); says which, for the log."""
         if self._table_created is not None:
             self._table_created.result()
+        looked = ""
         if not self._table_has_rows:
+            since = time.monotonic()
             self._table_has_rows = not never_written(spark, self.counts_path) and holds_rows_of(
                 spark,
                 self.counts_path,
                 tables.AUDIT_COUNTS.writer_column,
                 tables.writers(self.job_group_id, self.routes),
             )
+            looked = f"; its groups' rows looked for in {time.monotonic() - since:.1f} s"
         if self._table_has_rows:
             tables.merge_counts(
                 source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes
             )
-        else:
-            tables.insert_counts(
-                source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes
-            )
-            self._table_has_rows = True
+            return "MERGE" + looked
+        tables.insert_counts(
+            source, self.counts_path, app_id, batch_id, self.job_group_id, self.routes
+        )
+        self._table_has_rows = True
+        return "append" + looked
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
