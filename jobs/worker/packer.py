@@ -126,8 +126,7 @@ class Pack:
             return sorted(self._wanted)
 
     def holds(self, item: str) -> bool:
-        with self._changed:
-            return any(m.item == item for m in self._wanted.values())
+        return item in self.items()
 
     def items(self) -> set[str]:
         with self._changed:
@@ -146,11 +145,10 @@ class Pack:
                 return []
             return list(self._wanted.values())
 
-    def join(self, member: Member) -> Member:
+    def join(self, member: Member) -> None:
         with self._changed:
             self._wanted[member.group_id] = member
             self._restart_locked()
-        return member
 
     def leave(self, member: Member) -> None:
         """Take `member` out; return once no query of this pack runs it any more."""
@@ -254,13 +252,23 @@ class Packer:
             packs = [p for of_key in self._packs.values() for p in of_key]
         return next((p for p in packs if group_id in p.members()), None)
 
-    def _join(self, packing: Packing, member: Member, joined: Callable[[str], None]) -> Pack:
-        """Join the member to an open pack of the key that does not hold its item (a new one if
-        none: the module docstring), `joined` told its query name first; under the packer's
-        lock, so two groups of one item never join one pack."""
+    def _join(
+        self,
+        packing: Packing,
+        member: Member,
+        joined: Callable[[str], None],
+        into: Pack | None = None,
+    ) -> Pack:
+        """Join the member to `into` (the pack a fold chose), unless that took the member's
+        item meanwhile; else to an open pack of the key that does not hold its item (a new one
+        if none: the module docstring). `joined` is told its query name first; under the
+        packer's lock, so two groups of one item never join one pack."""
         with self._lock:
             of_key = self._packs.setdefault(packing.key, [])
-            pack = next((p for p in of_key if p.is_open() and not p.holds(member.item)), None)
+            if into is not None and not into.holds(member.item):
+                pack: Pack | None = into
+            else:
+                pack = next((p for p in of_key if p.is_open() and not p.holds(member.item)), None)
             if pack is None:
                 name = f"pack-{packing.key}" + (f"-{len(of_key)}" if of_key else "")
                 pack = Pack(packing, name, self._form, self._run, self._stop_dir, self._settle)
@@ -274,17 +282,6 @@ class Packer:
                 self._folder.start()
             return pack
 
-    def _move(self, member: Member, to: Pack, joined: Callable[[str], None]) -> Pack:
-        """Join the member (out of its pack by now) to the pack a fold chose, or to another of
-        the key if that one took its item meanwhile."""
-        member.move_to = None
-        with self._lock:
-            if not to.holds(member.item):
-                joined(to.query_name)
-                to.join(member)
-                return to
-        return self._join(to.packing, member, joined)
-
     def _fold_loop(self) -> None:
         while True:
             time.sleep(FOLD_POLL_SECONDS)
@@ -296,8 +293,10 @@ class Packer:
     def _fold(self, of_key: list[Pack]) -> None:
         """Move the members of the key's steady packs into the largest of them (the module
         docstring), a member whose item that pack holds already staying where it is."""
-        steady = [(p, p.steady_members(self._fold_seconds)) for p in list(of_key)]
-        steady = [(p, ms) for p, ms in steady if ms and self._committed(p.query_name)]
+        steady = [(p, ms) for p in list(of_key) if (ms := p.steady_members(self._fold_seconds))]
+        if len(steady) < 2:  # the common case: no need to ask the queries' progress
+            return
+        steady = [(p, ms) for p, ms in steady if self._committed(p.query_name)]
         if len(steady) < 2:
             return
         target, _ = max(steady, key=lambda pm: len(pm[1]))
@@ -336,4 +335,5 @@ class Packer:
                 raise PackFailed(pack.name, member.failure)
             if member.move_to is None or stop.exists():
                 return EXIT_OK
-            pack = self._move(member, member.move_to, joined)
+            into, member.move_to = member.move_to, None
+            pack = self._join(packing, member, joined, into)

@@ -221,7 +221,7 @@ def test_a_move_to_a_pack_that_took_the_item_meanwhile_goes_to_another(tmp_path)
     assert target is not None
     names: list[str] = []
     x = PackMember(spec_of(audit("x", "ta")), "ta")
-    moved = packer._move(x, target, names.append)
+    moved = packer._join(target.packing, x, names.append, into=target)
     assert moved is not target and names == [moved.query_name]
     wait_for(lambda: queries.packs_of_key() == [("a",), ("x",)], 30, "x in a pack of its own")
     moved.leave(x)
