@@ -116,7 +116,7 @@ def start_control_plane(workdir: Path, conf: Path, args) -> tuple[subprocess.Pop
         "--worker-capacity", str(args.capacity), "--heartbeat-seconds", "1",
         "--reconcile-seconds", "1", "--lease-seconds", str(args.lease_seconds),
     ]  # fmt: skip
-    env = spark_submit_env(conf, master="local[2]", driver_memory=args.driver_memory)
+    env = spark_submit_env(conf, master=args.worker_master, driver_memory=args.driver_memory)
     log = (BENCH_DIR / "fleet-pool-controlplane.log").open("w")
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
     return proc, address
@@ -451,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-minutes", type=float, default=3)
     parser.add_argument("--driver-memory", default="2g", help="of every application")
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument(
+        "--worker-master",
+        default="local[2]",
+        help="Spark master of the worker applications (the baseline's is local[2])",
+    )
     parser.add_argument(
         "--packed",
         action="store_true",
