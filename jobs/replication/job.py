@@ -285,12 +285,12 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def ensure_tables(self, spark: SparkSession) -> None:
         located = tables.locations(self.spec)
-        if not self.spec.low_latency or any_table_exists(spark, [path for _, path in located]):
+        if any_table_exists(spark, [path for _, path in located]):
             # An existing table is checked against its schema before any record moves.
             ensure_tables(spark, located)
             return
-        # New tables of the low-latency copy are created beside its first epoch (the first
-        # Delta operation of a session takes seconds); its first stats batch waits for them
+        # New tables are created beside the copy's first batch or epoch (the first Delta
+        # operation of a session takes seconds); its first stats write waits for them
         # (StatsWriter.tables_ready).
         creating = ThreadPoolExecutor(1, thread_name_prefix="ensure-tables")
         self._tables_ready = creating.submit(ensure_tables, spark, located)

@@ -41,6 +41,7 @@ from pyspark.sql.types import StructType
 
 from core.errors import TableSchemaMismatch
 from core.spec import OutputSpec
+from jobs.runtime import ensured_tables
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta_log import (
     log_dir,
@@ -117,8 +118,20 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     table over it, and it holds no data). Writers that create the same table at once all
     succeed: Delta commits one creation and fails the others, which then find the table and
     check it.
+
+    In a worker application (`ensured_tables.remembering`), a table ensured once is not
+    checked again while its log is there, and callers that come at once share one check.
     """
-    with_retries(f"creating {table.name} at {path}", lambda: _ensure_once(spark, table, path))
+
+    def ensure_it() -> None:
+        with_retries(f"creating {table.name} at {path}", lambda: _ensure_once(spark, table, path))
+
+    remembered = ensured_tables.current()
+    if remembered is None:
+        ensure_it()
+        return
+    key = (path, table.name, table.schema.json(), table.partition_by)
+    remembered.once(key, ensure_it, lambda: bool(log_files(spark, path)))
 
 
 def _ensure_once(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:

@@ -41,6 +41,7 @@ from core.errors import ConfigError, UatuError
 from core.processes import CpuMeter
 from jobs import registry
 from jobs.prepare import build_job, check_source
+from jobs.runtime import ensured_tables
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.progress import JobIdentity
@@ -127,7 +128,12 @@ def main(argv: list[str]) -> int:
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
     try:
-        with listening(spark, events), StopRequests(os.environ.get("UATU_STOP_FILE")) as stop:
+        # Many groups' start-ups ensure the same few tables: each is checked once here.
+        with (
+            listening(spark, events),
+            ensured_tables.remembering(),
+            StopRequests(os.environ.get("UATU_STOP_FILE")) as stop,
+        ):
             serve_commands(link, runs, fence_seconds, config.interval_seconds, stop.reason)
     finally:
         if endpoint is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import datasketches
 import pytest
@@ -22,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from core.errors import EXIT_BAD_INPUT, TableSchemaMismatch
-from jobs.runtime import delta_log
+from jobs.runtime import delta, delta_log, ensured_tables
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta import (
     STALE_LOG_SECONDS,
@@ -86,6 +87,26 @@ def test_ensure_creates_the_declared_table_and_a_second_call_commits_nothing(spa
     detail = DeltaTable.forPath(spark, path).detail().first()
     assert detail["partitionColumns"] == ["day"]
     assert detail["description"] == TOTALS.description
+
+
+def test_a_worker_ensures_a_table_once_until_its_log_is_gone(spark, tmp_path, monkeypatch):
+    """With `ensured_tables.remembering` (a worker application), three start-ups at once
+    create the table with one check, a later one checks nothing, and once the table's folder
+    is deleted the next one creates it again, as declared."""
+    checks = []
+    real = delta._ensure_once
+    monkeypatch.setattr(delta, "_ensure_once", lambda *a: checks.append(a[2]) or real(*a))
+    path = str(tmp_path / "totals")
+    with ensured_tables.remembering(), ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda _: ensure(spark, TOTALS, path), range(3)))
+        ensure_tables(spark, [(TOTALS, path)])
+        assert checks == [path] and version(spark, path) == 0
+        HadoopFiles(spark).delete(path, recursive=True)
+        ensure(spark, TOTALS, path)
+    assert checks == [path, path]
+    assert DeltaTable.forPath(spark, path).detail().first()["partitionColumns"] == ["day"]
+    ensure(spark, TOTALS, path)  # not remembering: every call checks
+    assert len(checks) == 3
 
 
 def test_any_table_exists_sees_a_delta_log_and_nothing_else(spark, tmp_path):
