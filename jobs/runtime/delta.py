@@ -44,6 +44,7 @@ from core.spec import OutputSpec
 from jobs.runtime import ensured_tables
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.delta_log import (
+    current_metadata,
     log_dir,
     log_files,
     marker_in_newest_commits,
@@ -136,6 +137,10 @@ def ensure(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
 
 def _ensure_once(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     _await_uncommitted_log(spark, path)
+    # A table whose log files say it is as declared takes the declared rows: no Delta
+    # snapshot (seconds in a cold JVM, more for a busy table).
+    if _as_declared_in_log(spark, table, path):
+        return
     builder = (
         DeltaTable.createIfNotExists(spark)
         .location(path)
@@ -145,10 +150,8 @@ def _ensure_once(spark: SparkSession, table: DeltaTableSpec, path: str) -> None:
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     builder.execute()
-    # A table whose only commit is its creation with the declared schema takes the declared
-    # rows, whoever created it: seen in the log file, without the Delta read below (a snapshot
-    # of the new table, a second or more in a cold JVM).
-    if _schema_at_creation(spark, path) == table.schema:
+    # The table just created, by this call or another writer at once.
+    if _as_declared_in_log(spark, table, path):
         return
     # On an existing table the create does nothing, whatever schema it was given: only this
     # check catches one that differs (or that someone else created meanwhile).
@@ -228,13 +231,16 @@ def holds_rows_of(spark: SparkSession, path: str, column: str, values: Iterable[
     return not rows.isEmpty()
 
 
-def _schema_at_creation(spark: SparkSession, path: str) -> StructType | None:
-    """The schema commit 0 of the table at `path` recorded, if its log holds commit 0 only
-    (read as a file, as `never_written`); None otherwise."""
-    for action in only_commit_zero(spark, path) or ():
-        if "metaData" in action:
-            return StructType.fromJson(json.loads(action["metaData"]["schemaString"]))
-    return None
+def _as_declared_in_log(spark: SparkSession, table: DeltaTableSpec, path: str) -> bool:
+    """Whether the table's current metadata, read from its log files
+    (`delta_log.current_metadata`), has the declared schema and partitioning; False when
+    the files do not tell."""
+    metadata = current_metadata(HadoopFiles(spark), path)
+    if metadata is None:
+        return False
+    schema = StructType.fromJson(json.loads(metadata["schemaString"]))
+    partitioning = list(metadata.get("partitionColumns") or [])
+    return schema == table.schema and partitioning == list(table.partition_by)
 
 
 def _delete_log(spark: SparkSession, path: str) -> None:

@@ -15,6 +15,7 @@ from jobs.runtime.checkpoint_files import HadoopFiles
 # How many of a table's newest commit files `marker_in_newest_commits` reads at most.
 NEWEST_COMMITS_READ = 50
 _COMMIT_FILE = re.compile(r"\d{20}\.json")
+_CHECKSUM_FILE = re.compile(r"\d{20}\.crc")
 
 
 def log_dir(path: str) -> str:
@@ -65,3 +66,28 @@ def marker_in_newest_commits(files: HadoopFiles, path: str, app_id: str) -> tupl
                 return True, int(txn["version"])
     read_all = 0 < len(versions) <= NEWEST_COMMITS_READ and versions[-1] == 0
     return (True, None) if read_all else (False, None)
+
+
+def current_metadata(files: HadoopFiles, path: str) -> dict | None:
+    """The table's metaData action as of its newest commit file: walking back from the
+    newest version, the first checksum file (`<version>.crc`, which Delta writes after a
+    commit, holds the table's metadata as of that version) or commit file with a metaData
+    action answers; at most NEWEST_COMMITS_READ versions. None when that does not answer (no
+    log, no checksum file within reach, a file gone meanwhile): ask Delta."""
+    folder = log_dir(path)
+    names = files.names(folder)
+    checksums = {int(name[:-4]) for name in names if _CHECKSUM_FILE.fullmatch(name)}
+    versions = sorted(int(name[:-5]) for name in names if _COMMIT_FILE.fullmatch(name))
+    for version in reversed(versions[-NEWEST_COMMITS_READ:]):
+        if version in checksums:
+            text = files.read_text(f"{folder}/{version:020d}.crc")
+            metadata = json.loads(text).get("metadata") if text else None
+            return metadata if isinstance(metadata, dict) else None
+        text = files.read_text(f"{folder}/{version:020d}.json")
+        if text is None:
+            return None
+        for line in reversed(text.splitlines()):
+            action = json.loads(line) if '"metaData"' in line else {}
+            if "metaData" in action:
+                return dict(action["metaData"])
+    return None

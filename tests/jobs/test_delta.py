@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,6 @@ from jobs.runtime.delta import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     DeltaTableSpec,
-    _schema_at_creation,
     any_table_exists,
     append_once,
     ensure,
@@ -157,20 +157,44 @@ def test_written_through_reads_the_newest_commits_and_else_asks_delta(spark, tmp
     assert {app: written_through(spark, path, app) for app in ("a", "b", "never")} == seen
 
 
-def test_a_table_as_ensure_created_it_shows_the_declared_schema_in_its_first_commit(
-    spark, tmp_path
+def test_ensure_reads_the_metadata_of_an_as_declared_table_from_its_newest_log_files(
+    spark, tmp_path, monkeypatch
 ):
-    """What lets `ensure` skip the Delta read on a table its creation just committed: commit
-    0, read as a file, holds exactly the declared schema (nullability included); once the
-    log has more than that commit, the file is not enough."""
-    path = str(tmp_path / "totals")
-    assert _schema_at_creation(spark, path) is None
+    """`ensure` on a table as declared runs no Delta operation: its newest checksum file, or
+    its newest commits, say so. A table whose newest metadata differs (its schema, or its
+    partitioning) is checked by Delta and refused, whatever an older commit said."""
+    files, path = HadoopFiles(spark), str(tmp_path / "totals")
+    assert delta_log.current_metadata(files, path) is None  # no table
     ensure(spark, TOTALS, path)
-    assert _schema_at_creation(spark, path) == TOTALS.schema
     append_once(rows(spark, ("a", 1, 5, None)), TOTALS, path, "app", 0)
-    assert _schema_at_creation(spark, path) is None
-    ensure(spark, TOTALS, path)  # the Delta read: the table still takes the declared rows
+
+    def no_delta(*_):
+        raise AssertionError("a Delta operation")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(DeltaTable, "createIfNotExists", no_delta)
+        ensure(spark, TOTALS, path)  # from the checksum file of version 1
+        for crc in (tmp_path / "totals" / "_delta_log").glob("*.crc"):
+            crc.unlink()
+        ensure(spark, TOTALS, path)  # from commit 0's metaData, two commits back
+        patched.setattr(delta_log, "NEWEST_COMMITS_READ", 1)
+        assert delta_log.current_metadata(files, path) is None  # beyond reach: ask Delta
     assert version(spark, path) == 1
+
+    other = StructType([StructField("key", StringType()), StructField("total", StringType())])
+    (
+        spark.createDataFrame([("a", "x")], other)
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .save(path)
+    )
+    with pytest.raises(TableSchemaMismatch):
+        ensure(spark, TOTALS, path)
+    unpartitioned = str(tmp_path / "unpartitioned")
+    ensure(spark, dataclasses.replace(TOTALS, partition_by=()), unpartitioned)
+    with pytest.raises(TableSchemaMismatch, match="partitioned by"):
+        ensure(spark, TOTALS, unpartitioned)
 
 
 def test_ensure_creates_a_table_over_a_log_that_a_killed_creation_left_without_commits(
