@@ -148,10 +148,11 @@ def serve_commands(
     interval_seconds: float,
     stop_reason: Callable[[], str | None],
 ) -> None:
-    """The worker's life: heartbeat every `interval_seconds` and take the reply's commands
-    until `stop_reason()` names one, with the fence watching from a thread of its own; then
-    stop every query and tell the control plane so. Commands that arrive after a silence
-    longer than the fence are dropped: the control plane may have moved those groups."""
+    """The worker's life: heartbeat every `interval_seconds`, and at once when a group's run
+    ended, and take the reply's commands until `stop_reason()` names one, with the fence
+    watching from a thread of its own; then stop every query and tell the control plane so.
+    Commands that arrive after a silence longer than the fence are dropped: the control
+    plane may have moved those groups."""
     stopped = threading.Event()
     fence = threading.Thread(
         target=_fence, args=(link, runs, fence_seconds, stopped), name="uatu-fence", daemon=True
@@ -161,10 +162,11 @@ def serve_commands(
     try:
         while (reason := stop_reason()) is None:
             faults.fault_point("worker.heartbeat", scope)
+            runs.ended.clear()  # a run that ends from here on is told by the next beat
             commands = link.beat(runs.statuses())
             if time.monotonic() - link.last_success <= fence_seconds:
                 runs.take(commands)
-            time.sleep(interval_seconds)
+            runs.ended.wait(interval_seconds)  # or sooner, when a run ended
         log.info("received %s; stopping the worker", reason)
     finally:
         stopped.set()

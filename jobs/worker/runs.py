@@ -149,6 +149,9 @@ class GroupRuns:
         self._lock = threading.Lock()
         self._runs: dict[str, GroupRun] = {}
         self._started = 0
+        # Set when a run ends: the heartbeat loop wakes to tell its final state at once (a
+        # CANCEL is done, for the control plane, only once a heartbeat said so).
+        self.ended = threading.Event()
 
     def statuses(self) -> list[JobStatus]:
         """One status per group, for the next heartbeat; a run that has ended is marked as
@@ -268,6 +271,7 @@ class GroupRuns:
             run.retune = None
             run.stop_file.unlink(missing_ok=True)
             run.done.set()
+            self.ended.set()
 
     @staticmethod
     def _failed(run: GroupRun, why: str, *, refused: bool = False) -> None:

@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ from core.errors import InvalidJobGroup
 from jobs import registry
 from jobs.availability.job import SESSION_CONF as AVAILABILITY
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
-from jobs.worker.main import _fence, worker_conf
+from jobs.worker.main import _fence, serve_commands, worker_conf
 from jobs.worker.runs import GroupRuns, Step, decide
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
@@ -179,6 +180,53 @@ def test_a_worker_that_cannot_heartbeat_stops_every_query_before_its_lease_ends(
     finally:
         stopped.set()
         fence.join(5)
+
+
+class RecordingLink(Link):
+    """Answers the first heartbeat with `first_commands`; keeps every heartbeat's states."""
+
+    def __init__(self, first_commands) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(worker_id=7)
+        self.first_commands = first_commands
+        self.beats: list[dict[str, int]] = []
+
+    def beat(self, statuses):
+        self.last_success = time.monotonic()
+        self.beats.append(
+            {worker_jobs.worker_job_of(s.job).job_group_id: s.state for s in statuses}  # type: ignore[union-attr]
+        )
+        return self.first_commands if len(self.beats) == 1 else []
+
+
+def test_a_stopped_group_is_told_at_once_not_at_the_next_interval(runs):
+    """A CANCEL is done for the control plane only once a heartbeat carries the stop: the
+    worker beats as soon as a run ends, not an interval (an hour here) later."""
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1")])
+    wait_for(lambda: queries.live == {"a"}, 10, "a's query")
+    link = RecordingLink([_command(CANCEL, "a", "r1")])
+    over = threading.Event()
+    serving = threading.Thread(
+        target=serve_commands,
+        args=(link, group_runs, 60.0, 3600.0, lambda: "test over" if over.is_set() else None),
+        daemon=True,
+    )
+    serving.start()
+    try:
+        wait_for(
+            lambda: any(b.get("a") == job_pb2.JOB_STATE_CANCELED for b in link.beats),
+            20,
+            "a heartbeat telling a's stop",
+        )
+    finally:
+        over.set()
+        group_runs.ended.set()  # the loop's wait ends; it sees the stop reason
+        serving.join(10)
+    assert [b["a"] for b in link.beats[:2]] == [
+        job_pb2.JOB_STATE_RUNNING,
+        job_pb2.JOB_STATE_CANCELED,
+    ]
 
 
 class SlowAnswers(mw_grpc.MasterWorkerServiceServicer):
