@@ -3,8 +3,9 @@
 A worker application (jobs/worker/) starts many groups' queries in one session, and every
 start-up ensures the job's tables (`delta.ensure`): ten replications started together
 check the same two tables ten times at once, and every generation of an audit pack checks
-`audit_counts` again. Each check loads the table's Delta snapshot, a Spark job that waits
-for task slots behind the running queries' batches. With `remembering()` in effect (the
+`audit_counts` again. Each check reads the table's newest log files and, when they do not
+tell, loads its Delta snapshot: a Spark job that waits for task slots behind the running
+queries' batches, and ten of them at once in a cold JVM. With `remembering()` in effect (the
 worker's whole life), `delta.ensure` asks `EnsuredTables.once`: the first caller of a
 (path, table) ensures it, the callers that come meanwhile wait for that one and share its
 outcome, and later callers return at once while the table's log is still there.
