@@ -317,9 +317,15 @@ def test_acks_all_is_honoured_and_acks_one_is_not_all(spark, kafka, tmp_path) ->
         # devservices.kafka's three-broker default: a write needs two replicas in sync.
         broker = ConfigResource(ConfigResource.Type.BROKER, "0")
         admin = trio.admin()  # held: a dropped AdminClient fails its futures
-        assert (
-            admin.describe_configs([broker])[broker].result(30)["min.insync.replicas"].value == "2"
-        )
+
+        def min_insync_replicas() -> str | None:
+            try:
+                configs = admin.describe_configs([broker], request_timeout=10)[broker].result(15)
+            except TimeoutError:  # a request lost with a new cluster's connection: ask again
+                return None
+            return str(configs["min.insync.replicas"].value)
+
+        assert wait_for(min_insync_replicas, 90, "broker 0's configs") == "2"
         for name in ("rep-acks-all", "rep-acks-one"):
             trio.create_topic(name, PARTITIONS, 3, config={"min.insync.replicas": "3"})
         trio.kill_broker(2)
