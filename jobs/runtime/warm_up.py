@@ -1,0 +1,109 @@
+"""A worker application's JVM warmed before it takes groups.
+
+A JVM's first Delta commit loads and compiles the classes of Delta's commit path (the
+snapshot, the checksum, the Parquet writer), its first MERGE those of the MERGE: seconds of
+CPU that would otherwise land on the first batch of the first groups the worker runs, while
+they all start at once. `warm_up_delta` makes each of the writes the jobs' batches make, on a
+throwaway table of its own: the table's creation (`delta.ensure`), an idempotent append
+(`delta.append_once`) and its replay, a MERGE into one writer's rows (`delta.merge_once`),
+and a read. The worker (jobs/worker/main.py) runs it before it registers, so the control
+plane places groups on it once it is warm.
+
+A warm-up that fails is logged and otherwise ignored: it only saves time, and the worker's
+groups would meet any real problem with Delta in their own writes, named there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from jobs.runtime import delta
+
+log = logging.getLogger("uatu.warm_up")
+
+# A table shaped like the jobs' own: a writer column that partitions it, keys to MERGE on.
+WARM_UP_TABLE = delta.DeltaTableSpec(
+    name="warm_up",
+    description="a worker's warm-up writes (removed at once)",
+    schema=StructType(
+        [
+            StructField("writer", StringType(), False),
+            StructField("key", LongType(), False),
+            StructField("value", LongType(), True),
+        ]
+    ),
+    partition_by=("writer",),
+    keys=("key",),
+    writer_column="writer",
+)
+_APP_ID = "warm-up"
+_WRITER = "warm-up"
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """What a warm-up did: its steps' seconds in order, and the row count it read back
+    (the rows it wrote: proof that the writes took effect), or the one line of its failure."""
+
+    seconds: dict[str, float]
+    rows_read: int | None
+    failure: str | None = None
+
+
+def warm_up_delta(spark: SparkSession, parent: Path | None = None) -> WarmUp:
+    """Create, append (twice, the second a replay: a no-op), MERGE and read a throwaway
+    Delta table in a new folder under `parent` (the system's temporary folder by default),
+    then remove the folder. Never raises: a failure is logged and returned."""
+    folder = Path(tempfile.mkdtemp(prefix="uatu-warm-up-", dir=parent))
+    path = str(folder / WARM_UP_TABLE.name)
+    seconds: dict[str, float] = {}
+    try:
+        started = time.monotonic()
+
+        def step(name: str) -> None:
+            nonlocal started
+            now = time.monotonic()
+            seconds[name] = now - started
+            started = now
+
+        delta.ensure(spark, WARM_UP_TABLE, path)
+        step("create")
+        rows = spark.range(3).selectExpr("id AS key", "id AS value")
+        delta.append_once(rows, WARM_UP_TABLE, path, _APP_ID, 0, writer=_WRITER)
+        step("append")
+        delta.append_once(rows, WARM_UP_TABLE, path, _APP_ID, 0, writer=_WRITER)  # a replay
+        step("replayed append")
+        changed = spark.range(2, 5).selectExpr("id AS key", "id * 10 AS value")
+        delta.merge_once(
+            changed,
+            WARM_UP_TABLE,
+            path,
+            _APP_ID,
+            1,
+            update={"value": "s.value"},
+            insert={"key": "s.key", "value": "s.value"},
+            writer=_WRITER,
+        )
+        step("merge")
+        rows_read = spark.read.format("delta").load(path).count()
+        step("read")
+    except Exception as e:  # only an optimisation: the worker starts anyway
+        failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        log.warning("warm-up failed (the first batches start cold): %s", failure)
+        return WarmUp(seconds, None, failure)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    log.info(
+        "warmed up in %.1f s (%s)",
+        sum(seconds.values()),
+        ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()),
+    )
+    return WarmUp(seconds, rows_read)
