@@ -7,9 +7,10 @@ spends in class loading (docs/benchmarks.md, start-up).
 
 The archive is recorded here by a training run: ``spark-submit`` with
 ``-XX:ArchiveClassesAtExit`` runs this file with ``--train``, which builds a session as the
-jobs do (``jobs.runtime.session``, the project's jars), writes, merges and reads a Delta table,
-runs a streaming query and plans a Kafka read. A JVM can only use the archive with the exact
-JDK and classpath that recorded it, so:
+jobs do (``jobs.runtime.session``, the project's jars), makes a job's Delta writes
+(``jobs.runtime.warm_up``: create, append, MERGE, read), runs a streaming query and plans a
+Kafka read. A JVM can only use the archive with the exact JDK and classpath that recorded
+it, so:
 
 * the archive is written to a temporary file, checked with ``-Xshare:on`` (a JVM that cannot
   map it fails instead of running without it) and only then renamed into place: a half-written
@@ -54,21 +55,14 @@ def train() -> None:
     spark = build_session("uatu-cds-training", conf={"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory(prefix="uatu-cds-") as tmp:
-        # As jobs.runtime.delta.ensure creates a job's tables before its query.
-        from delta.tables import DeltaTable
+        # The Delta writes a job's first batches make (a table's creation as
+        # jobs.runtime.delta.ensure does it, an idempotent append, a MERGE, a read): what a
+        # worker warms before it registers, on a table of its own.
+        from jobs.runtime.warm_up import warm_up_delta
 
-        created = DeltaTable.createIfNotExists(spark).location(f"{tmp}/created")
-        created = created.addColumn("id", "LONG", nullable=False).addColumn("at", "TIMESTAMP")
-        created.comment("training").partitionedBy("id").execute()
-        DeltaTable.forPath(spark, f"{tmp}/created").toDF().schema.simpleString()
-        table = f"{tmp}/table"
-        spark.range(100).selectExpr("id", "id % 7 AS k").write.format("delta").save(table)
-        spark.range(50).selectExpr("id", "id % 3 AS k").createOrReplaceTempView("updates")
-        spark.sql(
-            f"MERGE INTO delta.`{table}` t USING updates u ON t.id = u.id "
-            "WHEN MATCHED THEN UPDATE SET k = u.k WHEN NOT MATCHED THEN INSERT *"
-        )
-        spark.read.format("delta").load(table).groupBy("k").count().collect()
+        warmed = warm_up_delta(spark, Path(tmp))
+        if warmed.failure is not None:
+            raise RuntimeError(f"the Delta writes of the training run failed: {warmed.failure}")
         query = (
             spark.readStream.format("rate")
             .option("rowsPerSecond", 10)

@@ -73,11 +73,12 @@ RULES = (
     ),
     Rule("devservices", never=("jobs", "controlplane", "clients", "testing", "bench", "examples")),
     Rule("testing", never=("controlplane", "bench", "examples", "tests"), allowed=()),
-    # The CDS training run (dev/cds_archive.py) builds its session as the jobs do.
+    # The CDS training run (dev/cds_archive.py) builds its session as the jobs do and makes
+    # their Delta writes as a worker's warm-up does.
     Rule(
         "dev",
         never=("jobs", "controlplane", "clients", "devservices", "testing", "bench"),
-        allowed=("jobs.runtime.session",),
+        allowed=("jobs.runtime.session", "jobs.runtime.warm_up"),
     ),
 )
 
