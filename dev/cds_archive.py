@@ -60,7 +60,7 @@ def train() -> None:
         # worker warms before it registers, on a table of its own.
         from jobs.runtime.warm_up import warm_up_delta
 
-        warmed = warm_up_delta(spark, Path(tmp))
+        warmed = warm_up_delta(spark, tmp)
         if warmed.failure is not None:
             raise RuntimeError(f"the Delta writes of the training run failed: {warmed.failure}")
         query = (

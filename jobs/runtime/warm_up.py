@@ -16,16 +16,15 @@ groups would meet any real problem with Delta in their own writes, named there.
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from jobs.runtime import delta
+from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.warm_up")
 
@@ -58,12 +57,14 @@ class WarmUp:
     failure: str | None = None
 
 
-def warm_up_delta(spark: SparkSession, parent: Path | None = None) -> WarmUp:
+def warm_up_delta(spark: SparkSession, root: str) -> WarmUp:
     """Create, append (twice, the second a replay: a no-op), MERGE and read a throwaway
-    Delta table in a new folder under `parent` (the system's temporary folder by default),
-    then remove the folder. Never raises: a failure is logged and returned."""
-    folder = Path(tempfile.mkdtemp(prefix="uatu-warm-up-", dir=parent))
-    path = str(folder / WARM_UP_TABLE.name)
+    Delta table in a new folder `<root>/_warm-up-<random>`, then remove the folder. `root`
+    is a location every executor sees, as the jobs' own tables are (a worker passes the
+    site's checkpoint root): on a cluster, a driver's local folder would scatter the data
+    files over the executors' disks. Never raises: a failure is logged and returned."""
+    folder = f"{root.rstrip('/')}/_warm-up-{uuid.uuid4().hex[:12]}"
+    path = f"{folder}/{WARM_UP_TABLE.name}"
     seconds: dict[str, float] = {}
     try:
         started = time.monotonic()
@@ -100,10 +101,17 @@ def warm_up_delta(spark: SparkSession, parent: Path | None = None) -> WarmUp:
         log.warning("warm-up failed (the first batches start cold): %s", failure)
         return WarmUp(seconds, None, failure)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(spark, folder)
     log.info(
         "warmed up in %.1f s (%s)",
         sum(seconds.values()),
         ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()),
     )
     return WarmUp(seconds, rows_read)
+
+
+def _remove(spark: SparkSession, folder: str) -> None:
+    try:
+        HadoopFiles(spark).delete(folder, recursive=True)
+    except Exception as e:  # a leftover folder of a few KB; the worker starts anyway
+        log.warning("could not remove the warm-up folder %s: %s", folder, e)

@@ -8,7 +8,7 @@ from jobs.runtime.warm_up import warm_up_delta
 
 
 def test_a_warm_up_makes_each_write_once_and_leaves_nothing(spark, tmp_path):
-    done = warm_up_delta(spark, tmp_path)
+    done = warm_up_delta(spark, str(tmp_path))
 
     assert done.failure is None
     assert list(done.seconds) == ["create", "append", "replayed append", "merge", "read"]
@@ -24,7 +24,7 @@ def test_a_failed_warm_up_is_returned_and_its_folder_removed(spark, tmp_path, mo
 
     monkeypatch.setattr(warm_up.delta, "merge_once", refuse)
 
-    done = warm_up_delta(spark, tmp_path)
+    done = warm_up_delta(spark, str(tmp_path))
 
     assert done.failure == "RuntimeError: no MERGE today"
     assert done.rows_read is None
