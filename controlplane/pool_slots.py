@@ -61,7 +61,6 @@ class WorkerSlots:
         """Run slots `0 .. wanted-1`; stop each slot above them whose worker is `idle`."""
         self.wanted = wanted
         records = self.store.launches()
-        placed = {r.worker_id for k, r in records.items() if not is_pool_key(k)}
         for slot in range(wanted):
             key = f"{POOL_PREFIX}{slot}"
             record = records.get(key)
@@ -71,10 +70,8 @@ class WorkerSlots:
                 log.warning("worker %s (%s) is gone; relaunching it", key, record.handle)
                 if self.launcher.observes(record) and self.launcher.alive(record):
                     self.launcher.cancel(record)
-            # The groups of a worker that is gone wait for its replacement (when the others
-            # are full): it registers without warming up (jobs/runtime/warm_up.py).
-            waited_for = record is not None and record.worker_id in placed
-            self._launch_worker(key, slot, warm_up=not waited_for)
+            self._launch_worker(key, slot)
+        placed = {r.worker_id for k, r in records.items() if not is_pool_key(k)}
         for key, record in sorted(records.items()):
             if not is_pool_key(key) or slot_of(key) < wanted:
                 continue
@@ -85,7 +82,7 @@ class WorkerSlots:
                 self.launcher.cancel(record)
             self.store.delete_launch(key)
 
-    def _launch_worker(self, key: str, slot: int, *, warm_up: bool) -> None:
+    def _launch_worker(self, key: str, slot: int) -> None:
         worker_id = new_worker_id()
         secret, digest = new_worker_secret()
         env = {
@@ -95,14 +92,10 @@ class WorkerSlots:
             # Below the lease: a worker that cannot heartbeat stops its queries before the
             # control plane may place them elsewhere.
             "UATU_WORKER_FENCE_SECONDS": str(max(1.0, self.lease_seconds / 2)),
-            "UATU_WORKER_WARM_UP": "1" if warm_up else "0",
         }
         record = self.launcher.launch_worker(f"worker-{slot}", "worker", env)
         self.store.put_launch(key, record.replace(worker_id=worker_id, worker_secret_sha256=digest))
-        log.info(
-            "worker slot %d: launched %s as worker %d%s",
-            slot, record.handle, worker_id, "" if warm_up else " (no warm-up: groups wait for it)",
-        )  # fmt: skip
+        log.info("worker slot %d: launched %s as worker %d", slot, record.handle, worker_id)
 
     def _worker_up(self, record: LaunchRecord) -> bool:
         if self.launcher.observes(record) and not self.launcher.alive(record):

@@ -57,9 +57,6 @@ from jobs.worker.runs import GroupRuns
 log = logging.getLogger("uatu.worker")
 
 FENCE_ENV = "UATU_WORKER_FENCE_SECONDS"
-# "0": register without the Delta warm-up (the pool relaunches a worker so for the groups of
-# one that is gone, which wait for it).
-WARM_UP_ENV = "UATU_WORKER_WARM_UP"
 
 # On top of the jobs' own: every group's Spark jobs go to a FAIR pool of its own.
 POOL_CONF = {
@@ -109,7 +106,6 @@ def main(argv: list[str]) -> int:
                 "UATU_CONTROL_PLANE", "unset; a worker runs what the control plane assigns to it"
             )
         fence_seconds = _fence_seconds(os.environ)
-        warm_up = _warm_up(os.environ)
         faults.parse(os.environ.get(faults.ENV, ""))  # a bad UATU_FAULT: exit 2
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -133,11 +129,8 @@ def main(argv: list[str]) -> int:
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
     # Before registering: the control plane places groups here once their first Delta
-    # writes no longer pay the JVM's first-use cost; not when groups already wait for it.
-    if warm_up:
-        warm_up_delta(spark, settings.checkpoints)
-    else:
-        log.info("not warming up (%s=0): groups wait for this worker", WARM_UP_ENV)
+    # writes no longer pay the JVM's first-use cost.
+    warm_up_delta(spark, settings.checkpoints)
     try:
         # Many groups' start-ups ensure the same few tables: each is checked once here.
         with (
@@ -274,10 +267,3 @@ def _fence_seconds(env: dict[str, str] | os._Environ[str]) -> float:
     if value <= 0:
         raise ConfigError(FENCE_ENV, f"{raw!r} must be above 0")
     return value
-
-
-def _warm_up(env: dict[str, str] | os._Environ[str]) -> bool:
-    raw = env.get(WARM_UP_ENV, "1")
-    if raw not in ("0", "1"):
-        raise ConfigError(WARM_UP_ENV, f"{raw!r} is not 0 or 1")
-    return raw == "1"

@@ -169,12 +169,10 @@ class WorkerApps:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.started: list[str] = []
-        self.warm_up: list[str] = []  # each launch's UATU_WORKER_WARM_UP
         self.cancelled: list[str] = []
 
     def launch_worker(self, name: str, definition: str, env: Mapping[str, str]) -> LaunchRecord:
         self.started.append(env["UATU_WORKER_ID"])
-        self.warm_up.append(env["UATU_WORKER_WARM_UP"])
         return LaunchRecord(
             handle=f"{name}#{len(self.started)}",
             definition=definition,
@@ -319,21 +317,10 @@ def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_leas
     reconciler.reconcile_once()
     second_worker = store.launches()["~worker/0"].worker_id
     assert second_worker != first_worker and apps.cancelled == ["worker-0#1"]
-    # The group waits for the replacement, which registers without warming up.
-    assert apps.warm_up == ["1", "0"]
     _heard(store, pool, second_worker, clock.now)
     reconciler.reconcile_once()
     reconciler.reconcile_once()
     assert store.launches()["g"].worker_id == second_worker
-
-
-def test_a_worker_relaunched_with_no_group_waiting_warms_up(pooled):
-    store, clock, apps, pool, reconciler, _groups = pooled
-    reconciler.reconcile_once()
-    _heard(store, pool, store.launches()["~worker/0"].worker_id, clock.now)
-    clock.now += 25  # silent past the lease, with no group placed on it
-    reconciler.reconcile_once()
-    assert len(apps.started) == 2 and apps.warm_up == ["1", "1"]
 
 
 def test_a_group_is_placed_again_only_once_its_worker_reported_it_stopped(pooled):

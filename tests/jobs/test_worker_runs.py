@@ -19,11 +19,11 @@ from uber.data.kafka.datatransfer import master_worker_service_pb2 as mw_pb2
 from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_grpc
 
 from core import worker_jobs
-from core.errors import ConfigError, InvalidJobGroup
+from core.errors import InvalidJobGroup
 from jobs import registry
 from jobs.availability.job import SESSION_CONF as AVAILABILITY
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
-from jobs.worker.main import WARM_UP_ENV, _fence, _warm_up, serve_commands, worker_conf
+from jobs.worker.main import _fence, serve_commands, worker_conf
 from jobs.worker.runs import GroupRuns, Step, decide
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
@@ -462,11 +462,3 @@ def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> Non
     every = registry.every_runtime
     monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), Other])
     assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf()
-
-
-def test_the_warm_up_is_on_unless_the_launcher_says_0_and_anything_else_is_refused():
-    assert _warm_up({}) is True
-    assert _warm_up({WARM_UP_ENV: "1"}) is True
-    assert _warm_up({WARM_UP_ENV: "0"}) is False
-    with pytest.raises(ConfigError, match=f"{WARM_UP_ENV}.*'no' is not 0 or 1"):
-        _warm_up({WARM_UP_ENV: "no"})
