@@ -236,6 +236,10 @@ bench-fleet: setup ## benchmark: one pattern audit over 1,000 topics vs one appl
 bench-fleet-pool: setup ## benchmark: 190 JobGroups on 4 worker applications vs one application per group (BENCH_ARGS="--quick": 12 groups on 2)
 	$(PY) -m bench.fleet_pool $(BENCH_ARGS)
 
+.PHONY: bench-pack-merge
+bench-pack-merge: setup ## benchmark: an audit pack's counts MERGE of 75 groups vs one group's, alone on the machine
+	$(PY) -m bench.pack_merge $(BENCH_ARGS)
+
 bench-replication: setup ## benchmark: replication job vs MirrorMaker 2 and Kafka's perf tools on 1M records
 	$(PY) -m bench.replication_bench $(BENCH_ARGS)
 

@@ -53,6 +53,7 @@ from testing.jobgroups import parse
         "controlplane_bench",
         "fleet_bench",
         "loadgen_bench",
+        "pack_merge",
         "replication_bench",
         "startup_bench",
     ],
