@@ -233,7 +233,7 @@ bench-fleet: setup ## benchmark: one pattern audit over 1,000 topics vs one appl
 	$(PY) -m bench.fleet_bench $(BENCH_ARGS)
 
 .PHONY: bench-fleet-pool
-bench-fleet-pool: setup ## benchmark: 190 JobGroups on 4 worker applications vs one application per group (BENCH_ARGS="--quick": 12 groups on 2)
+bench-fleet-pool: setup grpc-sink ## benchmark: 200 JobGroups (audits, replications, dispatchers) on 4 worker applications vs one application per group (BENCH_ARGS="--quick": 14 groups on 2)
 	$(PY) -m bench.fleet_pool $(BENCH_ARGS)
 
 .PHONY: bench-pack-merge

@@ -9,10 +9,10 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    a pack's first batch and commits counting for each of its groups) and --replications
    KAFKA_REPLICATION groups, each on its own topic of --partitions partitions, fed --rate
    records/s per topic by one paced producer (bench/fleet_bench.py's: known counts per
-   window). The worker applications are up (registered) before the first AddJobGroup.
+   window), and --dispatchers RPC dispatcher groups to the Go sink (bench/fleet_dispatch.py).
+   The worker applications are up (registered) before the first AddJobGroup.
 2. Every group is added through AddJobGroup, one after another; for each, the time from its
-   AddJobGroup to its first committed batch (the `commits/0` file of its checkpoint):
-   p50, p99, max.
+   AddJobGroup to its first committed batch (its checkpoint's `commits/0`): p50, p99, max.
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
 4. --updates replication groups (flow control --copy-rate) get half that rate
    (UpdateJobGroup): the time until their worker runs the new definition, whether the query
@@ -21,12 +21,11 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    (GetJobGroup shows the job CANCELED, as the worker's heartbeat said).
 6. One worker application is SIGKILLed: for each of its groups, the time from the kill to
    the next batch committed (on the worker the pool relaunched, or another one).
-7. The producer stops; once every record is counted and copied (or a deadline), every
-   audit window is compared with the truth and every replication's destination partitions
-   with their source (each record once, in order).
-8. Today's way, side by side: --baseline-apps audits as one application each
-   (`spark-submit.sh`), same settings, sampled for --baseline-minutes; ratio per group of
-   memory and CPU.
+7. The producer stops; once every record is counted, copied and dispatched (or a deadline):
+   every audit window against the truth, every copy against its source (each record once, in
+   order), every dispatcher's records at the sink (fleet_dispatch.check).
+8. Side by side, today's way: --baseline-apps audits as one application each (spark-submit.sh,
+   same settings), sampled for --baseline-minutes; ratio per group of memory and CPU.
 
 Figures go to stdout, var/bench/fleet-pool-result.json and
 docs/benchmarks/fleet-pool-<UTC>-<commit>.json. Nothing here asserts a duration.
@@ -52,6 +51,7 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from bench import fleet_dispatch
 from bench._common import (
     BENCH_DIR,
     bench_parser,
@@ -79,6 +79,7 @@ from controlplane.state.sqlite import SqliteStore
 from core.channel import open_channel
 from core.paths import ROOT
 from core.processes import free_ports, signal_group, terminate
+from devservices.grpc_sink import install_sink, start_sink
 from devservices.kafka import start_cluster
 from jobs.audit.packs import LEDGER
 from testing.conf import write_conf_dir
@@ -94,13 +95,13 @@ def copy_of(topic: str, trigger_seconds: int, rate: float = 0) -> JobGroup:
 
 
 def commits(checkpoints: Path, group_id: str) -> list[Path]:
-    """The commit files of the checkpoint the group's counts go on in: its own, or (an audit
-    in a pack) the pack generation its ledger names, every batch of which audits it."""
-    folder = checkpoints / group_id / "commits"
-    ledger = checkpoints / group_id / LEDGER
+    """The commit files of the group's checkpoint: its own, the pack generation its ledger
+    names (an audit in a pack), or its topics' queries' (a dispatcher's `topics/<topic>`)."""
+    folder = checkpoints / group_id
+    ledger = folder / LEDGER
     if ledger.exists():
-        folder = Path(json.loads(ledger.read_text())["checkpoint"]) / "commits"
-    return [p for p in folder.glob("[0-9]*")] if folder.is_dir() else []
+        folder = Path(json.loads(ledger.read_text())["checkpoint"])
+    return [*folder.glob("commits/[0-9]*"), *folder.glob("topics/*/commits/[0-9]*")]
 
 
 def committed_after(checkpoints: Path, group_id: str, since: float) -> bool:
@@ -143,39 +144,42 @@ def audit_types(args) -> tuple[str, ...]:
 
 
 def seconds(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    p50, p99 = percentiles(values, (50, 99))
-    return {"n": len(values), "p50": p50, "p99": p99, "max": max(values)}
+    p50, p99 = percentiles(values, (50, 99)) if values else (None, None)
+    return {"n": len(values), "p50": p50, "p99": p99, "max": max(values, default=None)}
 
 
 def bench(args) -> dict[str, Any]:
     with work_dir("fleet-pool", keep=args.keep) as workdir:
         cluster = start_cluster(workdir / "kafka", heap="1g")
+        sink = start_sink(workdir / "sink", binary=install_sink())
         try:
-            return run(args, workdir, cluster.bootstrap_servers)
+            return run(args, workdir, cluster.bootstrap_servers, sink)
         finally:
+            sink.stop()
             cluster.stop()
 
 
-def run(args, workdir: Path, bootstrap: str) -> dict[str, Any]:
+def run(args, workdir: Path, bootstrap: str, sink) -> dict[str, Any]:
     audits = [f"pool.a{i:03d}" for i in range(args.audits)]
     copies = [f"pool.r{i:03d}" for i in range(args.replications)]
+    dispatched = [f"pool.d{i:03d}" for i in range(args.dispatchers)]
+    fed = audits + copies + dispatched
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    create_topics(admin, audits + copies + [f"{t}.copy" for t in copies], args.partitions)
-    producer = FleetProducer(bootstrap, audits + copies, args.partitions, args.rate)
+    create_topics(admin, fed + [f"{t}.copy" for t in copies], args.partitions)
+    producer = FleetProducer(bootstrap, fed, args.partitions, args.rate)
     producer.start()
     checkpoints = workdir / "ck"
     conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", checkpoints)
     plane, address = start_control_plane(workdir, conf, args)
     store = SqliteStore(workdir / "cp.sqlite")
-    figures: dict[str, Any] = {"groups": args.audits + args.replications}
+    figures: dict[str, Any] = {"groups": len(fed)}
     try:
         with open_channel(address) as channel:
             stub = admin_grpc.MasterAdminServiceStub(channel)
             up = wait_for("the worker applications", lambda: _registered(store, args), 600, 1)
             say(f"{args.workers} worker applications registered after {up} s")
-            figures.update(add_groups(stub, audits, copies, checkpoints, args))
+            extra = fleet_dispatch.groups(dispatched, sink, args.dispatch_trigger_seconds)
+            figures.update(add_groups(stub, audits, copies, extra, checkpoints, args))
             pids = list(worker_pids(store).values())
             figures["workers"] = sample(pids, args.minutes * 60)
             say(f"workers: {figures['workers']}")
@@ -185,6 +189,8 @@ def run(args, workdir: Path, bootstrap: str) -> dict[str, Any]:
         producer.stopping.set()
         producer.join()
         figures["truth"] = check_truth(workdir, bootstrap, producer, audits, copies, args)
+        sent = fleet_dispatch.sent_to(dispatched, producer.truth.sent)
+        figures["truth"].update(fleet_dispatch.check(workdir / "wh", sink, sent))
     finally:
         producer.stopping.set()
         terminate(plane)
@@ -201,7 +207,7 @@ def _registered(store: SqliteStore, args) -> bool:
     return len(ids) == args.workers and ids <= {w.node.id for w in store.workers()}
 
 
-def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
+def add_groups(stub, audits, copies, extra, checkpoints: Path, args) -> dict[str, Any]:
     groups = [
         json_format.ParseDict(
             audit_group(
@@ -216,6 +222,7 @@ def add_groups(stub, audits, copies, checkpoints: Path, args) -> dict[str, Any]:
         for t in audits
     ]
     groups += [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate) for t in copies]
+    groups += extra
     added: dict[str, float] = {}
     for group in groups:
         stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
@@ -429,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("bench.fleet_pool", __doc__)
     parser.add_argument("--audits", type=int, default=150)
     parser.add_argument("--replications", type=int, default=40)
+    parser.add_argument("--dispatchers", type=int, default=10, help="to the Go gRPC sink")
+    parser.add_argument("--dispatch-trigger-seconds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--capacity", type=int, default=50, help="groups per worker at most")
     parser.add_argument("--partitions", type=int, default=2)
@@ -468,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "audits": 8,
             "replications": 4,
+            "dispatchers": 2,
             "workers": 2,
             "minutes": 1,
             "updates": 2,

@@ -52,6 +52,7 @@ from testing.jobgroups import parse
         "availability_bench",
         "controlplane_bench",
         "fleet_bench",
+        "fleet_pool",
         "loadgen_bench",
         "pack_merge",
         "replication_bench",
@@ -577,3 +578,54 @@ def test_the_fleet_bench_compares_every_window_with_what_it_sent() -> None:
     assert result["rows_not_sent"] == 1
     assert result["windows_wrong"] == 3  # EXACT distinct, the short count, the missing APPROX
     assert result["approx_outside_3_sigma"] == 1
+
+
+def test_the_pool_bench_finds_a_dispatcher_that_skipped_or_repeated_records() -> None:
+    from bench.fleet_dispatch import dispatched, gaps, sent_to
+
+    sent = sent_to(
+        ["pool.d000"], {("pool.d000", 0, 60): 3, ("pool.d000", 0, 120): 2, ("pool.a000", 0, 60): 9}
+    )
+    assert sent == {"pool.d000": {0: 5}}
+    row = {"job_group_id": "d-pool.d000", "topic": "pool.d000", "tier": "main", "partition": 0}
+    rows = [
+        {
+            **row,
+            "records": 3,
+            "redelivered": 0,
+            "committed": 3,
+            "first_offset": 0,
+            "last_offset": 2,
+        },
+        {
+            **row,
+            "records": 3,
+            "redelivered": 2,
+            "committed": 3,
+            "first_offset": 2,
+            "last_offset": 4,
+        },
+        {
+            **row,
+            "tier": "retry-1",
+            "records": 7,
+            "redelivered": 0,
+            "committed": 7,
+            "first_offset": 0,
+            "last_offset": 6,
+        },
+        {
+            **row,
+            "job_group_id": "d-other",
+            "records": 1,
+            "redelivered": 0,
+            "committed": 1,
+            "first_offset": 9,
+            "last_offset": 9,
+        },
+    ]
+    got = dispatched(rows, "d-pool.d000", "pool.d000")
+    assert (got["records"], got["redelivered"], got["committed"]) == (6, 2, 6)
+    assert gaps(got["ranges"][0], 5) == 0
+    assert gaps([(0, 1), (3, 4)], 5) == 1  # offset 2 never dispatched
+    assert gaps([(0, 2)], 5) == 2
