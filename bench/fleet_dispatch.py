@@ -2,12 +2,13 @@
 JobGroups, each of its own fleet topic, to the Go sink of devservices/grpc_sink.py (which
 answers every call OK at once), and their truth.
 
-Truth: a dispatcher is at least once (a batch that a crash cut short is dispatched again and
-recorded so, `redelivered`: jobs/dispatch/tables.py). So for each group, from its
+Truth: a dispatcher is at least once (jobs/dispatch/tables.py). So for each group, from its
 `dispatch_stats` rows of its main tier: every offset the producer sent to each partition is in
 a dispatched range (no gap), every record read ended OK at the sink (`committed`), and the
-records read, less those declared redelivered, are exactly those sent. The sink's call count
-is at least their sum.
+records read are at least those sent and at most those plus the ones declared redelivered
+(a batch cut short by a crash is recorded again with `redelivered` = its records, beside the
+rows its first attempt wrote before the crash, if any). The sink's call count is at least the
+records sent.
 
 Nothing here asserts a duration: the figures go into the bench's result.
 """
@@ -88,6 +89,13 @@ def gaps(ranges: list[tuple[int, int]], sent: int) -> int:
     return sent - len(covered & set(range(sent)))
 
 
+def once_or_redelivered(got: Mapping[str, Any], sent: int) -> bool:
+    """Whether a group's totals (`dispatched`) account for `sent` records: each read once, or
+    again only as declared redelivered, and every one read ended OK (pure)."""
+    within = sent <= got["records"] <= sent + got["redelivered"]
+    return within and got["committed"] == got["records"]
+
+
 def check(
     warehouse: Path,
     sink: GrpcSink,
@@ -95,39 +103,35 @@ def check(
     deadline_s: float = 600,
 ) -> dict[str, Any]:
     """Wait (to `deadline_s`) until every group of `sent` (topic -> partition -> records the
-    producer sent) has read all of them, then compare (the module docstring)."""
+    producer sent) has dispatched every offset, then compare (the module docstring)."""
     path = warehouse / "dispatch_stats"
 
     def results() -> dict[str, dict[str, Any]]:
         rows = read_append_only(path) if (path / "_delta_log").is_dir() else []
         return {topic: dispatched(rows, f"d-{topic}", topic) for topic in sent}
 
+    def holes(got: Mapping[str, Any], partitions: Mapping[int, int]) -> int:
+        return sum(gaps(got["ranges"].get(p, []), n) for p, n in partitions.items())
+
     started = time.monotonic()
-    while True:
-        seen = results()
-        done = all(
-            seen[t]["records"] - seen[t]["redelivered"] >= sum(sent[t].values()) for t in sent
-        )
-        if done or time.monotonic() - started > deadline_s:
-            break
+    seen = results()
+    while any(holes(seen[t], sent[t]) for t in sent) and time.monotonic() - started < deadline_s:
         time.sleep(5)
+        seen = results()
     wrong = 0
     for topic, partitions in sent.items():
-        got = seen[topic]
-        exact = got["records"] - got["redelivered"] == sum(partitions.values())
-        ok = exact and got["committed"] == got["records"]
-        holes = sum(gaps(got["ranges"].get(p, []), n) for p, n in partitions.items())
-        if not ok or holes:
+        got, missing = seen[topic], holes(seen[topic], partitions)
+        if missing or not once_or_redelivered(got, sum(partitions.values())):
             say(
                 f"dispatcher d-{topic}: {got['records']} read, {got['redelivered']} redelivered, "
-                f"{got['committed']} OK, {holes} offsets never dispatched; sent {dict(partitions)}"
+                f"{got['committed']} OK, {missing} offsets never dispatched; "
+                f"sent {dict(partitions)}"
             )
             wrong += 1
-    records = sum(seen[t]["records"] for t in sent)
     return {
         "dispatchers_checked": len(sent),
         "dispatchers_not_exact": wrong,
-        "dispatched_records": records,
+        "dispatched_records": sum(seen[t]["records"] for t in sent),
         "redelivered": sum(seen[t]["redelivered"] for t in sent),
         "sink_calls": sink.stats()["calls"],
     }

@@ -581,7 +581,7 @@ def test_the_fleet_bench_compares_every_window_with_what_it_sent() -> None:
 
 
 def test_the_pool_bench_finds_a_dispatcher_that_skipped_or_repeated_records() -> None:
-    from bench.fleet_dispatch import dispatched, gaps, sent_to
+    from bench.fleet_dispatch import dispatched, gaps, once_or_redelivered, sent_to
 
     sent = sent_to(
         ["pool.d000"], {("pool.d000", 0, 60): 3, ("pool.d000", 0, 120): 2, ("pool.a000", 0, 60): 9}
@@ -629,3 +629,10 @@ def test_the_pool_bench_finds_a_dispatcher_that_skipped_or_repeated_records() ->
     assert gaps(got["ranges"][0], 5) == 0
     assert gaps([(0, 1), (3, 4)], 5) == 1  # offset 2 never dispatched
     assert gaps([(0, 2)], 5) == 2
+    # A batch cut short by a crash: recorded again as redelivered, with or without the rows
+    # its first attempt wrote; more than that, or fewer than sent, or one not OK, is wrong.
+    assert once_or_redelivered({"records": 5, "redelivered": 2, "committed": 5}, 5)
+    assert once_or_redelivered({"records": 7, "redelivered": 2, "committed": 7}, 5)
+    assert not once_or_redelivered({"records": 8, "redelivered": 2, "committed": 8}, 5)
+    assert not once_or_redelivered({"records": 4, "redelivered": 0, "committed": 4}, 5)
+    assert not once_or_redelivered({"records": 5, "redelivered": 0, "committed": 4}, 5)
