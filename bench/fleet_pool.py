@@ -149,14 +149,12 @@ def seconds(values: list[float]) -> dict[str, float | None]:
 
 
 def bench(args) -> dict[str, Any]:
-    with work_dir("fleet-pool", keep=args.keep) as workdir:
-        cluster = start_cluster(workdir / "kafka", heap="1g")
-        sink = start_sink(workdir / "sink", binary=install_sink())
-        try:
-            return run(args, workdir, cluster.bootstrap_servers, sink)
-        finally:
-            sink.stop()
-            cluster.stop()
+    with (
+        work_dir("fleet-pool", keep=args.keep) as workdir,
+        start_sink(workdir / "sink", binary=install_sink()) as sink,
+        start_cluster(workdir / "kafka", heap="1g") as cluster,
+    ):
+        return run(args, workdir, cluster.bootstrap_servers, sink)
 
 
 def run(args, workdir: Path, bootstrap: str, sink) -> dict[str, Any]:
