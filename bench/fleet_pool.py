@@ -79,7 +79,7 @@ from controlplane.state.sqlite import SqliteStore
 from core.channel import open_channel
 from core.paths import ROOT
 from core.processes import free_ports, signal_group, terminate
-from devservices.grpc_sink import install_sink, start_sink
+from devservices.grpc_sink import GrpcSink, install_sink, start_sink
 from devservices.kafka import start_cluster
 from jobs.audit.packs import LEDGER
 from testing.conf import write_conf_dir
@@ -157,7 +157,7 @@ def bench(args) -> dict[str, Any]:
         return run(args, workdir, cluster.bootstrap_servers, sink)
 
 
-def run(args, workdir: Path, bootstrap: str, sink) -> dict[str, Any]:
+def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
     audits = [f"pool.a{i:03d}" for i in range(args.audits)]
     copies = [f"pool.r{i:03d}" for i in range(args.replications)]
     dispatched = [f"pool.d{i:03d}" for i in range(args.dispatchers)]
