@@ -207,7 +207,10 @@ def one_audit_run(b: Bench, index: int, timeout_s: float) -> dict[str, Any]:
         "@type": "type.googleapis.com/uatu.v1.JobOptions",
         "output": {"auditCountsPath": str(b.workdir / "wh" / name / "audit_counts")},
     }
-    markers = {"first_batch_s": "uatu.audit: batch 0 folded", "first_counts_s": "batch 0 merged"}
+    markers = {
+        "first_batch_s": "uatu.audit: batch 0 folded",
+        "first_counts_s": "audit_counts: batch 0 written",
+    }
 
     def first_lines(run: dict[str, Any], launched_at: float) -> bool:
         text = spark_log(name).read_text(errors="replace")

@@ -188,10 +188,11 @@ def last_keys_batch(checkpoints: Path | str) -> int | None:
     return max((int(f.name) for f in logs if f.name.isdigit()), default=None)
 
 
-def saved_partials(checkpoints: Path | str) -> list[int]:
-    """The batches whose partials an audit job saved and has not yet MERGEd into audit_counts
-    (`jobs/audit/counts_writer.py`: <checkpoint>/audit-partials/<batch>), sorted."""
-    files = Path(checkpoints).glob("*/audit-partials/*")
+def saved_batches(checkpoints: Path | str, folder: str) -> list[int]:
+    """The batches a job saved under `<checkpoint>/<folder>/<batch>` and has not yet written
+    to its tables (`jobs/runtime/after_commit.py`: the audit's `audit-partials`, the
+    replication's `replication-stats`), sorted."""
+    files = Path(checkpoints).glob(f"*/{folder}/*")
     return sorted(int(f.name) for f in files if f.name.isdigit())
 
 

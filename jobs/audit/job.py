@@ -48,7 +48,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core import kafka_admin
-from core.errors import EXIT_FAILED, EXIT_OK, ClusterUnreachable, UatuError
+from core.errors import ClusterUnreachable, UatuError
 from core.faults import fault_point
 from jobs.audit import metrics, tables
 from jobs.audit.counts_writer import CountsWriter
@@ -272,21 +272,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         """The query, then the MERGEs still queued: the run ends with every batch it folded
         in audit_counts (or, after a failure, saved for the next start)."""
         status = super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
-        if status != EXIT_OK:
-            return status
-        started = time.monotonic()
-        try:
-            through = self._counts.drain()
-        except RuntimeError as error:
-            log.error("%s", error)
-            return EXIT_FAILED
-        log.info(
-            "audit_counts holds every batch of the run (through batch %d; last MERGEs took "
-            "%.1f s after the query ended)",
-            through,
-            time.monotonic() - started,
-        )
-        return status
+        return self._counts.batches.finish(status)
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         writer = self._writer

@@ -144,7 +144,7 @@ def test_the_audit_bench_times_a_run_from_the_query_start_to_the_counts_written(
         "2026-11-25 10:00:14,000 INFO uatu.audit: batch 1 folded: 500 records, 4 bytes; fold "
         "0.5 s, save 0.1 s\n"
         "2026-11-25 10:00:16,250 INFO uatu.audit: audit_counts holds every batch of the run "
-        "(through batch 1; last MERGEs took 1.0 s after the query ended)\n"
+        "(through batch 1; the last writes took 1.0 s after the query ended)\n"
     )
     run = AuditRun("AUDIT_TYPE_APPROX_UNIQ", 0)
     read_job_log(run, log)
@@ -198,12 +198,12 @@ def test_the_startup_bench_times_an_audit_run_by_its_log_lines() -> None:
     log = (
         "2026-11-25 10:00:05,250 INFO uatu.audit: batch 0 folded: 20 records, 9 bytes; fold "
         "0.3 s, save 0.1 s\n"
-        "2026-11-25 10:00:07,000 INFO uatu.audit: audit_counts: batch 0 merged in 1.5 s\n"
+        "2026-11-25 10:00:07,000 INFO uatu.audit: audit_counts: batch 0 written in 1.5 s (MERGE)\n"
     )
     launched = datetime(2026, 11, 25, 10, 0, 0).timestamp()
     assert seconds_after(log, "uatu.audit: batch 0 folded", launched) == 5.25
-    assert seconds_after(log, "batch 0 merged", launched) == 7.0
-    assert seconds_after(log, "batch 1 merged", launched) is None
+    assert seconds_after(log, "audit_counts: batch 0 written", launched) == 7.0
+    assert seconds_after(log, "audit_counts: batch 1 written", launched) is None
     runs = [{"first_batch_s": 5.0, "first_counts_s": 7.0}, {"first_batch_s": 6.0}]
     medians = startup_medians(runs)
     assert (

@@ -21,8 +21,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.audit import tables
-from jobs.audit.counts_writer import FOLDER, CountsWriter, decode_partials, encode_partials
+from jobs.audit.counts_writer import FOLDER, CountsWriter
 from jobs.audit.transforms import WINDOW_KEY, combine_partials
+from jobs.runtime.after_commit import decode_rows, encode_rows
 from jobs.runtime.checkpoint_files import CheckpointFiles
 from jobs.runtime.delta import ensure_tables
 from testing.jobrun import log_actions
@@ -163,7 +164,7 @@ def test_merges_follow_sparks_commits_combine_what_is_ready_and_drain(
         # Holding the writer's lock keeps its thread from looking at the queue until both
         # batches are queued and committed (else it can take batch 1 alone: its look at the
         # queue and its look at the commits are two steps).
-        with writer._changed:
+        with writer.batches._changed:
             writer.submit(spark, 1, book.partials(spark, BATCHES[1], 1))
             writer.submit(spark, 2, book.partials(spark, BATCHES[2], 2))
             # Not committed: saved, queued, not in the table.
@@ -264,11 +265,9 @@ def test_recover_writes_saved_partials_once_in_batch_order(
     first = book.partials(spark, BATCHES[0], 0)
     tables.merge_counts(first, table, APP_ID, 0, "g")
     files = CheckpointFiles(spark, str(ck), FOLDER)
-    files.write("0", encode_partials(first))
+    files.write("0", encode_rows(first))
     for batch_id in (1, 2):
-        files.write(
-            str(batch_id), encode_partials(book.partials(spark, BATCHES[batch_id], batch_id))
-        )
+        files.write(str(batch_id), encode_rows(book.partials(spark, BATCHES[batch_id], batch_id)))
 
     writer = CountsWriter(table, str(ck), lambda _spark: APP_ID, "g")
     try:
@@ -310,7 +309,7 @@ def test_a_failed_merge_fails_drain_and_the_next_submit_and_keeps_the_file(
 
 def test_saved_partials_decode_to_the_frame_that_was_saved(spark) -> None:
     partials = KeyBook().partials(spark, BATCHES[0], 0)
-    restored = decode_partials(spark, json.loads(json.dumps(encode_partials(partials))))
+    restored = decode_rows(spark, json.loads(json.dumps(encode_rows(partials))))
     assert_df_equality(restored, partials, ignore_row_order=True)
 
 

@@ -25,13 +25,14 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from core.errors import EXIT_OK
+from jobs.audit.counts_writer import FOLDER
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobrun import (
     committed_batch,
     last_keys_batch,
     run_job,
-    saved_partials,
+    saved_batches,
     spark_committed_batch,
 )
 from testing.polling import wait_for
@@ -110,16 +111,16 @@ def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
         last_keys_batch(tmp_path / "ck"),
         spark_committed_batch(tmp_path / "ck"),
         committed_batch(counts_path),
-        saved_partials(tmp_path / "ck"),
+        saved_batches(tmp_path / "ck", FOLDER),
     )
     assert expected(left), f"the crash left {left}"
 
     # The restart in this process: what it recovers is the job's, not spark-submit.sh's.
     with caplog.at_level(logging.INFO, logger="uatu"):
         assert run_in_process(group, tmp_path, conf_dir, "--once") == EXIT_OK
-    merged = [r for r in caplog.records if "merged the saved partials of batches" in r.message]
+    merged = [r for r in caplog.records if "wrote the saved batches" in r.message]
     assert bool(merged) == bool(left.saved)
-    assert saved_partials(tmp_path / "ck") == []
+    assert saved_batches(tmp_path / "ck", FOLDER) == []
     counts = spark.read.format("delta").load(str(counts_path))
     assert_df_equality(
         counts.select(*COMPARED),

@@ -1,0 +1,324 @@
+"""A micro-batch's table writes, moved off the batch's path and made durable first.
+
+Why: a Delta commit has a fixed cost of a second or more, and many times that on loaded
+cores. Run in foreachBatch, it stands between every two batches of the query, and a new
+query's first batch is not committed by Spark before its first table write is.
+
+How, for batch N (one `AfterCommitWriter` per run of a query):
+1. `submit` (in foreachBatch) saves what the batch is to write to `<checkpoint>/<folder>/N`
+   (JSON through Hadoop's FileSystem, atomic for a reader: `encode_rows` makes a DataFrame
+   of a few rows JSON-able) and queues it. Once the file is written the batch's results
+   survive a crash, so foreachBatch returns and Spark commits N's offsets while the next
+   batch runs.
+2. A thread writes queued batches once Spark has committed them (`<checkpoint>/commits/N`
+   exists), so the tables do not run ahead of the query; or at once when the job is about
+   to wait between batches (`release`). Batches ready meanwhile are written together, by
+   the owner's `write` (one call for all of them, whose idempotent-write marker is the newest
+   batch's id); their files are then deleted.
+3. `drain` (after the query) writes everything still queued; `recover` (before the query)
+   writes every file a crashed run left, one batch at a time in batch order, so a batch the
+   tables already hold is skipped by its marker (`jobs.runtime.delta.append_once`,
+   `merge_once`).
+
+Guarantee: exactly-once per checkpoint, as a write in foreachBatch has, provided the owner's
+`write` is idempotent per (writer, batch id) and a batch's file holds what any replay of the
+batch would write, or what the replay's marker skips. A batch's file exists before Spark
+commits it; its rows reach the tables once, whether the crash came before the commit (the
+restart writes the file, the replay's write is skipped by its marker), between the commit and
+the write (`recover` writes the file), or between the write and the file's deletion (the
+marker skips it). A failed write fails the query at its next batch, or the run at `drain`;
+its files stay for the next start.
+
+Visibility: a batch's rows are in the tables one write after Spark commits it, not when
+foreachBatch returns.
+
+Owners: the audit's counts (`jobs/audit/counts_writer.py`), the micro-batch replication's
+stats (`jobs/replication/stats.py`). Each places its own two fault points (core/faults.py):
+the batch saved, and the thread about to write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, LongType, StringType, StructType, TimestampType
+
+from core.errors import EXIT_FAILED, EXIT_OK
+from jobs.runtime.checkpoint_files import CheckpointFiles
+
+Batch = TypeVar("Batch")
+# A batch id and what the batch writes, in batch order.
+Ready = list[tuple[int, Batch]]
+
+# How often the writer's thread looks for Spark's commit of a queued batch.
+COMMIT_POLL_SECONDS = 0.05
+# Batches queued before `submit` waits for the writes to catch up (bounds driver memory).
+MAX_QUEUED = 16
+
+
+class AfterCommitWriter(Generic[Batch]):
+    """Saves each batch under the checkpoint and writes it in a thread of its own once Spark
+    has committed it.
+
+    `what` names the writes in logs and errors (a table's name), `log` is the owner's logger;
+    `write(spark, ready)` writes
+    the batches of `ready` (one or more, in batch order) idempotently under the newest's id
+    and returns a few words for the log; `decode(spark, saved)` turns a saved file back into
+    a batch; `at_saved` and `at_writing` place the owner's fault points (core/faults.py): a
+    batch's file written, and the thread about to write."""
+
+    def __init__(
+        self,
+        checkpoint: str,
+        folder: str,
+        what: str,
+        write: Callable[[SparkSession, Ready[Batch]], str],
+        decode: Callable[[SparkSession, dict[str, Any]], Batch],
+        log: logging.Logger,
+        *,
+        at_saved: Callable[[], None],
+        at_writing: Callable[[], None],
+    ):
+        self.checkpoint = checkpoint
+        self.folder = folder
+        self.what = what
+        self._write = write
+        self._decode = decode
+        self._log = log
+        self._at_saved = at_saved
+        self._at_writing = at_writing
+        self._changed = threading.Condition()
+        self._queued: Ready[Batch] = []  # in batch order
+        self._draining = False
+        self._released_through = -1  # batches written without waiting for Spark's commit
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._files: CheckpointFiles | None = None  # <checkpoint>/<folder>, from _start
+        self._written_through = -1
+
+    def recover(self, spark: SparkSession) -> list[int]:
+        """Before the query: write the batches a previous run saved and did not delete, one at
+        a time in batch order (a batch already written is skipped by its marker); their ids."""
+        files = CheckpointFiles(spark, self.checkpoint, self.folder)
+        saved = files.numbers()
+        for batch_id in saved:
+            self._write(spark, [(batch_id, self._decode(spark, files.read(str(batch_id))))])
+            files.delete(str(batch_id))
+        if saved:
+            self._log.info(
+                "%s: wrote the saved batches %s (a run before ended before writing them)",
+                self.what,
+                _ids(saved),
+            )
+        return saved
+
+    def submit(self, spark: SparkSession, batch_id: int, batch: Batch, saved: Any) -> None:
+        """In foreachBatch: save `saved` (the JSON-able form of `batch`, which `decode` turns
+        back into it) as batch `batch_id`'s file, durable on return, and queue the batch.
+
+        Raises the error of an earlier write, if one failed: the query then fails before Spark
+        commits this batch. Waits while MAX_QUEUED batches are queued."""
+        self._raise_if_failed()
+        if self._thread is None:
+            self._start(spark)
+        assert self._files is not None
+        self._files.write(str(batch_id), saved)
+        self._at_saved()
+        with self._changed:
+            if len(self._queued) >= MAX_QUEUED:
+                self._log.info(
+                    "%s: %d batches wait for their write; the query waits too",
+                    self.what,
+                    len(self._queued),
+                )
+            while len(self._queued) >= MAX_QUEUED and self._error is None:
+                self._changed.wait()
+            self._queued.append((batch_id, batch))
+            self._changed.notify_all()
+        self._raise_if_failed()
+
+    def release(self, batch_id: int) -> None:
+        """Write the batches through `batch_id` without waiting for Spark's commit: the query
+        is about to wait (flow control), so the commit would come late. Safe: a replay of the
+        batch writes nothing its marker has seen."""
+        with self._changed:
+            self._released_through = max(self._released_through, batch_id)
+            self._changed.notify_all()
+
+    def drain(self) -> int:
+        """After the query: write every queued batch now, committed or not; the newest batch
+        id written (-1 if this run wrote none). Raises the error of a failed write."""
+        with self._changed:
+            self._draining = True
+            self._changed.notify_all()
+            while self._queued and self._error is None:
+                self._changed.wait()
+        self._raise_if_failed()
+        return self._written_through
+
+    def finish(self, status: int) -> int:
+        """After a query that ended with `status`: when it ended well, `drain`, so the run
+        ends with every batch it ran in the tables; EXIT_FAILED if a write failed (its
+        batches stay saved for the next start)."""
+        if status != EXIT_OK:
+            return status
+        started = time.monotonic()
+        try:
+            through = self.drain()
+        except RuntimeError as error:
+            self._log.error("%s", error)
+            return EXIT_FAILED
+        self._log.info(
+            "%s holds every batch of the run (through batch %d; the last writes took %.1f s "
+            "after the query ended)",
+            self.what,
+            through,
+            time.monotonic() - started,
+        )
+        return status
+
+    def close(self) -> None:
+        """Stop the thread; queued batches that were not written stay saved for `recover`."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    # --- the thread -------------------------------------------------------------------------
+
+    def _start(self, spark: SparkSession) -> None:
+        commits = CheckpointFiles(spark, self.checkpoint, "commits")
+        self._files = CheckpointFiles(spark, self.checkpoint, self.folder)
+        self._thread = threading.Thread(
+            target=self._loop, args=(spark, commits), name=f"{self.what}-writer", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self, spark: SparkSession, commits: CheckpointFiles) -> None:
+        while True:
+            with self._changed:
+                if self._stopping:
+                    return
+                if not self._queued:
+                    self._changed.wait()
+                    continue
+                queued = list(self._queued)
+                draining = self._draining
+                released = self._released_through
+            ready = queued if draining else _committed_prefix(queued, commits, released)
+            if not ready:
+                with self._changed:
+                    self._changed.wait(COMMIT_POLL_SECONDS)
+                continue
+            try:
+                self._write_ready(spark, ready)
+            except Exception as error:  # handed to the query's thread by submit and drain
+                self._log.error(
+                    "%s: writing batches %s failed: %s",
+                    self.what,
+                    _ids([b for b, _ in ready]),
+                    error,
+                )
+                with self._changed:
+                    self._error = error
+                    self._changed.notify_all()
+                return
+            with self._changed:
+                del self._queued[: len(ready)]
+                self._written_through = ready[-1][0]
+                self._changed.notify_all()
+
+    def _write_ready(self, spark: SparkSession, ready: Ready[Batch]) -> None:
+        started = time.monotonic()
+        ids = [batch_id for batch_id, _ in ready]
+        self._at_writing()
+        how = self._write(spark, ready)
+        assert self._files is not None
+        for batch_id in ids:
+            self._files.delete(str(batch_id))
+        self._log.info(
+            "%s: batch %s written in %.1f s (%s)",
+            self.what,
+            _ids(ids),
+            time.monotonic() - started,
+            how,
+        )
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(
+                f"writing {self.what} failed: {self._error}; the batches not written stay "
+                f"saved under {self.checkpoint}/{self.folder} and are written at the next start"
+            ) from self._error
+
+
+def _committed_prefix(
+    queued: Ready[Batch], commits: CheckpointFiles, released_through: int
+) -> Ready[Batch]:
+    """The queued batches Spark has committed (a prefix, since it commits them in order),
+    and those released before their commit."""
+    ready = []
+    for batch in queued:
+        if batch[0] > released_through and not commits.exists(str(batch[0])):
+            break
+        ready.append(batch)
+    return ready
+
+
+def _ids(ids: list[int]) -> str:
+    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+
+
+# --- a saved file's rows ---------------------------------------------------------------------
+
+
+def encode_rows(rows: DataFrame) -> dict[str, Any]:
+    """A DataFrame of a few rows as plain JSON: timestamps as epoch microseconds, binary as
+    base64 (collecting a local relation runs no job; any other runs one)."""
+    encoded = rows.select(*(_encode(f.name, f.dataType) for f in rows.schema.fields))
+    return {
+        "schema": rows.schema.jsonValue(),
+        "rows": [row.asDict() for row in encoded.collect()],
+    }
+
+
+def decode_rows(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
+    """`encode_rows`' value -> the DataFrame it was made from, as a local relation."""
+    schema = StructType.fromJson(data["schema"])
+    plain = StructType(
+        [f.__class__(f.name, _plain_type(f.dataType), f.nullable) for f in schema.fields]
+    )
+    rows = spark.createDataFrame(
+        [tuple(row[f.name] for f in schema.fields) for row in data["rows"]], plain
+    )
+    return rows.select(*(_decode(f.name, f.dataType) for f in schema.fields))
+
+
+# How a column type is kept in the file: (the JSON-able type, encode, decode).
+_CODECS: dict[type, tuple[Any, Callable[[str], Column], Callable[[str], Column]]] = {
+    TimestampType: (LongType(), F.unix_micros, F.timestamp_micros),
+    BinaryType: (StringType(), F.base64, F.unbase64),
+}
+
+
+def _plain_type(kind: Any) -> Any:
+    codec = _CODECS.get(type(kind))
+    return kind if codec is None else codec[0]
+
+
+def _encode(name: str, kind: Any) -> Column:
+    codec = _CODECS.get(type(kind))
+    return F.col(name) if codec is None else codec[1](name).alias(name)
+
+
+def _decode(name: str, kind: Any) -> Column:
+    codec = _CODECS.get(type(kind))
+    return F.col(name) if codec is None else codec[2](name).alias(name)
