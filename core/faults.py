@@ -179,6 +179,17 @@ POINTS: Mapping[str, Point] = {
         "fail-first-attempt fails it there, and with it the run",
         REPLICATION,
     ),
+    "replication.stats_saved": Point(
+        "jobs/replication/stats.py, driver: a micro-batch's stats and audit rows are saved "
+        "under the checkpoint; Spark has not committed the batch, its rows are in no table",
+        REPLICATION,
+    ),
+    "replication.stats_writing": Point(
+        "jobs/replication/stats.py, the writer's thread: Spark has committed the batches "
+        "about to be appended (or the query has ended), their rows are in no table; @k = the "
+        "k-th write of the run",
+        REPLICATION,
+    ),
     "replication.epoch_logged": Point(
         "jobs/replication/continuous.py, driver: the low-latency copy has logged a stats "
         "batch's offsets (its records are all acknowledged) and not yet written its stats",

@@ -75,7 +75,7 @@ from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
 from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
-from jobs.runtime.template import StreamingJob, WriteId
+from jobs.runtime.template import StreamingJob
 
 log = logging.getLogger("uatu.replication")
 
@@ -153,15 +153,12 @@ class ReplicationBatchWriter:
     plan: ReplicationPlan
     destination: DestinationConfig
     stats: StatsWriter
-    write_id: WriteId
     gaps: SourceGaps = NO_GAPS  # lost ranges to copy past (--skip-lost-records)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark = batch.sparkSession
         spec = self.stats.spec
-        if not self.stats.app_id:
-            self.stats.app_id = self.write_id.of(spark)
         planned = planned_ranges(batch, spec.source.topic)
         ranges = batch_ranges(planned, self.plan.end_offsets)
         if self.gaps:
@@ -181,14 +178,15 @@ class ReplicationBatchWriter:
             # rows to record, and two Delta commits of nothing would cost a second or two.
             log.info("batch %d: no records", batch_id)
             return
-        totals = self.stats.write(
+        # Saved here, appended after Spark's commit of the batch (stats.py).
+        totals = self.stats.submit(
             summaries, batch_id, {spec.source.topic: {r.partition: r.until_offset for r in ranges}}
         )
         log.info(
-            "batch %d: %d records replicated (%d bytes) in %.1f s, stats written in %.1f s",
+            "batch %d: %d records replicated (%d bytes) in %.1f s, stats saved in %.1f s",
             batch_id,
-            totals["records"],
-            totals["bytes"],
+            totals.records,
+            totals.bytes,
             copied - started,
             time.time() - copied,
         )
@@ -300,7 +298,11 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         return self.plan.is_done(end_offsets(progress, self.spec.source.topic))
 
     def before_query(self, spark: SparkSession) -> int | None:
+        """Write the stats a crashed micro-batch run saved and did not append, before
+        anything else (stats.py); end a bounded copy that was already complete."""
         spec = self.spec
+        self._stats = StatsWriter(spec, self.write_id(), tables_ready=self._tables_ready)
+        self._stats.batches.recover(spark)
         if spec.many_topics:
             log.info(
                 "replicating %s of %s -> %s (%s, acks=%s), stats in %s",
@@ -334,21 +336,24 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             return many_topics_stream(spark, self.spec)
         return build_stream(spark, self.spec, self.plan)
 
+    @property
+    def stats(self) -> StatsWriter:
+        if self._stats is None:
+            raise RuntimeError("the stats writer is made by before_query()")
+        return self._stats
+
     def batch_writer(self, spark: SparkSession) -> ReplicationBatchWriter | ManyTopicsWriter:
-        self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
         if self.spec.many_topics:
             return ManyTopicsWriter(
                 self.spec,
                 self._plans,
                 lambda plan, topic: destination_config(self.spec, plan, topic),
-                self._stats,
-                self.write_id(),
+                self.stats,
             )
         self._writer = ReplicationBatchWriter(
             self.plan,
             destination_config(self.spec, self.plan),
-            self._stats,
-            self.write_id(),
+            self.stats,
             self._gaps,
         )
         return self._writer
@@ -360,15 +365,15 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         extension.replication.low_latency that is not a bounded --once run, the low-latency
         copy (`continuous.py`)."""
         if once or not self.spec.low_latency:
-            return super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
-        self._stats = StatsWriter(self.spec, tables_ready=self._tables_ready)
+            status = super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
+            return self.stats.batches.finish(status)
         self._low_latency_run = True
         return run_low_latency(
             spark,
             self.spec,
             self.plan,
             lambda plan: destination_config(self.spec, plan),
-            self._stats,
+            self.stats,
             write_id_prefix=self.write_id_prefix,
             stop_file=stop_file,
             reporting=reporting,

@@ -47,7 +47,6 @@ from jobs.replication.writer import (
     planned_topic_ranges,
 )
 from jobs.runtime.kafka_source import source_read_options
-from jobs.runtime.template import WriteId
 
 log = logging.getLogger("uatu.replication")
 
@@ -153,7 +152,6 @@ class ManyTopicsWriter:
     plans: Plans
     configure: Configure
     stats: StatsWriter
-    write_id: WriteId
     # source topic -> its copy's config in the JVM, built when the topic is first copied
     # or its plan changes (py4j calls per topic and batch would add up with many topics)
     routes: dict[str, object] = field(default_factory=dict)
@@ -161,8 +159,6 @@ class ManyTopicsWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark = batch.sparkSession
-        if not self.stats.app_id:
-            self.stats.app_id = self.write_id.of(spark)
         ranges: dict[str, list[SourceRange]] = {}
         for topic, planned in planned_topic_ranges(batch).items():
             kept = batch_ranges(planned, None)
@@ -178,14 +174,14 @@ class ManyTopicsWriter:
             log.info("batch %d: no records", batch_id)
             return
         ends = {t: {r.partition: r.until_offset for r in rs} for t, rs in ranges.items()}
-        totals = self.stats.write(summaries, batch_id, ends)
+        totals = self.stats.submit(summaries, batch_id, ends)  # appended after Spark's commit
         log.info(
             "batch %d: %d records of %d topics replicated (%d bytes) in %.1f s, "
-            "stats written in %.1f s",
+            "stats saved in %.1f s",
             batch_id,
-            totals["records"],
+            totals.records,
             len(ranges),
-            totals["bytes"],
+            totals.bytes,
             copied - started,
             time.time() - copied,
         )

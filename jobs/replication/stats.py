@@ -1,35 +1,95 @@
 """What a replication copy did, recorded: summary rows (`writer.SUMMARY_SCHEMA`) become one
 stats batch in `replication_stats` and `replication_audit` (idempotent Delta appends), the
 copied offsets are committed to the JobGroup's consumer group, and MirrorMaker 2's metrics are
-updated. Used by the micro-batch copy (`job.py`) and the low-latency copy (`continuous.py`).
+updated.
+
+The micro-batch copy (`job.py`, `many.py`) `submit`s a batch's rows: they are saved under
+`<checkpoint>/replication-stats/N` before Spark commits the batch and appended after it, in a
+thread, off the batch's path (`jobs.runtime.after_commit`: the steps and the guarantee;
+`recover` before the query, `drain` after it). A Spark replay of a batch copies nothing the
+destination holds, so its summaries differ from the first attempt's: the saved rows are what
+the first attempt copied, and the replay's append is skipped by its marker, as it is when
+the first attempt's append committed before a crash. The low-latency copy (`continuous.py`)
+has no Spark commit to follow; it `write`s its batches in line, beside its own progress log.
+
+Fault points (core/faults.py): `replication.stats_saved`, `replication.stats_writing`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
 
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from core.faults import fault_point
 from jobs.replication import metrics, tables
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import replication_audit, replication_stats
 from jobs.runtime import metrics as runtime_metrics
+from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_rows
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
+from jobs.runtime.template import WriteId
+
+log = logging.getLogger("uatu.replication")
+
+FOLDER = "replication-stats"
+
+# source topic -> partition -> the next offset to copy
+NextOffsets = Mapping[str, Mapping[int, int]]
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """One stats batch: its `replication_stats` and `replication_audit` rows (local
+    relations, fixed when the batch was copied) and the offsets its copy reached."""
+
+    stats: DataFrame
+    audit: DataFrame
+    next_offsets: NextOffsets
+
+    def saved(self) -> dict[str, Any]:
+        """The batch as JSON (`decode_batch` reads it back)."""
+        return {
+            "stats": encode_rows(self.stats),
+            "audit": encode_rows(self.audit),
+            "next_offsets": {
+                topic: {str(p): o for p, o in offsets.items()}
+                for topic, offsets in self.next_offsets.items()
+            },
+        }
+
+
+def decode_batch(spark: SparkSession, saved: dict[str, Any]) -> BatchStats:
+    """`BatchStats.saved`' value -> the batch."""
+    return BatchStats(
+        decode_rows(spark, saved["stats"]),
+        decode_rows(spark, saved["audit"]),
+        {
+            topic: {int(p): int(o) for p, o in offsets.items()}
+            for topic, offsets in saved["next_offsets"].items()
+        },
+    )
 
 
 @dataclass
 class StatsWriter:
     """Records what a copy did: its summary rows (writer.SUMMARY_SCHEMA) become one stats
-    batch in `replication_stats` and `replication_audit`, exactly once per (app_id, batch_id);
-    then the copied offsets go to the JobGroup's consumer group and the MirrorMaker 2 metrics
-    are updated."""
+    batch in `replication_stats` and `replication_audit`, exactly once per (writer id,
+    batch id); then the copied offsets go to the JobGroup's consumer group. The MirrorMaker 2
+    metrics and `last_record_bytes` follow each batch as it is copied."""
 
     spec: ReplicationSpec
-    app_id: str = ""
+    # The micro-batch copy's idempotent-write id (its checkpoint's query id): the writes of
+    # `submit`ted and recovered batches.
+    write_id: WriteId | None = None
+    app_id: str = ""  # the low-latency copy's write id, for its in-line `write`s
     # The tables' creation, when it runs beside the copy's start: the first write waits for
     # it (and raises its error).
     tables_ready: Future[None] | None = None
@@ -40,6 +100,21 @@ class StatsWriter:
     _audit_appender: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="audit-append")
     )
+    # The micro-batch copy's saved batches: `batches.recover` before its query,
+    # `batches.finish` after it.
+    batches: AfterCommitWriter[BatchStats] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.batches = AfterCommitWriter(
+            self.spec.output.checkpoint,
+            FOLDER,
+            tables.REPLICATION_STATS.name,
+            self._write_committed,
+            decode_batch,
+            log,
+            at_saved=_stats_saved,
+            at_writing=_stats_writing,
+        )
 
     def labels(self) -> Mapping[str, str]:
         """The labels of every row; the topics come with each summary row."""
@@ -50,55 +125,101 @@ class StatsWriter:
             "destination_cluster": spec.destination_cluster.name,
         }
 
-    def write(
-        self, summaries: DataFrame, batch_id: int, next_offsets: Mapping[str, Mapping[int, int]]
-    ) -> Row:
-        """Append the batch's stats and audit rows (both or, after a crash, neither), commit
-        `next_offsets` (source topic -> partition -> next offset to copy) to the consumer
-        group; returns the batch's totals (records, bytes: key + value bytes replicated)."""
-        if self.tables_ready is not None:
-            self.tables_ready.result()
-        audit = summaries.transform(
-            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
-        )
-        audit_appended = self._audit_appender.submit(
-            append_once,
-            audit,
-            tables.REPLICATION_AUDIT,
-            self.spec.output.table("replication_audit"),
-            self.app_id,
-            batch_id,
-        )
-        stats = summaries.transform(
-            replication_stats, batch_id, F.current_timestamp(), self.labels()
-        ).localCheckpoint()
-        append_once(
-            stats,
-            tables.REPLICATION_STATS,
-            self.spec.output.table("replication_stats"),
-            self.app_id,
-            batch_id,
-        )
-        audit_appended.result()  # the batch is done only when both are written
-        if runtime_metrics.serving():  # MirrorMaker 2's metrics, from the rows just written
-            metrics.replication(self.labels(), [r.asDict() for r in stats.collect()])
-        totals = stats.agg(
-            F.coalesce(F.sum("records_replicated"), F.lit(0)).alias("records"),
-            F.coalesce(F.sum("record_bytes_replicated"), F.lit(0)).alias("bytes"),
-        ).first()
-        assert totals is not None
-        self._commit_group_offsets(next_offsets)
-        if totals["records"]:
-            self.last_record_bytes = totals["bytes"] / totals["records"]
-        return totals
+    # --- the micro-batch copy ---------------------------------------------------------------
+
+    def submit(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> Totals:
+        """In foreachBatch: save the batch's stats and audit rows (durable on return), queue
+        their appends and the consumer group's commit of `next_offsets` for after Spark's
+        commit of the batch; the batch's totals. Raises an earlier write's error."""
+        batch = self._batch(summaries, batch_id, next_offsets)
+        self.batches.submit(summaries.sparkSession, batch_id, batch, batch.saved())
+        return self._copied(batch)
+
+    # --- the low-latency copy ---------------------------------------------------------------
+
+    def write(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> Totals:
+        """Append the batch's stats and audit rows now (both or, after a crash, neither) under
+        `app_id`, commit `next_offsets` to the consumer group; the batch's totals."""
+        batch = self._batch(summaries, batch_id, next_offsets)
+        self._append(self.app_id, [(batch_id, batch)])
+        return self._copied(batch)
 
     def close(self) -> None:
+        """Stop the writer's thread (batches not written stay saved for `recover`) and close
+        the clients."""
+        self.batches.close()
         self._audit_appender.shutdown()
         if self._group_offsets is not None:
             self._group_offsets.close()
             self._group_offsets = None
 
-    def _commit_group_offsets(self, next_offsets: Mapping[str, Mapping[int, int]]) -> None:
+    # --- shared -----------------------------------------------------------------------------
+
+    def _batch(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> BatchStats:
+        """The batch's rows, computed now (the stats' batch_time is the copy's) and kept as
+        local relations."""
+        spark = summaries.sparkSession
+        audit = summaries.transform(
+            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
+        )
+        stats = summaries.transform(
+            replication_stats, batch_id, F.current_timestamp(), self.labels()
+        )
+        return BatchStats(
+            decode_rows(spark, encode_rows(stats)),
+            decode_rows(spark, encode_rows(audit)),
+            next_offsets,
+        )
+
+    def _copied(self, batch: BatchStats) -> Totals:
+        """MirrorMaker 2's metrics and the mean record size, from the batch's stats rows."""
+        rows = [r.asDict() for r in batch.stats.collect()]  # a local relation: no job
+        if runtime_metrics.serving():
+            metrics.replication(self.labels(), rows)
+        totals = Totals(
+            sum(r["records_replicated"] or 0 for r in rows),
+            sum(r["record_bytes_replicated"] or 0 for r in rows),
+        )
+        if totals.records:
+            self.last_record_bytes = totals.bytes / totals.records
+        return totals
+
+    def _write_committed(self, spark: SparkSession, ready: Ready[BatchStats]) -> str:
+        assert self.write_id is not None, "submit and recover need the micro-batch's write id"
+        return self._append(self.write_id.of(spark), ready)
+
+    def _append(self, app_id: str, ready: Ready[BatchStats]) -> str:
+        """Append the batches' rows to both tables, marked with the newest batch's id, then
+        commit the offsets the newest reached; says what, for the log."""
+        if self.tables_ready is not None:
+            self.tables_ready.result()
+        newest = ready[-1][0]
+        stats = reduce(DataFrame.unionByName, (b.stats for _, b in ready))
+        audit = reduce(DataFrame.unionByName, (b.audit for _, b in ready))
+        audit_appended = self._audit_appender.submit(
+            append_once,
+            audit,
+            tables.REPLICATION_AUDIT,
+            self.spec.output.table("replication_audit"),
+            app_id,
+            newest,
+        )
+        append_once(
+            stats,
+            tables.REPLICATION_STATS,
+            self.spec.output.table("replication_stats"),
+            app_id,
+            newest,
+        )
+        audit_appended.result()  # the batches are done only when both are written
+        reached: dict[str, dict[int, int]] = {}
+        for _, batch in ready:
+            for topic, offsets in batch.next_offsets.items():
+                reached.setdefault(topic, {}).update(offsets)
+        self._commit_group_offsets(reached)
+        return "appended to replication_stats and replication_audit"
+
+    def _commit_group_offsets(self, next_offsets: NextOffsets) -> None:
         """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
         if not self.spec.source.consumer_group:
             return
@@ -110,3 +231,19 @@ class StatsWriter:
             )
         for topic, offsets in sorted(next_offsets.items()):
             self._group_offsets.commit(offsets, topic=topic)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """A batch's records and key + value bytes replicated."""
+
+    records: int
+    bytes: int
+
+
+def _stats_saved() -> None:
+    fault_point("replication.stats_saved")  # core/faults.py: tests only
+
+
+def _stats_writing() -> None:
+    fault_point("replication.stats_writing")  # core/faults.py: tests only

@@ -1,7 +1,10 @@
 """The replication job's effectively-once copy at the moments it can break: the application
 SIGKILLed after k records of a copy were acknowledged and before the batch's stats were
 committed, and a copy task whose first attempt fails after k acknowledged records (fault point
-`replication.record_acked`, `core/faults.py`).
+`replication.record_acked`, `core/faults.py`); its stats recorded once when the application
+is SIGKILLed after a batch's stats were saved and before Spark committed the batch
+(`replication.stats_saved`), or after Spark's commit and before the stats were appended
+(`replication.stats_writing`: `jobs/replication/stats.py`).
 
 Each run copies the same source topic (`source`, 2000 records over 4 partitions, one bounded
 batch) to a destination topic of its own. The uninterrupted run (`reference`) is run once per
@@ -22,7 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from core.errors import EXIT_OK
-from testing.jobrun import committed_batch, run_job
+from jobs.replication.stats import FOLDER
+from testing.jobrun import committed_batch, run_job, saved_batches, spark_committed_batch
 from testing.polling import wait_for
 from testing.topic_data import Record, count_records, produce_records, read_partitions
 from tests.jobs.in_process import run_in_process, running
@@ -146,6 +150,46 @@ def test_sigkill_after_k_acknowledged_records_then_restart_finds_them_present(
     assert_exact_copy(by_partition(source.records), copied, source.topic)
     # The replay read everything, wrote only what was missing, and found the rest present.
     assert totals(spark, tmp_path / "wh") == (N, N - present, present)
+    assert_tables_match_reference(spark, tmp_path / "wh", source)
+
+
+@pytest.mark.parametrize(
+    ("fault", "left"),
+    [
+        # Batch 0 copied and its rows saved; Spark has not committed it. The restart appends
+        # the saved rows, then Spark replays batch 0, which finds every record present and
+        # whose append is skipped by its marker: the tables say what the first attempt copied.
+        ("replication.stats_saved@1", (None, None, [0])),
+        # Spark has committed batch 0, its rows are in no table: only the saved file holds
+        # them, and the restart, which has nothing left to copy, must append them.
+        ("replication.stats_writing@1", (0, None, [0])),
+    ],
+    ids=["saved-not-committed", "committed-not-written"],
+)
+def test_a_crash_around_the_stats_write_then_a_restart_records_the_copy_once(
+    spark, kafka, kafka_dest, tmp_path, source, fault: str, left: tuple
+) -> None:
+    destination = f"{source.topic}-{fault.split('.')[1].split('@')[0]}"
+    kafka_dest.create_topic(destination, PARTITIONS, 1)
+    conf = two_cluster_conf(tmp_path, kafka.bootstrap_servers, kafka_dest.bootstrap_servers)
+    group = group_json("crash-stats", source.topic, destination, continuous=False)
+
+    status, log = run_job(group, tmp_path, conf, env={"UATU_FAULT": fault})
+
+    assert status == -9, log
+    assert f"UATU_FAULT: crash at {fault.replace('@', ' (hit ')})" in log
+    spark_commit = spark_committed_batch(tmp_path / "ck")
+    written = committed_batch(tmp_path / "wh" / "replication_stats")
+    assert (spark_commit, written, saved_batches(tmp_path / "ck", FOLDER)) == left
+
+    # The restart in this process: what it recovers is the job's, not spark-submit.sh's.
+    assert run_in_process(group, tmp_path, conf) == EXIT_OK
+    assert saved_batches(tmp_path / "ck", FOLDER) == []
+    copied = read_partitions(kafka_dest.bootstrap_servers, destination, PARTITIONS)
+    assert_exact_copy(by_partition(source.records), copied, source.topic)
+    # Once, and as the first attempt saw it: it wrote every record (a replay's rows, which
+    # find them present, or both attempts' rows would differ).
+    assert totals(spark, tmp_path / "wh") == (N, N, 0)
     assert_tables_match_reference(spark, tmp_path / "wh", source)
 
 

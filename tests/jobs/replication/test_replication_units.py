@@ -404,7 +404,6 @@ def test_a_retune_paces_the_next_batches_copy_and_refuses_what_needs_a_restart(s
     from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 
     from jobs.replication.job import ReplicationBatchWriter, ReplicationJob, destination_config
-    from jobs.runtime.template import WriteId
 
     job = ReplicationJob(spec(settings, flowControl={"messagesPerSec": 1000}))
     plan = ReplicationPlan((0,), 1, False, max_offsets_per_trigger=10_000, mean_record_bytes=100)
@@ -413,8 +412,7 @@ def test_a_retune_paces_the_next_batches_copy_and_refuses_what_needs_a_restart(s
     job._writer = ReplicationBatchWriter(
         plan,
         destination_config(job.spec, plan),
-        None,
-        WriteId("t", "ck"),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
     )
 
     def caps() -> tuple[float, float, float]:
