@@ -288,10 +288,18 @@ POINTS: Mapping[str, Point] = {
         "the topic of the task's query",
     ),
     "dispatch.before_checkpoint": Point(
-        "jobs/dispatch/job.py, driver: a batch's dispatch_stats rows are written and Spark has "
+        "jobs/dispatch/stats.py, driver: a batch's records are done, its consumer-group "
+        "offsets committed and its dispatch_stats rows saved under the checkpoint; Spark has "
         "not yet committed the batch's offsets",
         DISPATCH,
         "the topic of the batch's query",
+    ),
+    "dispatch.stats_writing": Point(
+        "jobs/dispatch/stats.py, the writer's thread: Spark has committed the batches about "
+        "to be appended to dispatch_stats (or the queries have ended), their rows are in no "
+        "table",
+        DISPATCH,
+        "the topic of the batches' query",
     ),
 }
 

@@ -27,7 +27,9 @@ skipped, or acknowledged by the topic it was written to, and only then does Spar
 its offsets. A crash loses nothing; the batch it cut short is dispatched again on restart, and
 dispatch_stats counts those records as `redelivered`. The fault hook (core/faults.py) proves
 it: `dispatch.after_tier_produce` and `dispatch.after_dispatch` in the JVM tasks
-(`PartitionRun`), `dispatch.before_checkpoint` here, each scoped by the query's topic.
+(`PartitionRun`), `dispatch.before_checkpoint` and `dispatch.stats_writing` in the stats
+writer (`jobs/dispatch/stats.py`: the rows appended after Spark's commit), each scoped by the
+query's topic.
 Records deleted before they were dispatched, from the source, a retry tier or the resq alike
 (a tier's records have not had their last call either), stop the application (exit 1, the
 range in `source_data_loss` under that topic); a `--skip-lost-records` run reads past exactly
@@ -60,7 +62,6 @@ from pyspark.sql import functions as F
 
 from core import kafka_admin
 from core.errors import UatuError
-from core.faults import fault_point
 from jobs.dispatch import dispatcher, metrics, tables
 from jobs.dispatch.offsets import (
     Bounds,
@@ -73,11 +74,12 @@ from jobs.dispatch.offsets import (
 )
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
+from jobs.dispatch.stats import StatsWriter, marker
 from jobs.dispatch.transforms import dispatch_stats
 from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime import source_failure
 from jobs.runtime.checkpoint_files import read_offset_log
-from jobs.runtime.delta import append_once, ensure_tables
+from jobs.runtime.delta import ensure_tables
 from jobs.runtime.group_offsets import GroupOffsetCommitter, committed_offsets
 from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QueryPlan, run_queries
@@ -107,6 +109,7 @@ class DispatchBatchWriter:
     config: str
     replay_batch: int | None
     write_id: WriteId
+    stats: StatsWriter  # the query's dispatch_stats rows, appended after Spark's commit
     gaps: SourceGaps = NO_GAPS  # lost ranges of the query's topic to read past
     group_offsets: GroupOffsetCommitter | None = None  # the JobGroup's consumer group
     last_record_bytes: float = 0.0
@@ -121,20 +124,22 @@ class DispatchBatchWriter:
             label = f"{self.query.topic} batch {batch_id}"
             kept = read_past(self.gaps, [r[1:] for r in ranges], label)
             ranges = [(self.query.topic, *r) for r in kept]
-        if ranges:
-            self._dispatch(batch.sparkSession, ranges, batch_id)
+        spark = batch.sparkSession
+        dispatched = self._dispatch(spark, ranges, batch_id) if ranges else None
         if self.group_offsets is not None:
             # Only now is every record of the batch done (committed, skipped, or acknowledged
             # by the tier, DLQ or resq it went to), so lag monitors never see a record as
             # consumed before it is.
             ends = {partition: until for _, partition, _, until in planned}
             self.group_offsets.commit(ends, topic=self.query.topic)
-        if ranges:
-            fault_point("dispatch.before_checkpoint", self.query.topic)  # core/faults.py
+        if dispatched is not None:
+            self._record(spark, batch_id, *dispatched)
 
     def _dispatch(
         self, spark: SparkSession, ranges: list[tuple[str, int, int, int]], batch_id: int
-    ) -> None:
+    ) -> tuple[DataFrame, DataFrame, bool, float]:
+        """Dispatch the ranges; (the summaries, the batch's dispatch_stats rows, whether it
+        is a redelivery, the dispatch's seconds)."""
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
         if redelivered:
             log.warning(
@@ -156,17 +161,19 @@ class DispatchBatchWriter:
                 redelivered=redelivered,
             )
         )
-        # One file per batch: the rows are few, and each extra task and file costs more than it.
-        append_once(
-            stats.coalesce(1),
-            tables.DISPATCH_STATS,
-            self.spec.output.table("dispatch_stats"),
-            _stats_app_id(self.write_id.of(spark), redelivered, spark.sparkContext.applicationId),
-            batch_id,
-        )
-        self._log(batch_id, summaries, dispatched - started, time.monotonic() - dispatched)
-        if runtime_metrics.serving():  # the rows are few; only collected for a scrape endpoint
-            metrics.dispatch(self._metric_labels(), self._adaptive(), _rows(stats))
+        return summaries, stats, redelivered, dispatched - started
+
+    def _record(
+        self, spark: SparkSession, batch_id: int, summaries: DataFrame, stats: DataFrame,
+        redelivered: bool, dispatch_s: float,
+    ) -> None:  # fmt: skip
+        """Save the batch's stats rows for their append after Spark's commit (stats.py)."""
+        started = time.monotonic()
+        app_id = marker(self.write_id.of(spark), redelivered, spark.sparkContext.applicationId)
+        rows = self.stats.submit(batch_id, stats, app_id)
+        self._log(batch_id, summaries, dispatch_s, time.monotonic() - started)
+        if runtime_metrics.serving():
+            metrics.dispatch(self._metric_labels(), self._adaptive(), rows)
 
     def _labels(self) -> Mapping[str, str]:
         return {
@@ -289,12 +296,15 @@ class DispatchJob(StreamingJob[DispatchSpec]):
     def _writer(self, spark: SparkSession, query: TopicQuery) -> DispatchBatchWriter:
         replay = read_offset_log(spark, self.spec.checkpoint_of(query)).replay_batch
         write_id = self.write_id(self.spec.checkpoint_of(query))
+        checkpoint = self.spec.checkpoint_of(query)
+        stats = StatsWriter(self.spec.output.table("dispatch_stats"), checkpoint, query.topic)
         writer = DispatchBatchWriter(
             self.spec,
             query,
             self._config,
             replay,
             write_id,
+            stats,
             self._gaps.get(query.topic, NO_GAPS),
             self._group_offsets,
         )
@@ -340,8 +350,10 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             if self._bounds.end is not None:
                 finished = _Drain(spark, spec, self._bounds, marks).check
             source_writer = self._writers[spec.source.topic]
+            for writer in self._writers.values():  # what a crashed run saved, first
+                writer.stats.batches.recover(spark)
             with listening(spark, *tier_metrics):
-                return run_queries(
+                status = run_queries(
                     spark,
                     plans,
                     stop_file=stop_file,
@@ -349,6 +361,9 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                     record_bytes=lambda: source_writer.last_record_bytes,
                     finished=finished,
                 )
+            for writer in self._writers.values():  # every batch of the run in the table
+                status = writer.stats.batches.finish(status)
+            return status
         finally:
             marks.close()
 
@@ -414,23 +429,11 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         )
 
     def close(self) -> None:
+        for writer in self._writers.values():
+            writer.stats.batches.close()
         self._group_offsets.close()
         if self._spark is not None:
             dispatcher.close(self._spark)
-
-
-def _stats_app_id(query_app_id: str, redelivered: bool, application_id: str) -> str:
-    """The idempotency marker of a batch's dispatch_stats append. A redelivered batch was
-    dispatched again, so its rows must land even when the cut-short attempt wrote its own
-    (a crash between the append and the checkpoint): they get a marker of this application
-    run, under which a batch id is still written once."""
-    if not redelivered:
-        return query_app_id
-    return f"{query_app_id}-redelivery-{application_id}"
-
-
-def _rows(stats: DataFrame) -> list[dict[str, object]]:
-    return [row.asDict() for row in stats.collect()]
 
 
 @dataclass

@@ -665,14 +665,19 @@ def test_a_missing_dlq_or_retry_topic_is_refused_before_spark(
     assert expected in done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("step", ["after_tier_produce", "after_dispatch", "before_checkpoint"])
+@pytest.mark.parametrize(
+    "step", ["after_tier_produce", "after_dispatch", "before_checkpoint", "stats_writing"]
+)
 def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     kafka, work: Path, service, spark, step: str
 ) -> None:
     """The fault hook's dispatch points (core/faults.py), limited to the source topic's query:
     after_tier_produce: in a task, with part of the batch's tier writes done; after_dispatch:
     in a task that has resolved every record of its range, before the batch ends;
-    before_checkpoint: on the driver, with the batch's dispatch_stats rows already written.
+    before_checkpoint: on the driver, with the batch's dispatch_stats rows saved (not yet
+    appended: jobs/dispatch/stats.py); stats_writing: in the stats writer's thread, once Spark
+    has committed the batch and before its rows are appended, so nothing is redelivered and
+    the rows reach the table only from the saved file.
 
     The crash is a `./spark-submit.sh` run in its own process group (`run_job`: the hook
     SIGKILLs the group); the restart runs in this test's session, on the same conf, checkpoint
@@ -700,7 +705,8 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     # by a crash inside the tasks; by one after them (before the checkpoint), the batch.
     committed = committed_offsets(kafka.bootstrap_servers, "svc", topics.main, 2)
     ends = {0: 40, 1: 40}
-    assert committed == (ends if step == "before_checkpoint" else {0: -1001, 1: -1001})
+    done_before_crash = step in ("before_checkpoint", "stats_writing")
+    assert committed == (ends if done_before_crash else {0: -1001, 1: -1001})
 
     assert run_in_process(data, work / "conf") == EXIT_OK
     assert committed_offsets(kafka.bootstrap_servers, "svc", topics.main, 2) == ends
@@ -722,16 +728,22 @@ def test_a_crash_loses_nothing_and_its_redeliveries_are_counted(
     }  # type: ignore[union-attr]
     assert dlq == {f"c{i}" for i in range(80) if plans[i % 4] == "fail"}
     # Redeliveries only from the batch the crash cut short (batch 0 of the source: all 80),
-    # each counted in dispatch_stats.
+    # each counted in dispatch_stats; none when Spark had committed it.
     from_main = Counter(c.record_id for c in calls if c.message.physical is None)
-    assert max(from_main.values()) <= 2 and sum(from_main.values()) > 80
+    if step == "stats_writing":
+        assert set(from_main.values()) == {1}
+    else:
+        assert max(from_main.values()) <= 2 and sum(from_main.values()) > 80
     stats = spark.read.format("delta").load(str(work / "wh" / "dispatch_stats"))
-    redelivered = (
+    main = (
         stats.where(f"job_group_id = '{name}' AND tier = 'main'")
-        .agg(F.sum("redelivered"))
-        .first()[0]
+        .agg(F.sum("records"), F.sum("redelivered"))
+        .first()
     )
-    assert redelivered == 80
+    # Rows of both attempts when the first one's rows were saved before the crash.
+    first_attempt = 80 if done_before_crash else 0
+    redelivered = 0 if step == "stats_writing" else 80
+    assert (main[0], main[1]) == (first_attempt + redelivered, redelivered)
 
 
 def test_a_dlq_write_the_broker_refuses_is_retried_until_acknowledged(
