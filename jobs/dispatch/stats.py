@@ -75,12 +75,13 @@ class StatsWriter:
 
     def submit(self, batch_id: int, stats: DataFrame, app_id: str) -> list[dict[str, Any]]:
         """In foreachBatch: save the batch's rows (computed now: their batch_time is the
-        batch's), durable on return, and queue their append; the rows, as dicts."""
-        encoded = encode_rows(stats)
-        local = decode_rows(stats.sparkSession, encoded)
-        saved = {"app_id": app_id, "rows": encoded}
-        self.batches.submit(stats.sparkSession, batch_id, BatchStats(local, app_id), saved)
-        return [row.asDict() for row in local.collect()]  # a local relation: no job
+        batch's), durable on return, and queue their append; the rows, as saved (numbers as
+        computed, timestamps in epoch microseconds)."""
+        rows = encode_rows(stats)
+        saved = {"app_id": app_id, "rows": rows}
+        spark = stats.sparkSession
+        self.batches.submit(spark, batch_id, _decode(spark, saved), saved)
+        return list(rows["rows"])
 
     def _write(self, spark: SparkSession, ready: Ready[BatchStats]) -> str:
         """One append per run of batches under the same id, marked with its newest batch."""

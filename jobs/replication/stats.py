@@ -47,27 +47,29 @@ NextOffsets = Mapping[str, Mapping[int, int]]
 
 @dataclass(frozen=True)
 class BatchStats:
-    """One stats batch: its `replication_stats` and `replication_audit` rows (local
-    relations, fixed when the batch was copied) and the offsets its copy reached."""
+    """One stats batch: its `replication_stats` and `replication_audit` rows (fixed when the
+    batch was copied) and the offsets its copy reached."""
 
     stats: DataFrame
     audit: DataFrame
     next_offsets: NextOffsets
 
-    def saved(self) -> dict[str, Any]:
-        """The batch as JSON (`decode_batch` reads it back)."""
-        return {
-            "stats": encode_rows(self.stats),
-            "audit": encode_rows(self.audit),
-            "next_offsets": {
-                topic: {str(p): o for p, o in offsets.items()}
-                for topic, offsets in self.next_offsets.items()
-            },
-        }
+
+def encode_batch(stats: DataFrame, audit: DataFrame, next_offsets: NextOffsets) -> dict[str, Any]:
+    """A batch's rows and offsets as JSON (`decode_batch` reads it back): the rows are
+    computed here, once."""
+    return {
+        "stats": encode_rows(stats),
+        "audit": encode_rows(audit),
+        "next_offsets": {
+            topic: {str(p): o for p, o in offsets.items()}
+            for topic, offsets in next_offsets.items()
+        },
+    }
 
 
 def decode_batch(spark: SparkSession, saved: dict[str, Any]) -> BatchStats:
-    """`BatchStats.saved`' value -> the batch."""
+    """`encode_batch`'s value -> the batch (built in the JVM: `decode_rows`)."""
     return BatchStats(
         decode_rows(spark, saved["stats"]),
         decode_rows(spark, saved["audit"]),
@@ -131,18 +133,19 @@ class StatsWriter:
         """In foreachBatch: save the batch's stats and audit rows (durable on return), queue
         their appends and the consumer group's commit of `next_offsets` for after Spark's
         commit of the batch; the batch's totals. Raises an earlier write's error."""
-        batch = self._batch(summaries, batch_id, next_offsets)
-        self.batches.submit(summaries.sparkSession, batch_id, batch, batch.saved())
-        return self._copied(batch)
+        saved = self._saved(summaries, batch_id, next_offsets)
+        spark = summaries.sparkSession
+        self.batches.submit(spark, batch_id, decode_batch(spark, saved), saved)
+        return self._copied(saved)
 
     # --- the low-latency copy ---------------------------------------------------------------
 
     def write(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> Totals:
         """Append the batch's stats and audit rows now (both or, after a crash, neither) under
         `app_id`, commit `next_offsets` to the consumer group; the batch's totals."""
-        batch = self._batch(summaries, batch_id, next_offsets)
-        self._append(self.app_id, [(batch_id, batch)])
-        return self._copied(batch)
+        saved = self._saved(summaries, batch_id, next_offsets)
+        self._append(self.app_id, [(batch_id, decode_batch(summaries.sparkSession, saved))])
+        return self._copied(saved)
 
     def close(self) -> None:
         """Stop the writer's thread (batches not written stay saved for `recover`) and close
@@ -155,25 +158,22 @@ class StatsWriter:
 
     # --- shared -----------------------------------------------------------------------------
 
-    def _batch(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> BatchStats:
-        """The batch's rows, computed now (the stats' batch_time is the copy's) and kept as
-        local relations."""
-        spark = summaries.sparkSession
+    def _saved(
+        self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets
+    ) -> dict[str, Any]:
+        """The batch's rows, computed now (the stats' batch_time is the copy's), as JSON."""
         audit = summaries.transform(
             replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
         )
         stats = summaries.transform(
             replication_stats, batch_id, F.current_timestamp(), self.labels()
         )
-        return BatchStats(
-            decode_rows(spark, encode_rows(stats)),
-            decode_rows(spark, encode_rows(audit)),
-            next_offsets,
-        )
+        return encode_batch(stats, audit, next_offsets)
 
-    def _copied(self, batch: BatchStats) -> Totals:
-        """MirrorMaker 2's metrics and the mean record size, from the batch's stats rows."""
-        rows = [r.asDict() for r in batch.stats.collect()]  # a local relation: no job
+    def _copied(self, saved: dict[str, Any]) -> Totals:
+        """MirrorMaker 2's metrics and the mean record size, from the batch's saved stats rows
+        (their numbers are as computed; no Spark job)."""
+        rows = saved["stats"]["rows"]
         if runtime_metrics.serving():
             metrics.replication(self.labels(), rows)
         totals = Totals(

@@ -39,6 +39,7 @@ the batch saved, and the thread about to write.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -47,7 +48,14 @@ from typing import Any, Generic, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, LongType, StringType, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.checkpoint_files import CheckpointFiles
@@ -291,15 +299,19 @@ def encode_rows(rows: DataFrame) -> dict[str, Any]:
 
 
 def decode_rows(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
-    """`encode_rows`' value -> the DataFrame it was made from, as a local relation."""
+    """`encode_rows`' value -> the DataFrame it was made from. Built in the JVM from the rows'
+    JSON (`from_json` over one row of `range`), never from a Python list: that would ship the
+    rows to Python workers, which executors on hosts without the project's venv cannot start.
+    Every column comes back nullable (a Delta table's NOT NULL columns still check the
+    values)."""
     schema = StructType.fromJson(data["schema"])
     plain = StructType(
         [f.__class__(f.name, _plain_type(f.dataType), f.nullable) for f in schema.fields]
     )
-    rows = spark.createDataFrame(
-        [tuple(row[f.name] for f in schema.fields) for row in data["rows"]], plain
+    rows = spark.range(1).select(
+        F.explode(F.from_json(F.lit(json.dumps(data["rows"])), ArrayType(plain))).alias("row")
     )
-    return rows.select(*(_decode(f.name, f.dataType) for f in schema.fields))
+    return rows.select(*(_decode(f"row.{f.name}", f.dataType, f.name) for f in schema.fields))
 
 
 # How a column type is kept in the file: (the JSON-able type, encode, decode).
@@ -319,6 +331,6 @@ def _encode(name: str, kind: Any) -> Column:
     return F.col(name) if codec is None else codec[1](name).alias(name)
 
 
-def _decode(name: str, kind: Any) -> Column:
+def _decode(column: str, kind: Any, name: str) -> Column:
     codec = _CODECS.get(type(kind))
-    return F.col(name) if codec is None else codec[2](name).alias(name)
+    return (F.col(column) if codec is None else codec[2](column)).alias(name)

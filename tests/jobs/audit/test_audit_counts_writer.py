@@ -310,7 +310,8 @@ def test_a_failed_merge_fails_drain_and_the_next_submit_and_keeps_the_file(
 def test_saved_partials_decode_to_the_frame_that_was_saved(spark) -> None:
     partials = KeyBook().partials(spark, BATCHES[0], 0)
     restored = decode_rows(spark, json.loads(json.dumps(encode_rows(partials))))
-    assert_df_equality(restored, partials, ignore_row_order=True)
+    # Built from JSON in the JVM, every column comes back nullable; the values are the same.
+    assert_df_equality(restored, partials, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_combined_partials_equal_one_batch_of_all_the_records(spark) -> None:
