@@ -96,7 +96,7 @@ class CountsWriter:
     def submit(self, spark: SparkSession, batch_id: int, partials: DataFrame) -> None:
         """In foreachBatch: save batch `batch_id`'s partials (durable on return) and queue
         their MERGE (`AfterCommitWriter.submit`: raises an earlier MERGE's error)."""
-        self.batches.submit(spark, batch_id, partials, encode_rows(partials))
+        self.batches.submit(spark, batch_id, encode_rows(partials))
 
     def release(self, batch_id: int) -> None:
         """MERGE the batches through `batch_id` without waiting for Spark's commit (the query

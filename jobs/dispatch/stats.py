@@ -78,9 +78,7 @@ class StatsWriter:
         batch's), durable on return, and queue their append; the rows, as saved (numbers as
         computed, timestamps in epoch microseconds)."""
         rows = encode_rows(stats)
-        saved = {"app_id": app_id, "rows": rows}
-        spark = stats.sparkSession
-        self.batches.submit(spark, batch_id, _decode(spark, saved), saved)
+        self.batches.submit(stats.sparkSession, batch_id, {"app_id": app_id, "rows": rows})
         return list(rows["rows"])
 
     def _write(self, spark: SparkSession, ready: Ready[BatchStats]) -> str:

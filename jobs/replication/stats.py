@@ -134,8 +134,7 @@ class StatsWriter:
         their appends and the consumer group's commit of `next_offsets` for after Spark's
         commit of the batch; the batch's totals. Raises an earlier write's error."""
         saved = self._saved(summaries, batch_id, next_offsets)
-        spark = summaries.sparkSession
-        self.batches.submit(spark, batch_id, decode_batch(spark, saved), saved)
+        self.batches.submit(summaries.sparkSession, batch_id, saved)
         return self._copied(saved)
 
     # --- the low-latency copy ---------------------------------------------------------------

@@ -102,7 +102,7 @@ class AfterCommitWriter(Generic[Batch]):
         self._at_saved = at_saved
         self._at_writing = at_writing
         self._changed = threading.Condition()
-        self._queued: Ready[Batch] = []  # in batch order
+        self._queued: list[tuple[int, Any]] = []  # (batch id, its saved form), in batch order
         self._draining = False
         self._released_through = -1  # batches written without waiting for Spark's commit
         self._stopping = False
@@ -127,9 +127,10 @@ class AfterCommitWriter(Generic[Batch]):
             )
         return saved
 
-    def submit(self, spark: SparkSession, batch_id: int, batch: Batch, saved: Any) -> None:
-        """In foreachBatch: save `saved` (the JSON-able form of `batch`, which `decode` turns
-        back into it) as batch `batch_id`'s file, durable on return, and queue the batch.
+    def submit(self, spark: SparkSession, batch_id: int, saved: Any) -> None:
+        """In foreachBatch: save `saved` (a batch's JSON-able form, which `decode` turns into
+        the batch in the writer's thread) as batch `batch_id`'s file, durable on return, and
+        queue it.
 
         Raises the error of an earlier write, if one failed: the query then fails before Spark
         commits this batch. Waits while MAX_QUEUED batches are queued."""
@@ -148,7 +149,7 @@ class AfterCommitWriter(Generic[Batch]):
                 )
             while len(self._queued) >= MAX_QUEUED and self._error is None:
                 self._changed.wait()
-            self._queued.append((batch_id, batch))
+            self._queued.append((batch_id, saved))
             self._changed.notify_all()
         self._raise_if_failed()
 
@@ -244,11 +245,11 @@ class AfterCommitWriter(Generic[Batch]):
                 self._written_through = ready[-1][0]
                 self._changed.notify_all()
 
-    def _write_ready(self, spark: SparkSession, ready: Ready[Batch]) -> None:
+    def _write_ready(self, spark: SparkSession, queued: list[tuple[int, Any]]) -> None:
         started = time.monotonic()
-        ids = [batch_id for batch_id, _ in ready]
+        ids = [batch_id for batch_id, _ in queued]
         self._at_writing()
-        how = self._write(spark, ready)
+        how = self._write(spark, [(b, self._decode(spark, saved)) for b, saved in queued])
         assert self._files is not None
         for batch_id in ids:
             self._files.delete(str(batch_id))
@@ -269,8 +270,8 @@ class AfterCommitWriter(Generic[Batch]):
 
 
 def _committed_prefix(
-    queued: Ready[Batch], commits: CheckpointFiles, released_through: int
-) -> Ready[Batch]:
+    queued: list[tuple[int, Any]], commits: CheckpointFiles, released_through: int
+) -> list[tuple[int, Any]]:
     """The queued batches Spark has committed (a prefix, since it commits them in order),
     and those released before their commit."""
     ready = []
