@@ -1,5 +1,6 @@
 package dev.uatu.audit;
 
+import dev.uatu.sketch.KllSketches;
 import dev.uatu.fold.FoldRange;
 import dev.uatu.fold.RecordFold;
 import java.util.ArrayList;
@@ -122,7 +123,7 @@ final class AuditFold implements RecordFold {
       w.hll.update(key);
       if (timed) {
         if (w.kll == null) {
-          w.kll = KllDoublesSketch.newHeapInstance(FoldSettings.KLL_K);
+          w.kll = KllSketches.doubles();
         }
         w.kll.update(latency);
       }
@@ -144,7 +145,7 @@ final class AuditFold implements RecordFold {
       FoldSettings.Interval interval = intervals[i];
       for (WindowPartial w : new TreeMap<>(windows.get(i)).values()) {
         byte[] hll = hllBytes(w.hll, settings.hllLgConfigK);
-        byte[] kll = w.kll == null ? null : kllBytes(w.kll);
+        byte[] kll = w.kll == null ? null : KllSketches.image(w.kll);
         for (String auditType : interval.auditTypes) {
           boolean exact = FoldSettings.EXACT.equals(auditType);
           rows.add(
@@ -202,13 +203,6 @@ final class AuditFold implements RecordFold {
     union.update(new HllSketch(lgConfigK, TgtHllType.HLL_8));
     union.update(partial);
     return union.getResult(TgtHllType.HLL_8).toUpdatableByteArray();
-  }
-
-  /** As kll_sketch_agg_double: the partial merged into an empty buffer, compact image. */
-  static byte[] kllBytes(KllDoublesSketch partial) {
-    KllDoublesSketch merged = KllDoublesSketch.newHeapInstance(FoldSettings.KLL_K);
-    merged.merge(partial);
-    return merged.toByteArray();
   }
 
   /** One window of one length: the partial aggregate of the range's records in it. */

@@ -17,8 +17,6 @@ public final class FoldSettings implements Serializable {
   private static final long serialVersionUID = 1L;
 
   static final String EXACT = "AUDIT_TYPE_EXACT_UNIQ";
-  /** KLL's k, Spark's default for kll_sketch_agg_double (about 1.65 % rank error). */
-  static final int KLL_K = 200;
 
   /** One window length and the audit types that use it. */
   static final class Interval implements Serializable {

@@ -1,11 +1,11 @@
 package dev.uatu.dispatch;
 
+import dev.uatu.sketch.KllSketches;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.datasketches.kll.KllDoublesSketch;
-import org.apache.datasketches.quantilescommon.QuantileSearchCriteria;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 
@@ -26,8 +26,6 @@ final class DispatchStats {
           + "hol_rerouted long, produce_retries long, undecodable long, "
           + "latency_kll_sketch binary, latency_p50_ms double, latency_p95_ms double, "
           + "latency_p99_ms double, peak_inflight int, inflight_limit int, rate_limited_ms double";
-  // Spark's kll_sketch_agg_double default, so the sketches merge with kll_merge_agg_double.
-  private static final int KLL_K = 200;
 
   /** How a record ended in this run. */
   enum Outcome {
@@ -82,7 +80,7 @@ final class DispatchStats {
   synchronized void latency(long startWallMs, long rttNanos) {
     Window w = at(startWallMs);
     if (w.latencies == null) {
-      w.latencies = KllDoublesSketch.newHeapInstance(KLL_K);
+      w.latencies = KllSketches.doubles();
     }
     w.latencies.update(rttNanos / 1e6);
   }
@@ -142,20 +140,13 @@ final class DispatchStats {
               w.produceRetries,
               w.undecodable,
               w.latencies == null ? null : w.latencies.toByteArray(),
-              quantile(w.latencies, 0.5),
-              quantile(w.latencies, 0.95),
-              quantile(w.latencies, 0.99),
+              KllSketches.quantile(w.latencies, 0.5),
+              KllSketches.quantile(w.latencies, 0.95),
+              KllSketches.quantile(w.latencies, 0.99),
               peakInflight,
               limit,
               rateMs));
     }
     return rows;
-  }
-
-  private static Double quantile(KllDoublesSketch sketch, double rank) {
-    if (sketch == null || sketch.isEmpty()) {
-      return null;
-    }
-    return sketch.getQuantile(rank, QuantileSearchCriteria.INCLUSIVE);
   }
 }

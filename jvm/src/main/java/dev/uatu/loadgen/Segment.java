@@ -1,5 +1,6 @@
 package dev.uatu.loadgen;
 
+import dev.uatu.sketch.KllSketches;
 import dev.uatu.fold.MicroClock;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
@@ -31,7 +32,7 @@ final class Segment {
 
   private final AtomicLong completed = new AtomicLong();
   private final AtomicReference<Exception> error;
-  private final KllDoublesSketch ackMs = KllDoublesSketch.newHeapInstance();
+  private final KllDoublesSketch ackMs = KllSketches.doubles();
   private double ackMsSum;
   private double ackMsMax;
   private long acks;

@@ -1,5 +1,6 @@
 package dev.uatu.loadgen;
 
+import dev.uatu.sketch.KllSketches;
 import dev.uatu.fold.FoldException;
 import dev.uatu.fold.RecordFold;
 import java.io.ByteArrayInputStream;
@@ -187,7 +188,7 @@ final class SequenceFold implements RecordFold {
         }
       }
       if (latency == null) {
-        latency = KllDoublesSketch.newHeapInstance();
+        latency = KllSketches.doubles();
       }
       latency.update(latencyMs);
       latencyMax = Math.max(latencyMax, latencyMs);

@@ -1,5 +1,6 @@
 package dev.uatu.audit.report;
 
+import dev.uatu.sketch.KllSketches;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
@@ -50,7 +51,7 @@ public final class AuditTally {
       if (latencyCounts == null && otherCount == 0) {
         return;
       }
-      kll = KllDoublesSketch.newHeapInstance(KLL_K);
+      kll = KllSketches.doubles();
       if (latencyCounts != null) {
         for (int ms = 0; ms < LATENCY_BUCKETS; ms++) {
           if (latencyCounts[ms] > 0) {
@@ -68,7 +69,6 @@ public final class AuditTally {
   }
 
   private static final int LATENCY_BUCKETS = 4096;
-  private static final int KLL_K = 200; // kll_sketch_agg_double's default
 
   /** A (topic, window start) pair. */
   public record Window(String topic, long startMs) {}
