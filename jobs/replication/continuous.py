@@ -54,7 +54,13 @@ from jobs.replication.progress_log import LoggedBatch, ProgressLog
 from jobs.replication.ranges import SourceRange
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import StatsWriter
-from jobs.replication.writer import ContinuousCopy, DestinationConfig, copy_ranges, epoch_ranges
+from jobs.replication.writer import (
+    ContinuousCopy,
+    DestinationConfig,
+    copy_ranges,
+    epoch_ranges,
+    summary_rows,
+)
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.reporting import Heartbeater, Reporting
 from jobs.runtime.runner import StopRequests
@@ -113,9 +119,11 @@ class StatsBatches:
         ends = {p: r.until_offset for p, r in ranges.items()}
         self.log.write_batch(batch_id, starts, ends)
         fault_point("replication.epoch_logged")  # core/faults.py: tests only
-        summaries = copy.summaries(epochs).localCheckpoint()
-        if not summaries.isEmpty():
-            self.stats.write(summaries, batch_id, {self.stats.spec.source.topic: ends})
+        frame = copy.summaries(epochs)  # a local frame: collecting it runs no Spark job
+        summaries = summary_rows(frame)
+        if summaries:
+            topic = self.stats.spec.source.topic
+            self.stats.write(frame.sparkSession, summaries, batch_id, {topic: ends})
         self.log.write_commit(batch_id)
         self.next_batch = batch_id + 1
         return ranges
@@ -136,9 +144,10 @@ def recount(
         if batch.ends[p] > batch.starts.get(p, batch.ends[p])
     ]
     log.info("stats batch %d was logged but not committed: counting it again", batch.batch_id)
-    summaries = copy_ranges(spark, ranges, destination).localCheckpoint()
-    if not summaries.isEmpty():
-        stats.write(summaries, batch.batch_id, {stats.spec.source.topic: dict(batch.ends)})
+    summaries = summary_rows(copy_ranges(spark, ranges, destination))
+    if summaries:
+        ends = {stats.spec.source.topic: dict(batch.ends)}
+        stats.write(spark, summaries, batch.batch_id, ends)
     plog.write_commit(batch.batch_id)
 
 

@@ -65,6 +65,7 @@ from jobs.replication.writer import (
     check_clients,
     copy_ranges,
     planned_ranges,
+    summary_rows,
 )
 from jobs.runtime import source_failure
 from jobs.runtime.checkpoint_files import read_offset_log
@@ -168,20 +169,19 @@ class ReplicationBatchWriter:
         if not ranges:  # an idle topic, or a bounded copy past its ends
             log.info("batch %d: no records", batch_id)
             return
-        # The copy is a side effect: localCheckpoint runs it exactly once and keeps the summary
-        # rows, which the two aggregations below then read without re-running the copy. The
-        # copy paces itself to the JobGroup's flow control (FlowLimiter.java).
-        summaries = copy_ranges(spark, ranges, self.destination).localCheckpoint()
+        # The copy is a side effect of its one Spark job, run once here: its summary rows come
+        # to the driver, which computes the stats from them. The copy paces itself to the
+        # JobGroup's flow control (FlowLimiter.java).
+        summaries = summary_rows(copy_ranges(spark, ranges, self.destination))
         copied = time.time()
-        if summaries.isEmpty():
+        if not summaries:
             # Nothing read (the range held only transaction markers or aborted records): no
             # rows to record, and two Delta commits of nothing would cost a second or two.
             log.info("batch %d: no records", batch_id)
             return
         # Saved here, appended after Spark's commit of the batch (stats.py).
-        totals = self.stats.submit(
-            summaries, batch_id, {spec.source.topic: {r.partition: r.until_offset for r in ranges}}
-        )
+        ends = {spec.source.topic: {r.partition: r.until_offset for r in ranges}}
+        totals = self.stats.submit(spark, summaries, batch_id, ends)
         log.info(
             "batch %d: %d records replicated (%d bytes) in %.1f s, stats saved in %.1f s",
             batch_id,

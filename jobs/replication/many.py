@@ -45,6 +45,7 @@ from jobs.replication.writer import (
     copy_topic_ranges,
     java_config,
     planned_topic_ranges,
+    summary_rows,
 )
 from jobs.runtime.kafka_source import source_read_options
 
@@ -168,13 +169,14 @@ class ManyTopicsWriter:
         if not ranges:
             log.info("batch %d: no records", batch_id)
             return
-        summaries = copy_topic_ranges(spark, ranges, self.routes).localCheckpoint()
+        summaries = summary_rows(copy_topic_ranges(spark, ranges, self.routes))
         copied = time.time()
-        if summaries.isEmpty():
+        if not summaries:
             log.info("batch %d: no records", batch_id)
             return
         ends = {t: {r.partition: r.until_offset for r in rs} for t, rs in ranges.items()}
-        totals = self.stats.submit(summaries, batch_id, ends)  # appended after Spark's commit
+        # Saved here, appended after Spark's commit of the batch (stats.py).
+        totals = self.stats.submit(spark, summaries, batch_id, ends)
         log.info(
             "batch %d: %d records of %d topics replicated (%d bytes) in %.1f s, "
             "stats saved in %.1f s",

@@ -1,16 +1,17 @@
-"""What a replication copy did, recorded: summary rows (`writer.SUMMARY_SCHEMA`) become one
-stats batch in `replication_stats` and `replication_audit` (idempotent Delta appends), the
-copied offsets are committed to the JobGroup's consumer group, and MirrorMaker 2's metrics are
-updated.
+"""What a replication copy did, recorded: summary rows (`writer.SUMMARY_SCHEMA`, collected
+from the copy's Spark job) become one stats batch in `replication_stats` and
+`replication_audit` (idempotent Delta appends), the copied offsets are committed to the
+JobGroup's consumer group, and MirrorMaker 2's metrics are updated.
 
-The micro-batch copy (`job.py`, `many.py`) `submit`s a batch's rows: they are saved under
-`<checkpoint>/replication-stats/N` before Spark commits the batch and appended after it, in a
-thread, off the batch's path (`jobs.runtime.after_commit`: the steps and the guarantee;
-`recover` before the query, `drain` after it). A Spark replay of a batch copies nothing the
-destination holds, so its summaries differ from the first attempt's: the saved rows are what
-the first attempt copied, and the replay's append is skipped by its marker, as it is when
-the first attempt's append committed before a crash. The low-latency copy (`continuous.py`)
-has no Spark commit to follow; it `write`s its batches in line, beside its own progress log.
+The micro-batch copy (`job.py`, `many.py`) `submit`s a batch's rows: they are computed in the
+driver (`transforms`: no Spark job), saved under `<checkpoint>/replication-stats/N` before
+Spark commits the batch and appended after it, in a thread, off the batch's path
+(`jobs.runtime.after_commit`: the steps and the guarantee; `recover` before the query,
+`drain` after it). A Spark replay of a batch copies nothing the destination holds, so its
+summaries differ from the first attempt's: the saved rows are what the first attempt copied,
+and the replay's append is skipped by its marker, as it is when the first attempt's append
+committed before a crash. The low-latency copy (`continuous.py`) has no Spark commit to
+follow; it `write`s its batches in line, beside its own progress log.
 
 Fault points (core/faults.py): `replication.stats_saved`, `replication.stats_writing`.
 """
@@ -18,21 +19,22 @@ Fault points (core/faults.py): `replication.stats_saved`, `replication.stats_wri
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from core.faults import fault_point
 from jobs.replication import metrics, tables
 from jobs.replication.spec import ReplicationSpec
-from jobs.replication.transforms import replication_audit, replication_stats
+from jobs.replication.transforms import Summary, audit_rows, stats_rows
+from jobs.replication.writer import JvmSketches
 from jobs.runtime import metrics as runtime_metrics
-from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_rows
+from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_values
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
 from jobs.runtime.template import WriteId
@@ -55,12 +57,16 @@ class BatchStats:
     next_offsets: NextOffsets
 
 
-def encode_batch(stats: DataFrame, audit: DataFrame, next_offsets: NextOffsets) -> dict[str, Any]:
-    """A batch's rows and offsets as JSON (`decode_batch` reads it back): the rows are
-    computed here, once."""
+def encode_batch(
+    stats: Sequence[Mapping[str, Any]],
+    audit: Sequence[Mapping[str, Any]],
+    next_offsets: NextOffsets,
+) -> dict[str, Any]:
+    """A batch's table rows (`transforms`) and offsets as JSON (`decode_batch` reads it
+    back)."""
     return {
-        "stats": encode_rows(stats),
-        "audit": encode_rows(audit),
+        "stats": encode_values(tables.REPLICATION_STATS.schema, stats),
+        "audit": encode_values(tables.REPLICATION_AUDIT.schema, audit),
         "next_offsets": {
             topic: {str(p): o for p, o in offsets.items()}
             for topic, offsets in next_offsets.items()
@@ -129,21 +135,33 @@ class StatsWriter:
 
     # --- the micro-batch copy ---------------------------------------------------------------
 
-    def submit(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> Totals:
+    def submit(
+        self,
+        spark: SparkSession,
+        summaries: Sequence[Summary],
+        batch_id: int,
+        next_offsets: NextOffsets,
+    ) -> Totals:
         """In foreachBatch: save the batch's stats and audit rows (durable on return), queue
         their appends and the consumer group's commit of `next_offsets` for after Spark's
         commit of the batch; the batch's totals. Raises an earlier write's error."""
-        saved = self._saved(summaries, batch_id, next_offsets)
-        self.batches.submit(summaries.sparkSession, batch_id, saved)
+        saved = self._saved(spark, summaries, batch_id, next_offsets)
+        self.batches.submit(spark, batch_id, saved)
         return self._copied(saved)
 
     # --- the low-latency copy ---------------------------------------------------------------
 
-    def write(self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets) -> Totals:
+    def write(
+        self,
+        spark: SparkSession,
+        summaries: Sequence[Summary],
+        batch_id: int,
+        next_offsets: NextOffsets,
+    ) -> Totals:
         """Append the batch's stats and audit rows now (both or, after a crash, neither) under
         `app_id`, commit `next_offsets` to the consumer group; the batch's totals."""
-        saved = self._saved(summaries, batch_id, next_offsets)
-        self._append(self.app_id, [(batch_id, decode_batch(summaries.sparkSession, saved))])
+        saved = self._saved(spark, summaries, batch_id, next_offsets)
+        self._append(self.app_id, [(batch_id, decode_batch(spark, saved))])
         return self._copied(saved)
 
     def close(self) -> None:
@@ -158,15 +176,17 @@ class StatsWriter:
     # --- shared -----------------------------------------------------------------------------
 
     def _saved(
-        self, summaries: DataFrame, batch_id: int, next_offsets: NextOffsets
+        self,
+        spark: SparkSession,
+        summaries: Sequence[Summary],
+        batch_id: int,
+        next_offsets: NextOffsets,
     ) -> dict[str, Any]:
-        """The batch's rows, computed now (the stats' batch_time is the copy's), as JSON."""
-        audit = summaries.transform(
-            replication_audit, self.spec.audit_interval_seconds, batch_id, self.labels()
-        )
-        stats = summaries.transform(
-            replication_stats, batch_id, F.current_timestamp(), self.labels()
-        )
+        """The batch's rows, computed now in the driver (the stats' batch_time is the
+        copy's), as JSON."""
+        labels = self.labels()
+        stats = stats_rows(summaries, batch_id, datetime.now(UTC), labels, JvmSketches(spark))
+        audit = audit_rows(summaries, self.spec.audit_interval_seconds, batch_id, labels)
         return encode_batch(stats, audit, next_offsets)
 
     def _copied(self, saved: dict[str, Any]) -> Totals:

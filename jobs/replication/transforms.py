@@ -1,17 +1,20 @@
-"""Pure DataFrame -> DataFrame transforms of the replication job (no I/O, no session).
+"""Pure functions of the replication job's rows (no I/O, no session, no Spark job).
 
 Pipeline (`jobs/replication/job.py` composes it)::
 
     planned offset ranges --(writer.copy_ranges, JVM copy tasks)--> one summary row per
                                                                      (partition, audit window)
-               --replication_stats--> one row per (batch, source partition)
-               --replication_audit--> one row per (batch, partition, audit window)
+               --stats_rows--> one `replication_stats` row per (batch, source partition)
+               --audit_rows--> one `replication_audit` row per (batch, partition, window)
 
-Summary rows (`writer.SUMMARY_SCHEMA`): counts of records read, replicated and already
-present (the destination held them), value and key+value bytes written, first and last
-offset, record age min/sum/max, `replication_latency_ms`, the latency of every record
-written, as an array, and the row's source and destination topic (a copy of many topics has
-many of each).
+Summary rows (`writer.SUMMARY_SCHEMA`) are few (one per partition and window of a batch) and
+come to the driver with the copy's own Spark job, so the table rows are computed here, in the
+driver, rather than by more Spark jobs that would wait for task slots behind every other
+JobGroup of the application. A summary row holds counts of records read, replicated and
+already present (the destination held them), value and key+value bytes written, first and last
+offset, record age min/sum/max, replication latency min/sum/max with a KLL sketch of the
+latencies (Spark's bigint form), and the row's source and destination topic (a copy of many
+topics has many of each).
 
 Metrics follow MirrorMaker 2 (`MirrorSourceTask`): record-age-ms = read time - source
 timestamp; replication-latency-ms = ack time - source timestamp; byte counts are value bytes.
@@ -19,102 +22,162 @@ timestamp; replication-latency-ms = ack time - source timestamp; byte counts are
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+# One row of writer.SUMMARY_SCHEMA, as a mapping of column -> value.
+Summary = Mapping[str, Any]
 
-from jobs.runtime.delta import kll_quantiles
+_COUNTS = (
+    "records_read",
+    "records_replicated",
+    "records_already_present",
+    "bytes_replicated",
+    "record_bytes_replicated",
+)
+LATENCY_P99 = 0.99
 
-# Where a summary row's records came from and went: its keys, with the partition.
-_TOPICS = ("source_topic", "destination_topic")
+
+class LatencySketches(Protocol):
+    """KLL bigint sketches in Spark's form (`writer.JvmSketches` asks the JVM's owner)."""
+
+    def merged(self, images: Sequence[bytes]) -> bytes:
+        """kll_merge_agg_bigint of `images` (at least one)."""
+        ...
+
+    def quantile(self, image: bytes, rank: float) -> int:
+        """kll_sketch_get_quantile_bigint(image, rank)."""
+        ...
 
 
-def _labels(labels: Mapping[str, str], summaries: DataFrame) -> list[Column]:
-    """The labels as constant columns, but for those the rows carry themselves (the topics)."""
-    return [F.lit(v).alias(k) for k, v in labels.items() if k not in summaries.columns]
+def stats_rows(
+    summaries: Iterable[Summary],
+    batch_id: int,
+    batch_time: datetime,
+    labels: Mapping[str, str],
+    sketches: LatencySketches,
+) -> list[dict[str, Any]]:
+    """One `replication_stats` row per source topic and partition of a batch, in (topic,
+    partition) order: counts, bytes, age and latency.
 
-
-def replication_stats(
-    summaries: DataFrame, batch_id: int, batch_time: Column, labels: Mapping[str, str]
-) -> DataFrame:
-    """One row per source topic and partition of a micro-batch: counts, bytes, age and
-    latency.
-
-    `labels` become string columns (job_group_id, clusters). Latency
-    min/avg/max are exact; p99 is read from the partition's KLL sketch (bigint, mergeable
-    across batches with kll_merge_agg_bigint).
+    `labels` (job_group_id, clusters) are copied into every row. Latency min/avg/max are
+    exact; the sketch is the merge of the windows' sketches and p99 is its answer, so it agrees
+    with any later merge of the rows' sketches. A partition whose records were all present
+    already has no latency: nulls, as in MirrorMaker 2.
     """
-    sketch = "replication_latency_kll_sketch"
-    latencies = (
-        summaries.select(
-            "source_topic", "partition", F.explode("replication_latency_ms").alias("latency")
+    groups: dict[tuple[str, str, int, int], list[Summary]] = {}
+    for row in summaries:
+        key = (
+            row["source_topic"],
+            row["destination_topic"],
+            row["partition"],
+            row["destination_partition"],
         )
-        .groupBy("source_topic", "partition")
-        .agg(
-            F.min("latency").alias("replication_latency_ms_min"),
-            F.avg("latency").alias("replication_latency_ms_avg"),
-            F.max("latency").alias("replication_latency_ms_max"),
-            # Never empty: a partition without latencies has no row here.
-            F.kll_sketch_agg_bigint("latency").alias(sketch),
+        groups.setdefault(key, []).append(row)
+    return [
+        {
+            **labels,
+            "source_topic": source_topic,
+            "destination_topic": destination_topic,
+            "batch_id": batch_id,
+            "batch_time": batch_time,
+            "partition": partition,
+            "destination_partition": destination_partition,
+            **_counts(rows),
+            **_latency(rows, sketches),
+        }
+        for (source_topic, destination_topic, partition, destination_partition), rows in sorted(
+            groups.items()
         )
-        # The percentile is the sketch's own, so it agrees with any merge of the sketches.
-        .withColumns(kll_quantiles(sketch, "bigint", {"replication_latency_ms_p99": 0.99}))
-    )
-    counts = summaries.groupBy(*_TOPICS, "partition", "destination_partition").agg(
-        *(
-            F.sum(name).alias(name)
-            for name in (
-                "records_read",
-                "records_replicated",
-                "records_already_present",
-                "bytes_replicated",
-                "record_bytes_replicated",
-            )
-        ),
-        F.min("first_offset").alias("first_offset"),
-        F.max("last_offset").alias("last_offset"),
-        F.min("record_age_ms_min").alias("record_age_ms_min"),
-        (F.sum("record_age_ms_sum") / F.sum("records_read")).alias("record_age_ms_avg"),
-        F.max("record_age_ms_max").alias("record_age_ms_max"),
-    )
-    # A partition whose records were all present already has no latency: nulls, as in MM2.
-    return counts.join(latencies, ["source_topic", "partition"], "left").select(
-        *_labels(labels, summaries),
-        F.lit(batch_id).cast("long").alias("batch_id"),
-        batch_time.alias("batch_time"),
-        "*",
-    )
+    ]
 
 
-def replication_audit(
-    summaries: DataFrame, interval_seconds: int, batch_id: int, labels: Mapping[str, str]
-) -> DataFrame:
+def audit_rows(
+    summaries: Iterable[Summary], interval_seconds: int, batch_id: int, labels: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """Per source-timestamp window, topic and partition: records read, written, already
-    present.
+    present, in (topic, partition, window) order.
 
-    The writer's summaries are already per window of `interval_seconds`. This is the audit
-    hook for AUDIT_TYPE_REPLICATION: summing a window's rows over all batches gives what the
-    job read from the source and what the destination holds from it (written +
-    already_present), to compare with independent counts of both topics.
+    The copy's summaries are already per window of `interval_seconds`. This is the audit hook
+    for AUDIT_TYPE_REPLICATION: summing a window's rows over all batches gives what the job
+    read from the source and what the destination holds from it (written + already_present),
+    to compare with independent counts of both topics.
     """
     interval_ms = interval_seconds * 1000
-    return (
-        summaries.groupBy(*_TOPICS, "partition", "window_start_ms")
-        .agg(
-            F.sum("records_read").alias("records_read"),
-            F.sum("records_replicated").alias("records_written"),
-            F.sum("records_already_present").alias("records_already_present"),
+    windows: dict[tuple[str, str, int, int], list[int]] = {}
+    for row in summaries:
+        key = (
+            row["source_topic"],
+            row["destination_topic"],
+            row["partition"],
+            row["window_start_ms"],
         )
-        .select(
-            *_labels(labels, summaries),
-            *_TOPICS,
-            F.lit(batch_id).cast("long").alias("batch_id"),
-            "partition",
-            F.timestamp_millis("window_start_ms").alias("window_start"),
-            F.timestamp_millis(F.col("window_start_ms") + interval_ms).alias("window_end"),
-            "records_read",
-            "records_written",
-            "records_already_present",
+        counts = windows.setdefault(key, [0, 0, 0])
+        counts[0] += row["records_read"]
+        counts[1] += row["records_replicated"]
+        counts[2] += row["records_already_present"]
+    return [
+        {
+            **labels,
+            "source_topic": source_topic,
+            "destination_topic": destination_topic,
+            "batch_id": batch_id,
+            "partition": partition,
+            "window_start": _timestamp(start_ms),
+            "window_end": _timestamp(start_ms + interval_ms),
+            "records_read": read,
+            "records_written": written,
+            "records_already_present": present,
+        }
+        for (source_topic, destination_topic, partition, start_ms), (
+            read,
+            written,
+            present,
+        ) in sorted(windows.items())
+    ]
+
+
+def _counts(rows: Sequence[Summary]) -> dict[str, Any]:
+    """A partition's counts, offsets and record ages over its windows."""
+    read = sum(r["records_read"] for r in rows)
+    return {
+        **{name: sum(r[name] for r in rows) for name in _COUNTS},
+        "first_offset": min(r["first_offset"] for r in rows),
+        "last_offset": max(r["last_offset"] for r in rows),
+        "record_age_ms_min": min(r["record_age_ms_min"] for r in rows),
+        "record_age_ms_avg": sum(r["record_age_ms_sum"] for r in rows) / read if read else None,
+        "record_age_ms_max": max(r["record_age_ms_max"] for r in rows),
+    }
+
+
+def _latency(rows: Sequence[Summary], sketches: LatencySketches) -> dict[str, Any]:
+    """A partition's replication latency over its windows' written records."""
+    written = [r for r in rows if r["records_replicated"]]
+    if not written:
+        return dict.fromkeys(
+            (
+                "replication_latency_ms_min",
+                "replication_latency_ms_avg",
+                "replication_latency_ms_max",
+                "replication_latency_ms_p99",
+                "replication_latency_kll_sketch",
+            )
         )
-    )
+    images = [r["replication_latency_kll_sketch"] for r in written]
+    sketch = images[0] if len(images) == 1 else sketches.merged(images)
+    return {
+        "replication_latency_ms_min": min(r["replication_latency_ms_min"] for r in written),
+        "replication_latency_ms_avg": sum(r["replication_latency_ms_sum"] for r in written)
+        / sum(r["records_replicated"] for r in written),
+        "replication_latency_ms_max": max(r["replication_latency_ms_max"] for r in written),
+        "replication_latency_ms_p99": sketches.quantile(sketch, LATENCY_P99),
+        "replication_latency_kll_sketch": sketch,
+    }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp(epoch_ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=epoch_ms)  # exact, also before 1970

@@ -16,8 +16,8 @@ For each range its task holds (`ranges.SourceRange`), the copy
 3. waits for the acks of its records, fails the task if any delivery failed (so the batch,
    and the query, fail rather than lose a record), and returns one summary row per window of
    source timestamps (`SUMMARY_SCHEMA`): counts, bytes, MirrorMaker 2's record-age-ms (min,
-   sum, max) and the replication-latency-ms of every written record, which Spark turns into
-   `replication_stats` and `replication_audit`.
+   sum, max) and replication-latency-ms (min, sum, max and a KLL sketch), which the driver
+   turns into `replication_stats` and `replication_audit` rows (`transforms`).
 
 Why records do not go through Spark rows: turning every record into a Spark row (and into
 Python) costs more than the copy itself; consumer to producer directly, as MirrorMaker 2 does
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
@@ -47,16 +48,19 @@ ENCODED_FORMAT = "uatu.encoded.format"
 ENCODED_SCHEMA_VERSION = "uatu.encoded.schema.version"
 
 # The rows a copy task returns (WindowSummaries.java): one per source-timestamp window of its
-# partition, with every written record's latency (MM2 replication-latency-ms).
+# partition; its written records' latencies (MM2 replication-latency-ms) summed and sketched.
 SUMMARY_SCHEMA = (
     "partition int, destination_partition int, window_start_ms long, records_read long, "
     "records_replicated long, records_already_present long, bytes_replicated long, "
     "record_bytes_replicated long, first_offset long, last_offset long, "
     "record_age_ms_min long, record_age_ms_sum long, record_age_ms_max long, "
-    "replication_latency_ms array<long>, source_topic string, destination_topic string"
+    "replication_latency_ms_min long, replication_latency_ms_sum long, "
+    "replication_latency_ms_max long, replication_latency_kll_sketch binary, "
+    "source_topic string, destination_topic string"
 )
 
 SINK_PACKAGE = "dev.uatu.replication"
+SKETCH_PACKAGE = "dev.uatu.sketch"
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def copy_ranges(
     """Copy each source offset range in its own Spark task -> summary rows (SUMMARY_SCHEMA).
 
     Lazy: the copy runs when the result is computed, and again on every computation, so
-    compute it once (the job uses localCheckpoint).
+    compute it once (the job collects it: a few rows per partition).
     """
     jvm = _jvm(spark)
     java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
@@ -116,6 +120,12 @@ def copy_ranges(
         spark._jsparkSession, java_ranges, _copy_config(spark, config), SUMMARY_SCHEMA
     )
     return ClassicDataFrame(summaries, spark)
+
+
+def summary_rows(summaries: DataFrame) -> list[dict[str, Any]]:
+    """Run the copy behind `summaries` (its one Spark job) -> its summary rows, as dicts
+    (`transforms.Summary`). The rows are few: one per partition and window."""
+    return [row.asDict() for row in summaries.collect()]
 
 
 def copy_topic_ranges(
@@ -210,6 +220,24 @@ def epoch_ranges(epochs: Sequence) -> dict[int, SourceRange]:
             start = int(result.fromOffset()) if before is None else before.from_offset
             ranges[partition] = SourceRange(partition, start, int(result.nextOffset()))
     return ranges
+
+
+class JvmSketches:
+    """`transforms.LatencySketches` answered by the JVM's owner of Spark's KLL forms
+    (KllSketches.java), in the driver."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        self._sketches = jvm_package(spark, SKETCH_PACKAGE, "the KLL sketches").KllSketches
+
+    def merged(self, images: Sequence[bytes]) -> bytes:
+        java_images = self._spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+        for image in images:
+            java_images.add(bytearray(image))
+        return bytes(self._sketches.mergeLongs(java_images))
+
+    def quantile(self, image: bytes, rank: float) -> int:
+        return int(self._sketches.quantile(bytearray(image), float(rank)))
 
 
 def check_clients(spark: SparkSession, config: DestinationConfig) -> None:

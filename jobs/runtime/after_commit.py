@@ -39,11 +39,13 @@ the batch saved, and the thread about to write.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -299,6 +301,16 @@ def encode_rows(rows: DataFrame) -> dict[str, Any]:
     }
 
 
+def encode_values(schema: StructType, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows computed in Python (datetimes, bytes) as `encode_rows` keeps a DataFrame's: the
+    same JSON, read back by `decode_rows`. Each row holds `schema`'s columns (None: null)."""
+    codecs = [(f.name, _VALUE_CODECS.get(type(f.dataType), _plain_value)) for f in schema.fields]
+    return {
+        "schema": schema.jsonValue(),
+        "rows": [{name: encode(row.get(name)) for name, encode in codecs} for row in rows],
+    }
+
+
 def decode_rows(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
     """`encode_rows`' value -> the DataFrame it was made from. Built in the JVM from the rows'
     JSON (`from_json` over one row of `range`), never from a Python list: that would ship the
@@ -320,6 +332,25 @@ _CODECS: dict[type, tuple[Any, Callable[[str], Column], Callable[[str], Column]]
     TimestampType: (LongType(), F.unix_micros, F.timestamp_micros),
     BinaryType: (StringType(), F.base64, F.unbase64),
 }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _plain_value(value: Any) -> Any:
+    return value
+
+
+def _micros(value: datetime | None) -> int | None:
+    return None if value is None else (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def _base64(value: bytes | None) -> str | None:
+    return None if value is None else base64.b64encode(value).decode("ascii")
+
+
+# The same forms for values computed in Python (`encode_values`).
+_VALUE_CODECS: dict[type, Callable[[Any], Any]] = {TimestampType: _micros, BinaryType: _base64}
 
 
 def _plain_type(kind: Any) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import datasketches
@@ -28,13 +30,15 @@ from jobs.replication.progress_log import LoggedBatch, resume_offsets
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec, replication_spec
 from jobs.replication.tables import LABELS, REPLICATION_STATS
-from jobs.replication.transforms import replication_audit, replication_stats
+from jobs.replication.transforms import audit_rows, stats_rows
 from jobs.replication.writer import (
     SUMMARY_SCHEMA,
     DestinationConfig,
+    JvmSketches,
     check_clients,
     copy_ranges,
 )
+from jobs.runtime.after_commit import decode_rows, encode_values
 from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
 from testing.conf import write_conf_dir
 
@@ -501,6 +505,8 @@ def test_batch_ranges_stop_at_a_bounded_copys_end_offsets() -> None:
 SUMMARY_COLUMNS = [part.split()[0] for part in SUMMARY_SCHEMA.split(", ")]
 # WindowSummaries' own columns; the copy task adds the two topics (PartitionCopy.rows).
 WINDOW_COLUMNS = SUMMARY_COLUMNS[:-2]
+SKETCH = "replication_latency_kll_sketch"
+BATCH_TIME = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
 
 
 def window_summaries(spark, partition: int, destination: int, interval_ms: int, records):
@@ -519,12 +525,11 @@ def window_summaries(spark, partition: int, destination: int, interval_ms: int, 
     rows = []
     for row in summaries.rows(partition, destination, ack_times):
         values = [row.get(i) for i in range(len(WINDOW_COLUMNS))]
-        values[-1] = list(values[-1])
         rows.append(dict(zip(WINDOW_COLUMNS, values, strict=True)))
     return rows
 
 
-def summaries_frame(spark):
+def two_tasks_summaries(spark) -> list[dict]:
     """What two sink tasks return, built by the sink's own `WindowSummaries`.
 
     partition 0 (-> 0): three records, the first already in the destination (a crashed run
@@ -538,18 +543,35 @@ def summaries_frame(spark):
     p1 = [(3, 5_000, 10, 0, True, 5_020, 5_070), (4, 6_000, 10, 2, True, 6_000, 6_010)]
     rows = window_summaries(spark, 0, 0, 60_000, p0) + window_summaries(spark, 1, 1, 60_000, p1)
     topics = {"source_topic": "orders", "destination_topic": "main.orders"}
-    return spark.createDataFrame([row | topics for row in rows], SUMMARY_SCHEMA)
+    return [row | topics for row in rows]
 
 
-def test_window_summaries_give_one_row_per_window_with_every_written_latency(spark) -> None:
+def sketch_answers(spark, images) -> list[tuple[int, int, int]]:
+    """Spark's own reading of KLL bigint images: (n, min, max) of each."""
+    frame = spark.createDataFrame([(bytearray(i),) for i in images], f"{SKETCH} binary")
+    return [
+        tuple(r)
+        for r in frame.select(
+            F.kll_sketch_get_n_bigint(SKETCH),
+            F.kll_sketch_get_quantile_bigint(SKETCH, F.lit(0.0)),
+            F.kll_sketch_get_quantile_bigint(SKETCH, F.lit(1.0)),
+        ).collect()
+    ]
+
+
+def test_window_summaries_give_one_row_per_window_with_its_latencies_summed_and_sketched(
+    spark,
+) -> None:
     rows = [
         (10, 1_000, 4, 2, False, 1_500, None),
         (11, 61_000, 6, 2, True, 61_100, 61_300),
         (12, 2_000, 1, 0, True, 2_100, 2_600),  # out of timestamp order, back in window 0
         (13, 62_000, 2, 1, True, 62_500, 62_600),
         (14, -1, 3, 0, True, 900, 1_000),  # no source timestamp (-1): the window before 0
+        (15, 3_000, 5, 0, False, 3_100, None),  # window 0 again, already present
     ]
     got = window_summaries(spark, 0, 3, 60_000, rows)
+    sketches = [row.pop(SKETCH) for row in got]
     assert got == [
         {
             "partition": 0,
@@ -565,23 +587,27 @@ def test_window_summaries_give_one_row_per_window_with_every_written_latency(spa
             "record_age_ms_min": 901,
             "record_age_ms_sum": 901,
             "record_age_ms_max": 901,
-            "replication_latency_ms": [1_001],
+            "replication_latency_ms_min": 1_001,
+            "replication_latency_ms_sum": 1_001,
+            "replication_latency_ms_max": 1_001,
         },
         {
             "partition": 0,
             "destination_partition": 3,
             "window_start_ms": 0,
-            "records_read": 2,
+            "records_read": 3,
             "records_replicated": 1,
-            "records_already_present": 1,
+            "records_already_present": 2,
             "bytes_replicated": 1,
             "record_bytes_replicated": 1,
             "first_offset": 10,
-            "last_offset": 12,
+            "last_offset": 15,
             "record_age_ms_min": 100,
-            "record_age_ms_sum": 600,
+            "record_age_ms_sum": 700,
             "record_age_ms_max": 500,
-            "replication_latency_ms": [600],
+            "replication_latency_ms_min": 600,
+            "replication_latency_ms_sum": 600,
+            "replication_latency_ms_max": 600,
         },
         {
             "partition": 0,
@@ -597,23 +623,46 @@ def test_window_summaries_give_one_row_per_window_with_every_written_latency(spa
             "record_age_ms_min": 100,
             "record_age_ms_sum": 600,
             "record_age_ms_max": 500,
-            "replication_latency_ms": [300, 600],
+            "replication_latency_ms_min": 300,
+            "replication_latency_ms_sum": 900,
+            "replication_latency_ms_max": 600,
         },
     ]
+    # Each window's sketch holds exactly its written records' latencies, in Spark's form.
+    assert sketch_answers(spark, sketches) == [(1, 1_001, 1_001), (1, 600, 600), (2, 300, 600)]
+
+
+def test_a_partition_with_nothing_written_has_no_latency(spark) -> None:
+    """All present already: nulls (MirrorMaker 2 reports no latency), never a zero."""
+    got = window_summaries(spark, 0, 0, 60_000, [(1, 1_000, 4, 0, False, 1_200, None)])
+    assert [
+        (r["replication_latency_ms_min"], r["replication_latency_ms_max"], r[SKETCH]) for r in got
+    ] == [(None, None, None)]
+    topics = {"source_topic": "t", "destination_topic": "t"}
+    (row,) = stats_rows([got[0] | topics], 1, BATCH_TIME, {}, JvmSketches(spark))
+    latency = {k: v for k, v in row.items() if k.startswith("replication_latency")}
+    assert latency == dict.fromkeys(
+        (
+            "replication_latency_ms_min",
+            "replication_latency_ms_avg",
+            "replication_latency_ms_max",
+            "replication_latency_ms_p99",
+            SKETCH,
+        )
+    )
+    assert (row["records_read"], row["records_already_present"]) == (1, 1)
 
 
 def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
-    labels = {"job_group_id": "g", "source_topic": "t"}
-    stats = summaries_frame(spark).transform(
-        replication_stats, 7, F.lit(None).cast("timestamp"), labels
-    )
-    got = {
-        r["partition"]: r.asDict()
-        for r in stats.drop("replication_latency_kll_sketch", "batch_time").collect()
-    }
-    assert got[0] == {
+    labels = {"job_group_id": "g"}
+    summaries = two_tasks_summaries(spark)
+    stats = stats_rows(summaries, 7, BATCH_TIME, labels, JvmSketches(spark))
+    assert [(r["source_topic"], r["partition"]) for r in stats] == [("orders", 0), ("orders", 1)]
+    sketches = [row.pop(SKETCH) for row in stats]
+    assert stats[0] == {
         "job_group_id": "g",
         "batch_id": 7,
+        "batch_time": BATCH_TIME,
         # The row's own topics, not a label's.
         "source_topic": "orders",
         "destination_topic": "main.orders",
@@ -634,61 +683,85 @@ def test_replication_stats_follow_mirror_maker_definitions(spark) -> None:
         "replication_latency_ms_max": 600,
         "replication_latency_ms_p99": 600,
     }
-    assert got[1]["replication_latency_ms_min"] == 10
-    assert got[1]["replication_latency_ms_max"] == 70
-    merged = stats.agg(
-        F.kll_sketch_get_quantile_bigint(
-            F.kll_merge_agg_bigint("replication_latency_kll_sketch"), F.lit(1.0)
-        )
-    ).first()
-    assert merged is not None and merged[0] == 600
+    assert (stats[1]["replication_latency_ms_min"], stats[1]["replication_latency_ms_max"]) == (
+        10,
+        70,
+    )
+    assert stats[1]["replication_latency_ms_avg"] == 40.0
+    assert sketch_answers(spark, sketches) == [(2, 300, 600), (2, 10, 70)]
 
 
-def test_replication_p99_is_read_from_the_rows_own_kll_sketch(spark) -> None:
-    """Enough latencies that the sketch is approximate: p99 is its sketch's answer (so it
-    agrees with any merge of the sketches), within the sketch's rank error of the exact p99,
-    and the rows fit the declared replication_stats table."""
+def test_replication_p99_is_the_merged_window_sketches_answer_and_fits_the_table(spark) -> None:
+    """Enough latencies, over four windows of one partition, that the sketches are
+    approximate: the row's sketch holds all the windows' latencies and its p99 is that
+    sketch's answer as Spark's kll_sketch_get_quantile_bigint reads it (so it agrees with any
+    later merge; KLL merges compact at random, so two merges may differ), within the sketch's
+    rank error of the exact p99; the saved rows read back as the declared table."""
     n = 20_000
-    latencies = [(i * 7_919) % n + 1 for i in range(n)]  # 1..n, shuffled
-    summary = dict.fromkeys(SUMMARY_COLUMNS, 0) | {
-        "source_topic": "orders",
-        "destination_topic": "orders",
-        "partition": 0,
-        "destination_partition": 0,
-        "records_read": n,
-        "replication_latency_ms": latencies,
-    }
-    labels = {name: "x" for name in LABELS}
-    stats = spark.createDataFrame([summary], SUMMARY_SCHEMA).transform(
-        replication_stats, 7, F.current_timestamp(), labels
+    latencies = (
+        spark.range(n)
+        .select(
+            (F.col("id") % 4).alias("window"), (((F.col("id") * 7_919) % n) + 1).alias("latency")
+        )
+        .groupBy("window")
+        .agg(
+            F.count("latency").alias("n"),
+            F.min("latency").alias("min"),
+            F.sum("latency").alias("sum"),
+            F.max("latency").alias("max"),
+            F.kll_sketch_agg_bigint("latency").alias(SKETCH),
+        )
     )
-    row = stats.select(
-        "replication_latency_ms_p99",
-        F.kll_sketch_get_quantile_bigint("replication_latency_kll_sketch", F.lit(0.99)),
-    ).first()
-    assert row is not None and row[0] == row[1]
+    summaries = [
+        dict.fromkeys(SUMMARY_COLUMNS, 0)
+        | {
+            "source_topic": "orders",
+            "destination_topic": "orders",
+            "window_start_ms": w["window"] * 60_000,
+            "records_read": w["n"],
+            "records_replicated": w["n"],
+            "replication_latency_ms_min": w["min"],
+            "replication_latency_ms_sum": w["sum"],
+            "replication_latency_ms_max": w["max"],
+            SKETCH: w[SKETCH],
+        }
+        for w in latencies.collect()
+    ]
+    labels = {name: "x" for name in LABELS if name not in ("source_topic", "destination_topic")}
+    (row,) = stats_rows(summaries, 7, BATCH_TIME, labels, JvmSketches(spark))
+    stored = spark.createDataFrame([(bytearray(row[SKETCH]),)], f"{SKETCH} binary")
+    spark_p99 = stored.select(F.kll_sketch_get_quantile_bigint(SKETCH, F.lit(0.99))).first()
+    assert spark_p99 is not None and row["replication_latency_ms_p99"] == spark_p99[0]
+    assert sketch_answers(spark, [row[SKETCH]]) == [(n, 1, n)]
+    assert (row["replication_latency_ms_min"], row["replication_latency_ms_max"]) == (1, n)
+    assert row["replication_latency_ms_avg"] == (n + 1) / 2
     epsilon = datasketches.kll_doubles_sketch.get_normalized_rank_error(200, False)
-    assert abs(row[0] / n - 0.99) <= epsilon
-    assert_schema_equality(
-        stats.select(*REPLICATION_STATS.columns).schema,
-        REPLICATION_STATS.schema,
-        ignore_nullable=True,
-    )
+    assert abs(row["replication_latency_ms_p99"] / n - 0.99) <= epsilon
+    saved = json.loads(json.dumps(encode_values(REPLICATION_STATS.schema, [row])))
+    restored = decode_rows(spark, saved)
+    assert_schema_equality(restored.schema, REPLICATION_STATS.schema, ignore_nullable=True)
+    back = restored.first().asDict()
+    assert back["batch_time"].astimezone(UTC) == BATCH_TIME
+    assert bytes(back[SKETCH]) == bytes(row[SKETCH])
 
 
 def test_replication_audit_counts_per_window(spark) -> None:
-    audit = summaries_frame(spark).transform(replication_audit, 60, 7, {"job_group_id": "g"})
-    got = sorted(
+    audit = audit_rows(two_tasks_summaries(spark), 60, 7, {"job_group_id": "g"})
+    got = [
         (
             r["partition"],
             r["window_start"].timestamp(),
+            r["window_end"].timestamp(),
             r["records_read"],
             r["records_written"],
             r["records_already_present"],
         )
-        for r in audit.collect()
-    )
-    assert got == [(0, 0.0, 1, 0, 1), (0, 60.0, 2, 2, 0), (1, 0.0, 2, 2, 0)]
+        for r in audit
+    ]
+    assert got == [(0, 0.0, 60.0, 1, 0, 1), (0, 60.0, 120.0, 2, 2, 0), (1, 0.0, 60.0, 2, 2, 0)]
+    assert {(r["job_group_id"], r["batch_id"], r["source_topic"]) for r in audit} == {
+        ("g", 7, "orders")
+    }
 
 
 def test_sink_with_only_empty_input_writes_nothing_and_needs_no_broker(spark) -> None:

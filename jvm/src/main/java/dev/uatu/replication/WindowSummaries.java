@@ -1,11 +1,13 @@
 package dev.uatu.replication;
 
+import dev.uatu.sketch.KllSketches;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.function.IntToLongFunction;
+import org.apache.datasketches.kll.KllLongsSketch;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 
@@ -41,15 +43,28 @@ public final class WindowSummaries {
     last.add(offset, timestampMs, readMs, keyBytes, valueBytes, ackIndex);
   }
 
-  /** The summary rows, in window order; {@code ackTime} maps an ack index to its ack time. */
+  /**
+   * The summary rows, in window order; {@code ackTime} maps an ack index to its ack time. A
+   * window's replication latencies come as their min, sum and max and a KLL sketch in the form
+   * Spark's {@code kll_sketch_agg_bigint} writes (null when nothing was written), so the
+   * driver sums and merges them without another Spark job.
+   */
   public List<Row> rows(int partition, int destinationPartition, IntToLongFunction ackTime) {
     List<Row> rows = new ArrayList<>(windows.size());
     for (Map.Entry<Long, Window> e : windows.entrySet()) {
       Window w = e.getValue();
-      long[] latencies = new long[w.written];
+      KllLongsSketch sketch = KllSketches.longs();
+      long latencyMin = Long.MAX_VALUE;
+      long latencySum = 0;
+      long latencyMax = Long.MIN_VALUE;
       for (int i = 0; i < w.written; i++) {
-        latencies[i] = ackTime.applyAsLong(w.ackIndex[i]) - w.writtenTimestampMs[i];
+        long latency = ackTime.applyAsLong(w.ackIndex[i]) - w.writtenTimestampMs[i];
+        sketch.update(latency);
+        latencyMin = Math.min(latencyMin, latency);
+        latencySum += latency;
+        latencyMax = Math.max(latencyMax, latency);
       }
+      boolean written = w.written > 0;
       rows.add(
           RowFactory.create(
               partition,
@@ -65,7 +80,10 @@ public final class WindowSummaries {
               w.ageMin,
               w.ageSum,
               w.ageMax,
-              latencies));
+              written ? latencyMin : null,
+              latencySum,
+              written ? latencyMax : null,
+              written ? KllSketches.image(sketch) : null));
     }
     return rows;
   }
