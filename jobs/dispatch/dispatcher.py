@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
@@ -120,12 +121,20 @@ def dispatch(
     spark: SparkSession, ranges: Sequence[tuple[str, int, int, int]], config: str
 ) -> DataFrame:
     """Dispatch each (topic, partition, from, until) range in its own Spark task -> summary
-    rows (one per task and stats window). Lazy: compute it once (localCheckpoint)."""
+    rows (one per task and stats window). Lazy: compute it once (`summary_rows`)."""
     jvm = _jvm(spark)
     java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
     for topic, partition, start, until in ranges:
         java_ranges.add(jvm.Range(topic, partition, start, until))
     return ClassicDataFrame(jvm.Dispatch.dispatch(spark._jsparkSession, java_ranges, config), spark)
+
+
+def summary_rows(
+    spark: SparkSession, ranges: Sequence[tuple[str, int, int, int]], config: str
+) -> list[dict[str, Any]]:
+    """`dispatch` run once (its one Spark job) -> its summary rows, as dicts: few, one per
+    task and stats window."""
+    return [row.asDict() for row in dispatch(spark, ranges, config).collect()]
 
 
 def check_clients(spark: SparkSession, config: str, cluster: str) -> bool:

@@ -56,9 +56,10 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from core import kafka_admin
 from core.errors import UatuError
@@ -75,7 +76,7 @@ from jobs.dispatch.offsets import (
 from jobs.dispatch.routing import Kind
 from jobs.dispatch.spec import DispatchSpec, TopicQuery
 from jobs.dispatch.stats import StatsWriter, marker
-from jobs.dispatch.transforms import dispatch_stats
+from jobs.dispatch.transforms import dispatch_stats_rows
 from jobs.runtime import metrics as runtime_metrics
 from jobs.runtime import source_failure
 from jobs.runtime.checkpoint_files import read_offset_log
@@ -137,7 +138,7 @@ class DispatchBatchWriter:
 
     def _dispatch(
         self, spark: SparkSession, ranges: list[tuple[str, int, int, int]], batch_id: int
-    ) -> tuple[DataFrame, DataFrame, bool, float]:
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool, float]:
         """Dispatch the ranges; (the summaries, the batch's dispatch_stats rows, whether it
         is a redelivery, the dispatch's seconds)."""
         redelivered = self.replay_batch is not None and batch_id <= self.replay_batch
@@ -148,29 +149,29 @@ class DispatchBatchWriter:
                 batch_id,
             )
         started = time.monotonic()
-        summaries = dispatcher.dispatch(spark, ranges, self.config).localCheckpoint()
+        # The dispatch is a side effect of its one Spark job, run once here: its summary rows
+        # (one per task and window) come to the driver, which computes the stats from them.
+        summaries = dispatcher.summary_rows(spark, ranges, self.config)
         dispatched = time.monotonic()
-        stats = summaries.transform(
-            lambda df: dispatch_stats(
-                df,
-                labels=self._labels(),
-                tiers={q.topic: q.label for q in self.spec.queries()},
-                batch_id=batch_id,
-                batch_time=F.current_timestamp(),
-                window_ms=self.spec.stats_window_seconds * 1000,
-                redelivered=redelivered,
-            )
+        stats = dispatch_stats_rows(
+            summaries,
+            labels=self._labels(),
+            tiers={q.topic: q.label for q in self.spec.queries()},
+            batch_id=batch_id,
+            batch_time=datetime.now(UTC),
+            window_ms=self.spec.stats_window_seconds * 1000,
+            redelivered=redelivered,
         )
         return summaries, stats, redelivered, dispatched - started
 
     def _record(
-        self, spark: SparkSession, batch_id: int, summaries: DataFrame, stats: DataFrame,
-        redelivered: bool, dispatch_s: float,
+        self, spark: SparkSession, batch_id: int, summaries: list[dict[str, Any]],
+        stats: list[dict[str, Any]], redelivered: bool, dispatch_s: float,
     ) -> None:  # fmt: skip
         """Save the batch's stats rows for their append after Spark's commit (stats.py)."""
         started = time.monotonic()
         app_id = marker(self.write_id.of(spark), redelivered, spark.sparkContext.applicationId)
-        rows = self.stats.submit(batch_id, stats, app_id)
+        rows = self.stats.submit(spark, batch_id, stats, app_id)
         self._log(batch_id, summaries, dispatch_s, time.monotonic() - started)
         if runtime_metrics.serving():
             metrics.dispatch(self._metric_labels(), self._adaptive(), rows)
@@ -193,10 +194,12 @@ class DispatchBatchWriter:
         flow = self.spec.resq_flow if self.query.kind is Kind.RESQ else None
         return (flow or self.spec.flow).max_inflight == 0
 
-    def _log(self, batch_id: int, summaries: DataFrame, dispatch_s: float, stats_s: float) -> None:
+    def _log(
+        self, batch_id: int, summaries: list[dict[str, Any]], dispatch_s: float, stats_s: float
+    ) -> None:
         names = ("records", "value_bytes", "committed", "skipped", "retried", "dlq", "resq")
         totals = dict.fromkeys(names, 0)
-        for row in summaries.select(*names).collect():
+        for row in summaries:
             for n in names:
                 totals[n] += int(row[n] or 0)
         if totals["records"]:

@@ -19,6 +19,7 @@ rows saved, Spark's commit to come), `dispatch.stats_writing` (committed, not ap
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from itertools import groupby
@@ -28,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from core.faults import fault_point
 from jobs.dispatch import tables
-from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_rows
+from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_values
 from jobs.runtime.delta import append_once
 
 log = logging.getLogger("uatu.dispatch")
@@ -73,12 +74,18 @@ class StatsWriter:
             at_writing=self._writing,
         )
 
-    def submit(self, batch_id: int, stats: DataFrame, app_id: str) -> list[dict[str, Any]]:
-        """In foreachBatch: save the batch's rows (computed now: their batch_time is the
-        batch's), durable on return, and queue their append; the rows, as saved (numbers as
-        computed, timestamps in epoch microseconds)."""
-        rows = encode_rows(stats)
-        self.batches.submit(stats.sparkSession, batch_id, {"app_id": app_id, "rows": rows})
+    def submit(
+        self,
+        spark: SparkSession,
+        batch_id: int,
+        stats: Sequence[Mapping[str, Any]],
+        app_id: str,
+    ) -> list[dict[str, Any]]:
+        """In foreachBatch: save the batch's rows (`transforms.dispatch_stats_rows`, computed
+        now: their batch_time is the batch's), durable on return, and queue their append; the
+        rows, as saved (timestamps in epoch microseconds, binary in base64)."""
+        rows = encode_values(tables.STATS_SCHEMA, stats)
+        self.batches.submit(spark, batch_id, {"app_id": app_id, "rows": rows})
         return list(rows["rows"])
 
     def _write(self, spark: SparkSession, ready: Ready[BatchStats]) -> str:

@@ -23,8 +23,10 @@ timestamp; replication-latency-ms = ack time - source timestamp; byte counts are
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
+
+from jobs.runtime.after_commit import timestamp_millis
 
 # One row of writer.SUMMARY_SCHEMA, as a mapping of column -> value.
 Summary = Mapping[str, Any]
@@ -124,8 +126,8 @@ def audit_rows(
             "destination_topic": destination_topic,
             "batch_id": batch_id,
             "partition": partition,
-            "window_start": _timestamp(start_ms),
-            "window_end": _timestamp(start_ms + interval_ms),
+            "window_start": timestamp_millis(start_ms),
+            "window_end": timestamp_millis(start_ms + interval_ms),
             "records_read": read,
             "records_written": written,
             "records_already_present": present,
@@ -174,10 +176,3 @@ def _latency(rows: Sequence[Summary], sketches: LatencySketches) -> dict[str, An
         "replication_latency_ms_p99": sketches.quantile(sketch, LATENCY_P99),
         "replication_latency_kll_sketch": sketch,
     }
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _timestamp(epoch_ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=epoch_ms)  # exact, also before 1970

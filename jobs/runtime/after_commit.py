@@ -311,6 +311,12 @@ def encode_values(schema: StructType, rows: Iterable[Mapping[str, Any]]) -> dict
     }
 
 
+def timestamp_millis(epoch_ms: int) -> datetime:
+    """The UTC timestamp of epoch milliseconds, exactly (also before 1970): a timestamp column's
+    value in rows computed in Python, as Spark's timestamp_millis gives it."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)
+
+
 def decode_rows(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
     """`encode_rows`' value -> the DataFrame it was made from. Built in the JVM from the rows'
     JSON (`from_json` over one row of `range`), never from a Python list: that would ship the

@@ -5,12 +5,13 @@ generated protobuf class, the limiters' behaviour, and the stats transform."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
+from datetime import UTC, datetime
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from pyspark.sql import functions as F
 from uber.data.kafka.consumer.dlq_metadata_pb2 import DLQMetadata
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
@@ -28,7 +29,8 @@ from jobs.dispatch.routing import (
 )
 from jobs.dispatch.spec import DispatchSpec
 from jobs.dispatch.tables import STATS_SCHEMA
-from jobs.dispatch.transforms import dispatch_stats
+from jobs.dispatch.transforms import dispatch_stats_rows
+from jobs.runtime.after_commit import decode_rows, encode_values
 
 SETTINGS = Settings(None, "/w", "/c", {"local": ClusterConfig("local", "127.0.0.1:9")})  # type: ignore[arg-type]
 
@@ -188,56 +190,28 @@ def test_rate_limiter_holds_every_window(jvm) -> None:
 
 
 def test_stats_rows_have_the_table_schema(spark) -> None:
-    summaries = spark.createDataFrame(
-        [
-            (
-                "src",
-                0,
-                60_000,
-                10,
-                1000,
-                5,
-                14,
-                12,
-                7,
-                1,
-                1,
-                1,
-                0,
-                2,
-                1,
-                0,
-                0,
-                0,
-                None,
-                1.5,
-                2.0,
-                3.0,
-                4,
-                64,
-                12.5,
-            )
-        ],
-        "topic string, partition int, window_start_ms long, records long, value_bytes long, "
-        "first_offset long, last_offset long, attempts long, committed long, skipped long, "
-        "retried long, dlq long, resq long, in_memory_retries long, timeouts long, "
-        "hol_rerouted long, produce_retries long, undecodable long, "
-        "latency_kll_sketch binary, latency_p50_ms double, latency_p95_ms double, "
-        "latency_p99_ms double, peak_inflight int, inflight_limit int, rate_limited_ms double",
-    )
-    rows = dispatch_stats(
-        summaries,
+    """A task's summary row (DispatchStats.SCHEMA) becomes one dispatch_stats row: labelled,
+    tiered, windowed, a replay's records counted as redelivered; saved and read back, it has
+    the table's schema and values."""
+    names = [part.split()[0] for part in dispatcher_schema().split(", ")]
+    values = ["src", 0, 60_000, 10, 1000, 5, 14, 12, 7, 1, 1, 1, 0, 2, 1, 0, 0, 0]
+    values += [bytearray(b"kll"), 1.5, 2.0, 3.0, 4, 64, 12.5]
+    summary = dict(zip(names, values, strict=True))
+    batch_time = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = dispatch_stats_rows(
+        [summary],
         labels={"job_group_id": "g", "cluster": "local", "source_topic": "src"},
         tiers={"src": "main", "t1": "retry-1"},
         batch_id=3,
-        batch_time=F.lit("2026-01-01 00:00:00").cast("timestamp"),
+        batch_time=batch_time,
         window_ms=60_000,
         redelivered=True,
     )
-    assert [(f.name, f.dataType) for f in rows.schema] == [
+    restored = decode_rows(spark, json.loads(json.dumps(encode_values(STATS_SCHEMA, rows))))
+    assert [(f.name, f.dataType) for f in restored.schema] == [
         (f.name, f.dataType) for f in STATS_SCHEMA
     ]
-    (row,) = rows.collect()
+    (row,) = restored.collect()
     assert (row.tier, row.batch_id, row.redelivered, row.committed, row.latency_p99_ms) == (
         "main",
         3,
@@ -245,4 +219,30 @@ def test_stats_rows_have_the_table_schema(spark) -> None:
         7,
         3.0,
     )
-    assert (row.window_end - row.window_start).total_seconds() == 60
+    assert (row.window_start.astimezone(UTC), row.window_end.astimezone(UTC)) == (
+        datetime(1970, 1, 1, 0, 1, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 2, tzinfo=UTC),
+    )
+    assert bytes(row.latency_kll_sketch) == b"kll"
+    assert (row.batch_time.astimezone(UTC), row.rate_limited_ms, row.inflight_limit) == (
+        batch_time,
+        12.5,
+        64,
+    )
+    (fresh,) = dispatch_stats_rows(
+        [summary], labels={}, tiers={}, batch_id=4, batch_time=batch_time, window_ms=1,
+        redelivered=False,
+    )  # fmt: skip
+    assert (fresh["redelivered"], fresh["tier"]) == (0, None)
+
+
+def dispatcher_schema() -> str:
+    """The dispatch tasks' summary schema (DispatchStats.SCHEMA)."""
+    return (
+        "topic string, partition int, window_start_ms long, records long, value_bytes long, "
+        "first_offset long, last_offset long, attempts long, committed long, skipped long, "
+        "retried long, dlq long, resq long, in_memory_retries long, timeouts long, "
+        "hol_rerouted long, produce_retries long, undecodable long, "
+        "latency_kll_sketch binary, latency_p50_ms double, latency_p95_ms double, "
+        "latency_p99_ms double, peak_inflight int, inflight_limit int, rate_limited_ms double"
+    )
