@@ -29,7 +29,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from core.faults import fault_point
 from jobs.dispatch import tables
-from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_values
+from jobs.runtime.after_commit import (
+    STATS_WRITE_SLOTS,
+    AfterCommitWriter,
+    Ready,
+    decode_rows,
+    encode_values,
+)
 from jobs.runtime.delta import append_once
 
 log = logging.getLogger("uatu.dispatch")
@@ -72,6 +78,7 @@ class StatsWriter:
             log,
             at_saved=self._saved,
             at_writing=self._writing,
+            write_slots=STATS_WRITE_SLOTS,  # with the other stats writers of the application
         )
 
     def submit(

@@ -34,7 +34,13 @@ from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import Summary, audit_rows, stats_rows
 from jobs.replication.writer import JvmSketches
 from jobs.runtime import metrics as runtime_metrics
-from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_values
+from jobs.runtime.after_commit import (
+    STATS_WRITE_SLOTS,
+    AfterCommitWriter,
+    Ready,
+    decode_rows,
+    encode_values,
+)
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
 from jobs.runtime.template import WriteId
@@ -122,6 +128,7 @@ class StatsWriter:
             log,
             at_saved=_stats_saved,
             at_writing=_stats_writing,
+            write_slots=STATS_WRITE_SLOTS,  # with the other stats writers of the application
         )
 
     def labels(self) -> Mapping[str, str]:

@@ -33,8 +33,10 @@ Visibility: a batch's rows are in the tables one write after Spark commits it, n
 foreachBatch returns.
 
 Owners: the audit's counts (`jobs/audit/counts_writer.py`), the micro-batch replication's
-stats (`jobs/replication/stats.py`). Each places its own two fault points (core/faults.py):
-the batch saved, and the thread about to write.
+stats (`jobs/replication/stats.py`), the dispatcher's stats (`jobs/dispatch/stats.py`). Each
+places its own two fault points (core/faults.py): the batch saved, and the thread about to
+write. The stats writers of an application share STATS_WRITE_SLOTS: a bound on their Delta
+writes at once, so many groups' stats do not crowd out their queries and the audit's MERGEs.
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ Ready = list[tuple[int, Batch]]
 COMMIT_POLL_SECONDS = 0.05
 # Batches queued before `submit` waits for the writes to catch up (bounds driver memory).
 MAX_QUEUED = 16
+# How often a writer waiting for a write slot looks whether it is being closed.
+SLOT_POLL_SECONDS = 0.2
+# The write slots of the stats writers of one application (replication_stats and
+# replication_audit, dispatch_stats): at most this many of their Delta writes at once, however
+# many groups it runs. Each Delta commit costs the driver's cores a second or more; a hundred
+# writers each committing as soon as it can would starve the queries and the audit's MERGEs
+# (which CANCEL and a move wait for). A writer that waits for a slot writes everything that
+# became ready meanwhile in one write, so fewer slots mean fewer, larger commits.
+STATS_WRITE_SLOTS = threading.BoundedSemaphore(2)
 
 
 class AfterCommitWriter(Generic[Batch]):
@@ -77,11 +88,11 @@ class AfterCommitWriter(Generic[Batch]):
     has committed it.
 
     `what` names the writes in logs and errors (a table's name), `log` is the owner's logger;
-    `write(spark, ready)` writes
-    the batches of `ready` (one or more, in batch order) idempotently under the newest's id
-    and returns a few words for the log; `decode(spark, saved)` turns a saved file back into
-    a batch; `at_saved` and `at_writing` place the owner's fault points (core/faults.py): a
-    batch's file written, and the thread about to write."""
+    `write(spark, ready)` writes the batches of `ready` (one or more, in batch order)
+    idempotently under the newest's id and returns a few words for the log; `decode(spark,
+    saved)` turns a saved file back into a batch; `at_saved` and `at_writing` place the
+    owner's fault points (core/faults.py): a batch's file written, and the thread about to
+    write. Writers given the same `write_slots` write at most its count at a time."""
 
     def __init__(
         self,
@@ -94,6 +105,7 @@ class AfterCommitWriter(Generic[Batch]):
         *,
         at_saved: Callable[[], None],
         at_writing: Callable[[], None],
+        write_slots: threading.Semaphore | None = None,
     ):
         self.checkpoint = checkpoint
         self.folder = folder
@@ -103,6 +115,7 @@ class AfterCommitWriter(Generic[Batch]):
         self._log = log
         self._at_saved = at_saved
         self._at_writing = at_writing
+        self._write_slots = write_slots
         self._changed = threading.Condition()
         self._queued: list[tuple[int, Any]] = []  # (batch id, its saved form), in batch order
         self._draining = False
@@ -221,14 +234,14 @@ class AfterCommitWriter(Generic[Batch]):
                 if not self._queued:
                     self._changed.wait()
                     continue
-                queued = list(self._queued)
-                draining = self._draining
-                released = self._released_through
-            ready = queued if draining else _committed_prefix(queued, commits, released)
-            if not ready:
+            if not self._ready(commits):
                 with self._changed:
                     self._changed.wait(COMMIT_POLL_SECONDS)
                 continue
+            if not self._take_slot():
+                return  # closed while waiting
+            # What became ready while the slot was awaited goes in the same write.
+            ready = self._ready(commits)
             try:
                 self._write_ready(spark, ready)
             except Exception as error:  # handed to the query's thread by submit and drain
@@ -242,10 +255,32 @@ class AfterCommitWriter(Generic[Batch]):
                     self._error = error
                     self._changed.notify_all()
                 return
+            finally:
+                if self._write_slots is not None:
+                    self._write_slots.release()
             with self._changed:
                 del self._queued[: len(ready)]
                 self._written_through = ready[-1][0]
                 self._changed.notify_all()
+
+    def _ready(self, commits: CheckpointFiles) -> list[tuple[int, Any]]:
+        """The queued batches to write now: all when draining, else those Spark committed (or
+        released), a prefix of the queue."""
+        with self._changed:
+            queued = list(self._queued)
+            draining = self._draining
+            released = self._released_through
+        return queued if draining else _committed_prefix(queued, commits, released)
+
+    def _take_slot(self) -> bool:
+        """Wait for a write slot (none needed without `write_slots`); False if closed first."""
+        if self._write_slots is None:
+            return True
+        while not self._write_slots.acquire(timeout=SLOT_POLL_SECONDS):
+            with self._changed:
+                if self._stopping:
+                    return False
+        return True
 
     def _write_ready(self, spark: SparkSession, queued: list[tuple[int, Any]]) -> None:
         started = time.monotonic()
