@@ -234,14 +234,16 @@ class AfterCommitWriter(Generic[Batch]):
                 if not self._queued:
                     self._changed.wait()
                     continue
-            if not self._ready(commits):
+            ready = self._ready(commits)
+            if not ready:
                 with self._changed:
                     self._changed.wait(COMMIT_POLL_SECONDS)
                 continue
-            if not self._take_slot():
-                return  # closed while waiting
-            # What became ready while the slot was awaited goes in the same write.
-            ready = self._ready(commits)
+            if self._write_slots is not None:
+                if not self._take_slot():
+                    return  # closed while waiting
+                # What became ready while the slot was awaited goes in the same write.
+                ready = self._ready(commits)
             try:
                 self._write_ready(spark, ready)
             except Exception as error:  # handed to the query's thread by submit and drain
@@ -273,9 +275,8 @@ class AfterCommitWriter(Generic[Batch]):
         return queued if draining else _committed_prefix(queued, commits, released)
 
     def _take_slot(self) -> bool:
-        """Wait for a write slot (none needed without `write_slots`); False if closed first."""
-        if self._write_slots is None:
-            return True
+        """Wait for one of `write_slots`; False if closed first."""
+        assert self._write_slots is not None
         while not self._write_slots.acquire(timeout=SLOT_POLL_SECONDS):
             with self._changed:
                 if self._stopping:
