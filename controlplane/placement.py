@@ -34,6 +34,12 @@ class Reported:
     def running(self) -> bool:
         return self.state == job_pb2.JOB_STATE_RUNNING
 
+    @property
+    def holds(self) -> bool:
+        """The worker may still write for the group: its query runs, or it stopped and its
+        last writes go on (`writes_pending`). The group starts nowhere else meanwhile."""
+        return self.running or self.job.writes_pending
+
 
 def reported_groups(statuses: Sequence[JobStatus]) -> dict[str, Reported]:
     found = {}

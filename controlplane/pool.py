@@ -21,7 +21,8 @@ with an application per group:
   the query between two batches and reports it.
 
 Never in two places: `launch` places a group only when no worker may still run it
-(`_running`): none reports it running, or the one that does is silent past its lease (a
+(`_running`): none reports it running or its last writes pending, or the one that does is
+silent past its lease (a
 worker that cannot heartbeat stops its queries itself after `fence_seconds`, below the lease:
 jobs/worker/main.py), or its application was seen dead and its slot relaunched. A leader
 places nothing, and starts nothing, before every live worker has heartbeated to it: until
@@ -139,15 +140,16 @@ class Heard:
             return set(self._stopping)
 
     def running(self, since: float, workers: set[int]) -> dict[str, list[int]]:
-        """Every group that one of `workers` heard at `since` or later reported running, or
-        was told to RUN since its last heartbeat -> those workers, sorted."""
+        """Every group that one of `workers` heard at `since` or later reported running (or
+        stopped with its last writes pending: `Reported.holds`), or was told to RUN since its
+        last heartbeat -> those workers, sorted."""
         found: dict[str, set[int]] = {}
         with self._lock:
             for worker_id, view in self._views.items():
                 if view.heard_at < since or worker_id not in workers:
                     continue
                 for group_id, here in view.groups.items():
-                    if here.running:
+                    if here.holds:
                         found.setdefault(group_id, set()).add(worker_id)
             for (group_id, worker_id), at in self._told_to_run.items():
                 if at >= since and worker_id in workers:
@@ -155,10 +157,11 @@ class Heard:
         return {g: sorted(ws) for g, ws in found.items()}
 
     def runs_any(self, worker_id: int) -> bool:
-        """Whether the worker's last heartbeat reported a query running."""
+        """Whether the worker's last heartbeat reported a query running, or a group's last
+        writes pending."""
         with self._lock:
             view = self._views.get(worker_id)
-            return view is not None and any(r.running for r in view.groups.values())
+            return view is not None and any(r.holds for r in view.groups.values())
 
     def traffic(self, worker_id: int) -> tuple[float, float]:
         """The msgs/s and bytes/s of the groups the worker reported running."""

@@ -14,8 +14,9 @@ type, flow control and source (cluster, topic, consumer group), with a `WorkerJo
 `extension` that carries the job group id, its definition fingerprint, the launch (`run`)
 it belongs to and, for RUN and UPDATE, the whole JobGroup. The worker answers with one
 JobStatus per group in every heartbeat, with the same `job_id` and a `WorkerJob` naming the
-group, the definition and run it runs, and the one line of its last failure (`refused` when
-the group was bad input). This module is the one place that packs
+group, the definition and run it runs, the one line of its last failure (`refused` when
+the group was bad input), and whether its query stopped with its last writes still going on
+(`writes_pending`: the group is still held there). This module is the one place that packs
 and unpacks both, so the two sides cannot drift apart.
 """
 
@@ -74,12 +75,16 @@ def status(
     reported: WorkerJob,
     state: job_pb2.JobState,
     traffic: JobStatus | None = None,
+    *,
+    writes_pending: bool = False,
 ) -> JobStatus:
     """One group's status in a worker's heartbeat (`reported` without its JobGroup); its
-    task statuses (offsets, rates, CPU, records produced) from `traffic`."""
+    task statuses (offsets, rates, CPU, records produced) from `traffic`; `writes_pending`:
+    its query stopped and its last writes go on (the WorkerJob field says what follows)."""
     copied = WorkerJob()
     copied.CopyFrom(reported)
     copied.ClearField("job_group")
+    copied.writes_pending = writes_pending
     result = JobStatus(job=_job(job_id, None, copied), state=state)
     if traffic is not None:
         result.kafka_consumer_task_status.CopyFrom(traffic.kafka_consumer_task_status)

@@ -9,7 +9,7 @@ when any fails the others are stopped and the run exits 1.
 
 `StopRequests` is the one place that decides a run should stop, for one query or many.
 
-Graceful stop: the query is stopped between two micro-batches (after `poll_seconds`, and
+Graceful stop: the query is stopped between two micro-batches (within STOP_POLL_SECONDS, and
 waiting up to `stop_grace_seconds` for a running batch to finish) when the stop file appears
 (`spark-submit.sh` creates it when it receives SIGTERM or SIGINT) or when the Python driver
 itself is sent SIGTERM/SIGINT; a micro-batch cut short is replayed on the next start. A signal
@@ -38,6 +38,9 @@ from jobs.runtime.reporting import Heartbeater, Reporting
 log = logging.getLogger("uatu.runner")
 
 BatchWriter = Callable[[DataFrame, int], None]
+# How often a running query looks for a reason to stop (a file's existence: cheap); its
+# progress is read every `poll_seconds`.
+STOP_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -144,13 +147,11 @@ def run_query(
     try:
         with StopRequests(settings.stop_file, heartbeater) as stop:
             last_batch = -1
-            while not query.awaitTermination(settings.poll_seconds):
-                progress = query.lastProgress
-                log.debug("query %s: %s", settings.name, query.status)
-                if settings.log_batches:
-                    last_batch = _log_batches(query, last_batch, settings.batch_records)
-                if settings.until is not None and progress and settings.until(progress):
-                    stop.request("the end of the bounded range")
+            progress_due = time.monotonic() + settings.poll_seconds
+            while not query.awaitTermination(STOP_POLL_SECONDS):
+                if time.monotonic() >= progress_due:
+                    progress_due = time.monotonic() + settings.poll_seconds
+                    last_batch = _follow_progress(query, settings, stop, last_batch)
                 reason = stop.reason()
                 if reason is not None:
                     log.info("received %s, stopping query %s", reason, settings.name)
@@ -270,6 +271,20 @@ def _stop_all(queries: Sequence[StreamingQuery], grace_seconds: float) -> None:
             query.stop()
         except Exception as e:  # a failed query may refuse a clean stop; it is over either way
             log.warning("stopping %s: %s", query.name, e)
+
+
+def _follow_progress(
+    query: StreamingQuery, settings: QuerySettings, stop: StopRequests, last_batch: int
+) -> int:
+    """Log the batches finished since `last_batch` and ask for the stop at a bounded run's
+    end; the newest batch logged."""
+    progress = query.lastProgress
+    log.debug("query %s: %s", settings.name, query.status)
+    if settings.log_batches:
+        last_batch = _log_batches(query, last_batch, settings.batch_records)
+    if settings.until is not None and progress and settings.until(progress):
+        stop.request("the end of the bounded range")
+    return last_batch
 
 
 def _wait_between_batches(query: StreamingQuery, grace_seconds: float) -> None:

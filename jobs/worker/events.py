@@ -7,6 +7,11 @@ per-partition statuses become the group's rates and offsets in the worker's hear
 (`traffic`, summed over the partitions); the Spark run id of a group's query when it starts,
 and a failure's one line, go to the group's run (`GroupRuns.note_started`, `note_failure`).
 
+A query's start and its stop without failure also go to the worker's packs
+(`Packer.query_started`, `query_ended`: a pack member's run is told when the query that ran it
+stopped), and the stop of a group's last query to the group's run (`GroupRuns.note_stopped`:
+a group asked to stop reports its query stopped while its last writes go on).
+
 Beside offsets and rates, a group's traffic carries what uForwarder's heartbeats do where
 Spark can tell it:
 
@@ -37,6 +42,7 @@ from uber.data.kafka.datatransfer.job_status_pb2 import (
 )
 
 from jobs.runtime.progress import JobIdentity, ProgressListener
+from jobs.worker.packer import Packer
 from jobs.worker.runs import GroupRuns
 
 
@@ -49,6 +55,8 @@ class Watched:
     group_id: str
     progress: ProgressListener
     produces: bool  # its input is written to Kafka: records produced = records read
+    packed: bool = False  # the query is its pack's: the packer tells the group it stopped
+    query_run: str = ""  # Spark's run id of the group's own query, once it started
     produced: int = 0
     busy: deque[tuple[float, float]] = field(default_factory=deque)  # (when, batch ms)
 
@@ -59,11 +67,14 @@ class QueryEvents(StreamingQueryListener):
         runs: GroupRuns,
         cpu_cores: Callable[[], float] = lambda: 0.0,
         *,
+        packer: Packer | None = None,
         window: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`cpu_cores` gives the cores the application uses now (a `core.processes.CpuMeter`)."""
+        """`cpu_cores` gives the cores the application uses now (a `core.processes.CpuMeter`);
+        `packer`, the worker's packs, is told of every query's start and stop."""
         self._runs = runs
+        self._packer = packer
         self._cpu_cores = cpu_cores
         self._window = window
         self._clock = clock
@@ -72,13 +83,20 @@ class QueryEvents(StreamingQueryListener):
         self._names: dict[str, str] = {}  # query id -> name
 
     def watch(
-        self, query_name: str, group_id: str, identity: JobIdentity, *, produces: bool = False
+        self,
+        query_name: str,
+        group_id: str,
+        identity: JobIdentity,
+        *,
+        produces: bool = False,
+        packed: bool = False,
     ) -> None:
-        """Follow the group's query (and the queries named after it: the dispatcher's tiers);
-        the group's progress is that of `identity`'s topic (all the query's with none)."""
+        """Follow the group's query (and the queries named after it: the dispatcher's tiers),
+        `packed` when it is the group's pack's; the group's progress is that of `identity`'s
+        topic (all the query's with none)."""
         with self._lock:
             self._watched[(query_name, group_id)] = Watched(
-                query_name, group_id, ProgressListener(query_name, identity), produces
+                query_name, group_id, ProgressListener(query_name, identity), produces, packed
             )
 
     def unwatch(self, query_name: str, group_id: str) -> None:
@@ -141,6 +159,10 @@ class QueryEvents(StreamingQueryListener):
             self._names[str(event.id)] = name
             # the groups' own query, not their tiers'
             started = [w for w in self._watched.values() if w.query_name == name]
+            for watched in started:
+                watched.query_run = str(event.runId)
+        if self._packer is not None:
+            self._packer.query_started(name, str(event.id))
         for watched in started:
             self._runs.note_started(watched.group_id, str(event.runId))
 
@@ -163,5 +185,18 @@ class QueryEvents(StreamingQueryListener):
     def onQueryTerminated(self, event) -> None:
         with self._lock:
             name = self._names.pop(str(event.id), "")
-        for watched in self._groups_of(name) if event.exception else []:
-            self._runs.note_failure(watched.group_id, event.exception)
+        if event.exception:
+            for watched in self._groups_of(name):
+                self._runs.note_failure(watched.group_id, event.exception)
+            return
+        if self._packer is not None:
+            self._packer.query_ended(str(event.id))
+        for watched in self._groups_of(name):
+            if not watched.packed and not self._runs_a_query(watched):
+                self._runs.note_stopped(watched.group_id, watched.query_run)
+
+    def _runs_a_query(self, watched: Watched) -> bool:
+        """Whether a query of the group (its own, its tiers') is still active."""
+        mine = watched.query_name
+        with self._lock:
+            return any(n == mine or n.startswith(f"{mine}-") for n in self._names.values())

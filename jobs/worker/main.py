@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
     )
     # The worker's one listener (the lambdas above run later). The application's CPU is its
     # driver's process tree: spark-submit's JVM is this Python process's parent.
-    events = QueryEvents(runs, CpuMeter(os.getppid()).cores)
+    events = QueryEvents(runs, CpuMeter(os.getppid()).cores, packer=packer)
     log.info(
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
@@ -200,20 +200,26 @@ def _run_group(
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
     watched: list[str] = []
 
-    def watch(query_name: str) -> None:
+    def watch(query_name: str, *, packed: bool = True) -> None:
         """Follow the group's query, and no longer the query it ran in before (a pack's fold
         moves a group from one pack's query to another's)."""
         for previous in watched:
             events.unwatch(previous, job.job_group_id)
         produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
-        events.watch(query_name, job.job_group_id, identity, produces=produces)
+        events.watch(query_name, job.job_group_id, identity, produces=produces, packed=packed)
         watched[:] = [query_name]
 
     try:
         packing = type(streaming_job).packing(streaming_job.spec)
         if packing is not None:
-            return packer.run(packing, streaming_job.spec, stop_file, joined=watch)
-        watch(streaming_job.spec.query_name)
+            return packer.run(
+                packing,
+                streaming_job.spec,
+                stop_file,
+                joined=watch,
+                stopped=lambda: runs.note_stopped(job.job_group_id),
+            )
+        watch(streaming_job.spec.query_name, packed=False)
         runs.attach(job.job_group_id, streaming_job.retune)
         return streaming_job.run_on(spark, once=False, stop_file=stop_file)
     finally:

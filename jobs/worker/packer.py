@@ -22,11 +22,15 @@ so a worker keeps about one query per key however its groups arrived. (A fold st
 between batches, so one that had not started its first batch would lose it.)
 
 Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
-stopped, its last batch in audit_counts: only then does the worker report the group stopped,
-so the control plane starts it elsewhere after it stopped here (never in two places), and the
-new place starts where its counts end. When a pack's query fails, every member's run fails
-with the one line of its cause; the control plane relaunches them (each joins again), and the
-other packs and groups of the worker keep running.
+stopped, its last batch in audit_counts: only then does the worker report the run ended, so
+the control plane starts it elsewhere after it stopped here (never in two places), and the
+new place starts where its counts end. The query's stop comes first, its last MERGE after:
+the group's run is told (`stopped`) once the member has left and the query of the generation
+that ran it has ended (the worker's query listener names it: `query_started`, `query_ended`,
+by Spark's query id, as a new generation's query has the same name), and the worker reports
+it CANCELED with its writes pending meanwhile (jobs/worker/runs.py). When a pack's query
+fails, every member's run fails with the one line of its cause; the control plane relaunches
+them (each joins again), and the other packs and groups of the worker keep running.
 
 One query per pack, named after the pack (`pack-<key>`; for the audit `audit-pack-<key>`)
 whatever its generation; its Spark jobs go to a FAIR pool named after the pack. Two groups of
@@ -120,6 +124,8 @@ class Pack:
         self._thread: threading.Thread | None = None
         self._generations = 0
         self._started_at = 0.0  # monotonic time the running generation was formed
+        self._query_id: str | None = None  # Spark's id of the running generation's query
+        self._query_ended = False  # that query has stopped (its last writes may go on)
 
     def members(self) -> list[str]:
         with self._changed:
@@ -150,14 +156,36 @@ class Pack:
             self._wanted[member.group_id] = member
             self._restart_locked()
 
-    def leave(self, member: Member) -> None:
-        """Take `member` out; return once no query of this pack runs it any more."""
+    def leave(self, member: Member, stopped: Callable[[], None] | None = None) -> None:
+        """Take `member` out; return once no query of this pack runs it any more and the
+        writes of the generation that ran it are made. `stopped` is called before that, once
+        that generation's query has ended (if it ends before its run does)."""
         with self._changed:
             if self._wanted.get(member.group_id) is member:
                 del self._wanted[member.group_id]
                 self._restart_locked()
+            while member.group_id in self._running and not self._query_ended:
+                self._changed.wait()
+            writes_go_on = member.group_id in self._running
+        if writes_go_on and stopped is not None:
+            stopped()
+        with self._changed:
             while member.group_id in self._running:
                 self._changed.wait()
+
+    def query_started(self, query_id: str) -> None:
+        """A query of this pack's name started: the running generation's (Spark tells it
+        while the generation's run starts its query)."""
+        with self._changed:
+            if self._running and self._query_id is None:
+                self._query_id = query_id
+
+    def query_ended(self, query_id: str) -> None:
+        """A query stopped without failing; the running generation's, if its id says so."""
+        with self._changed:
+            if query_id == self._query_id:
+                self._query_ended = True
+                self._changed.notify_all()
 
     def _restart_locked(self) -> None:
         """Have the running generation stop (it re-forms), or start the pack's thread."""
@@ -196,6 +224,7 @@ class Pack:
                 stop_file = self._stop_dir / f"{self.query_name}.{self._generations}.stop"
                 self._stop_file, self._running, self._dirty = stop_file, set(self._wanted), False
                 self._started_at = time.monotonic()
+                self._query_id, self._query_ended = None, False
             failure = self._run_generation(members, stop_file)
             with self._changed:
                 for member in members:
@@ -247,10 +276,23 @@ class Packer:
         self._packs: dict[str, list[Pack]] = {}  # by key
         self._folder: threading.Thread | None = None
 
-    def pack_of(self, group_id: str) -> Pack | None:
+    def query_started(self, query_name: str, query_id: str) -> None:
+        """The worker's query listener: a query started (`Pack.query_started`)."""
+        for pack in self._all_packs():
+            if pack.query_name == query_name:
+                pack.query_started(query_id)
+
+    def query_ended(self, query_id: str) -> None:
+        """The worker's query listener: a query stopped without failing."""
+        for pack in self._all_packs():
+            pack.query_ended(query_id)
+
+    def _all_packs(self) -> list[Pack]:
         with self._lock:
-            packs = [p for of_key in self._packs.values() for p in of_key]
-        return next((p for p in packs if group_id in p.members()), None)
+            return [p for of_key in self._packs.values() for p in of_key]
+
+    def pack_of(self, group_id: str) -> Pack | None:
+        return next((p for p in self._all_packs() if group_id in p.members()), None)
 
     def _join(
         self,
@@ -318,11 +360,13 @@ class Packer:
         spec: Any,
         stop_file: str,
         joined: Callable[[str], None] = lambda _: None,
+        stopped: Callable[[], None] = lambda: None,
     ) -> int:
         """Run `spec`'s group in its pack (`packing`, its job type's) until `stop_file`
-        appears: EXIT_OK once no query runs it any more; PackFailed when its pack's query
-        failed meanwhile. `joined` is told the query name of each pack the group joins (before
-        its first batch there; a fold moves it to another)."""
+        appears: EXIT_OK once no query runs it any more and its last writes are made;
+        PackFailed when its pack's query failed meanwhile. `joined` is told the query name of
+        each pack the group joins (before its first batch there; a fold moves it to another);
+        `stopped`, once the query that ran it has stopped, if its writes go on after that."""
         member = Member(spec, packing.item)
         pack = self._join(packing, member, joined)
         stop = Path(stop_file)
@@ -330,7 +374,7 @@ class Packer:
             while member.failure is None and member.move_to is None and not stop.exists():
                 member.wake.wait(STOP_POLL_SECONDS)
                 member.wake.clear()
-            pack.leave(member)
+            pack.leave(member, stopped if stop.exists() else None)
             if member.failure is not None:
                 raise PackFailed(pack.name, member.failure)
             if member.move_to is None or stop.exists():

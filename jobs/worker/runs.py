@@ -28,7 +28,12 @@ never restarted here: relaunching with backoff, and giving up, is the control pl
 (controlplane/reconciler.py), which sends a RUN with a new run id.
 
 A stop (CANCEL, UPDATE, `stop_all`) creates the run's stop file, which its query polls
-(jobs/runtime/runner.py): the query stops between two micro-batches and its thread ends.
+(jobs/runtime/runner.py): the query stops between two micro-batches and its thread ends
+once the writes that follow its last batches are made (the audit counts' MERGE, the stats'
+appends: jobs/runtime/after_commit.py). From the query's stop to the thread's end the group
+reports CANCELED with `writes_pending` (`note_stopped`): stopped, as a CANCEL asked, and
+still held here, so the control plane starts it nowhere else before those writes are in
+(the next place starts where the tables end).
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class GroupRun:
     done: threading.Event = field(default_factory=threading.Event)
     told_ended: bool = False  # a heartbeat carried its final state
     retune: Retune | None = None  # attached by the runner once its job runs
+    query_stopped: bool = False  # asked to stop, its query has; its last writes go on
 
     @property
     def running(self) -> bool:
@@ -129,7 +135,10 @@ class GroupRun:
         self.stop_file.touch()
 
     def status(self, traffic: JobStatus | None = None) -> JobStatus:
-        return worker_jobs.status(self.job_id, self.job, self.state, traffic)
+        """Its state, CANCELED with `writes_pending` between its query's stop and its end."""
+        pending = self.query_stopped and self.running
+        state = job_pb2.JOB_STATE_CANCELED if pending else self.state
+        return worker_jobs.status(self.job_id, self.job, state, traffic, writes_pending=pending)
 
 
 class GroupRuns:
@@ -231,6 +240,22 @@ class GroupRuns:
             run = self._runs.get(group_id)
         if run is not None and run.running:
             run.job.query_run = query_run
+
+    def note_stopped(self, group_id: str, query_run: str | None = None) -> None:
+        """The group's query stopped as asked (its writes go on): it reports CANCELED with
+        `writes_pending` from now on, told by the next heartbeat at once. Only for a run
+        asked to stop, and, with `query_run`, only while that is its query's Spark run id (a
+        late word about a query of the run before is not this run's)."""
+        with self._lock:
+            run = self._runs.get(group_id)
+        if run is None or not run.running or not run.stop_requested:
+            return
+        if query_run is not None and run.job.query_run != query_run:
+            return
+        if not run.query_stopped:
+            run.query_stopped = True
+            log.info("%s: its query stopped; its last writes go on", group_id)
+            self.ended.set()
 
     def _start(self, job_id: int, wanted: WorkerJob, after: GroupRun | None = None) -> None:
         """Start the group's run in its own thread; with `after`, once that run has ended (the

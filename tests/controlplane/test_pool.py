@@ -228,14 +228,16 @@ def pooled(tmp_path, request):
     store.close()
 
 
-def _report(pool: WorkerPool, worker_id: int, record: LaunchRecord, state, **fields) -> list:
+def _report(
+    pool: WorkerPool, worker_id: int, record: LaunchRecord, state, pending=False, **fields
+) -> list:
     job = WorkerJob(
         job_group_id=str(record.detail("job_group_id")),
         run=str(record.detail("run")),
         definition=record.definition,
         **fields,
     )
-    return pool.heartbeat(worker_id, [worker_jobs.status(11, job, state)])
+    return pool.heartbeat(worker_id, [worker_jobs.status(11, job, state, writes_pending=pending)])
 
 
 def _placed(pooled, group=None):
@@ -325,8 +327,9 @@ def test_a_silent_worker_is_relaunched_and_its_groups_placed_anew_after_the_leas
 
 def test_a_group_is_placed_again_only_once_its_worker_reported_it_stopped(pooled):
     """Never in two places, at the step where it could break: CANCELED and at once RUNNING
-    again, the group is placed nowhere while its worker still reports it running; once that
-    worker reports it stopped, it is placed."""
+    again, the group is placed nowhere while its worker still reports it running, or its
+    query stopped with its last writes pending; once that worker reports it stopped, it is
+    placed."""
     store, _clock, _apps, pool, reconciler, groups = pooled
     worker_id, first = _placed(pooled)
     _report(pool, worker_id, first, RUNNING)
@@ -340,6 +343,9 @@ def test_a_group_is_placed_again_only_once_its_worker_reported_it_stopped(pooled
     commands = _report(pool, worker_id, first, RUNNING)  # its heartbeat gets CANCEL
     assert [c.type for c in commands] == [worker_jobs.CANCEL]
 
+    _report(pool, worker_id, first, CANCELED, pending=True)  # its last MERGE goes on
+    assert reconciler.reconcile_once()["g"] is Action.NONE
+    assert "g" not in store.launches()
     _report(pool, worker_id, first, CANCELED)  # stopped
     assert reconciler.reconcile_once()["g"] is Action.RUN
     assert store.launches()["g"].details["run"] != first.details["run"]

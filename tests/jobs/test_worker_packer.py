@@ -250,3 +250,87 @@ def test_a_pack_folds_only_once_its_query_committed_a_batch(tmp_path):
     wait_for(lambda: queries.packs_of_key() == [("a", "b")], 30, "b's pack folded")
     stop_all(members)
     assert queries.in_two_at_once == []
+
+
+class QueriesWithWrites(Queries):
+    """Pack queries that tell the packer their start and stop, as the worker's listener does
+    (a new Spark query id per generation), and whose run then waits for `writes` (the last
+    MERGE after the query stopped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packer: Packer | None = None
+        self.writes = threading.Event()
+        self.tell_end = threading.Event()  # the listener's word of the stop may come late
+        self.tell_end.set()
+        self.ids: list[str] = []
+
+    def run(self, _packing, formed, stop_file: str) -> int:
+        name, members = formed
+        assert self.packer is not None
+        with self.lock:
+            self.generations.append(formed)
+            self.running[name] = members
+            query_id = f"id-{len(self.ids)}"
+            self.ids.append(query_id)
+        self.packer.query_started(f"q-{name}", query_id)
+        try:
+            wait_for(lambda: Path(stop_file).exists(), 60, "its stop file", interval_s=0.05)
+            with self.lock:
+                del self.running[name]  # the query stopped; its writes go on
+            self.tell_end.wait(60)
+            self.packer.query_ended(query_id)
+            self.writes.wait(60)
+            return EXIT_OK
+        finally:
+            with self.lock:
+                self.running.pop(name, None)
+
+
+def test_a_stopped_member_is_told_when_its_query_ends_and_returns_when_its_writes_are_in(
+    tmp_path,
+):
+    """A leaving member's `stopped` comes once the generation that ran it stopped its query
+    (by that query's id: a late word about an earlier generation's query, of the same name,
+    is not this one's), its run's return only once that generation's writes are made."""
+    queries = QueriesWithWrites()
+    packer = Packer(queries.form, queries.run, tmp_path, SETTLE, fold_seconds=600)
+    queries.packer = packer
+    told: dict[str, threading.Event] = {g: threading.Event() for g in ("a", "b")}
+    outcome: dict[str, int] = {}
+
+    def member(group_id: str) -> threading.Thread:
+        spec = spec_of(audit(group_id, f"t{group_id}"))
+        stop_file = str(tmp_path / f"{group_id}.stop")
+
+        def run() -> None:
+            outcome[group_id] = packer.run(
+                packing(f"t{group_id}"), spec, stop_file, stopped=told[group_id].set
+            )
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    a, b = member("a"), member("b")
+    wait_for(lambda: ("a", "b") in queries.running.values(), 30, "a generation of a and b")
+    (tmp_path / "a.stop").touch()
+    wait_for(told["a"].is_set, 30, "a told its query stopped")
+    assert a.is_alive() and "a" not in outcome  # its writes are not made yet
+    assert not told["b"].is_set()
+    queries.writes.set()
+    a.join(30)
+    assert outcome["a"] == EXIT_OK
+    wait_for(lambda: list(queries.running.values()) == [("b",)], 30, "a generation of b alone")
+    queries.writes.clear()
+    queries.tell_end.clear()
+    (tmp_path / "b.stop").touch()
+    wait_for(lambda: packer.pack_of("b") is None, 30, "b to leave")
+    packer.query_ended("id-0")  # late: the first generation's query, not b's
+    assert not told["b"].wait(0.5)
+    queries.tell_end.set()  # now the second generation's (id-1)
+    wait_for(told["b"].is_set, 30, "b told its query stopped")
+    assert b.is_alive()
+    queries.writes.set()
+    b.join(30)
+    assert outcome["b"] == EXIT_OK

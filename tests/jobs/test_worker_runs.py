@@ -199,6 +199,39 @@ class RecordingLink(Link):
         return self.first_commands if len(self.beats) == 1 else []
 
 
+def _pending(runs: GroupRuns) -> dict[str, tuple[int, bool]]:
+    found = {}
+    for status in runs.statuses():
+        job = worker_jobs.worker_job_of(status.job)
+        assert job is not None
+        found[job.job_group_id] = (status.state, job.writes_pending)
+    return found
+
+
+def test_a_query_stopped_with_its_writes_pending_is_canceled_and_still_held(runs):
+    """From its query's stop to its run's end (the last MERGE), a canceled group reports
+    CANCELED with writes_pending: stopped as asked, still held here. A word about the query
+    of a run not asked to stop, or of another Spark run, changes nothing."""
+    group_runs, queries = runs
+    group_runs.take([_command(RUN, "a", "r1"), _command(RUN, "b", "r1")])
+    wait_for(lambda: queries.live == {"a", "b"}, 10, "both queries")
+    group_runs.note_started("a", "spark-run-1")
+    group_runs.note_stopped("b")  # not asked to stop: its query ended for another reason
+    assert _pending(group_runs)["b"] == (job_pb2.JOB_STATE_RUNNING, False)
+    queries.release.clear()  # a's run goes on after its stop file: its last writes
+    group_runs.take([_command(CANCEL, "a", "r1")])
+    group_runs.note_stopped("a", "spark-run-0")  # a query of an earlier Spark run
+    assert _pending(group_runs)["a"] == (job_pb2.JOB_STATE_RUNNING, False)
+    group_runs.ended.clear()
+    group_runs.note_stopped("a", "spark-run-1")
+    assert group_runs.ended.is_set()  # the next heartbeat tells it at once
+    assert _pending(group_runs)["a"] == (job_pb2.JOB_STATE_CANCELED, True)
+    assert "a" in group_runs.running()  # its thread still writes
+    queries.release.set()
+    wait_for(lambda: "a" not in group_runs.running(), 10, "a's run to end")
+    assert _pending(group_runs)["a"] == (job_pb2.JOB_STATE_CANCELED, False)
+
+
 def test_a_stopped_group_is_told_at_once_not_at_the_next_interval(runs):
     """A CANCEL is done for the control plane only once a heartbeat carries the stop: the
     worker beats as soon as a run ends, not an interval (an hour here) later."""
@@ -462,3 +495,52 @@ def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> Non
     every = registry.every_runtime
     monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), Other])
     assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf()
+
+
+def test_the_listener_tells_a_group_its_queries_stopped_and_a_pack_its_query(tmp_path):
+    """A group asked to stop hears from the worker's listener that its query stopped once the
+    last of its queries (its own, its tiers') ended without failing, CANCELED with its writes
+    pending from then on; a group in a pack hears it from its pack instead (the listener
+    tells the packer every query's start and stop, by Spark's query id)."""
+    from types import SimpleNamespace
+
+    from jobs.runtime.progress import JobIdentity
+    from jobs.worker.events import QueryEvents
+
+    queries = Queries()
+    queries.release.clear()  # the runs go on after their queries stop: their last writes
+    group_runs = GroupRuns(queries, tmp_path)
+    told: list[tuple[str, str]] = []
+    packer = SimpleNamespace(
+        query_started=lambda name, query_id: told.append(("started", f"{name} {query_id}")),
+        query_ended=lambda query_id: told.append(("ended", query_id)),
+    )
+    events = QueryEvents(group_runs, packer=packer)  # type: ignore[arg-type]
+    identity = JobIdentity(job_pb2.JOB_TYPE_KAFKA_AUDIT, "local", "orders")
+    events.watch("dispatch-d", "d", identity)
+    events.watch("audit-pack-k", "p", identity, packed=True)
+    group_runs.take([_command(RUN, "d", "r1"), _command(RUN, "p", "r1")])
+    wait_for(lambda: queries.live == {"d", "p"}, 10, "both runs")
+    for query_id, name in [("1", "dispatch-d"), ("2", "dispatch-d-retry"), ("3", "audit-pack-k")]:
+        events.onQueryStarted(SimpleNamespace(id=query_id, runId=f"run-{query_id}", name=name))
+    group_runs.take([_command(CANCEL, "d", "r1"), _command(CANCEL, "p", "r1")])
+
+    events.onQueryTerminated(SimpleNamespace(id="1", runId="run-1", exception=None))
+    assert _pending(group_runs)["d"] == (job_pb2.JOB_STATE_RUNNING, False)  # its tier runs
+    events.onQueryTerminated(SimpleNamespace(id="2", runId="run-2", exception=None))
+    events.onQueryTerminated(SimpleNamespace(id="3", runId="run-3", exception=None))
+    assert _pending(group_runs) == {
+        "d": (job_pb2.JOB_STATE_CANCELED, True),
+        "p": (job_pb2.JOB_STATE_RUNNING, False),  # the packer tells it, not the listener
+    }
+    assert told == [
+        ("started", "dispatch-d 1"),
+        ("started", "dispatch-d-retry 2"),
+        ("started", "audit-pack-k 3"),
+        ("ended", "1"),
+        ("ended", "2"),
+        ("ended", "3"),
+    ]
+    queries.release.set()
+    group_runs.stop_all("test over")
+    assert group_runs.wait_stopped(10)
