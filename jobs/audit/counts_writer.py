@@ -40,7 +40,13 @@ from pyspark.sql import DataFrame, SparkSession
 from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.transforms import combine_partials
-from jobs.runtime.after_commit import AfterCommitWriter, Ready, decode_rows, encode_rows
+from jobs.runtime.after_commit import (
+    AfterCommitWriter,
+    Ready,
+    decode_rows,
+    encode_rows,
+    tables_held_through,
+)
 from jobs.runtime.delta import ensure, holds_rows_of, never_written
 
 log = logging.getLogger("uatu.audit")
@@ -75,6 +81,7 @@ class CountsWriter:
             log,
             at_saved=_partials_saved,
             at_writing=_counts_merging,
+            held_through=self._held_through,
         )
         # until seen: a table without rows of the query's groups is appended to, not MERGEd
         self._table_has_rows = False
@@ -111,6 +118,10 @@ class CountsWriter:
     def close(self) -> None:
         """Stop the thread; queued batches that were not MERGEd stay saved for `recover`."""
         self.batches.close()
+
+    def _held_through(self, spark: SparkSession, ready: Ready[DataFrame]) -> list[tuple[int, int]]:
+        """What audit_counts holds of a crashed run's batches (after_commit.HeldThrough)."""
+        return [tables_held_through(spark, [self.counts_path], self._app_id(spark))] * len(ready)
 
     def _write(self, spark: SparkSession, ready: Ready[DataFrame]) -> str:
         """MERGE the batches' partials, combined, under the newest batch's marker; or append

@@ -35,6 +35,7 @@ from jobs.runtime.after_commit import (
     Ready,
     decode_rows,
     encode_values,
+    tables_held_through,
 )
 from jobs.runtime.delta import append_once
 
@@ -79,6 +80,7 @@ class StatsWriter:
             at_saved=self._saved,
             at_writing=self._writing,
             write_slots=STATS_WRITE_SLOTS,  # with the other stats writers of the application
+            held_through=self._held_through,
         )
 
     def submit(
@@ -107,6 +109,15 @@ class StatsWriter:
             )
             appends += 1
         return f"{appends} append(s)"
+
+    def _held_through(self, spark: SparkSession, ready: Ready[BatchStats]) -> list[tuple[int, int]]:
+        """What the table holds of a crashed run's batches, each under its own write id
+        (after_commit.HeldThrough)."""
+        held: dict[str, tuple[int, int]] = {}
+        for _, batch in ready:
+            if batch.app_id not in held:
+                held[batch.app_id] = tables_held_through(spark, [self.table_path], batch.app_id)
+        return [held[batch.app_id] for _, batch in ready]
 
     def _saved(self) -> None:
         fault_point("dispatch.before_checkpoint", self.topic)  # core/faults.py: tests only

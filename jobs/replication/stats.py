@@ -40,6 +40,7 @@ from jobs.runtime.after_commit import (
     Ready,
     decode_rows,
     encode_values,
+    tables_held_through,
 )
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
@@ -129,6 +130,7 @@ class StatsWriter:
             at_saved=_stats_saved,
             at_writing=_stats_writing,
             write_slots=STATS_WRITE_SLOTS,  # with the other stats writers of the application
+            held_through=self._held_through,
         )
 
     def labels(self) -> Mapping[str, str]:
@@ -209,6 +211,12 @@ class StatsWriter:
         if totals.records:
             self.last_record_bytes = totals.bytes / totals.records
         return totals
+
+    def _held_through(self, spark: SparkSession, ready: Ready[BatchStats]) -> list[tuple[int, int]]:
+        """What both tables hold of a crashed run's batches (after_commit.HeldThrough)."""
+        assert self.write_id is not None, "recover needs the micro-batch's write id"
+        paths = [self.spec.output.table(n) for n in ("replication_stats", "replication_audit")]
+        return [tables_held_through(spark, paths, self.write_id.of(spark))] * len(ready)
 
     def _write_committed(self, spark: SparkSession, ready: Ready[BatchStats]) -> str:
         assert self.write_id is not None, "submit and recover need the micro-batch's write id"

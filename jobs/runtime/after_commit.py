@@ -16,9 +16,11 @@ How, for batch N (one `AfterCommitWriter` per run of a query):
    the owner's `write` (one call for all of them, whose idempotent-write marker is the newest
    batch's id); their files are then deleted.
 3. `drain` (after the query) writes everything still queued; `recover` (before the query)
-   writes every file a crashed run left, one batch at a time in batch order, so a batch the
-   tables already hold is skipped by its marker (`jobs.runtime.delta.append_once`,
-   `merge_once`).
+   writes every file a crashed run left, in batch order, so a batch the tables already hold
+   is skipped by its marker (`jobs.runtime.delta.append_once`, `merge_once`). An owner that
+   can read its tables' markers (`held_through`) has them written in one write, which is what
+   a moved group waits for before its query starts: the batches no table holds go together,
+   only those some tables hold and others not go one at a time (`recovery_writes`).
 
 Guarantee: exactly-once per checkpoint, as a write in foreachBatch has, provided the owner's
 `write` is idempotent per (writer, batch id) and a batch's file holds what any replay of the
@@ -63,10 +65,16 @@ from pyspark.sql.types import (
 
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.checkpoint_files import CheckpointFiles
+from jobs.runtime.delta import written_through
 
 Batch = TypeVar("Batch")
 # A batch id and what the batch writes, in batch order.
 Ready = list[tuple[int, Batch]]
+# Per batch of `ready` (in its order): (lo, hi), the newest batch id held, under that batch's
+# idempotent-write id, by the owner's table that holds the fewest and by the one that holds
+# the most (-1 for none). A table holds exactly the batches up to its marker, as every write
+# is in batch order and marked with its newest batch.
+HeldThrough = Callable[[SparkSession, "Ready[Any]"], list[tuple[int, int]]]
 
 # How often the writer's thread looks for Spark's commit of a queued batch.
 COMMIT_POLL_SECONDS = 0.05
@@ -92,7 +100,8 @@ class AfterCommitWriter(Generic[Batch]):
     idempotently under the newest's id and returns a few words for the log; `decode(spark,
     saved)` turns a saved file back into a batch; `at_saved` and `at_writing` place the
     owner's fault points (core/faults.py): a batch's file written, and the thread about to
-    write. Writers given the same `write_slots` write at most its count at a time."""
+    write. Writers given the same `write_slots` write at most its count at a time;
+    `held_through` (HeldThrough) lets `recover` write a crashed run's batches together."""
 
     def __init__(
         self,
@@ -106,8 +115,10 @@ class AfterCommitWriter(Generic[Batch]):
         at_saved: Callable[[], None],
         at_writing: Callable[[], None],
         write_slots: threading.Semaphore | None = None,
+        held_through: HeldThrough | None = None,
     ):
         self.checkpoint = checkpoint
+        self._held_through = held_through
         self.folder = folder
         self.what = what
         self._write = write
@@ -127,19 +138,33 @@ class AfterCommitWriter(Generic[Batch]):
         self._written_through = -1
 
     def recover(self, spark: SparkSession) -> list[int]:
-        """Before the query: write the batches a previous run saved and did not delete, one at
-        a time in batch order (a batch already written is skipped by its marker); their ids."""
+        """Before the query: write the batches a previous run saved and did not delete, in
+        batch order (a batch already written is skipped by its marker), in as few writes as
+        the owner's markers allow (`recovery_writes`); their ids."""
         files = CheckpointFiles(spark, self.checkpoint, self.folder)
         saved = files.numbers()
-        for batch_id in saved:
-            self._write(spark, [(batch_id, self._decode(spark, files.read(str(batch_id))))])
+        if not saved:
+            return saved
+        started = time.monotonic()
+        batches = [(b, self._decode(spark, files.read(str(b)))) for b in saved]
+        if self._held_through is None:
+            writes = [[batch] for batch in batches]
+        else:
+            writes = recovery_writes(batches, self._held_through(spark, batches))
+        for ready in writes:
+            self._write(spark, ready)
+            for batch_id, _ in ready:
+                files.delete(str(batch_id))
+        for batch_id in saved:  # those every table held already
             files.delete(str(batch_id))
-        if saved:
-            self._log.info(
-                "%s: wrote the saved batches %s (a run before ended before writing them)",
-                self.what,
-                _ids(saved),
-            )
+        self._log.info(
+            "%s: wrote the saved batches %s in %d write(s), %.1f s (a run before ended before "
+            "writing them)",
+            self.what,
+            _ids(saved),
+            len(writes),
+            time.monotonic() - started,
+        )
         return saved
 
     def submit(self, spark: SparkSession, batch_id: int, saved: Any) -> None:
@@ -305,6 +330,31 @@ class AfterCommitWriter(Generic[Batch]):
                 f"writing {self.what} failed: {self._error}; the batches not written stay "
                 f"saved under {self.checkpoint}/{self.folder} and are written at the next start"
             ) from self._error
+
+
+def recovery_writes(batches: Ready[Batch], held: list[tuple[int, int]]) -> list[Ready[Batch]]:
+    """The writes of a crashed run's saved `batches` (in batch order), given what the tables
+    hold of each (HeldThrough): a batch every table holds is left out; one that some tables
+    hold and others not is written alone (each table's marker then skips it where it is); all
+    the others, which no table holds, go in one write after those. Pure."""
+    alone: list[Ready[Batch]] = []
+    together: Ready[Batch] = []
+    for batch, (lo, hi) in zip(batches, held, strict=True):
+        if batch[0] <= lo:
+            continue
+        if batch[0] <= hi:
+            alone.append([batch])
+        else:
+            together.append(batch)
+    return alone + ([together] if together else [])
+
+
+def tables_held_through(spark: SparkSession, paths: Iterable[str], app_id: str) -> tuple[int, int]:
+    """(lo, hi) of HeldThrough for the Delta tables at `paths` under `app_id`: their markers'
+    lowest and highest (-1 for a table without one, or not there yet)."""
+    marks = [written_through(spark, path, app_id) for path in paths]
+    held = [-1 if mark is None else mark for mark in marks]
+    return min(held), max(held)
 
 
 def _committed_prefix(

@@ -148,7 +148,8 @@ def run_query(
         with StopRequests(settings.stop_file, heartbeater) as stop:
             last_batch = -1
             progress_due = time.monotonic() + settings.poll_seconds
-            while not query.awaitTermination(STOP_POLL_SECONDS):
+            # PySpark takes a float here (it waits timeout * 1000 ms); its annotation says int.
+            while not query.awaitTermination(STOP_POLL_SECONDS):  # type: ignore[arg-type]
                 if time.monotonic() >= progress_due:
                     progress_due = time.monotonic() + settings.poll_seconds
                     last_batch = _follow_progress(query, settings, stop, last_batch)

@@ -1,5 +1,7 @@
 """Write slots of `jobs.runtime.after_commit`: writers sharing a semaphore write at most its
-count at a time, and each write carries every batch that became ready while it waited."""
+count at a time, and each write carries every batch that became ready while it waited. And
+`recover`: a crashed run's saved batches go in as few writes as the tables' markers allow,
+each batch's rows once in every table."""
 
 from __future__ import annotations
 
@@ -10,8 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import IntegerType, StructField, StructType
 
-from jobs.runtime.after_commit import AfterCommitWriter, Ready
+from jobs.runtime.after_commit import (
+    AfterCommitWriter,
+    Ready,
+    recovery_writes,
+    tables_held_through,
+)
+from jobs.runtime.delta import DeltaTableSpec, append_once
 
 DEADLINE_S = 30.0
 
@@ -104,3 +113,76 @@ def test_writers_sharing_a_slot_write_one_at_a_time_and_catch_up_in_one_write(
     assert sorted(writes.written.values()) == [[[0], [1, 2]], [[0, 1, 2]], [[0, 1, 2]]]
     for name in ("a", "b", "c"):
         assert not list((tmp_path / name / "stats").glob("[0-9]*"))  # files deleted
+
+
+@pytest.mark.parametrize(
+    ("held", "writes"),
+    [
+        ([(-1, -1)] * 3, [[3, 4, 5]]),  # no table holds any: one write
+        ([(4, 4)] * 3, [[5]]),  # every table holds 3 and 4
+        ([(3, 4)] * 3, [[4], [5]]),  # one table holds 4, the other not: 4 alone
+        ([(5, 5)] * 3, []),
+        # Batches of two write ids (a dispatcher's redelivery): each by its own markers.
+        ([(3, 3), (-1, -1), (4, 5)], [[5], [4]]),
+    ],
+)
+def test_recovery_writes_leave_out_what_every_table_holds_and_write_the_rest_together(
+    held, writes
+) -> None:
+    batches = [(3, "b3"), (4, "b4"), (5, "b5")]
+    planned = recovery_writes(batches, held)
+    assert [[b for b, _ in ready] for ready in planned] == writes
+
+
+ROWS = DeltaTableSpec(
+    "recovered_rows",
+    StructType([StructField("batch", IntegerType(), False)]),
+    "rows of a test's batches",
+)
+
+
+def test_a_crashed_runs_batches_are_recovered_once_in_each_table_in_two_writes(
+    spark, tmp_path: Path
+) -> None:
+    """Batches 3 to 7 saved; the crash came between the two tables' writes of batch 4 (the
+    first holds it, the second not): batch 4 is written alone, 5 to 7 together, and each
+    table holds each batch once."""
+    paths = [str(tmp_path / "first"), str(tmp_path / "second")]
+    app_id = "recovery-test"
+
+    def rows(batch_ids: list[int]):
+        return spark.createDataFrame([(b,) for b in batch_ids], ROWS.schema)
+
+    for path, through in zip(paths, (4, 3), strict=True):  # what the crashed run wrote
+        for batch_id in range(through + 1):
+            append_once(rows([batch_id]), ROWS, path, app_id, batch_id)
+    writes: list[list[int]] = []
+
+    def write(_spark, ready: Ready[int]) -> str:
+        ids = [b for b, _ in ready]
+        writes.append(ids)
+        for path in paths:
+            append_once(rows(ids), ROWS, path, app_id, ids[-1])
+        return "test write"
+
+    writer = AfterCommitWriter(
+        str(tmp_path / "ck"),
+        "saved",
+        "recovered_rows",
+        write,
+        lambda _spark, saved: int(saved["n"]),
+        logging.getLogger("test"),
+        at_saved=lambda: None,
+        at_writing=lambda: None,
+        held_through=lambda spark, ready: [tables_held_through(spark, paths, app_id)] * len(ready),
+    )
+    files = tmp_path / "ck" / "saved"
+    files.mkdir(parents=True)
+    for batch_id in range(3, 8):
+        (files / str(batch_id)).write_text(f'{{"n": {batch_id}}}')
+    assert writer.recover(spark) == [3, 4, 5, 6, 7]
+    for path in paths:
+        held = sorted(r.batch for r in spark.read.format("delta").load(path).collect())
+        assert held == list(range(8)), path
+    assert writes == [[4], [5, 6, 7]]
+    assert not list(files.glob("[0-9]*"))

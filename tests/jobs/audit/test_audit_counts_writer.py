@@ -259,7 +259,8 @@ def test_recover_writes_saved_partials_once_in_batch_order(
     spark, tmp_path: Path, table: str
 ) -> None:
     """A crash left three saved batches: batch 0 already MERGEd (the crash came before its
-    file was deleted), batches 1 and 2 not. The next start writes 1 and 2 and skips 0."""
+    file was deleted), batches 1 and 2 not. The next start skips 0 (the table's marker holds
+    it) and writes 1 and 2 in one MERGE."""
     ck = tmp_path / "ck"
     book = KeyBook()
     first = book.partials(spark, BATCHES[0], 0)
@@ -276,7 +277,7 @@ def test_recover_writes_saved_partials_once_in_batch_order(
         writer.close()
 
     assert saved(ck) == []
-    assert txn_versions(table) == [0, 1, 2]  # batch 0's second MERGE committed nothing
+    assert txn_versions(table) == [0, 2]  # no second MERGE of batch 0; 1 and 2 together
     assert_df_equality(
         counts(spark, table), book.truth(spark), ignore_row_order=True, ignore_nullable=True
     )
