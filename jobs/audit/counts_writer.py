@@ -15,8 +15,8 @@ batch's id. While the table holds no row of the query's groups (a new table,
 plain append of what the MERGE would insert: the MERGE's matching pass is its costliest part,
 most of all in a cold JVM or for a pack of many new groups (a file read and rewritten per
 group). `drain` (after the query) MERGEs everything still queued; `recover` (before the
-query) MERGEs every file a crashed run left, one batch at a time, a batch the table already
-holds skipped by its marker (`jobs.runtime.delta.merge_once`).
+query) has every file a crashed run left MERGEd, before any batch of the new run, a batch
+the table already holds skipped by its marker (`jobs.runtime.delta.merge_once`).
 
 Guarantee: exactly-once per checkpoint, as with an in-line MERGE: a batch Spark replays
 computes the same partials, whose second MERGE commits nothing.
@@ -40,14 +40,9 @@ from pyspark.sql import DataFrame, SparkSession
 from core.faults import fault_point
 from jobs.audit import tables
 from jobs.audit.transforms import combine_partials
-from jobs.runtime.after_commit import (
-    AfterCommitWriter,
-    Ready,
-    decode_rows,
-    encode_rows,
-    tables_held_through,
-)
+from jobs.runtime.after_commit import AfterCommitWriter, Ready, tables_held_through
 from jobs.runtime.delta import ensure, holds_rows_of, never_written
+from jobs.runtime.saved_rows import decode_rows, encode_rows
 
 log = logging.getLogger("uatu.audit")
 
@@ -95,10 +90,11 @@ class CountsWriter:
         self._table_created = creating.submit(ensure, spark, tables.AUDIT_COUNTS, self.counts_path)
         creating.shutdown(wait=False)
 
-    def recover(self, spark: SparkSession) -> list[int]:
-        """Before the query: MERGE the partials a previous run saved and did not delete, one
-        batch at a time in batch order; the batch ids."""
-        return self.batches.recover(spark)
+    def recover(self, spark: SparkSession, *, in_background: bool = False) -> list[int]:
+        """Before the query: MERGE the partials a previous run saved and did not delete
+        (`AfterCommitWriter.recover`: in batch order, together where the table's marker
+        allows; with `in_background`, beside the query, before its own); the batch ids."""
+        return self.batches.recover(spark, in_background=in_background)
 
     def submit(self, spark: SparkSession, batch_id: int, partials: DataFrame) -> None:
         """In foreachBatch: save batch `batch_id`'s partials (durable on return) and queue

@@ -263,7 +263,7 @@ class AuditJob(StreamingJob[AuditSpec]):
         """Write the counts a crashed run saved and did not MERGE, before any new batch (a
         group whose counts went on in an audit pack is refused: `packs.refuse_moved_counts`)."""
         refuse_moved_counts(spark, self.spec)
-        self._counts.recover(spark)
+        self._counts.recover(spark, in_background=True)  # before the run's own, beside them
         return None
 
     def run_stream(

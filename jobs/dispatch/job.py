@@ -354,7 +354,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 finished = _Drain(spark, spec, self._bounds, marks).check
             source_writer = self._writers[spec.source.topic]
             for writer in self._writers.values():  # what a crashed run saved, first
-                writer.stats.batches.recover(spark)
+                writer.stats.batches.recover(spark, in_background=True)
             with listening(spark, *tier_metrics):
                 status = run_queries(
                     spark,

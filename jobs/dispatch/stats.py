@@ -33,11 +33,10 @@ from jobs.runtime.after_commit import (
     STATS_WRITE_SLOTS,
     AfterCommitWriter,
     Ready,
-    decode_rows,
-    encode_values,
     tables_held_through,
 )
 from jobs.runtime.delta import append_once
+from jobs.runtime.saved_rows import decode_rows, encode_values
 
 log = logging.getLogger("uatu.dispatch")
 

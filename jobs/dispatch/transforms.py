@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.dispatch.tables import STATS_SCHEMA
-from jobs.runtime.after_commit import timestamp_millis
+from jobs.runtime.saved_rows import timestamp_millis
 
 
 def dispatch_stats_rows(

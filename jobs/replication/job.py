@@ -302,7 +302,11 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         anything else (stats.py); end a bounded copy that was already complete."""
         spec = self.spec
         self._stats = StatsWriter(spec, self.write_id(), tables_ready=self._tables_ready)
-        self._stats.batches.recover(spark)
+        # Beside the query, before its own batches, for an endless micro-batch copy (a moved
+        # group's first batch does not wait for them); else now: a bounded copy may end here,
+        # and the low-latency copy writes its stats without the writer's thread.
+        endless = self.plan.end_offsets is None and not spec.low_latency
+        self._stats.batches.recover(spark, in_background=endless)
         if spec.many_topics:
             log.info(
                 "replicating %s of %s -> %s (%s, acks=%s), stats in %s",

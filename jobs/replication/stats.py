@@ -38,12 +38,11 @@ from jobs.runtime.after_commit import (
     STATS_WRITE_SLOTS,
     AfterCommitWriter,
     Ready,
-    decode_rows,
-    encode_values,
     tables_held_through,
 )
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter
+from jobs.runtime.saved_rows import decode_rows, encode_values
 from jobs.runtime.template import WriteId
 
 log = logging.getLogger("uatu.replication")

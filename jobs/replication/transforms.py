@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from jobs.runtime.after_commit import timestamp_millis
+from jobs.runtime.saved_rows import timestamp_millis
 
 # One row of writer.SUMMARY_SCHEMA, as a mapping of column -> value.
 Summary = Mapping[str, Any]

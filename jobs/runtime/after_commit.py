@@ -6,8 +6,8 @@ query's first batch is not committed by Spark before its first table write is.
 
 How, for batch N (one `AfterCommitWriter` per run of a query):
 1. `submit` (in foreachBatch) saves what the batch is to write to `<checkpoint>/<folder>/N`
-   (JSON through Hadoop's FileSystem, atomic for a reader: `encode_rows` makes a DataFrame
-   of a few rows JSON-able) and queues it. Once the file is written the batch's results
+   (JSON through Hadoop's FileSystem, atomic for a reader: `saved_rows.encode_rows` makes a
+   DataFrame of a few rows JSON-able) and queues it. Once the file is written the batch's results
    survive a crash, so foreachBatch returns and Spark commits N's offsets while the next
    batch runs.
 2. A thread writes queued batches once Spark has committed them (`<checkpoint>/commits/N`
@@ -16,11 +16,14 @@ How, for batch N (one `AfterCommitWriter` per run of a query):
    the owner's `write` (one call for all of them, whose idempotent-write marker is the newest
    batch's id); their files are then deleted.
 3. `drain` (after the query) writes everything still queued; `recover` (before the query)
-   writes every file a crashed run left, in batch order, so a batch the tables already hold
-   is skipped by its marker (`jobs.runtime.delta.append_once`, `merge_once`). An owner that
-   can read its tables' markers (`held_through`) has them written in one write, which is what
-   a moved group waits for before its query starts: the batches no table holds go together,
-   only those some tables hold and others not go one at a time (`recovery_writes`).
+   has every file a crashed run left written, in batch order, so a batch the tables already
+   hold is skipped by its marker (`jobs.runtime.delta.append_once`, `merge_once`). An owner
+   that can read its tables' markers (`held_through`) has them written together: the batches
+   no table holds in one write, only those some tables hold and others not one at a time
+   (`recovery_writes`). With `in_background` the thread writes them, before any batch of the
+   new run, while the query starts: a moved group's first batch does not wait for them. A
+   batch of the new run not above the newest recovered one (Spark's replay of a batch the
+   crashed run saved) is written alone, so its marker decides for it alone.
 
 Guarantee: exactly-once per checkpoint, as a write in foreachBatch has, provided the owner's
 `write` is idempotent per (writer, batch id) and a batch's file holds what any replay of the
@@ -43,25 +46,14 @@ writes at once, so many groups' stats do not crowd out their queries and the aud
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    LongType,
-    StringType,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import SparkSession
 
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.checkpoint_files import CheckpointFiles
@@ -118,7 +110,6 @@ class AfterCommitWriter(Generic[Batch]):
         held_through: HeldThrough | None = None,
     ):
         self.checkpoint = checkpoint
-        self._held_through = held_through
         self.folder = folder
         self.what = what
         self._write = write
@@ -136,34 +127,28 @@ class AfterCommitWriter(Generic[Batch]):
         self._thread: threading.Thread | None = None
         self._files: CheckpointFiles | None = None  # <checkpoint>/<folder>, from _start
         self._written_through = -1
+        # A crashed run's batches, written before this run's (`recover`).
+        self._crashed: CrashedRunBatches[Batch] = CrashedRunBatches(
+            self._changed, what, write, decode, log, held_through
+        )
 
-    def recover(self, spark: SparkSession) -> list[int]:
+    def recover(self, spark: SparkSession, *, in_background: bool = False) -> list[int]:
         """Before the query: write the batches a previous run saved and did not delete, in
         batch order (a batch already written is skipped by its marker), in as few writes as
-        the owner's markers allow (`recovery_writes`); their ids."""
-        files = CheckpointFiles(spark, self.checkpoint, self.folder)
-        saved = files.numbers()
-        if not saved:
+        the owner's markers allow (`recovery_writes`); their ids. With `in_background`, the
+        writer's thread writes them before anything else and this returns at once (a failure
+        then surfaces as a failed write does: at the next `submit`, or at `drain`)."""
+        saved = self._crashed.read(spark, CheckpointFiles(spark, self.checkpoint, self.folder))
+        if not saved or not in_background:
+            self._crashed.write(spark)
             return saved
-        started = time.monotonic()
-        batches = [(b, self._decode(spark, files.read(str(b)))) for b in saved]
-        if self._held_through is None:
-            writes = [[batch] for batch in batches]
-        else:
-            writes = recovery_writes(batches, self._held_through(spark, batches))
-        for ready in writes:
-            self._write(spark, ready)
-            for batch_id, _ in ready:
-                files.delete(str(batch_id))
-        for batch_id in saved:  # those every table held already
-            files.delete(str(batch_id))
+        if self._thread is None:
+            self._start(spark)
         self._log.info(
-            "%s: wrote the saved batches %s in %d write(s), %.1f s (a run before ended before "
-            "writing them)",
+            "%s: the saved batches %s (a run before ended before writing them) are written "
+            "before this run's, beside its query",
             self.what,
             _ids(saved),
-            len(writes),
-            time.monotonic() - started,
         )
         return saved
 
@@ -178,6 +163,7 @@ class AfterCommitWriter(Generic[Batch]):
         if self._thread is None:
             self._start(spark)
         assert self._files is not None
+        self._crashed.note_saving(batch_id)
         self._files.write(str(batch_id), saved)
         self._at_saved()
         with self._changed:
@@ -207,7 +193,7 @@ class AfterCommitWriter(Generic[Batch]):
         with self._changed:
             self._draining = True
             self._changed.notify_all()
-            while self._queued and self._error is None:
+            while (self._queued or self._crashed.pending) and self._error is None:
                 self._changed.wait()
         self._raise_if_failed()
         return self._written_through
@@ -256,48 +242,56 @@ class AfterCommitWriter(Generic[Batch]):
             with self._changed:
                 if self._stopping:
                     return
-                if not self._queued:
+                crashed = bool(self._crashed.pending)
+                if not self._queued and not crashed:
                     self._changed.wait()
                     continue
-            ready = self._ready(commits)
-            if not ready:
+            if crashed:
+                if not self._in_a_slot(partial(self._crashed.write, spark)):
+                    return
+                continue
+            if not self._ready(commits):
                 with self._changed:
                     self._changed.wait(COMMIT_POLL_SECONDS)
                 continue
-            if self._write_slots is not None:
-                if not self._take_slot():
-                    return  # closed while waiting
-                # What became ready while the slot was awaited goes in the same write.
-                ready = self._ready(commits)
-            try:
-                self._write_ready(spark, ready)
-            except Exception as error:  # handed to the query's thread by submit and drain
-                self._log.error(
-                    "%s: writing batches %s failed: %s",
-                    self.what,
-                    _ids([b for b, _ in ready]),
-                    error,
-                )
-                with self._changed:
-                    self._error = error
-                    self._changed.notify_all()
+            written: list[tuple[int, Any]] = []
+            if not self._in_a_slot(partial(self._write_ready, spark, commits, written)):
                 return
-            finally:
-                if self._write_slots is not None:
-                    self._write_slots.release()
             with self._changed:
-                del self._queued[: len(ready)]
-                self._written_through = ready[-1][0]
+                del self._queued[: len(written)]
+                self._written_through = written[-1][0]
                 self._changed.notify_all()
+
+    def _in_a_slot(self, write: Callable[[], None]) -> bool:
+        """Run `write` in one of `write_slots` (if the writer has them); False when the thread
+        is to end: closed while waiting, or the write failed (its error goes to the query's
+        thread through `submit` and `drain`)."""
+        if self._write_slots is not None and not self._take_slot():
+            return False
+        try:
+            write()
+        except Exception as error:
+            self._log.error("%s: a write failed: %s", self.what, error)
+            with self._changed:
+                self._error = error
+                self._changed.notify_all()
+            return False
+        finally:
+            if self._write_slots is not None:
+                self._write_slots.release()
+        return True
 
     def _ready(self, commits: CheckpointFiles) -> list[tuple[int, Any]]:
         """The queued batches to write now: all when draining, else those Spark committed (or
-        released), a prefix of the queue."""
+        released), a prefix of the queue; a batch not above the newest recovered one alone."""
         with self._changed:
             queued = list(self._queued)
             draining = self._draining
             released = self._released_through
-        return queued if draining else _committed_prefix(queued, commits, released)
+        ready = queued if draining else _committed_prefix(queued, commits, released)
+        if ready and ready[0][0] <= self._crashed.through:
+            return ready[:1]  # a replay of a saved batch: its marker decides for it alone
+        return ready
 
     def _take_slot(self) -> bool:
         """Wait for one of `write_slots`; False if closed first."""
@@ -308,7 +302,12 @@ class AfterCommitWriter(Generic[Batch]):
                     return False
         return True
 
-    def _write_ready(self, spark: SparkSession, queued: list[tuple[int, Any]]) -> None:
+    def _write_ready(
+        self, spark: SparkSession, commits: CheckpointFiles, written: list[tuple[int, Any]]
+    ) -> None:
+        """Write the batches ready now (what became ready while a slot was awaited goes in
+        the same write); `written` is set to them first."""
+        written[:] = queued = self._ready(commits)
         started = time.monotonic()
         ids = [batch_id for batch_id, _ in queued]
         self._at_writing()
@@ -330,6 +329,81 @@ class AfterCommitWriter(Generic[Batch]):
                 f"writing {self.what} failed: {self._error}; the batches not written stay "
                 f"saved under {self.checkpoint}/{self.folder} and are written at the next start"
             ) from self._error
+
+
+class CrashedRunBatches(Generic[Batch]):
+    """The batches a crashed run of an AfterCommitWriter saved and did not delete: `read`
+    before the query, written by `write` (in batch order, together where the owner's
+    `held_through` allows: `recovery_writes`) before any batch of the new run. `lock` is the
+    writer's: `pending` and `note_saving` are read and called under it, or take it."""
+
+    def __init__(
+        self,
+        lock: threading.Condition,
+        what: str,
+        write: Callable[[SparkSession, Ready[Batch]], str],
+        decode: Callable[[SparkSession, dict[str, Any]], Batch],
+        log: logging.Logger,
+        held_through: HeldThrough | None,
+    ) -> None:
+        self._lock = lock
+        self._what, self._write, self._decode, self._log = what, write, decode, log
+        self._held_through = held_through
+        self.pending: list[tuple[int, Any]] = []  # (batch id, saved form) not written yet
+        self.through = -1  # the newest batch id the crashed run saved
+        self._saving_from: int | None = None  # the first batch id the new run saved
+        self._files: CheckpointFiles | None = None
+
+    def read(self, spark: SparkSession, files: CheckpointFiles) -> list[int]:
+        """The saved batches in `files` become `pending`; their ids."""
+        saved = files.numbers()
+        with self._lock:
+            self._files = files
+            self.pending = [(b, files.read(str(b))) for b in saved]
+            self.through = saved[-1] if saved else -1
+        return saved
+
+    def note_saving(self, batch_id: int) -> None:
+        """The new run is about to save `batch_id`'s file (a replay of a pending one keeps
+        its file: its own write deletes it)."""
+        with self._lock:
+            if self._saving_from is None:
+                self._saving_from = batch_id
+
+    def write(self, spark: SparkSession) -> None:
+        """Write the pending batches, delete their files, and clear `pending`."""
+        with self._lock:
+            saved = list(self.pending)
+        if not saved:
+            return
+        batches = [(b, self._decode(spark, data)) for b, data in saved]
+        if self._held_through is None:
+            writes = [[batch] for batch in batches]
+        else:
+            writes = recovery_writes(batches, self._held_through(spark, batches))
+        for ready in writes:
+            self._write(spark, ready)
+            self._delete([b for b, _ in ready])
+        self._delete([b for b, _ in saved])  # and those every table held already
+        self._log.info(
+            "%s: wrote the saved batches %s in %d write(s) (a run before ended before "
+            "writing them)",
+            self._what,
+            _ids([b for b, _ in saved]),
+            len(writes),
+        )
+        with self._lock:
+            self.pending = []
+            self._lock.notify_all()
+
+    def _delete(self, batch_ids: list[int]) -> None:
+        """Delete written batches' files, but not one the new run saved again (Spark's replay
+        of it): under the lock `note_saving` takes before the new run saves its first."""
+        assert self._files is not None
+        with self._lock:
+            for batch_id in batch_ids:
+                if self._saving_from is None or batch_id < self._saving_from:
+                    self._files.delete(str(batch_id))
 
 
 def recovery_writes(batches: Ready[Batch], held: list[tuple[int, int]]) -> list[Ready[Batch]]:
@@ -372,89 +446,3 @@ def _committed_prefix(
 
 def _ids(ids: list[int]) -> str:
     return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
-
-
-# --- a saved file's rows ---------------------------------------------------------------------
-
-
-def encode_rows(rows: DataFrame) -> dict[str, Any]:
-    """A DataFrame of a few rows as plain JSON: timestamps as epoch microseconds, binary as
-    base64 (collecting a local relation runs no job; any other runs one)."""
-    encoded = rows.select(*(_encode(f.name, f.dataType) for f in rows.schema.fields))
-    return {
-        "schema": rows.schema.jsonValue(),
-        "rows": [row.asDict() for row in encoded.collect()],
-    }
-
-
-def encode_values(schema: StructType, rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rows computed in Python (datetimes, bytes) as `encode_rows` keeps a DataFrame's: the
-    same JSON, read back by `decode_rows`. Each row holds `schema`'s columns (None: null)."""
-    codecs = [(f.name, _VALUE_CODECS.get(type(f.dataType), _plain_value)) for f in schema.fields]
-    return {
-        "schema": schema.jsonValue(),
-        "rows": [{name: encode(row.get(name)) for name, encode in codecs} for row in rows],
-    }
-
-
-def timestamp_millis(epoch_ms: int) -> datetime:
-    """The UTC timestamp of epoch milliseconds, exactly (also before 1970): a timestamp column's
-    value in rows computed in Python, as Spark's timestamp_millis gives it."""
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
-
-
-def decode_rows(spark: SparkSession, data: dict[str, Any]) -> DataFrame:
-    """`encode_rows`' value -> the DataFrame it was made from. Built in the JVM from the rows'
-    JSON (`from_json` over one row of `range`), never from a Python list: that would ship the
-    rows to Python workers, which executors on hosts without the project's venv cannot start.
-    Every column comes back nullable (a Delta table's NOT NULL columns still check the
-    values)."""
-    schema = StructType.fromJson(data["schema"])
-    plain = StructType(
-        [f.__class__(f.name, _plain_type(f.dataType), f.nullable) for f in schema.fields]
-    )
-    rows = spark.range(1).select(
-        F.explode(F.from_json(F.lit(json.dumps(data["rows"])), ArrayType(plain))).alias("row")
-    )
-    return rows.select(*(_decode(f"row.{f.name}", f.dataType, f.name) for f in schema.fields))
-
-
-# How a column type is kept in the file: (the JSON-able type, encode, decode).
-_CODECS: dict[type, tuple[Any, Callable[[str], Column], Callable[[str], Column]]] = {
-    TimestampType: (LongType(), F.unix_micros, F.timestamp_micros),
-    BinaryType: (StringType(), F.base64, F.unbase64),
-}
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _plain_value(value: Any) -> Any:
-    return value
-
-
-def _micros(value: datetime | None) -> int | None:
-    return None if value is None else (value - _EPOCH) // timedelta(microseconds=1)
-
-
-def _base64(value: bytes | None) -> str | None:
-    return None if value is None else base64.b64encode(value).decode("ascii")
-
-
-# The same forms for values computed in Python (`encode_values`).
-_VALUE_CODECS: dict[type, Callable[[Any], Any]] = {TimestampType: _micros, BinaryType: _base64}
-
-
-def _plain_type(kind: Any) -> Any:
-    codec = _CODECS.get(type(kind))
-    return kind if codec is None else codec[0]
-
-
-def _encode(name: str, kind: Any) -> Column:
-    codec = _CODECS.get(type(kind))
-    return F.col(name) if codec is None else codec[1](name).alias(name)
-
-
-def _decode(column: str, kind: Any, name: str) -> Column:
-    codec = _CODECS.get(type(kind))
-    return (F.col(column) if codec is None else codec[2](column)).alias(name)

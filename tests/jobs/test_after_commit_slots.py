@@ -141,48 +141,88 @@ ROWS = DeltaTableSpec(
 )
 
 
+class CrashedRun:
+    """Two tables and a writer of both over a crashed run's checkpoint: batches 3 to 7 saved,
+    the crash between the two tables' writes of batch 4 (the first holds 0 to 4, the second
+    0 to 3); `writes` lists the batch ids of each write."""
+
+    def __init__(self, spark, tmp_path: Path) -> None:
+        self.paths = [str(tmp_path / "first"), str(tmp_path / "second")]
+        app_id = "recovery-test"
+        self.writes: list[list[int]] = []
+        self.gate = threading.Event()  # a write holds until it opens
+        self.gate.set()
+
+        def rows(batch_ids: list[int]):
+            return spark.createDataFrame([(b,) for b in batch_ids], ROWS.schema)
+
+        for path, through in zip(self.paths, (4, 3), strict=True):
+            for batch_id in range(through + 1):
+                append_once(rows([batch_id]), ROWS, path, app_id, batch_id)
+
+        def write(_spark, ready: Ready[int]) -> str:
+            self.gate.wait(DEADLINE_S)
+            ids = [b for b, _ in ready]
+            self.writes.append(ids)
+            for path in self.paths:
+                append_once(rows(ids), ROWS, path, app_id, ids[-1])
+            return "test write"
+
+        self.writer = AfterCommitWriter(
+            str(tmp_path / "ck"),
+            "saved",
+            "recovered_rows",
+            write,
+            lambda _spark, saved: int(saved["n"]),
+            logging.getLogger("test"),
+            at_saved=lambda: None,
+            at_writing=lambda: None,
+            held_through=lambda spark, ready: (
+                [tables_held_through(spark, self.paths, app_id)] * len(ready)
+            ),
+        )
+        self.files = tmp_path / "ck" / "saved"
+        self.files.mkdir(parents=True)
+        for batch_id in range(3, 8):
+            (self.files / str(batch_id)).write_text(f'{{"n": {batch_id}}}')
+
+    def held(self, spark) -> list[list[int]]:
+        return [
+            sorted(r.batch for r in spark.read.format("delta").load(path).collect())
+            for path in self.paths
+        ]
+
+
 def test_a_crashed_runs_batches_are_recovered_once_in_each_table_in_two_writes(
     spark, tmp_path: Path
 ) -> None:
-    """Batches 3 to 7 saved; the crash came between the two tables' writes of batch 4 (the
-    first holds it, the second not): batch 4 is written alone, 5 to 7 together, and each
-    table holds each batch once."""
-    paths = [str(tmp_path / "first"), str(tmp_path / "second")]
-    app_id = "recovery-test"
+    """Batch 4, which one table holds and the other not, is written alone, 5 to 7 together,
+    and each table holds each batch once."""
+    run = CrashedRun(spark, tmp_path)
+    assert run.writer.recover(spark) == [3, 4, 5, 6, 7]
+    assert run.held(spark) == [list(range(8))] * 2
+    assert run.writes == [[4], [5, 6, 7]]
+    assert not list(run.files.glob("[0-9]*"))
 
-    def rows(batch_ids: list[int]):
-        return spark.createDataFrame([(b,) for b in batch_ids], ROWS.schema)
 
-    for path, through in zip(paths, (4, 3), strict=True):  # what the crashed run wrote
-        for batch_id in range(through + 1):
-            append_once(rows([batch_id]), ROWS, path, app_id, batch_id)
-    writes: list[list[int]] = []
-
-    def write(_spark, ready: Ready[int]) -> str:
-        ids = [b for b, _ in ready]
-        writes.append(ids)
-        for path in paths:
-            append_once(rows(ids), ROWS, path, app_id, ids[-1])
-        return "test write"
-
-    writer = AfterCommitWriter(
-        str(tmp_path / "ck"),
-        "saved",
-        "recovered_rows",
-        write,
-        lambda _spark, saved: int(saved["n"]),
-        logging.getLogger("test"),
-        at_saved=lambda: None,
-        at_writing=lambda: None,
-        held_through=lambda spark, ready: [tables_held_through(spark, paths, app_id)] * len(ready),
-    )
-    files = tmp_path / "ck" / "saved"
-    files.mkdir(parents=True)
-    for batch_id in range(3, 8):
-        (files / str(batch_id)).write_text(f'{{"n": {batch_id}}}')
-    assert writer.recover(spark) == [3, 4, 5, 6, 7]
-    for path in paths:
-        held = sorted(r.batch for r in spark.read.format("delta").load(path).collect())
-        assert held == list(range(8)), path
-    assert writes == [[4], [5, 6, 7]]
-    assert not list(files.glob("[0-9]*"))
+def test_recovered_in_the_background_before_the_new_runs_batches_and_a_replay_alone(
+    spark, tmp_path: Path
+) -> None:
+    """With `in_background` the new run saves its batches at once (Spark's replay of 7, then
+    8, both committed meanwhile); the thread writes the crashed run's first, then the replay
+    of 7 alone (the marker skips it) and 8: each batch once in each table."""
+    run = CrashedRun(spark, tmp_path)
+    writer = run.writer
+    run.gate.clear()  # the recovered writes wait until the new run's batches are queued
+    try:
+        assert writer.recover(spark, in_background=True) == [3, 4, 5, 6, 7]
+        for batch_id in (7, 8):
+            writer.submit(spark, batch_id, {"n": batch_id})
+            writer.release(batch_id)
+        run.gate.set()
+        writer.drain()
+    finally:
+        writer.close()
+    assert run.held(spark) == [list(range(9))] * 2
+    assert run.writes == [[4], [5, 6, 7], [7], [8]]
+    assert not list(run.files.glob("[0-9]*"))

@@ -23,9 +23,9 @@ from pyspark.sql import functions as F
 from jobs.audit import tables
 from jobs.audit.counts_writer import FOLDER, CountsWriter
 from jobs.audit.transforms import WINDOW_KEY, combine_partials
-from jobs.runtime.after_commit import decode_rows, encode_rows
 from jobs.runtime.checkpoint_files import CheckpointFiles
 from jobs.runtime.delta import ensure_tables
+from jobs.runtime.saved_rows import decode_rows, encode_rows
 from testing.jobrun import log_actions
 from testing.polling import wait_for
 

@@ -30,7 +30,7 @@ from jobs.dispatch.routing import (
 from jobs.dispatch.spec import DispatchSpec
 from jobs.dispatch.tables import STATS_SCHEMA
 from jobs.dispatch.transforms import dispatch_stats_rows
-from jobs.runtime.after_commit import decode_rows, encode_values
+from jobs.runtime.saved_rows import decode_rows, encode_values
 
 SETTINGS = Settings(None, "/w", "/c", {"local": ClusterConfig("local", "127.0.0.1:9")})  # type: ignore[arg-type]
 

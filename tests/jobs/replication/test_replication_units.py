@@ -38,8 +38,8 @@ from jobs.replication.writer import (
     check_clients,
     copy_ranges,
 )
-from jobs.runtime.after_commit import decode_rows, encode_values
 from jobs.runtime.progress import JobIdentity, end_offsets, partition_statuses
+from jobs.runtime.saved_rows import decode_rows, encode_values
 from testing.conf import write_conf_dir
 
 NOW_MS = 1_800_000_000_000
