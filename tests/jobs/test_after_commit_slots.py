@@ -150,6 +150,7 @@ class CrashedRun:
         self.paths = [str(tmp_path / "first"), str(tmp_path / "second")]
         app_id = "recovery-test"
         self.writes: list[list[int]] = []
+        self.saved_when_written: list[list[int]] = []  # the saved files at each write
         self.gate = threading.Event()  # a write holds until it opens
         self.gate.set()
 
@@ -164,6 +165,7 @@ class CrashedRun:
             self.gate.wait(DEADLINE_S)
             ids = [b for b, _ in ready]
             self.writes.append(ids)
+            self.saved_when_written.append(sorted(int(f.name) for f in self.files.glob("[0-9]*")))
             for path in self.paths:
                 append_once(rows(ids), ROWS, path, app_id, ids[-1])
             return "test write"
@@ -225,4 +227,7 @@ def test_recovered_in_the_background_before_the_new_runs_batches_and_a_replay_al
         writer.close()
     assert run.held(spark) == [list(range(9))] * 2
     assert run.writes == [[4], [5, 6, 7], [7], [8]]
+    # The recovery deleted its files but not 7's, which the new run saved again: a crash
+    # before the replay's write would have left nothing to write it from.
+    assert run.saved_when_written[2] == [7, 8]
     assert not list(run.files.glob("[0-9]*"))
