@@ -22,11 +22,10 @@ with an application per group:
 
 Never in two places: `launch` places a group only when no worker may still run it
 (`_running`): none reports it running or its last writes pending, or the one that does is
-silent past its lease (a
-worker that cannot heartbeat stops its queries itself after `fence_seconds`, below the lease:
-jobs/worker/main.py), or its application was seen dead and its slot relaunched. A leader
-places nothing, and starts nothing, before every live worker has heartbeated to it: until
-then it does not know what runs where.
+silent past its lease (a worker that cannot heartbeat stops its queries itself after
+`fence_seconds`, below the lease: jobs/worker/main.py), or its application was seen dead
+and its slot relaunched. A leader places nothing, and starts nothing, before every live
+worker has heartbeated to it: until then it does not know what runs where.
 
 Rebalancing: `maintain` moves the groups of a draining worker (the pool shrinks) to the
 others, and, when a worker joins (a slot relaunched, the first heartbeats of a new pool),

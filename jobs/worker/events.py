@@ -147,11 +147,7 @@ class QueryEvents(StreamingQueryListener):
     def _groups_of(self, query_name: str) -> list[Watched]:
         """The groups of the query (of a query named after theirs: the dispatcher's tiers)."""
         with self._lock:
-            return [
-                w
-                for w in self._watched.values()
-                if query_name == w.query_name or query_name.startswith(f"{w.query_name}-")
-            ]
+            return [w for w in self._watched.values() if _of_group(query_name, w)]
 
     def onQueryStarted(self, event) -> None:
         name = event.name or ""
@@ -197,6 +193,10 @@ class QueryEvents(StreamingQueryListener):
 
     def _runs_a_query(self, watched: Watched) -> bool:
         """Whether a query of the group (its own, its tiers') is still active."""
-        mine = watched.query_name
         with self._lock:
-            return any(n == mine or n.startswith(f"{mine}-") for n in self._names.values())
+            return any(_of_group(name, watched) for name in self._names.values())
+
+
+def _of_group(query_name: str, watched: Watched) -> bool:
+    """Whether the query of that name is the watched group's own or one named after it."""
+    return query_name == watched.query_name or query_name.startswith(f"{watched.query_name}-")
