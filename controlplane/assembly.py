@@ -305,7 +305,7 @@ def assemble(options: ServeOptions, settings: Settings) -> ControlPlane:
             startup_seconds=options.startup_seconds,
             app_env=application_env(options),
             leadership=leadership,
-            refresh_partitions=job_groups.refresh_partitions,
+            refresh_partitions=job_groups.refresh_all_partitions,
             partition_refresh_seconds=options.partition_refresh_seconds,
             # A pool's limit is its workers' capacity, not a count of applications.
             max_running=None if pool is not None else options.max_running,

@@ -32,6 +32,7 @@ Semantics follow uForwarder's master (its MasterAdminService and
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,16 +44,20 @@ from uber.data.kafka.datatransfer.job_status_pb2 import StoredJobStatus
 from uber.data.kafka.datatransfer.worker_pb2 import WORKER_STATE_WORKING
 
 from controlplane.errors import JobGroupNotFound, LimitReached, StaleWrite
+from controlplane.source_keys import (
+    ClusterCounts,
+    JobKey,
+    PartitionCount,
+    SourceKeys,
+    TopicPartitions,
+)
 from controlplane.state.base import Store, Versioned
 from core import kafka_admin
 from core.config import ClusterConfig, Settings
-from core.errors import InvalidJobGroup, TopicNotFound
+from core.errors import InvalidJobGroup
 from core.faults import fault_point
-from jobs import registry
 
-PartitionCount = Callable[[ClusterConfig, str, str], int]
-TopicPartitions = Callable[[ClusterConfig], Mapping[str, int]]  # every topic: its partitions
-JobKey = tuple[str, int]  # (topic, partition): what a StoredJob stands for
+log = logging.getLogger("uatu.jobgroups")
 REQUESTABLE_STATES = (job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_CANCELED)
 UNVERSIONED_ATTEMPTS = 3
 IMMUTABLE_FIELDS = (
@@ -205,11 +210,8 @@ class JobGroups:
         ),
     ) -> None:
         self._store = store
-        self._ensure_offsets_topic = ensure_offsets_topic
         self._max_groups = max_groups
-        self._settings = settings
-        self._partition_count = partition_count
-        self._topic_partitions = topic_partitions
+        self._keys = SourceKeys(settings, partition_count, topic_partitions, ensure_offsets_topic)
         self._now = now
         self._fresh_seconds = fresh_seconds
         self._quota = quota
@@ -232,7 +234,7 @@ class JobGroups:
         if state == job_pb2.JOB_STATE_INVALID:  # unset means "run it", as in uForwarder
             state = job_pb2.JOB_STATE_RUNNING
         _check_state("job_group_state", state)
-        keys = self._validate(group)
+        keys = self._keys.validate(group)
         # A cheap early refusal; the store's create enforces the cap atomically, since
         # concurrent adds all pass this check before any of them is stored.
         if self._max_groups is not None and self._store.count() >= self._max_groups:
@@ -263,7 +265,7 @@ class JobGroups:
                         field, read(group), f"immutable (was {read(current.job_group)!r})"
                     )
             if not partitions:
-                partitions.append(self._validate(group))
+                partitions.append(self._keys.validate(group))
             updated = StoredJobGroup()
             updated.CopyFrom(current)
             updated.job_group.CopyFrom(group)
@@ -370,10 +372,30 @@ class JobGroups:
             allowed_bytes_per_sec=sum(g.job_group.flow_control.bytes_per_sec for g in running),
         )
 
-    def refresh_partitions(self, job_group_id: str) -> bool:
+    def refresh_all_partitions(self) -> list[str]:
+        """`refresh_partitions` for every RUNNING group, with one metadata request per
+        cluster they read (`topic_partitions`) instead of one lookup per group: a thousand
+        groups on one cluster cost one request. The ids of the groups whose jobs changed; a
+        group whose refresh fails (its cluster does not answer, a write raced it) is logged
+        and keeps what is stored until the next refresh."""
+        counts: ClusterCounts = {}
+        changed = []
+        for versioned in self._store.all():
+            if versioned.group.state != job_pb2.JOB_STATE_RUNNING:
+                continue
+            job_group_id = versioned.group.job_group.job_group_id
+            try:
+                if self.refresh_partitions(job_group_id, counts):
+                    changed.append(job_group_id)
+            except Exception as e:  # one group's cluster or write must not stop the others
+                log.warning("%s: partition refresh failed: %s", job_group_id, e)
+        return changed
+
+    def refresh_partitions(self, job_group_id: str, counts: ClusterCounts | None = None) -> bool:
         """Re-read the topic's partition count; add StoredJobs for new partitions. For a
         topic selection, re-read which topics match: jobs for their new partitions are added,
-        those of topics no longer there dropped.
+        those of topics no longer there dropped. With `counts`, a cluster's topics are listed
+        once into it and later calls with the same `counts` read from there.
 
         True when the jobs changed. Like uForwarder's partition-expansion watcher, a topic's
         jobs only grow: Kafka cannot shrink a topic, and a failed lookup keeps what is stored.
@@ -381,38 +403,12 @@ class JobGroups:
         current, version = self._get(job_group_id)
         if current.state != job_pb2.JOB_STATE_RUNNING:
             return False
-        keys = self._validate(current.job_group)
+        keys = self._keys.validate(current.job_group, counts)
         stored = set(_job_ids(current))
         if set(keys) == stored or (set(keys) < stored and not _selects(current.job_group)):
             return False
         self._store.replace(self._with_jobs(current, keys), version)
         return True
-
-    def _validate(self, group: JobGroup) -> list[JobKey]:
-        """Full job validation, then the (topic, partition)s of the source: every partition
-        of its topic (none is refused), or of each topic its selection picks now (a listed
-        topic must exist; a pattern may match none yet)."""
-        _, spec = registry.validate(group, self._settings)
-        source = spec.required_topic()
-        cluster = self._settings.clusters[source.cluster]
-        if source.selection is not None:
-            counts = self._topic_partitions(cluster)
-            for i, name in enumerate(source.selection.names):
-                if name not in counts:
-                    raise TopicNotFound(f"extension.topics.names[{i}]", name, cluster.name)
-            return [(t, p) for t in source.selection.select(counts) for p in range(counts[t])]
-        try:
-            partitions = self._partition_count(cluster, source.topic, source.field)
-        except TopicNotFound:
-            if not source.created_on_first_use:
-                raise
-            # A cluster no group has used yet: the job would create __consumer_offsets at its
-            # start (the same lookup), so the control plane makes it now and counts again.
-            self._ensure_offsets_topic(cluster, f"uatu-controlplane-{group.job_group_id}")
-            partitions = self._partition_count(cluster, source.topic, source.field)
-        if partitions <= 0:
-            raise InvalidJobGroup(source.field, source.topic, "topic has no partitions")
-        return [(source.topic, p) for p in range(partitions)]
 
     def _get(self, job_group_id: str) -> tuple[StoredJobGroup, int]:
         found = self._store.get(job_group_id)

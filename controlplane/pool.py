@@ -196,6 +196,9 @@ class WorkerPool:
         self.lease_seconds = lease_seconds
         self.clock = clock
         self.heard = Heard()
+        # The slots' worker ids as of this pass's `maintain` (the only place slots change):
+        # `alive`, asked once per group, must not read every launch record each time.
+        self._pass_worker_ids: set[int] | None = None
         self.slots = WorkerSlots(
             store, launcher, app_env=app_env or {}, lease_seconds=lease_seconds,
             startup_seconds=startup_seconds, clock=clock,
@@ -208,7 +211,9 @@ class WorkerPool:
         off draining workers and even out the others (`rebalance`)."""
         wanted = self.wanted(self.store.launches())
         self.slots.maintain(wanted, idle=lambda worker_id: not self.heard.runs_any(worker_id))
-        self.rebalance(self.store.launches())
+        records = self.store.launches()
+        self._pass_worker_ids = self.pool_worker_ids(records)
+        self.rebalance(records)
 
     def wanted(self, records: Mapping[str, LaunchRecord]) -> int:
         """`size`, or what the RUNNING groups and the reported traffic need."""
@@ -347,7 +352,8 @@ class WorkerPool:
         reconciler's lease check covers a worker that is silent."""
         worker_id = int(record.detail("pool_worker"))
         group_id = str(record.detail("job_group_id"))
-        if worker_id not in self.pool_worker_ids():
+        slot_workers = self._pass_worker_ids
+        if worker_id not in (self.pool_worker_ids() if slot_workers is None else slot_workers):
             return False
         here = self.heard.group(worker_id, group_id)
         if here is not None and here.job.run == record.details.get("run"):

@@ -14,10 +14,8 @@ RUN, CANCEL, UPDATE or NONE and the launcher carries it out:
   alive but has not heartbeated for `lease_seconds` (or not at all within `startup_seconds`
   of its launch) is FAILED: it is cancelled and relaunched like one that died.
   `lease_seconds=None` turns the lease off.
-* every `partition_refresh_seconds` the partition count of each RUNNING group's topic is
-  looked up again and StoredJobs are added for new partitions (JobGroups.refresh_partitions).
-* workers and job statuses not heard from for `record_ttl_seconds` (1 h, as uForwarder's
-  job-status TTL) are deleted at the same cadence, so deleted groups leave nothing behind.
+* beside the passes, in a thread of its own, the housekeeping (controlplane/housekeeping.py)
+  refreshes partitions and expires old records every `partition_refresh_seconds`.
 * only the leader reconciles; a follower's loop idles until it leads.
 
 No double launch across a failover: a launch is three steps, each followed by a point of the
@@ -49,6 +47,7 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import StoredJobGroup
 
 from controlplane.errors import NotLeader, NoWorkerRoom
+from controlplane.housekeeping import Housekeeping, RefreshPartitions
 from controlplane.launchers.base import Launcher, LaunchRecord
 from controlplane.pool import WorkerPool
 from controlplane.reconcile import Action, decide, definition_of
@@ -74,7 +73,7 @@ class Reconciler:
         startup_seconds: float = 300.0,
         app_env: Mapping[str, str] | None = None,
         leadership: Leadership | None = None,
-        refresh_partitions: Callable[[str], bool] | None = None,
+        refresh_partitions: RefreshPartitions | None = None,
         partition_refresh_seconds: float = 60.0,
         record_ttl_seconds: float = 3600.0,
         clock: Callable[[], float] = time.time,
@@ -91,16 +90,17 @@ class Reconciler:
         self.startup_seconds = startup_seconds
         self.app_env = dict(app_env or {})
         self.leadership = leadership or SoleLeader("")
-        self.refresh_partitions = refresh_partitions
-        self.partition_refresh_seconds = partition_refresh_seconds
-        self.record_ttl_seconds = record_ttl_seconds
         self.clock = clock
         self.max_running = max_running
         # With a worker pool, groups run on its applications (`launcher` is then the pool).
         self.pool = pool
         self._recorded: set[str] = set()  # groups with a launch record (running, or may be)
-        self._refreshed_at = float("-inf")
         self._wake = threading.Event()
+        self.housekeeping = Housekeeping(
+            store, self.leadership, refresh_partitions=refresh_partitions,
+            refresh_seconds=partition_refresh_seconds, record_ttl_seconds=record_ttl_seconds,
+            clock=clock,
+        )  # fmt: skip
 
     def reconcile_once(self) -> dict[str, Action]:
         """One pass over every group and launch; returns the action taken per group id."""
@@ -155,43 +155,27 @@ class Reconciler:
         return self._apply(job_group_id, action, stored, record)
 
     def run(self, stop: threading.Event) -> None:
+        """Reconcile every `interval` (at once when woken) until `stop`; the housekeeping
+        runs beside it, in a thread of its own."""
         log.info("reconciler running every %.1f s", self.interval)
+        housekeeping = threading.Thread(
+            target=self.housekeeping.run, args=(stop, self.interval),
+            name="reconciler-housekeeping", daemon=True,
+        )  # fmt: skip
+        housekeeping.start()
         while not stop.is_set():
             try:
                 if self.leadership.is_leader():
-                    self._housekeeping()
                     self.reconcile_once()
             except Exception:  # keep reconciling; one bad pass must not stop the loop
                 log.exception("reconcile pass failed")
             self._wake.wait(self.interval)
             self._wake.clear()
+        housekeeping.join(timeout=self.interval)
 
     def wake(self) -> None:
         """Run the next pass now (an admin write happened, or the loop should stop)."""
         self._wake.set()
-
-    def _housekeeping(self) -> None:
-        """Every `partition_refresh_seconds`: expire old records, look for new partitions."""
-        now = self.clock()
-        if now - self._refreshed_at < self.partition_refresh_seconds:
-            return
-        self._refreshed_at = now
-        self.expire_records(now)
-        if self.refresh_partitions is None:
-            return
-        for versioned in self.store.all():
-            if versioned.group.state != job_pb2.JOB_STATE_RUNNING:
-                continue
-            job_group_id = versioned.group.job_group.job_group_id
-            try:
-                if self.refresh_partitions(job_group_id):
-                    log.info("%s: the topic gained partitions; jobs added", job_group_id)
-            except Exception as e:  # a broker that is down must not stop reconciling
-                log.warning("%s: partition refresh failed: %s", job_group_id, e)
-
-    def expire_records(self, now: float) -> tuple[int, int]:
-        """Delete workers and job statuses older than the TTL; returns how many of each."""
-        return expire_records(self.store, now - self.record_ttl_seconds)
 
     def _observed(self, record: LaunchRecord) -> bool:
         """True when the launcher itself can watch and stop this record's application."""
@@ -325,23 +309,6 @@ def give_up(store: Store, job_group_id: str, record: LaunchRecord, why: str) -> 
             job.state = job_pb2.JOB_STATE_FAILED
         store.replace(failed, versioned.version)
     store.put_launch(job_group_id, record.replace(gave_up=True))
-
-
-def expire_records(store: Store, oldest: float) -> tuple[int, int]:
-    """Delete workers and job statuses last heard before `oldest` (POSIX seconds); returns
-    how many of each."""
-    workers = [w.node.id for w in store.workers() if w.last_updated.ToNanoseconds() / 1e9 < oldest]
-    for worker_id in workers:
-        store.delete_worker(worker_id)
-    statuses = [
-        job_id
-        for job_id, s in store.job_statuses().items()
-        if s.last_updated.ToNanoseconds() / 1e9 < oldest
-    ]
-    store.delete_job_statuses(statuses)
-    if workers or statuses:
-        log.info("expired %d worker(s) and %d job status(es)", len(workers), len(statuses))
-    return len(workers), len(statuses)
 
 
 def update_on_worker(

@@ -11,12 +11,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controlplane.jobgroups import JobGroups, PartitionCount
+from controlplane.jobgroups import JobGroups
 from controlplane.placement import Capacity
 from controlplane.pool import WorkerPool
 from controlplane.pool_slots import WorkerLauncher
 from controlplane.reconciler import Reconciler
 from controlplane.server import create_server
+from controlplane.source_keys import PartitionCount
 from controlplane.state.leadership import SoleLeader
 from controlplane.state.sqlite import SqliteStore
 from controlplane.workers import Workers

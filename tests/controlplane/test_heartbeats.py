@@ -396,10 +396,11 @@ def test_reconciler_expires_workers_and_statuses_after_the_ttl():
     reconciler = Reconciler(
         store, LocalLauncher(Path("/nonexistent")), record_ttl_seconds=600, clock=clock
     )
-    assert reconciler.expire_records(2_000.0) == (1, 1)  # worker 5 and job 11, heard at 1000
+    # worker 5 and job 11, heard at 1000
+    assert reconciler.housekeeping.expire_records(2_000.0) == (1, 1)
     assert [w.node.host for w in store.workers()] == ["fresh"]
     assert store.job_statuses() == {}
-    assert reconciler.expire_records(2_000.0) == (0, 0)
+    assert reconciler.housekeeping.expire_records(2_000.0) == (0, 0)
 
 
 @pytest.mark.integration

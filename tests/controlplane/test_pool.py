@@ -5,6 +5,7 @@ applications themselves are tests/controlplane/test_worker_pool.py's)."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Mapping
 
@@ -33,6 +34,7 @@ from core import worker_jobs
 from core.config import load_settings
 from testing.conf import write_conf_dir
 from testing.jobgroups import audit_group
+from testing.polling import wait_for
 
 RUNNING, FAILED = job_pb2.JOB_STATE_RUNNING, job_pb2.JOB_STATE_FAILED
 CANCELED = job_pb2.JOB_STATE_CANCELED
@@ -537,3 +539,64 @@ def test_a_group_told_to_run_but_not_reported_yet_starts_elsewhere_only_once_sto
     assert _report_all(pool, second, {}) == []  # still running on the first
     _report_all(pool, first, before, stopped=moved)
     assert _report_all(pool, second, {}) == [(g, worker_jobs.RUN) for g in moved]
+
+
+def test_a_cancel_is_passed_on_while_the_partition_refresh_waits_on_brokers(pooled):
+    """The housekeeping (a partition refresh that waits on slow brokers, for a thousand
+    groups) runs beside the reconcile passes: a CANCEL written meanwhile reaches the worker's
+    next heartbeat at once, not after the refresh."""
+    _store, _clock, _apps, pool, reconciler, groups = pooled
+    worker_id, record = _placed(pooled)
+    _report(pool, worker_id, record, RUNNING)
+    refreshing, release, refreshed = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_refresh() -> list[str]:
+        refreshing.set()
+        release.wait(60)
+        refreshed.set()
+        return []
+
+    reconciler.housekeeping.refresh_partitions = slow_refresh
+    reconciler.interval = 0.05
+    groups.subscribe(reconciler.wake)
+    stop = threading.Event()
+    loop = threading.Thread(target=reconciler.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        assert refreshing.wait(30)
+        groups.set_state("g", CANCELED)
+        wait_for(lambda: "g" in pool.heard.stopping(), 10, "the CANCEL during the refresh")
+        commands = _report(pool, worker_id, record, RUNNING)
+        assert _kinds(commands) == [("g", worker_jobs.CANCEL)]
+        assert not refreshed.is_set()  # the refresh was still waiting on its brokers
+    finally:
+        release.set()
+        stop.set()
+        reconciler.wake()
+        loop.join(30)
+    assert not loop.is_alive()
+
+
+def test_a_pass_reads_the_launch_records_a_fixed_number_of_times_however_many_groups(pooled):
+    """A pass over a thousand groups must not parse every launch record once per group (it
+    was 160 reads of 160 records each for 170 groups): the reads per pass do not grow with
+    the groups."""
+    store, _clock, _apps, _pool, reconciler, groups = pooled
+    _placed(pooled)
+    reads = []
+    launches = store.launches
+
+    def counted():
+        reads.append(1)
+        return launches()
+
+    store.launches = counted  # type: ignore[method-assign]
+    per_pass = []
+    for count in (1, 40):
+        for i in range(count):
+            groups.add(audit_group(f"g{count}-{i}", "orders"), RUNNING, None)
+        reconciler.reconcile_once()  # places them
+        reads.clear()
+        reconciler.reconcile_once()
+        per_pass.append(len(reads))
+    assert per_pass[0] == per_pass[1], per_pass

@@ -19,6 +19,7 @@ from controlplane.reconciler import Reconciler
 from controlplane.state.sqlite import SqliteStore
 from core import kafka_admin
 from core.config import load_settings
+from core.errors import ClusterUnreachable
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
@@ -179,3 +180,61 @@ def test_reconciler_runs_updates_relaunches_and_cancels_real_jobs(kafka, tmp_pat
     groups.delete("rc")
     assert reconciler.reconcile_once() == {}
     store.close()
+
+
+def test_one_partition_refresh_lists_each_cluster_once_for_all_its_groups(tmp_path):
+    """A thousand groups on one cluster cost one metadata request per refresh, not one lookup
+    each: every RUNNING group's count comes from its cluster's one listing; a topic the
+    listing lacks (created since) is looked up alone; a cluster that does not answer is
+    listed once and its groups keep what is stored; a CANCELED group is not refreshed."""
+    conf = write_conf_dir(
+        tmp_path / "conf", "127.0.0.1:1", tmp_path / "w", tmp_path / "c",
+        more_clusters={"down": {"bootstrap_servers": "127.0.0.1:2"}},
+    )  # fmt: skip
+    partitions = {"a": 2, "b": 1, "idle": 1, "late": 1, "far": 1}
+    listings: list[str] = []
+    lookups: list[str] = []
+
+    def topic_partitions(cluster):
+        listings.append(cluster.name)
+        if cluster.name == "down":
+            raise ClusterUnreachable(cluster.name, "127.0.0.1:2", "no answer")
+        return {t: n for t, n in partitions.items() if t != "late"}
+
+    def partition_count(cluster, topic, field):
+        lookups.append(topic)
+        return partitions[topic]
+
+    groups = JobGroups(
+        SqliteStore(":memory:"), load_settings(conf), partition_count,
+        topic_partitions=topic_partitions,
+    )  # fmt: skip
+    for topic in ("a", "b", "idle", "late"):
+        groups.add(audit_group(topic, topic), RUNNING, None)
+    far = audit_group("far", "far")
+    far.kafka_consumer_task_group.cluster = "down"
+    groups.add(far, RUNNING, None)
+    groups.set_state("idle", CANCELED)
+    partitions.update(a=4, idle=3, late=2, far=5)  # every topic grew but b
+    lookups.clear()
+
+    assert groups.refresh_all_partitions() == ["a", "late"]
+    assert sorted(listings) == ["down", "local"]
+    assert lookups == ["late"]
+    jobs = {g.job_group.job_group_id: len(g.jobs) for g in groups.all()}
+    assert jobs == {"a": 4, "b": 1, "idle": 1, "late": 2, "far": 1}
+
+
+def test_the_housekeeping_refreshes_on_its_cadence_only(tmp_path):
+    """Records expire and partitions are refreshed once per `partition_refresh_seconds`."""
+    refreshed: list[float] = []
+    now = [1_000.0]
+    reconciler = Reconciler(
+        SqliteStore(":memory:"), LocalLauncher(tmp_path), clock=lambda: now[0],
+        refresh_partitions=lambda: refreshed.append(now[0]) or [],
+        partition_refresh_seconds=60,
+    )  # fmt: skip
+    for at in (1_000.0, 1_030.0, 1_059.0, 1_060.0, 1_100.0, 1_120.0):
+        now[0] = at
+        reconciler.housekeeping.once()
+    assert refreshed == [1_000.0, 1_060.0, 1_120.0]

@@ -526,7 +526,7 @@ def test_slow_broker_lookups_do_not_starve_heartbeats(tmp_path: Path, pki: TestC
 
     with serve_plane(tmp_path, pki, tls_security(pki)) as plane:
         worker_id, secret = launched(plane)  # added before the lookups are made slow
-        plane.groups._partition_count = PartitionLookups(hanging, timeout_s=2.0)
+        plane.groups._keys._partition_count = PartitionLookups(hanging, timeout_s=2.0)
         beat(plane, worker_id, secret, register=True)
         results: list[grpc.StatusCode] = []
 
