@@ -4,8 +4,8 @@
 The audit has no destination to measure at, so the measure is the job's read pace: each
 batch's bytes are spread evenly over its trigger (planning, fold, MERGE and the flow-control
 wait), as the runner logs it. The topic's newest records (the ones
-the job samples for its record budget) are 8 bytes, the older ones 60 times larger, so the
-first batch reads about 60 s of the cap at once, far more than it takes to fold and MERGE:
+the job samples for its record budget) are 8 bytes, the older ones 31 times larger, so the
+first batch reads about 30 s of the cap at once, far more than it takes to fold and MERGE:
 only the pacing on each batch's exact bytes can hold the cap.
 """
 
@@ -30,8 +30,8 @@ CAP = 10_000  # bytes/s of key + value
 PARTITIONS = 2
 NEW = 200  # records per partition at the end: 8 bytes (key "n000" + value "tiny"), the sample
 BUDGET = CAP // 8  # records a 1 s batch may take at the sampled size: 1,250
-OLD = BUDGET // PARTITIONS  # records per partition before them: the first batch, 60 s of the cap
-OLD_VALUE = 480  # bytes (+ a 4-byte key)
+OLD = BUDGET // PARTITIONS  # records per partition before them: the first batch, 30 s of the cap
+OLD_VALUE = 244  # bytes (+ a 4-byte key)
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ uatu\.(\w+): (.*)$")
 WRITTEN = re.compile(r"batch (\d+) folded: \d+ records, (\d+) bytes")
 FINISHED = re.compile(r"batch (\d+): \d+ records in ([\d.]+) s")
@@ -86,7 +86,7 @@ def test_bytes_per_sec_holds_over_every_10_s_window_of_a_real_run(spark, kafka, 
     assert sum(n for _, _, n in events) == sent_bytes, log
     assert f"at most {BUDGET} records a batch" in log
     assert len(events) >= 2, log
-    # The first batch read its 60 s of the cap in far less: the job waited out the rest.
+    # The first batch read its 30 s of the cap in far less: the job waited out the rest.
     assert "flow control: waiting" in log, log
     assert windowed_max(events, 10.0) <= 1.1 * CAP * 10, events
     # And every byte was audited: the approximate audit's windows add up to what was sent.
