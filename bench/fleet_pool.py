@@ -12,7 +12,8 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    window), and --dispatchers RPC dispatcher groups to the Go sink (bench/fleet_dispatch.py).
    The worker applications are up (registered) before the first AddJobGroup.
 2. Every group is added through AddJobGroup, one after another; for each, the time from its
-   AddJobGroup to its first committed batch (its checkpoint's `commits/0`): p50, p99, max.
+   AddJobGroup to its first committed batch (its checkpoint's `commits/0`): p50, p99, max;
+   for the audits also to their first rows in audit_counts (bench/progress_times.py).
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
 4. --updates replication groups (flow control --copy-rate) get half that rate
    (UpdateJobGroup): the time until their worker runs the new definition, whether the query
@@ -75,13 +76,13 @@ from bench.fleet_bench import (
     run_baseline,
 )
 from bench.process_usage import sample
+from bench.progress_times import FirstRows, commits, committed_after
 from controlplane.state.sqlite import SqliteStore
 from core.channel import open_channel
 from core.paths import ROOT
 from core.processes import free_ports, signal_group, terminate
 from devservices.grpc_sink import GrpcSink, install_sink, start_sink
 from devservices.kafka import start_cluster
-from jobs.audit.packs import LEDGER
 from testing.conf import write_conf_dir
 from testing.jobgroups import replication_group
 from testing.topic_data import read_partitions
@@ -92,20 +93,6 @@ def copy_of(topic: str, trigger_seconds: int, rate: float = 0) -> JobGroup:
     return replication_group(
         f"r-{topic}", topic, f"{topic}.copy", trigger_seconds=trigger_seconds, rate=rate
     )
-
-
-def commits(checkpoints: Path, group_id: str) -> list[Path]:
-    """The commit files of the group's checkpoint: its own, the pack generation its ledger
-    names (an audit in a pack), or its topics' queries' (a dispatcher's `topics/<topic>`)."""
-    folder = checkpoints / group_id
-    ledger = folder / LEDGER
-    if ledger.exists():
-        folder = Path(json.loads(ledger.read_text())["checkpoint"])
-    return [*folder.glob("commits/[0-9]*"), *folder.glob("topics/*/commits/[0-9]*")]
-
-
-def committed_after(checkpoints: Path, group_id: str, since: float) -> bool:
-    return any(p.stat().st_mtime > since for p in commits(checkpoints, group_id))
 
 
 def start_control_plane(workdir: Path, conf: Path, args) -> tuple[subprocess.Popen, str]:
@@ -177,9 +164,12 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
             up = wait_for("the worker applications", lambda: _registered(store, args), 600, 1)
             say(f"{args.workers} worker applications registered after {up} s")
             extra = fleet_dispatch.groups(dispatched, sink, args.dispatch_trigger_seconds)
-            figures.update(add_groups(stub, audits, copies, extra, checkpoints, args))
+            (first_rows := FirstRows(workdir / "wh" / "audit_counts", "job_group_id")).start()
+            added = add_groups(stub, audits, copies, extra, checkpoints, args, figures)
             pids = list(worker_pids(store).values())
             figures["workers"] = sample(pids, args.minutes * 60)
+            first_rows.stopping.set()
+            figures["add_to_counts_s"] = seconds(first_rows.since(added))  # audits only
             say(f"workers: {figures['workers']}")
             figures["update"] = update_some(stub, copies[: args.updates], checkpoints, store, args)
             figures["cancel"] = cancel_some(stub, audits[-args.cancels :])
@@ -205,7 +195,8 @@ def _registered(store: SqliteStore, args) -> bool:
     return len(ids) == args.workers and ids <= {w.node.id for w in store.workers()}
 
 
-def add_groups(stub, audits, copies, extra, checkpoints: Path, args) -> dict[str, Any]:
+def add_groups(stub, audits, copies, extra, checkpoints: Path, args, figures) -> dict[str, float]:
+    """Add every group; its first committed batch into `figures`; when each was added."""
     groups = [
         json_format.ParseDict(
             audit_group(
@@ -236,10 +227,9 @@ def add_groups(stub, audits, copies, extra, checkpoints: Path, args) -> dict[str
         return len(first) == len(added)
 
     wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
-    return {
-        "add_to_first_commit_s": seconds(list(first.values())),
-        "groups_never_committed": sorted(set(added) - set(first))[:10],
-    }
+    figures["add_to_first_commit_s"] = seconds(list(first.values()))
+    figures["groups_never_committed"] = sorted(set(added) - set(first))[:10]
+    return added
 
 
 def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore, args) -> dict:
