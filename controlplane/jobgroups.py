@@ -385,7 +385,7 @@ class JobGroups:
                 continue
             job_group_id = versioned.group.job_group.job_group_id
             try:
-                if self.refresh_partitions(job_group_id, counts):
+                if self._refresh(versioned.group, versioned.version, counts):
                     changed.append(job_group_id)
             except Exception as e:  # one group's cluster or write must not stop the others
                 log.warning("%s: partition refresh failed: %s", job_group_id, e)
@@ -401,6 +401,10 @@ class JobGroups:
         jobs only grow: Kafka cannot shrink a topic, and a failed lookup keeps what is stored.
         """
         current, version = self._get(job_group_id)
+        return self._refresh(current, version, counts)
+
+    def _refresh(self, current: StoredJobGroup, version: int, counts: ClusterCounts | None) -> bool:
+        """`refresh_partitions` of the group as read at `version`."""
         if current.state != job_pb2.JOB_STATE_RUNNING:
             return False
         keys = self._keys.validate(current.job_group, counts)
