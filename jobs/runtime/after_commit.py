@@ -81,6 +81,11 @@ SLOT_POLL_SECONDS = 0.2
 # (which CANCEL and a move wait for). A writer that waits for a slot writes everything that
 # became ready meanwhile in one write, so fewer slots mean fewer, larger commits.
 STATS_WRITE_SLOTS = threading.BoundedSemaphore(2)
+# The FAIR scheduler pool (`spark.scheduler.pool`) of every after-commit write's Spark jobs. An
+# application that declares it in its allocation file (the worker: jobs/worker/main.py) gives
+# the writes a share ahead of the queries' pools, so the rows users query are not queued
+# behind every query's next batch; elsewhere Spark makes it a default pool, or ignores it.
+WRITES_POOL = "uatu-writes"
 
 
 class AfterCommitWriter(Generic[Batch]):
@@ -238,6 +243,7 @@ class AfterCommitWriter(Generic[Batch]):
         self._thread.start()
 
     def _loop(self, spark: SparkSession, commits: CheckpointFiles) -> None:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", WRITES_POOL)
         while True:
             with self._changed:
                 if self._stopping:

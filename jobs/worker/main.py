@@ -42,6 +42,7 @@ from core.processes import CpuMeter
 from jobs import registry
 from jobs.prepare import build_job, check_source
 from jobs.runtime import ensured_tables
+from jobs.runtime.after_commit import WRITES_POOL
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
 from jobs.runtime.progress import JobIdentity
@@ -66,12 +67,42 @@ POOL_CONF = {
 }
 
 
-def worker_conf() -> dict[str, str]:
+# The after-commit writes' pool (jobs/runtime/after_commit.py), declared: a group's pool has
+# weight 1 and no minimum share, so among a hundred groups' pools the writes would have a
+# hundredth of the task slots, and the rows users query would wait behind every query's next
+# batch. With a minimum share of two (the worker's task slots) Spark's FAIR scheduler offers
+# a free slot to a pending write before any query's task.
+WRITES_POOL_WEIGHT = 4
+WRITES_POOL_MIN_SHARE = 2
+
+
+def pools_xml() -> str:
+    """The worker's FAIR allocation file: the after-commit writes' pool; the groups' and
+    packs' pools are made by Spark as they are first used, each weight 1, minimum share 0."""
+    return (
+        '<?xml version="1.0"?>\n<allocations>\n'
+        f'  <pool name="{WRITES_POOL}">\n'
+        "    <schedulingMode>FIFO</schedulingMode>\n"
+        f"    <weight>{WRITES_POOL_WEIGHT}</weight>\n"
+        f"    <minShare>{WRITES_POOL_MIN_SHARE}</minShare>\n"
+        "  </pool>\n</allocations>\n"
+    )
+
+
+def write_pools_file(folder: str) -> str:
+    """`pools_xml()` written to a file in `folder`; its path."""
+    path = Path(folder) / "fairscheduler.xml"
+    path.write_text(pools_xml())
+    return str(path)
+
+
+def worker_conf(pools_file: str) -> dict[str, str]:
     """The worker session's conf: the jobs' metrics conf, every JobType's `session_conf` (the
     worker may run any of them in this one session; the availability job, say, reads
-    `__consumer_offsets` only with the consumer-based offset reader), and the FAIR pools. A
-    key two job types set differently (`spark.sql.shuffle.partitions`, a query's choice at its
-    first run) stays at the session's default."""
+    `__consumer_offsets` only with the consumer-based offset reader), and the FAIR pools with
+    `pools_file` (write_pools_file) for their allocation file. A key two job types set
+    differently (`spark.sql.shuffle.partitions`, a query's choice at its first run) stays at
+    the session's default."""
     merged: dict[str, str] = {}
     differing: set[str] = set()
     for runtime in registry.every_runtime():
@@ -79,7 +110,8 @@ def worker_conf() -> dict[str, str]:
             if merged.setdefault(key, value) != value:
                 differing.add(key)
     shared = {key: value for key, value in merged.items() if key not in differing}
-    return {**SESSION_CONF, **shared, **POOL_CONF}
+    pools = {**POOL_CONF, "spark.scheduler.allocation.file": pools_file}
+    return {**SESSION_CONF, **shared, **pools}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -110,7 +142,8 @@ def main(argv: list[str]) -> int:
     except UatuError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status
-    spark = build_session("uatu-worker", conf=worker_conf())
+    pools_file = write_pools_file(tempfile.mkdtemp(prefix="uatu-worker-"))
+    spark = build_session("uatu-worker", conf=worker_conf(pools_file))
     ui_port = ui_port_of(spark.sparkContext.uiWebUrl)
     link = ControlPlaneLink(config, ui_port or 0)
     # Every group's job series, from this one driver (the control plane's launchers set

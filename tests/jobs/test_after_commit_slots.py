@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from jobs.runtime.after_commit import (
+    WRITES_POOL,
     AfterCommitWriter,
     Ready,
     recovery_writes,
@@ -113,6 +114,36 @@ def test_writers_sharing_a_slot_write_one_at_a_time_and_catch_up_in_one_write(
     assert sorted(writes.written.values()) == [[[0], [1, 2]], [[0, 1, 2]], [[0, 1, 2]]]
     for name in ("a", "b", "c"):
         assert not list((tmp_path / name / "stats").glob("[0-9]*"))  # files deleted
+
+
+def test_the_writes_spark_jobs_go_to_the_writes_pool_not_the_querys(spark, tmp_path) -> None:
+    """The writer's thread runs its writes in WRITES_POOL (which the worker's allocation file
+    serves first), whatever pool the query's thread that submitted the batch is in."""
+    pools: list[str | None] = []
+
+    def write(spark_, ready: Ready[int]) -> str:
+        pools.append(spark_.sparkContext.getLocalProperty("spark.scheduler.pool"))
+        return "test write"
+
+    writer = AfterCommitWriter(
+        str(tmp_path),
+        "stats",
+        "pooled",
+        write,
+        lambda _s, saved: int(saved["n"]),
+        logging.getLogger("test"),
+        at_saved=lambda: None,
+        at_writing=lambda: None,
+    )
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", "a-group")
+    try:
+        writer.submit(spark, 0, {"n": 0})
+        writer.release(0)
+        writer.drain()
+    finally:
+        writer.close()
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+    assert pools == [WRITES_POOL]
 
 
 @pytest.mark.parametrize(

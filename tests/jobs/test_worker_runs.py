@@ -22,8 +22,9 @@ from core import worker_jobs
 from core.errors import InvalidJobGroup
 from jobs import registry
 from jobs.availability.job import SESSION_CONF as AVAILABILITY
+from jobs.runtime.after_commit import WRITES_POOL
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
-from jobs.worker.main import _fence, serve_commands, worker_conf
+from jobs.worker.main import _fence, serve_commands, worker_conf, write_pools_file
 from jobs.worker.runs import GroupRuns, Step, decide
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
@@ -484,7 +485,8 @@ def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> Non
     (without it, it reads no commit from __consumer_offsets and every group shows
     NO_COMMITS), no speculation, the FAIR pools; a key two job types set differently is left
     to the session's default."""
-    conf = worker_conf()
+    conf = worker_conf("pools.xml")
+    assert conf["spark.scheduler.allocation.file"] == "pools.xml"
     assert AVAILABILITY.items() <= conf.items()
     assert (conf["spark.scheduler.mode"], conf["spark.speculation"]) == ("FAIR", "false")
     assert "spark.sql.shuffle.partitions" not in conf  # replication 1, dispatcher 2
@@ -494,7 +496,26 @@ def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> Non
 
     every = registry.every_runtime
     monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), Other])
-    assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf()
+    assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf("p.xml")
+
+
+def test_spark_reads_the_workers_pools_file_as_a_writes_pool_served_first(spark, tmp_path):
+    """Spark's own FAIR builder reads the worker's allocation file: the after-commit writes'
+    pool with a minimum share of both task slots (Spark offers a free slot to a pool below its
+    minimum share before any other) and weight 4; a pool no file names (a group's) would have
+    neither."""
+    jvm = spark.sparkContext._jvm
+    scheduler = jvm.org.apache.spark.scheduler
+    context = spark.sparkContext._jsc.sc()
+    root = scheduler.Pool("", scheduler.SchedulingMode.FIFO(), 0, 0)
+    key = "spark.scheduler.allocation.file"
+    context.conf().set(key, write_pools_file(str(tmp_path)))
+    try:
+        scheduler.FairSchedulableBuilder(root, context).buildPools()
+    finally:
+        context.conf().remove(key)
+    pool = root.getSchedulableByName(WRITES_POOL)
+    assert (pool.minShare(), pool.weight(), pool.schedulingMode().toString()) == (2, 4, "FIFO")
 
 
 def test_the_listener_tells_a_group_its_queries_stopped_and_a_pack_its_query(tmp_path):
