@@ -135,6 +135,15 @@ def seconds(values: list[float]) -> dict[str, float | None]:
     return {"n": len(values), "p50": p50, "p99": p99, "max": max(values, default=None)}
 
 
+def seconds_by_kind(times: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    """`seconds` of each kind of group: its id's first letter (a: audit, r: replication,
+    d: dispatcher), so a figure's tail names the kind it comes from."""
+    kinds: dict[str, list[float]] = {}
+    for group_id, value in times.items():
+        kinds.setdefault(group_id[0], []).append(value)
+    return {kind: seconds(values) for kind, values in sorted(kinds.items())}
+
+
 def bench(args) -> dict[str, Any]:
     with (
         work_dir("fleet-pool", keep=args.keep) as workdir,
@@ -228,6 +237,7 @@ def add_groups(stub, audits, copies, extra, checkpoints: Path, args, figures) ->
 
     wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
     figures["add_to_first_commit_s"] = seconds(list(first.values()))
+    figures["add_to_first_commit_s_by_kind"] = seconds_by_kind(first)
     figures["groups_never_committed"] = sorted(set(added) - set(first))[:10]
     return added
 
@@ -347,6 +357,7 @@ def kill_one(store: SqliteStore, checkpoints: Path, args) -> dict:
     return {
         "groups": len(victims),
         "to_next_commit_s": seconds(list(resumed.values())),
+        "to_next_commit_s_by_kind": seconds_by_kind(resumed),
         "lease_plus_10_s": args.lease_seconds + 10,
     }
 

@@ -28,3 +28,12 @@ def test_first_rows_keep_each_groups_earliest_file_across_a_rewrite(tmp_path):
     seen.look()
     assert seen.seen == first
     assert seen.since({"a": first["a"] - 5.0, "never": 0.0}) == [pytest.approx(5.0)]
+
+
+def test_the_fleet_figures_split_by_kind_of_group() -> None:
+    """Each kind's figures come from its own groups only (the id's first letter)."""
+    from bench.fleet_pool import seconds_by_kind
+
+    split = seconds_by_kind({"a-x": 1.0, "r-y": 30.0, "a-z": 3.0, "d-w": 7.0})
+    assert sorted(split) == ["a", "d", "r"]
+    assert (split["a"]["n"], split["a"]["max"], split["r"]["max"]) == (2, 3.0, 30.0)
