@@ -73,7 +73,7 @@ POOL_CONF = {
 # batch. With a minimum share of two (the worker's task slots) Spark's FAIR scheduler offers
 # a free slot to a pending write before any query's task.
 WRITES_POOL_WEIGHT = 4
-WRITES_POOL_MIN_SHARE = 1
+WRITES_POOL_MIN_SHARE = 2
 
 
 def pools_xml() -> str:
