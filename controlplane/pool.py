@@ -30,7 +30,10 @@ worker has heartbeated to it: until then it does not know what runs where.
 Rebalancing: `maintain` moves the groups of a draining worker (the pool shrinks) to the
 others, and, when a worker joins (a slot relaunched, the first heartbeats of a new pool),
 groups from the most loaded live workers to it until no two differ by more than one group
-(`rebalance_moves`). A move rewrites the group's record to the new worker
+(`rebalance_moves`); a worker gives up first the groups it has not started yet, then those
+placed on it longest ago: a group placed in the last `RECENTLY_PLACED_SECONDS` (one a dead
+worker's lease just handed over, still replaying its first batch) moves last, so one event
+does not stop the same group twice. A move rewrites the group's record to the new worker
 with a new run; the old worker gets CANCEL (the group is no longer assigned to it) and the
 new one gets RUN only once no other worker reports it running: the same gate as a launch.
 
@@ -76,6 +79,12 @@ from controlplane.workers import is_pool_key
 from core import worker_jobs
 
 log = logging.getLogger("uatu.pool")
+
+# A group placed on a worker this recently moves in a rebalance only after every group placed
+# on it earlier. The groups of a dead worker are placed on the survivors at once, and its
+# relaunched application joins a minute or two later: moving those groups on again would stop
+# each of them a second time before its first batch in its new place.
+RECENTLY_PLACED_SECONDS = 600.0
 
 
 @dataclass
@@ -263,9 +272,12 @@ class WorkerPool:
                 placed[record.worker_id].append(key)
             elif record.worker_id in draining:
                 leaving.append((key, record.worker_id))
-        for worker_id, names in placed.items():  # running ones first: the last ones move
+        recent = self.clock() - RECENTLY_PLACED_SECONDS
+        for worker_id, names in placed.items():  # the last ones move first
             running = {g for g in names if self._runs(worker_id, g)}
-            names.sort(key=lambda g: (g not in running, g))
+            # Running and placed recently first, then running ones placed earlier, then
+            # those not running yet (moving one of them restarts nothing).
+            names.sort(key=lambda g: (g not in running, records[g].started_at < recent, g))
         loads = self.loads(records)
         moves = []
         for group_id, source in leaving:

@@ -26,7 +26,7 @@ from controlplane.placement import (
     rebalance_moves,
     wanted_workers,
 )
-from controlplane.pool import WorkerPool
+from controlplane.pool import RECENTLY_PLACED_SECONDS, WorkerPool
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.state.sqlite import SqliteStore
@@ -486,6 +486,25 @@ def test_a_rebalance_moves_groups_that_are_not_running_yet_first(pooled):
     reconciler.reconcile_once()
     moved = sorted(g for g in before if store.launches()[g].worker_id == second)
     assert moved == ["g1", "g2"]  # moving them restarts no query
+
+
+@pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
+def test_a_rebalance_moves_the_groups_placed_recently_last(pooled):
+    """A dead worker's groups were just placed on the survivor (g3, g4: placed now), which
+    had run g1 and g2 for long; when the relaunched worker joins, g1 and g2 move, so g3 and
+    g4 are not stopped a second time before their first batch there (by name alone, g3 and
+    g4 would move)."""
+    store, clock, _apps, pool, reconciler, _groups = pooled
+    first, second, before = _four_groups_on_the_first_of_two(pooled)
+    long_ago = clock.now - RECENTLY_PLACED_SECONDS - 1
+    for name in ("g1", "g2"):
+        before[name] = before[name].replace(started_at=long_ago)
+        store.put_launch(name, before[name])
+    _report_all(pool, first, before)  # all four running
+    _heard(store, pool, second, clock.now)
+    reconciler.reconcile_once()
+    moved = sorted(g for g in before if store.launches()[g].worker_id == second)
+    assert moved == ["g1", "g2"]
 
 
 @pytest.mark.parametrize("pooled", [{"size": 2}], indirect=True)
