@@ -31,11 +31,11 @@ Rebalancing: `maintain` moves the groups of a draining worker (the pool shrinks)
 others, and, when a worker joins (a slot relaunched, the first heartbeats of a new pool),
 groups from the most loaded live workers to it until no two differ by more than one group
 (`rebalance_moves`); a worker gives up first the groups it has not started yet, then those
-placed on it longest ago: a group placed in the last `RECENTLY_PLACED_SECONDS` (one a dead
-worker's lease just handed over, still replaying its first batch) moves last, so one event
-does not stop the same group twice. A move rewrites the group's record to the new worker
-with a new run; the old worker gets CANCEL (the group is no longer assigned to it) and the
-new one gets RUN only once no other worker reports it running: the same gate as a launch.
+placed on it longest ago: the groups a dead worker's lease just handed over (still replaying
+their first batch there) move last, so one event does not stop the same group twice. A
+move rewrites the group's record to the new worker with a new run; the old worker gets CANCEL
+(the group is no longer assigned to it) and the new one gets RUN only once no other worker
+reports it running: the same gate as a launch.
 
 The decisions themselves (placement, rebalancing, the command matrix) are pure functions
 of controlplane/placement.py; the pool gathers what they need and acts on them.
@@ -79,12 +79,6 @@ from controlplane.workers import is_pool_key
 from core import worker_jobs
 
 log = logging.getLogger("uatu.pool")
-
-# A group placed on a worker this recently moves in a rebalance only after every group placed
-# on it earlier. The groups of a dead worker are placed on the survivors at once, and its
-# relaunched application joins a minute or two later: moving those groups on again would stop
-# each of them a second time before its first batch in its new place.
-RECENTLY_PLACED_SECONDS = 600.0
 
 
 @dataclass
@@ -272,12 +266,13 @@ class WorkerPool:
                 placed[record.worker_id].append(key)
             elif record.worker_id in draining:
                 leaving.append((key, record.worker_id))
-        recent = self.clock() - RECENTLY_PLACED_SECONDS
         for worker_id, names in placed.items():  # the last ones move first
             running = {g for g in names if self._runs(worker_id, g)}
-            # Running and placed recently first, then running ones placed earlier, then
-            # those not running yet (moving one of them restarts nothing).
-            names.sort(key=lambda g: (g not in running, records[g].started_at < recent, g))
+            # Those not running yet last (moving one restarts nothing); before them the
+            # running ones, the latest placed first. A dead worker's groups are placed on the
+            # survivors at once and its relaunch joins a minute or two later: they stay, as
+            # moving them on would stop each a second time before its first batch there.
+            names.sort(key=lambda g: (g not in running, -records[g].started_at, g))
         loads = self.loads(records)
         moves = []
         for group_id, source in leaving:

@@ -26,7 +26,7 @@ from controlplane.placement import (
     rebalance_moves,
     wanted_workers,
 )
-from controlplane.pool import RECENTLY_PLACED_SECONDS, WorkerPool
+from controlplane.pool import WorkerPool
 from controlplane.reconcile import Action, definition_of
 from controlplane.reconciler import Reconciler
 from controlplane.state.sqlite import SqliteStore
@@ -496,9 +496,8 @@ def test_a_rebalance_moves_the_groups_placed_recently_last(pooled):
     g4 would move)."""
     store, clock, _apps, pool, reconciler, _groups = pooled
     first, second, before = _four_groups_on_the_first_of_two(pooled)
-    long_ago = clock.now - RECENTLY_PLACED_SECONDS - 1
-    for name in ("g1", "g2"):
-        before[name] = before[name].replace(started_at=long_ago)
+    for name in ("g1", "g2"):  # placed a few minutes earlier
+        before[name] = before[name].replace(started_at=clock.now - 300)
         store.put_launch(name, before[name])
     _report_all(pool, first, before)  # all four running
     _heard(store, pool, second, clock.now)
