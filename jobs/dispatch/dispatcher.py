@@ -160,9 +160,15 @@ def end_offsets(spark: SparkSession, spec: DispatchSpec, topic: str) -> dict[int
     return {int(p): int(o) for p, o in dict(ends).items()}
 
 
-def close(spark: SparkSession) -> None:
-    """Close the dispatch clients of this (driver) JVM."""
-    _jvm(spark).Dispatch.closeAll()
+def close(spark: SparkSession, job_group_id: str) -> None:
+    """Close the group's dispatch clients in this (driver) JVM at the end of its run; the other
+    groups a worker application runs in the same JVM keep theirs."""
+    _jvm(spark).Dispatch.close(job_group_id)
+
+
+def open_groups(spark: SparkSession) -> list[str]:
+    """The JobGroups whose dispatch clients are open in this JVM, sorted."""
+    return list(_jvm(spark).Dispatch.openGroups())
 
 
 def _jvm(spark: SparkSession):  # a py4j package view

@@ -436,7 +436,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             writer.stats.batches.close()
         self._group_offsets.close()
         if self._spark is not None:
-            dispatcher.close(self._spark)
+            dispatcher.close(self._spark, self.spec.job_group_id)
 
 
 @dataclass

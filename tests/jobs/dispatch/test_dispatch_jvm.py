@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from concurrent import futures
 from datetime import UTC, datetime
 
 import grpc
@@ -36,14 +37,19 @@ SETTINGS = Settings(None, "/w", "/c", {"local": ClusterConfig("local", "127.0.0.
 
 
 def spec(
-    retry: bool = True, dlq: str = "dlq", resq: bool = True, max_timeouts: int = 2
+    retry: bool = True,
+    dlq: str = "dlq",
+    resq: bool = True,
+    max_timeouts: int = 2,
+    job_group_id: str = "g",
+    service: str = "127.0.0.1:1",
 ) -> DispatchSpec:
     data = {
-        "jobGroupId": "g",
+        "jobGroupId": job_group_id,
         "type": "JOB_TYPE_KAFKA_CONSUMER_TO_RPC_DISPATCHER",
         "kafkaConsumerTaskGroup": {"cluster": "local", "topic": "src", "consumerGroup": "svc"},
         "rpcDispatcherTaskGroup": {
-            "uri": "dns:///127.0.0.1:1",
+            "uri": f"dns:///{service}",
             "rpcTimeoutMs": 250,
             "rpcTimeoutLimitMs": 3000,
             "dlqTopic": dlq,
@@ -187,6 +193,29 @@ def test_rate_limiter_holds_every_window(jvm) -> None:
             j += 1
         assert j - i <= rate * window * 1.02 + 1
     assert sent_s[-1] == pytest.approx(3000 / rate - rate * 0.2 / rate, abs=0.5)
+
+
+def test_the_end_of_one_groups_run_closes_its_clients_only(spark) -> None:
+    """A worker application runs many dispatch groups in one JVM: the end of one group's run
+    closes its channels, producer and threads, never a neighbour's (closing every group's
+    failed the neighbours' next calls with RejectedExecutionException in the worker pool
+    bench)."""
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    groups = ("closing-a", "closing-b")
+    try:
+        for group in groups:
+            config = dispatcher.config_json(spec(job_group_id=group, service=f"127.0.0.1:{port}"))
+            assert dispatcher.check_clients(spark, config, "local")  # its clients built
+        assert set(groups) <= set(dispatcher.open_groups(spark))
+        dispatcher.close(spark, "closing-a")
+        assert [g for g in dispatcher.open_groups(spark) if g in groups] == ["closing-b"]
+    finally:
+        for group in groups:
+            dispatcher.close(spark, group)
+        server.stop(0)
+    assert not set(groups) & set(dispatcher.open_groups(spark))
 
 
 def test_stats_rows_have_the_table_schema(spark) -> None:

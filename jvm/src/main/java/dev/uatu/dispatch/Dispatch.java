@@ -72,10 +72,19 @@ public final class Dispatch {
     }
   }
 
-  /** Closes this JVM's dispatch clients (the driver of a local-mode run, at its end). */
-  public static void closeAll() {
-    GroupRuntime.closeAll();
-    RangeDispatcher.closeConsumers();
+  /**
+   * Closes one JobGroup's dispatch clients in this JVM at the end of its run (its channels,
+   * producer and threads; and the idle pooled consumers, which the next task opens again).
+   * The other groups a worker application runs in this JVM keep theirs.
+   */
+  public static void close(String jobGroupId) {
+    GroupRuntime.closeGroup(jobGroupId);
+    RangeDispatcher.closeIdleConsumers();
+  }
+
+  /** The JobGroups whose dispatch clients are open in this JVM, sorted. */
+  public static List<String> openGroups() {
+    return GroupRuntime.openGroups();
   }
 
   // --- the routing rules, exposed for the test that checks them against routing.py ---------

@@ -10,6 +10,7 @@ import java.io.UncheckedIOException;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -181,12 +182,29 @@ public final class GroupRuntime {
     callbacks.shutdownNow();
   }
 
-  /** Closes every runtime of this JVM (the driver of a local-mode job, at its end). */
-  public static void closeAll() {
+  /**
+   * Closes the runtimes of one JobGroup in this JVM (its run ended). Never another group's: a
+   * worker application runs many dispatch groups in one JVM, and a closed runtime fails every
+   * call its group makes next.
+   */
+  static void closeGroup(String jobGroupId) {
     synchronized (RUNTIMES) {
-      RUNTIMES.values().forEach(GroupRuntime::close);
-      RUNTIMES.clear();
+      RUNTIMES
+          .values()
+          .removeIf(
+              runtime -> {
+                if (!runtime.config.jobGroupId.equals(jobGroupId)) {
+                  return false;
+                }
+                runtime.close();
+                return true;
+              });
     }
+  }
+
+  /** The JobGroups with a runtime open in this JVM, sorted. */
+  static List<String> openGroups() {
+    return RUNTIMES.values().stream().map(r -> r.config.jobGroupId).distinct().sorted().toList();
   }
 
   private static java.util.concurrent.ThreadFactory daemon(String name) {

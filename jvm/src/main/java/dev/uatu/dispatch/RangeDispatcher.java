@@ -58,8 +58,17 @@ final class RangeDispatcher implements FlatMapFunction<Iterator<Range>, Row> {
     return IDLE.computeIfAbsent(config, c -> new ConcurrentLinkedQueue<>());
   }
 
-  static void closeConsumers() {
-    IDLE.values().forEach(q -> q.forEach(KafkaConsumer::close));
-    IDLE.clear();
+  /**
+   * Closes the pooled consumers no task holds now. Each is taken off its queue before it is
+   * closed, so a task that borrows at the same time gets an open one or a new one, never one
+   * being closed.
+   */
+  static void closeIdleConsumers() {
+    for (Queue<KafkaConsumer<byte[], byte[]>> idle : IDLE.values()) {
+      KafkaConsumer<byte[], byte[]> consumer;
+      while ((consumer = idle.poll()) != null) {
+        consumer.close();
+      }
+    }
   }
 }
