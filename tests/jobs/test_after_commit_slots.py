@@ -58,23 +58,26 @@ def poll(check, what: str) -> None:
         time.sleep(0.02)
 
 
+def int_writer(checkpoint: Path, folder: str, what: str, write, **options) -> AfterCommitWriter:
+    """A writer of int batches (saved as {"n": batch}) without fault points."""
+    return AfterCommitWriter(
+        str(checkpoint),
+        folder,
+        what,
+        write,
+        lambda _spark, saved: int(saved["n"]),
+        logging.getLogger("test"),
+        at_saved=lambda: None,
+        at_writing=lambda: None,
+        **options,
+    )
+
+
 def writers(spark, tmp_path: Path, writes: Writes, slots) -> list[AfterCommitWriter[int]]:
-    made = []
-    for name in ("a", "b", "c"):
-        made.append(
-            AfterCommitWriter(
-                str(tmp_path / name),
-                "stats",
-                name,
-                writes.writer(name),
-                lambda _spark, saved: int(saved["n"]),
-                logging.getLogger("test"),
-                at_saved=lambda: None,
-                at_writing=lambda: None,
-                write_slots=slots,
-            )
-        )
-    return made
+    return [
+        int_writer(tmp_path / name, "stats", name, writes.writer(name), write_slots=slots)
+        for name in ("a", "b", "c")
+    ]
 
 
 @pytest.mark.parametrize("slots", [1, None], ids=["one-slot", "no-slots"])
@@ -125,16 +128,7 @@ def test_the_writes_spark_jobs_go_to_the_writes_pool_not_the_querys(spark, tmp_p
         pools.append(spark_.sparkContext.getLocalProperty("spark.scheduler.pool"))
         return "test write"
 
-    writer = AfterCommitWriter(
-        str(tmp_path),
-        "stats",
-        "pooled",
-        write,
-        lambda _s, saved: int(saved["n"]),
-        logging.getLogger("test"),
-        at_saved=lambda: None,
-        at_writing=lambda: None,
-    )
+    writer = int_writer(tmp_path, "stats", "pooled", write)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", "a-group")
     try:
         writer.submit(spark, 0, {"n": 0})
@@ -201,15 +195,11 @@ class CrashedRun:
                 append_once(rows(ids), ROWS, path, app_id, ids[-1])
             return "test write"
 
-        self.writer = AfterCommitWriter(
-            str(tmp_path / "ck"),
+        self.writer = int_writer(
+            tmp_path / "ck",
             "saved",
             "recovered_rows",
             write,
-            lambda _spark, saved: int(saved["n"]),
-            logging.getLogger("test"),
-            at_saved=lambda: None,
-            at_writing=lambda: None,
             held_through=lambda spark, ready: (
                 [tables_held_through(spark, self.paths, app_id)] * len(ready)
             ),
