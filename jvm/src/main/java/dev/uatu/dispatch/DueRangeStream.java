@@ -4,15 +4,25 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
 import java.util.TreeMap;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
-import org.apache.kafka.common.PartitionInfo;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
+import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
@@ -22,8 +32,11 @@ import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 
-/** {@link DueRangeSource}'s stream: plans each micro-batch on the driver with one consumer that
- * only reads metadata (partitions, end offsets, offsets for a time). */
+/** {@link DueRangeSource}'s stream: plans each micro-batch on the driver with one admin client
+ * that only reads metadata (partitions, end offsets, offsets for a time), as Spark's own Kafka
+ * source does. Admin answers from fresh metadata each time: a consumer keeps a deleted topic in
+ * its cached metadata and retries its offset lookups until their timeout, so a dispatcher whose
+ * topic was deleted took the whole timeout to fail; the admin's describe fails at once. */
 final class DueRangeStream
     implements MicroBatchStream, SupportsAdmissionControl, ReportsSourceMetrics {
   private static final Duration TIMEOUT = Duration.ofSeconds(30);
@@ -32,8 +45,9 @@ final class DueRangeStream
   private final String startingOffsets;
   private final TopicOffsets ending; // null: unbounded
   private final long maxRecordsPerBatch;
-  private final Map<String, Object> consumerConfig = new HashMap<>();
-  private KafkaConsumer<byte[], byte[]> consumer;
+  private final Map<String, Object> adminConfig = new HashMap<>();
+  private final ListOffsetsOptions listOptions;
+  private Admin admin;
   private volatile long recordsBehind;
   private volatile long recordsNotDue;
 
@@ -44,13 +58,21 @@ final class DueRangeStream
     String end = options.get("endingOffsets");
     this.ending = end == null || end.isEmpty() ? null : TopicOffsets.parse(end, topic);
     this.maxRecordsPerBatch = Long.parseLong(options.getOrDefault("maxRecordsPerBatch", "0"));
-    options.forEach(
-        (k, v) -> {
-          if (k.startsWith("kafka.")) {
-            consumerConfig.put(k.substring("kafka.".length()), v);
-          }
-        });
-    consumerConfig.put("enable.auto.commit", "false");
+    // The consumer settings the source was given: the admin takes its own (connection,
+    // security); the isolation level decides which end offset a lookup answers.
+    IsolationLevel isolation = IsolationLevel.READ_UNCOMMITTED;
+    for (Map.Entry<String, String> option : options.entrySet()) {
+      if (!option.getKey().startsWith("kafka.")) {
+        continue;
+      }
+      String key = option.getKey().substring("kafka.".length());
+      if (key.equals("isolation.level")) {
+        isolation = IsolationLevel.valueOf(option.getValue().toUpperCase(Locale.ROOT));
+      } else if (AdminClientConfig.configNames().contains(key)) {
+        adminConfig.put(key, option.getValue());
+      }
+    }
+    this.listOptions = new ListOffsetsOptions(isolation);
   }
 
   private static String required(Map<String, String> options, String name) {
@@ -61,13 +83,31 @@ final class DueRangeStream
     return value;
   }
 
-  private KafkaConsumer<byte[], byte[]> consumer() {
-    if (consumer == null) {
+  private Admin admin() {
+    if (admin == null) {
       Properties props = new Properties();
-      props.putAll(consumerConfig);
-      consumer = new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+      props.putAll(adminConfig);
+      admin = Admin.create(props);
     }
-    return consumer;
+    return admin;
+  }
+
+  /** The value of {@code future} within the timeout; Kafka's own exception when it failed. */
+  private static <T> T within(KafkaFuture<T> future, String what) {
+    try {
+      return future.get(TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof KafkaException ke) {
+        throw ke;
+      }
+      throw new KafkaException(what + " failed", e.getCause());
+    } catch (TimeoutException e) {
+      throw new org.apache.kafka.common.errors.TimeoutException(
+          what + " took over " + TIMEOUT.toMillis() + " ms", e);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new org.apache.kafka.common.errors.InterruptException(e);
+    }
   }
 
   private List<TopicPartition> partitions() {
@@ -76,19 +116,34 @@ final class DueRangeStream
       ending.offsets.keySet().forEach(p -> tps.add(new TopicPartition(topic, p)));
       return tps;
     }
-    List<PartitionInfo> infos = consumer().partitionsFor(topic, TIMEOUT);
-    if (infos == null || infos.isEmpty()) {
-      throw new IllegalStateException("topic " + topic + " has no partitions (does it exist?)");
+    TopicDescription described;
+    try {
+      described =
+          within(admin().describeTopics(List.of(topic)).topicNameValues().get(topic), "describe");
+    } catch (UnknownTopicOrPartitionException e) {
+      throw new IllegalStateException("topic " + topic + " has no partitions (does it exist?)", e);
     }
-    infos.forEach(info -> tps.add(new TopicPartition(topic, info.partition())));
+    described.partitions().forEach(p -> tps.add(new TopicPartition(topic, p.partition())));
     return tps;
+  }
+
+  /** Each partition's offset for {@code spec}: -1 where a timestamp has no record at or after
+   * it (Kafka's answer to a time past the end). */
+  private Map<TopicPartition, Long> offsets(List<TopicPartition> tps, OffsetSpec spec) {
+    Map<TopicPartition, OffsetSpec> query = new HashMap<>();
+    tps.forEach(tp -> query.put(tp, spec));
+    Map<TopicPartition, ListOffsetsResultInfo> found =
+        within(admin().listOffsets(query, listOptions).all(), "list offsets");
+    Map<TopicPartition, Long> result = new HashMap<>();
+    found.forEach((tp, info) -> result.put(tp, info.offset()));
+    return result;
   }
 
   @Override
   public Offset initialOffset() {
     List<TopicPartition> tps = partitions();
-    Map<TopicPartition, Long> earliest = consumer().beginningOffsets(tps, TIMEOUT);
-    Map<TopicPartition, Long> latest = consumer().endOffsets(tps, TIMEOUT);
+    Map<TopicPartition, Long> earliest = offsets(tps, OffsetSpec.earliest());
+    Map<TopicPartition, Long> latest = offsets(tps, OffsetSpec.latest());
     TopicOffsets given =
         startingOffsets.startsWith("{") ? TopicOffsets.parse(startingOffsets, topic) : null;
     Map<Integer, Long> start = new TreeMap<>();
@@ -124,14 +179,12 @@ final class DueRangeStream
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     TopicOffsets start = (TopicOffsets) startOffset;
     List<TopicPartition> tps = partitions();
-    Map<TopicPartition, Long> high = consumer().endOffsets(tps, TIMEOUT);
+    Map<TopicPartition, Long> high = offsets(tps, OffsetSpec.latest());
     Map<TopicPartition, Long> earliest = null;
-    Map<TopicPartition, OffsetAndTimestamp> due = null;
+    Map<TopicPartition, Long> due = null;
     if (delayMs > 0) {
       long dueBefore = Math.max(0, System.currentTimeMillis() - delayMs);
-      Map<TopicPartition, Long> query = new HashMap<>();
-      tps.forEach(tp -> query.put(tp, dueBefore));
-      due = consumer().offsetsForTimes(query, TIMEOUT);
+      due = offsets(tps, OffsetSpec.forTimestamp(dueBefore));
     }
     Map<Integer, Long> from = new TreeMap<>();
     Map<Integer, Long> until = new TreeMap<>();
@@ -142,7 +195,7 @@ final class DueRangeStream
       Long s = start == null ? null : start.offsets.get(p);
       if (s == null) { // a partition added since the last batch starts at its beginning
         if (earliest == null) {
-          earliest = consumer().beginningOffsets(tps, TIMEOUT);
+          earliest = offsets(tps, OffsetSpec.earliest());
         }
         s = earliest.get(tp);
       }
@@ -151,8 +204,8 @@ final class DueRangeStream
         available = Math.min(available, ending.offsets.get(p));
       }
       long end = available;
-      if (due != null && due.get(tp) != null) {
-        end = Math.min(end, due.get(tp).offset());
+      if (due != null && due.get(tp) != null && due.get(tp) >= 0) {
+        end = Math.min(end, due.get(tp));
       }
       end = Math.max(end, s);
       from.put(p, s);
@@ -195,8 +248,7 @@ final class DueRangeStream
       Long from = s == null ? null : s.offsets.get(p);
       if (from == null) {
         if (earliest == null) {
-          earliest = consumer().beginningOffsets(
-              List.of(new TopicPartition(topic, p)), TIMEOUT);
+          earliest = offsets(List.of(new TopicPartition(topic, p)), OffsetSpec.earliest());
         }
         from = earliest.get(new TopicPartition(topic, p));
       }
@@ -222,9 +274,9 @@ final class DueRangeStream
 
   @Override
   public void stop() {
-    if (consumer != null) {
-      consumer.close(Duration.ofSeconds(5));
-      consumer = null;
+    if (admin != null) {
+      admin.close(Duration.ofSeconds(5));
+      admin = null;
     }
   }
 
