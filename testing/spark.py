@@ -18,12 +18,21 @@ from jobs.runtime.session import build_session
 
 # For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
 # rows, so 2 shuffle partitions and 1 Delta snapshot task; no UI; SerialGC for a small heap.
+# Expressions are interpreted and plans not re-optimized at run time: the suite runs thousands
+# of queries once each over a handful of rows, and a profile of its session JVM found code
+# generation and its compiler (Janino) in over a quarter of the CPU samples, adaptive
+# execution's re-planning in more. Spark supports both modes; the jobs the suite starts with
+# spark-submit.sh (tests/jobs/*faults*, the launchers, the demo) keep Spark's defaults, as a
+# site's jobs do.
 SMALL_LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "1",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
 }
 
 # The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
