@@ -38,12 +38,19 @@ SMALL_LOCAL_CONF = {
 # The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
 # JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
 C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+# C1 alone gets a 48 MiB code cache where tiered compilation gets 240 MiB. The test session's
+# JVM lives as long as its worker's share of the suite and runs every in-process job with
+# interpreted expressions, whose evaluation code the JIT compiles, and it filled the small
+# cache ("Out of space in CodeCache for method handle intrinsic" failing a MERGE): the Spark
+# JVMs get the tiered size back (reserved address space; only what is used is committed).
+CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 
 
 def suite_java_options() -> str:
-    """JVM options of every Spark JVM the suite starts (tests/conftest.py): C1 only, and the
-    class-data sharing archive of `make build` when there is one (as spark-submit.sh uses it)."""
-    return f"{C1_ONLY_JIT} {cds_java_options()}".strip()
+    """JVM options of every Spark JVM the suite starts (tests/conftest.py): C1 only with the
+    tiered code cache, and the class-data sharing archive of `make build` when there is one
+    (as spark-submit.sh uses it)."""
+    return f"{C1_ONLY_JIT} {CODE_CACHE} {cds_java_options()}".strip()
 
 
 def small_local_session(

@@ -125,8 +125,10 @@ def test_bad_jobgroup_exits_2_naming_field_and_value(tmp_path, conf_dir, capsys,
     assert not (tmp_path / "ck").exists()
 
 
-def test_unreachable_cluster_is_a_clear_error(tmp_path, conf_dir, capsys):
+def test_unreachable_cluster_is_a_clear_error(tmp_path, conf_dir, capsys, monkeypatch):
     """Exit 1 (failed, may be retried), not 2 (bad input): the cluster may only be down."""
+    # The message and the exit status are what is tested, not how long a run waits.
+    monkeypatch.setattr(job_main, "SOURCE_CLUSTER_WAIT_S", 1.0)
     status, err = run_main(tmp_path, conf_dir, ORDERS_AUDIT, capsys)
     assert status == 1
     assert "cluster 'local' at 127.0.0.1:9 did not answer" in err
