@@ -13,11 +13,10 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 # `make test` runs its test files on this many pytest-xdist workers (one file stays on one
 # worker, so module fixtures are built once). Each worker has its own brokers and SparkSession.
-# Four fill the two cores and finish sooner (34 to 38 minutes against 43), but three of seven
-# four-worker runs failed a test whose timing the load moved, a different one each time (each
-# mended; docs/benchmarks.md, "Test suite"), so the default stays two until two four-worker
-# runs in a row pass. TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
+# Two left the cores idle a fifth of the time; three keep them about 93 % busy and finish
+# sooner (docs/testing.md, "Fixtures and real services"; the runs in docs/benchmarks.md,
+# "Test suite"). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 
 .PHONY: help setup venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv airflow-provider wheel kafka-up kafka-down run demo-audit-tiers controlplane report test test-unit airflow-test lint format bench-audit bench-replication bench-controlplane bench-loadgen clean
 
