@@ -39,10 +39,10 @@ SMALL_LOCAL_CONF = {
 # JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
 C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 # C1 alone gets a 48 MiB code cache where tiered compilation gets 240 MiB. The test session's
-# JVM lives as long as its worker's share of the suite and runs every in-process job with
-# interpreted expressions, whose evaluation code the JIT compiles, and it filled the small
-# cache ("Out of space in CodeCache for method handle intrinsic" failing a MERGE): the Spark
-# JVMs get the tiered size back (reserved address space; only what is used is committed).
+# JVM lives as long as its worker's share of the suite and runs every in-process job, and it
+# filled the small cache (the JIT stopped, then "Out of space in CodeCache for method handle
+# intrinsic" failed a MERGE): the Spark JVMs get the tiered size back (reserved address space;
+# only what is used is committed).
 CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 
 

@@ -30,9 +30,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * <p>A record is due once its timestamp plus the topic's processing delay has passed. The end
  * of each partition's next range is the first offset whose timestamp is not yet due
- * (the offset for the time {@code now - delay}), so every record before it is due, and a batch never
- * holds a record that must wait: waiting for a retry tier's delay costs no task slot and blocks
- * no other partition, tier or query; the query simply plans nothing more until the next
+ * (the offset for the time {@code now - delay}), so every record before it is due, and a batch
+ * never holds a record that must wait: waiting for a retry tier's delay costs no task slot and
+ * blocks no other partition, tier or query; the query simply plans nothing more until the next
  * trigger. (A record with an older timestamp behind a newer one waits for it: it is dispatched
  * late, never early.) Offsets live in the query's checkpoint like Spark's Kafka source's, in the
  * same JSON shape ({@link TopicOffsets}).
