@@ -23,15 +23,14 @@ TEST_WORKERS ?= 3
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-setup: ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow, Prometheus, Chromium, the Airflow venv
-	@# The Airflow venv shares nothing with the rest, so it installs beside it: the whole setup
-	@# is shorter than one step at a time.
-	@$(MAKE) --no-print-directory -j2 setup-project airflow-venv
-	@$(MAKE) --no-print-directory airflow-provider
+# One make over the whole graph, three recipes at a time: the project's JVM build (jars, javac,
+# the class-data sharing archive) is one chain of CPU-bound steps, and beside it run the Airflow
+# venv, the dev services' downloads and the wheels, which mostly wait on the disk and the
+# network. Each recipe's lines stay whole (--output-sync=line) and name their step.
+SETUP_JOBS ?= 3
 
-.PHONY: setup-project
-setup-project: # everything but the Airflow venv, one step at a time
-	@$(MAKE) --no-print-directory -j1 venv jars proto build etcd kafka-pixy burrow prometheus chromium
+setup: ## install everything: Python venv, JVM jars, generated protos, job zip, etcd, kafka-pixy, Burrow, Prometheus, Chromium, the Airflow venv
+	@$(MAKE) --no-print-directory -j$(SETUP_JOBS) --output-sync=line venv jars proto build etcd kafka-pixy burrow prometheus chromium airflow-venv airflow-provider
 
 venv: $(VENV)/.installed ## Python virtual environment with the pinned dependencies
 
