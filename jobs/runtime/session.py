@@ -26,6 +26,12 @@ BASE_CONF = {
     # The UI shows what runs; it does not stop it (docs/security.md). spark-submit.sh also
     # keeps the driver and the UI on loopback in local mode.
     "spark.ui.killEnabled": "false",
+    # A FileContext on file: paths (streaming checkpoints, Delta's log) through the project's
+    # local file system (build/uatu-jvm.jar, dev.uatu.fs.NioLocalFs): Hadoop's forks a chmod
+    # and two readlink processes for each file it writes and renames, several per micro-batch
+    # and query, where this sets the same bits through java.nio. (The FileSystem API keeps
+    # Hadoop's: spark-submit reads its --jars through it before they are on the classpath.)
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "dev.uatu.fs.NioLocalFs",
 }
 
 # Tunables with the project's defaults: a value the application was launched with
