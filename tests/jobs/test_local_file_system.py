@@ -1,8 +1,9 @@
 """dev.uatu.fs.NioLocalFs, the FileContext file system of `file:` paths in every session
 (jobs.runtime.session.BASE_CONF): streaming checkpoints and Delta's log are written through it.
-It must leave on disk what Hadoop's own LocalFs leaves (the same permission bits, checksum
-files and renames) and answer the same link status, without forking chmod or readlink. Each
-test does the same operation through both and compares, and against the bits POSIX gives."""
+Its point is to fork no chmod or readlink (docs/benchmarks.md measures that); these tests hold
+that it leaves on disk what Hadoop's own LocalFs leaves (the same permission bits, checksum
+files and renames) and answers the same link status. Each test does the same operation
+through both and compares, and against the bits POSIX gives."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * forks a {@code chmod} for every file and folder it creates with a permission and a {@code
  * readlink} for every link status it reads, which a rename through a {@code FileContext} does
  * twice. Every streaming checkpoint file and every Delta commit is written that way: several
- * forks per micro-batch and query, each costing milliseconds of CPU in a large JVM. This class
+ * process starts per micro-batch and query (docs/benchmarks.md, "Test suite"). This class
  * sets the same permission bits and answers the same status without a process. A sticky bit
  * (which java.nio cannot set) and a real symbolic link still go through Hadoop's own code.
  */
