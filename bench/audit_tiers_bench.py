@@ -164,10 +164,12 @@ def decided(verdicts_path: Path) -> list[dict[str, Any]]:
 @contextmanager
 def job(group: dict[str, Any], workdir: Path, conf_dir: Path) -> Iterator[subprocess.Popen]:
     """A streaming `./spark-submit.sh` run of `group`, stopped after the block: SIGTERM (a
-    graceful stop), then SIGKILL to its process group if it has not exited within 120 s."""
+    graceful stop), then SIGKILL to its process group if it has not exited within 120 s. The
+    job keeps Spark's defaults, as a site runs it, but for 2 shuffle partitions."""
     from testing.jobrun import running_job, stop_job
 
-    with running_job(group, workdir, conf_dir) as proc:
+    spark_args = {"UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2"}
+    with running_job(group, workdir, conf_dir, env=spark_args) as proc:
         try:
             yield proc
         finally:

@@ -22,6 +22,7 @@ from core.errors import EXIT_OK
 from core.faults import ENV as FAULT_ENV
 from core.paths import ROOT
 from core.processes import signal_group
+from testing.spark import small_submit_args
 
 # Variables of the test process a job run must not inherit.
 _NOT_INHERITED = (FAULT_ENV, "UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE")
@@ -37,8 +38,10 @@ def submit_job(
     """Start `./spark-submit.sh` on `group` (a JobGroup as a protobuf-JSON dict) in its own
     process group; its output goes to `log_path(workdir, group)`.
 
-    `env` adds to (and overrides) the test process's environment, less the variables a test
-    may have set for itself (UATU_FAULT, the storage roots, the control plane).
+    The run takes the test session's SQL settings (`testing.spark.small_submit_args`) and 1g
+    of driver memory. `env` adds to (and overrides) those and the test process's environment,
+    less the variables a test may have set for itself (UATU_FAULT, the storage roots, the
+    control plane).
     """
     path = workdir / f"{group['jobGroupId']}-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(group))
@@ -49,7 +52,7 @@ def submit_job(
         **inherited,
         "UATU_CONF_DIR": str(conf_dir),
         "UATU_DRIVER_MEMORY": "1g",
-        "UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2",
+        "UATU_SPARK_SUBMIT_ARGS": small_submit_args(),
         **(env or {}),
     }
     try:

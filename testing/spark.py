@@ -21,9 +21,10 @@ from jobs.runtime.session import build_session
 # Expressions are interpreted and plans not re-optimized at run time: the suite runs thousands
 # of queries once each over a handful of rows, and a profile of its session JVM found code
 # generation and its compiler (Janino) in over a quarter of the CPU samples, adaptive
-# execution's re-planning in more. Spark supports both modes; the jobs the suite starts with
-# spark-submit.sh (tests/jobs/*faults*, the launchers, the demo) keep Spark's defaults, as a
-# site's jobs do.
+# execution's re-planning in more. Spark supports both modes. The spark-submit.sh runs of
+# testing/jobrun.py (the crash-point and exit-path tests) take these SQL settings too
+# (`small_submit_args`); the jobs the control plane, the demo, Airflow and the standalone
+# cluster start keep Spark's defaults, as a site's jobs do.
 SMALL_LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -34,6 +35,24 @@ SMALL_LOCAL_CONF = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
 }
+
+# What a spark-submit.sh run of testing/jobrun.py takes from SMALL_LOCAL_CONF: not the UI (the
+# metrics tests read it), not the driver's Java options (spark-submit.sh sets its own), not the
+# default parallelism (the replication job reads it as its task slots: SPARK_MASTER decides).
+_NOT_SUBMITTED = frozenset(
+    {"spark.ui.enabled", "spark.driver.extraJavaOptions", "spark.default.parallelism"}
+)
+
+
+def small_submit_args() -> str:
+    """SMALL_LOCAL_CONF's SQL and task settings as spark-submit `--conf` words, for
+    UATU_SPARK_SUBMIT_ARGS."""
+    return " ".join(
+        f"--conf {key}={value}"
+        for key, value in SMALL_LOCAL_CONF.items()
+        if key not in _NOT_SUBMITTED
+    )
+
 
 # The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
 # JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
