@@ -31,7 +31,7 @@ from testing.jobgroups import MINIMAL_GROUPS, minimal_group, parse
 from testing.polling import wait_for
 from testing.topic_data import count_records
 
-TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 1}}
+TRIGGER = {"@type": "type.googleapis.com/uatu.v1.JobOptions", "trigger": {"intervalSeconds": 3}}
 EARLIEST = {"autoOffsetResetPolicy": "AUTO_OFFSET_RESET_POLICY_EARLIEST"}
 
 
