@@ -163,8 +163,13 @@ class NativeSender:
     def topic_changed(self, partition_count: int) -> None:
         pass  # `send` refreshes the metadata itself when it meets a partition it does not know
 
-    def close(self) -> None:
-        self.producer.flush(5)
+    def close(self, flush_timeout_s: float = 5) -> None:
+        """Wait up to `flush_timeout_s` for the probes in flight, fail the rest (their `done`
+        gets librdkafka's purge error) and close the producer, whose threads would otherwise
+        keep reconnecting to the cluster for as long as anything holds the sender."""
+        self.producer.flush(flush_timeout_s)
+        self.producer.purge()  # close() would wait for them up to the ack SLA
+        self.producer.close()
 
 
 class ProxySender:

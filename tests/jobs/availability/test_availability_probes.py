@@ -1,14 +1,23 @@
-"""The probes' pure parts: the ledger's outcomes, probe-topic coverage, probe values, and the
-per-window statistics (on small batch frames, with chispa)."""
+"""The probes' pure parts: the ledger's outcomes, probe-topic coverage, probe values, the
+per-window statistics (on small batch frames, with chispa); and the native sender's close
+(librdkafka, no broker)."""
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 import pytest
 from chispa import assert_df_equality
 from chispa.schema_comparer import assert_schema_equality
 
+from core.config import ClusterConfig
 from jobs.availability.probes.ledger import ProbeLedger, ProbeTarget
-from jobs.availability.probes.probers import parse_probe, probe_value, sendable_targets
+from jobs.availability.probes.probers import (
+    NativeSender,
+    parse_probe,
+    probe_value,
+    sendable_targets,
+)
 from jobs.availability.probes.stats import PROBE_OUTCOME_DDL, probe_window_stats
 from jobs.availability.probes.topic import probe_targets, replica_lists, uncovered_brokers
 from jobs.availability.tables import AVAILABILITY_PROBES
@@ -138,3 +147,20 @@ def test_window_stats_per_broker_and_rolled_up(spark, zone_isolated) -> None:
     assert first["ack_latency_kll"] is not None
     # The rows are what the table declares, column for column: append_once takes them as is.
     assert_schema_equality(stats.schema, AVAILABILITY_PROBES.schema, ignore_nullable=True)
+
+
+def test_a_closed_native_sender_fails_what_is_in_flight_and_stops_its_producer() -> None:
+    """No broker listens on the address: the probe stays in flight until `close`, which fails
+    it (its `done` gets an error) and closes the producer instead of leaving librdkafka's
+    threads reconnecting for as long as the sender is referenced."""
+    nowhere = ClusterConfig("local", "127.0.0.1:1", MappingProxyType({}))
+    sender = NativeSender(nowhere, "probes", ack_sla_ms=60_000)
+    sender.known_partitions = {0}  # no metadata request to a broker that is not there
+    outcomes: list[str | None] = []
+    sender.send(ProbeTarget(0, 1, None), b"probe", 0, outcomes.append)
+
+    sender.close(flush_timeout_s=0.1)
+
+    assert len(outcomes) == 1 and outcomes[0] is not None, outcomes
+    with pytest.raises(RuntimeError, match="closed"):
+        sender.producer.produce("probes", b"after close")
