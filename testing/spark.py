@@ -45,8 +45,8 @@ _NOT_SUBMITTED = frozenset(
 
 
 def small_submit_args() -> str:
-    """SMALL_LOCAL_CONF's SQL and task settings as spark-submit `--conf` words, for
-    UATU_SPARK_SUBMIT_ARGS."""
+    """SMALL_LOCAL_CONF less _NOT_SUBMITTED (its SQL and Delta settings) as spark-submit
+    `--conf` words, for UATU_SPARK_SUBMIT_ARGS."""
     return " ".join(
         f"--conf {key}={value}"
         for key, value in SMALL_LOCAL_CONF.items()
