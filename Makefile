@@ -48,14 +48,20 @@ jars: var/jars/.installed ## Spark Kafka connector, Delta, the Kafka broker and 
 
 # var/ may be shared by several checkouts whose tests run at the same time: the jars are resolved
 # into a staging folder and a folder is replaced only if its contents changed, so a pom edit
-# that does not touch a profile never takes its jars away from a running test.
-var/jars/.installed: jvm/pom.xml | $(VENV)/.installed
+# that does not touch a profile never takes its jars away from a running test. Maven needs no
+# Python, so it resolves while pip fills the venv; pruning needs pyspark's jars, so it waits.
+# The staging marker is secondary: once the jars are installed, its absence rebuilds nothing.
+.SECONDARY: var/jars/.staging/.resolved
+var/jars/.staging/.resolved: jvm/pom.xml
 	@echo ">> resolving JVM artifacts from Maven Central (jvm/pom.xml)"
 	rm -rf var/jars/.staging
 	$(MVN) -P spark-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	$(MVN) -P kafka dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	$(MVN) -P grpc-jars dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
 	$(MVN) -P kafka4-clients dependency:copy-dependencies -Dout.dir=$(CURDIR)/var/jars/.staging
+	touch $@
+
+var/jars/.installed: var/jars/.staging/.resolved | $(VENV)/.installed
 	@# pyspark ships Spark, Hadoop, Jackson, Scala, Guava and Gson; keep only what it lacks.
 	$(PY) -m dev.prune_jars var/jars/.staging/spark $(SITE)/pyspark/jars
 	$(PY) -m dev.prune_jars var/jars/.staging/grpc $(SITE)/pyspark/jars

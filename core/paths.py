@@ -31,6 +31,10 @@ def project_jars() -> list[str]:
     return [str(p) for p in [*jars, PROJECT_JAR] if p.exists()]
 
 
+# C1 only, for JVMs that live seconds to minutes (the test suite's, the CDS training run): C2's
+# compile work would be CPU they never earn back.
+C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
+
 # Keeps a stale archive's one warning off stdout, where jobs print their results.
 CDS_LOG_OPTIONS = "-Xlog:cds*=warning:stderr -Xlog:cds*=off:stdout"
 

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.paths import CDS_LOG_OPTIONS, ROOT, project_jars
+from core.paths import C1_ONLY_JIT, CDS_LOG_OPTIONS, ROOT, project_jars
 
 
 def spark_submit_command(venv_bin: Path, jars: list[str], script: Path) -> list[str]:
@@ -111,9 +111,15 @@ def build(out: Path, venv_bin: Path, jars: list[str]) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": str(venv_bin / "python"), "PYTHONPATH": python_path}
     started = time.monotonic()
     print(f"recording {out} (a training Spark run, about a minute)", flush=True)
+    # C1 only: the archive holds parsed classes, not compiled code, and C2's work on a run
+    # this short is CPU that `make setup` waits for; the archive maps with either JIT
+    # (archive_maps checks it with the default one).
     record = subprocess.run(
         spark_submit_command(venv_bin, jars, Path(__file__).resolve()),
-        env={**env, "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={tmp} {CDS_LOG_OPTIONS}"},
+        env={
+            **env,
+            "SPARK_SUBMIT_OPTS": f"{C1_ONLY_JIT} -XX:ArchiveClassesAtExit={tmp} {CDS_LOG_OPTIONS}",
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,7 +13,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from core.paths import cds_java_options, project_jars
+from core.paths import C1_ONLY_JIT, cds_java_options, project_jars
 from jobs.runtime.session import build_session
 
 # For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
@@ -54,9 +54,6 @@ def small_submit_args() -> str:
     )
 
 
-# The JIT setting of every JVM the test suite starts (tests/conftest.py): C1 only, because those
-# JVMs live seconds to minutes and C2's compile work is CPU the suite needs elsewhere.
-C1_ONLY_JIT = "-XX:TieredStopAtLevel=1"
 # C1 alone gets a 48 MiB code cache where tiered compilation gets 240 MiB. The test session's
 # JVM lives as long as its worker's share of the suite and runs every in-process job, and it
 # filled the small cache (the JIT stopped, then "Out of space in CodeCache for method handle

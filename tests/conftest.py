@@ -18,12 +18,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.paths import ROOT
+from core.paths import C1_ONLY_JIT, ROOT
 from core.processes import PORT_SLICE_ENV
 from devservices.kafka import SERVICE_JAVA_OPTS_ENV
 from testing import cpu_per_test
 from testing.spark import (
-    C1_ONLY_JIT,
     conf_restored,
     remove_listeners_added_since,
     small_local_session,

@@ -21,13 +21,13 @@ from controlplane.errors import LaunchFailed
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.standalone import Resources, StandaloneLauncher, submission_request
 from core.kafka_admin import partition_count
+from core.paths import C1_ONLY_JIT
 from core.processes import free_ports, group_pids
 from devservices.spark_standalone import StandaloneCluster, main, running_pids, start_standalone
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group
 from testing.polling import wait_for
-from testing.spark import C1_ONLY_JIT
 from tests.controlplane.in_process import in_process_control_plane
 from tests.controlplane.test_worker_pool import audited_messages
 

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from core.paths import ROOT
+from core.paths import C1_ONLY_JIT, ROOT
 from devservices.spark_standalone import start_standalone
 from testing.conf import write_conf_dir
 from testing.demo_data import audit_dataset, produce
 from testing.jobgroups import audit_group, replication_group
 from testing.jobrun import run_job
-from testing.spark import C1_ONLY_JIT
 from tests.controlplane.test_worker_pool import audited_messages, copied_exactly
 
 pytestmark = pytest.mark.integration
