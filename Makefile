@@ -6,7 +6,10 @@ PYTHON_BOOT ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 SITE        := $(VENV)/lib/python3.11/site-packages
-MVN         := mvn -q -B -f jvm/pom.xml
+# The build's own short JVMs (Maven, javac) compile with C1 only: C2's work on a run of seconds
+# is CPU that setup waits for (the same flag as core.paths.C1_ONLY_JIT).
+BUILD_JIT   := -XX:TieredStopAtLevel=1
+MVN         := MAVEN_OPTS="$$MAVEN_OPTS $(BUILD_JIT)" mvn -q -B -f jvm/pom.xml
 PROTOS      := $(shell find proto -name '*.proto' -not -path 'proto/third_party/*')
 THIRD_PARTY_PROTOS := $(wildcard proto/third_party/*.proto)
 PYTEST_ARGS ?=
@@ -39,7 +42,9 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["spark"] + x["dev"]))' > $(VENV)/requirements.txt
-	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	@# --no-compile: pip would compile every module of every package to bytecode (half of the
+	@# install's time); Python compiles the few it imports when they are first imported.
+	$(PY) -m pip install -q --no-compile -r $(VENV)/requirements.txt
 	@# The repo root and the generated protos are importable from the venv without an install step.
 	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $(SITE)/uatu-local.pth
 	touch $@
@@ -94,7 +99,7 @@ JAVA_SOURCES := $(shell find jvm/src -name '*.java')
 build/uatu-jvm.jar: $(JAVA_SOURCES) var/jars/.installed
 	@echo ">> compiling jvm/src into $@"
 	rm -rf build/jvm-classes && mkdir -p build/jvm-classes
-	javac -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*:var/jars/grpc/*' $(JAVA_SOURCES)
+	javac -J$(BUILD_JIT) -d build/jvm-classes --release 17 -Xlint:all,-path -Werror -cp '$(SITE)/pyspark/jars/*:var/jars/spark/*:var/jars/grpc/*' $(JAVA_SOURCES)
 	$(PY) -m dev.fold_jars build/jvm-classes var/jars/grpc/*.jar
 	jar --create --file $@ -C build/jvm-classes .
 
@@ -175,7 +180,7 @@ airflow-venv: $(AIRFLOW_VENV)/.installed ## Airflow 3 in its own venv (integrati
 $(AIRFLOW_VENV)/.installed: $(AIRFLOW_DIR)/constraints.txt
 	@echo ">> creating $(AIRFLOW_VENV): apache-airflow and what the provider needs, pinned by $(AIRFLOW_DIR)/constraints.txt"
 	test -x $(AIRFLOW_PY) || $(PYTHON_BOOT) -m venv $(AIRFLOW_VENV)
-	$(AIRFLOW_PY) -m pip install -q -r $(AIRFLOW_DIR)/constraints.txt
+	$(AIRFLOW_PY) -m pip install -q --no-compile -r $(AIRFLOW_DIR)/constraints.txt
 	touch $@
 
 airflow-provider: $(AIRFLOW_VENV)/.provider ## install the provider's and uatu-spark's wheels into the Airflow venv
