@@ -245,8 +245,9 @@ def with_estimate_columns(partials: DataFrame) -> DataFrame:
 def combine_partials(partials: DataFrame) -> DataFrame:
     """The partials of several batches (`fold_partials`' columns) -> one row per window, as
     one batch over all their records would give: counts and new keys add up, HLL sketches
-    union, KLL sketches merge, the newest updated_at. A MERGE matches a target row with at
-    most one source row, so batches written together are combined first.
+    union, KLL sketches merge (null when every batch's is null), the newest updated_at. A
+    MERGE matches a target row with at most one source row, so batches written together are
+    combined first.
 
     Summing new_unique_count is right because each batch's new keys are counted against the
     batches before it only (`jobs/audit/fold.py`). A window whose exact keys expire does so
@@ -267,7 +268,12 @@ def combine_partials(partials: DataFrame) -> DataFrame:
             F.sum("no_event_time_count").alias("no_event_time_count"),
             F.sum("late_count").alias("late_count"),
             F.hll_union_agg("hll_sketch", True).alias("hll_sketch"),
-            F.kll_merge_agg_double("latency_kll_sketch").alias("latency_kll_sketch"),
+            # Merging only null sketches gives an empty sketch, not null, and an empty sketch
+            # fails the MERGE's quantiles: a window none of whose batches had a latency (its
+            # records had no event time) keeps a null sketch, as window_partials gives it.
+            F.when(
+                F.count("latency_kll_sketch") > 0, F.kll_merge_agg_double("latency_kll_sketch")
+            ).alias("latency_kll_sketch"),
             F.max("updated_at").alias("updated_at"),
             F.sum("new_unique_count").alias("new_unique_count"),
             estimated.alias("unique_estimated_count"),

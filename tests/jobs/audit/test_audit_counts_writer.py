@@ -24,7 +24,7 @@ from jobs.audit import tables
 from jobs.audit.counts_writer import FOLDER, CountsWriter
 from jobs.audit.transforms import WINDOW_KEY, combine_partials
 from jobs.runtime.checkpoint_files import CheckpointFiles
-from jobs.runtime.delta import ensure_tables
+from jobs.runtime.delta import ensure_tables, kll_quantiles
 from jobs.runtime.saved_rows import decode_rows, encode_rows
 from testing.jobrun import log_actions
 from testing.polling import wait_for
@@ -313,6 +313,33 @@ def test_saved_partials_decode_to_the_frame_that_was_saved(spark) -> None:
     restored = decode_rows(spark, json.loads(json.dumps(encode_rows(partials))))
     # Built from JSON in the JVM, every column comes back nullable; the values are the same.
     assert_df_equality(restored, partials, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_window_without_latencies_in_any_batch_combines_to_no_sketch(spark) -> None:
+    """Records without an event time carry no latency, so their window's partial has a null
+    KLL sketch. Combined with another such batch the window still has none (merging only nulls
+    gives an empty sketch, whose quantiles fail the MERGE: a crash loop at every restart); a
+    window where one batch had latencies keeps that batch's sketch."""
+    book = KeyBook()
+    no_latency = F.lit(None).cast("binary")
+    first = book.partials(spark, BATCHES[0], 0).withColumn("latency_kll_sketch", no_latency)
+    second = book.partials(spark, BATCHES[1], 1)
+    combined = first.unionByName(
+        second.withColumn(
+            "latency_kll_sketch",
+            F.when(F.col("partition") == 1, no_latency).otherwise(F.col("latency_kll_sketch")),
+        )
+    ).transform(combine_partials)
+    quantiles = kll_quantiles("latency_kll_sketch", "double", {"p50": 0.5})
+    rows = combined.select(
+        "partition",
+        F.floor(F.unix_timestamp("window_start") / 60).cast("int").alias("w"),
+        F.kll_sketch_get_n_double("latency_kll_sketch").alias("latencies"),
+        *(column.alias(name) for name, column in quantiles.items()),
+    ).collect()
+    got = {(r.partition, r.w): (r.latencies, r.p50 is not None) for r in rows}
+    # (0, 0) and (0, 1) had latencies in batch 1 (two each); (1, 0) had none in either batch.
+    assert got == {(0, 0): (2, True), (0, 1): (2, True), (1, 0): (None, False)}
 
 
 def test_combined_partials_equal_one_batch_of_all_the_records(spark) -> None:
