@@ -42,9 +42,9 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["spark"] + x["dev"]))' > $(VENV)/requirements.txt
-	@# --no-compile: pip would compile every module of every package to bytecode (half of the
-	@# install's time); Python compiles the few it imports when they are first imported.
-	$(PY) -m pip install -q --no-compile -r $(VENV)/requirements.txt
+	@# Not --no-compile: pip's bytecode is the only one there is where PYTHONDONTWRITEBYTECODE is
+	@# set (as on CI), and without it every Python process compiles what it imports.
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	@# The repo root and the generated protos are importable from the venv without an install step.
 	printf '%s\n%s\n' "$(CURDIR)" "$(CURDIR)/build/gen" > $(SITE)/uatu-local.pth
 	touch $@
@@ -180,7 +180,7 @@ airflow-venv: $(AIRFLOW_VENV)/.installed ## Airflow 3 in its own venv (integrati
 $(AIRFLOW_VENV)/.installed: $(AIRFLOW_DIR)/constraints.txt
 	@echo ">> creating $(AIRFLOW_VENV): apache-airflow and what the provider needs, pinned by $(AIRFLOW_DIR)/constraints.txt"
 	test -x $(AIRFLOW_PY) || $(PYTHON_BOOT) -m venv $(AIRFLOW_VENV)
-	$(AIRFLOW_PY) -m pip install -q --no-compile -r $(AIRFLOW_DIR)/constraints.txt
+	$(AIRFLOW_PY) -m pip install -q -r $(AIRFLOW_DIR)/constraints.txt
 	touch $@
 
 airflow-provider: $(AIRFLOW_VENV)/.provider ## install the provider's and uatu-spark's wheels into the Airflow venv
