@@ -22,7 +22,8 @@ no_event_time_count     bigint     records without a usable event time (placed b
 late_count              bigint     records that arrived after window end + lateness
 latency_p50/p95/p99_ms  double     audit time - event time, from the KLL sketch
 hll_sketch              binary     DataSketches HLL_8 of the dedupe keys (hll_union)
-latency_kll_sketch      binary     DataSketches KLL doubles of latency (kll_merge_agg_double)
+latency_kll_sketch      binary     DataSketches KLL doubles of latency (kll_merge_agg_double);
+                                   null when no record had a usable event time
 updated_at              timestamp  audit time of the last batch that touched the row
 unique_estimated_count  bigint     EXACT: records whose uniqueness came from the HLL
                                    sketch because the window's keys had expired
