@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.audit.spec import AuditWindow, FieldRef
+from jobs.runtime.delta import kll_doubles_or_null, kll_merged_or_null
 
 # Columns that identify one audit row; the Delta MERGE key of audit_counts.
 WINDOW_KEY = [
@@ -189,10 +190,7 @@ def window_partials(windowed: DataFrame, hll_lg_config_k: int) -> DataFrame:
         F.count_if(F.col("event_ms").isNull()).alias("no_event_time_count"),
         F.count_if("is_late").alias("late_count"),
         F.hll_sketch_agg("dedupe_key", hll_lg_config_k).alias("hll_sketch"),
-        # An empty KLL sketch cannot answer quantile queries; no latency means no sketch.
-        F.when(F.count("latency_ms") > 0, F.kll_sketch_agg_double("latency_ms")).alias(
-            "latency_kll_sketch"
-        ),
+        kll_doubles_or_null("latency_ms").alias("latency_kll_sketch"),
         F.max("audit_ts").alias("updated_at"),
     )
 
@@ -268,12 +266,10 @@ def combine_partials(partials: DataFrame) -> DataFrame:
             F.sum("no_event_time_count").alias("no_event_time_count"),
             F.sum("late_count").alias("late_count"),
             F.hll_union_agg("hll_sketch", True).alias("hll_sketch"),
-            # Merging only null sketches gives an empty sketch, not null, and an empty sketch
-            # fails the MERGE's quantiles: a window none of whose batches had a latency (its
-            # records had no event time) keeps a null sketch, as window_partials gives it.
-            F.when(
-                F.count("latency_kll_sketch") > 0, F.kll_merge_agg_double("latency_kll_sketch")
-            ).alias("latency_kll_sketch"),
+            # A window none of whose batches had a latency (its records had no event time)
+            # keeps a null sketch, as window_partials gives it: the MERGE's quantiles fail on
+            # the empty one that merging only nulls would give.
+            kll_merged_or_null("latency_kll_sketch").alias("latency_kll_sketch"),
             F.max("updated_at").alias("updated_at"),
             F.sum("new_unique_count").alias("new_unique_count"),
             estimated.alias("unique_estimated_count"),

@@ -432,6 +432,18 @@ _GET_QUANTILE = {
 }
 
 
+def kll_doubles_or_null(values: str) -> Column:
+    """kll_sketch_agg_double of a group's `values`; null, not an empty sketch, when none of
+    them is non-null (an empty sketch fails `kll_quantiles`)."""
+    return F.when(F.count(values) > 0, F.kll_sketch_agg_double(values))
+
+
+def kll_merged_or_null(sketches: str) -> Column:
+    """kll_merge_agg_double of a group's double `sketches`; null when all of them are null
+    (merging only nulls gives an empty sketch, which fails `kll_quantiles`)."""
+    return F.when(F.count(sketches) > 0, F.kll_merge_agg_double(sketches))
+
+
 def kll_quantiles(
     sketch: Column | str, kind: KllKind, quantiles: Mapping[str, float]
 ) -> dict[str, Column]:
@@ -441,8 +453,8 @@ def kll_quantiles(
     `sketch` is a column (or its name) holding sketches of `kind`: "double" sketches
     (kll_sketch_agg_double) answer doubles, "bigint" sketches (kll_sketch_agg_bigint) answer
     bigints. A null sketch gives null quantiles. A non-null sketch must hold at least one
-    value: aggregate as `F.when(F.count(c) > 0, F.kll_sketch_agg_double(c))`, since an empty
-    sketch makes the query fail. The answer at rank r is a value of the sketch whose rank
+    value, since an empty sketch makes the query fail: aggregate with `kll_doubles_or_null`
+    and `kll_merged_or_null`. The answer at rank r is a value of the sketch whose rank
     among all values the sketch saw is within the sketch's normalized rank error of r (a
     function of its k, Spark's default k being 200; DataSketches states it at 99 %
     confidence).

@@ -21,7 +21,7 @@ from uatu.v1 import audit_report_pb2
 from core.faults import fault_point
 from jobs.audit.tiers import tables
 from jobs.audit.tiers.spec import TierAuditSpec
-from jobs.runtime.delta import append_once, kll_quantiles, merge_once
+from jobs.runtime.delta import append_once, kll_merged_or_null, kll_quantiles, merge_once
 
 log = logging.getLogger("uatu.tiers")
 
@@ -148,9 +148,8 @@ def _partial(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
             F.sum("failed_count").alias("failed_count"),
             F.count(F.lit(1)).alias("reports"),
             F.hll_union_agg("hll", True).alias("hll_sketch"),
-            # No report of the group measured latency: null, not an empty sketch (an empty
-            # one makes kll_sketch_get_quantile_double fail the batch).
-            F.when(F.count("kll") > 0, F.kll_merge_agg_double("kll")).alias("latency_kll_sketch"),
+            # No report of the group measured latency: null, not an empty sketch.
+            kll_merged_or_null("kll").alias("latency_kll_sketch"),
         )
         .withColumn("window_start", F.timestamp_millis("start_ms"))
         .withColumn(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.runtime.delta import kll_quantiles
+from jobs.runtime.delta import kll_doubles_or_null, kll_quantiles
 
 PROBE_OUTCOME_DDL = (
     "window_start_ms long, window_end_ms long, broker int, zone string, partition int, "
@@ -21,11 +21,6 @@ PROBE_OUTCOME_DDL = (
     "copies int, e2e_latency_ms double"
 )
 QUANTILES = (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))
-
-
-def _sketch(column: str) -> Column:
-    # An empty KLL sketch cannot answer quantile queries: no value, no sketch.
-    return F.when(F.count(column) > 0, F.kll_sketch_agg_double(column))
 
 
 def _ratio(part: Column, whole: Column) -> Column:
@@ -45,9 +40,9 @@ def _stats(outcomes: DataFrame, keys: list[Column]) -> DataFrame:
             F.count_if(F.col("copies") > 1).alias("duplicated"),
             F.sort_array(F.collect_set("partition")).alias("partitions"),
             F.max(F.when(~produced, F.col("error"))).alias("sample_error"),
-            _sketch("ack_latency_ms").alias("ack_latency_kll"),
+            kll_doubles_or_null("ack_latency_ms").alias("ack_latency_kll"),
             # Only the first copy of a probe has an end-to-end latency.
-            _sketch("e2e_latency_ms").alias("e2e_latency_kll"),
+            kll_doubles_or_null("e2e_latency_ms").alias("e2e_latency_kll"),
         )
         .withColumn("produce_failed", F.col("probes") - F.col("produced"))
         .withColumn("produce_success_ratio", _ratio(F.col("produced"), F.col("probes")))
