@@ -118,6 +118,12 @@ POINTS: Mapping[str, Point] = {
         "@k = the k-th MERGE of the run",
         AUDIT,
     ),
+    "audit.counts_merged": Point(
+        "jobs/audit/counts_writer.py, the writer's thread: a write of batches into "
+        "audit_counts has committed, their saved partials are not deleted yet; @k = the k-th "
+        "write of the run",
+        AUDIT,
+    ),
     "audit.pack_ledgers": Point(
         "jobs/audit/packs.py, driver: a new pack generation's file is written, its members' "
         "ledgers still name the checkpoints they ran on, its query has not started",

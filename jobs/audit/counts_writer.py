@@ -24,7 +24,8 @@ computes the same partials, whose second MERGE commits nothing.
 Visibility: a batch's counts are in the table one MERGE after Spark commits it, not when
 foreachBatch returns.
 
-Fault points (core/faults.py): `audit.partials_saved`, `audit.counts_merging`.
+Fault points (core/faults.py): `audit.partials_saved`, `audit.counts_merging`,
+`audit.counts_merged`.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class CountsWriter:
             log,
             at_saved=_partials_saved,
             at_writing=_counts_merging,
+            at_written=_counts_merged,
             held_through=self._held_through,
         )
         # until seen: a table without rows of the query's groups is appended to, not MERGEd
@@ -160,3 +162,7 @@ def _partials_saved() -> None:
 
 def _counts_merging() -> None:
     fault_point("audit.counts_merging")  # core/faults.py: tests only
+
+
+def _counts_merged() -> None:
+    fault_point("audit.counts_merged")  # core/faults.py: tests only

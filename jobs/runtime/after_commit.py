@@ -39,9 +39,10 @@ foreachBatch returns.
 
 Owners: the audit's counts (`jobs/audit/counts_writer.py`), the micro-batch replication's
 stats (`jobs/replication/stats.py`), the dispatcher's stats (`jobs/dispatch/stats.py`). Each
-places its own two fault points (core/faults.py): the batch saved, and the thread about to
-write. The stats writers of an application share STATS_WRITE_SLOTS: a bound on their Delta
-writes at once, so many groups' stats do not crowd out their queries and the audit's MERGEs.
+places its own fault points (core/faults.py): the batch saved, and the thread about to write;
+the audit's a third, the thread's write committed and its files not yet deleted. The stats
+writers of an application share STATS_WRITE_SLOTS: a bound on their Delta writes at once, so
+many groups' stats do not crowd out their queries and the audit's MERGEs.
 """
 
 from __future__ import annotations
@@ -95,10 +96,11 @@ class AfterCommitWriter(Generic[Batch]):
     `what` names the writes in logs and errors (a table's name), `log` is the owner's logger;
     `write(spark, ready)` writes the batches of `ready` (one or more, in batch order)
     idempotently under the newest's id and returns a few words for the log; `decode(spark,
-    saved)` turns a saved file back into a batch; `at_saved` and `at_writing` place the
-    owner's fault points (core/faults.py): a batch's file written, and the thread about to
-    write. Writers given the same `write_slots` write at most its count at a time;
-    `held_through` (HeldThrough) lets `recover` write a crashed run's batches together."""
+    saved)` turns a saved file back into a batch; `at_saved`, `at_writing` and `at_written`
+    place the owner's fault points (core/faults.py): a batch's file written, the thread about
+    to write, and the thread's write done with its files not yet deleted. Writers given the same
+    `write_slots` write at most its count at a time; `held_through` (HeldThrough) lets
+    `recover` write a crashed run's batches together."""
 
     def __init__(
         self,
@@ -111,6 +113,7 @@ class AfterCommitWriter(Generic[Batch]):
         *,
         at_saved: Callable[[], None],
         at_writing: Callable[[], None],
+        at_written: Callable[[], None] = lambda: None,
         write_slots: threading.Semaphore | None = None,
         held_through: HeldThrough | None = None,
     ):
@@ -120,8 +123,7 @@ class AfterCommitWriter(Generic[Batch]):
         self._write = write
         self._decode = decode
         self._log = log
-        self._at_saved = at_saved
-        self._at_writing = at_writing
+        self._at_saved, self._at_writing, self._at_written = at_saved, at_writing, at_written
         self._write_slots = write_slots
         self._changed = threading.Condition()
         self._queued: list[tuple[int, Any]] = []  # (batch id, its saved form), in batch order
@@ -318,6 +320,7 @@ class AfterCommitWriter(Generic[Batch]):
         ids = [batch_id for batch_id, _ in queued]
         self._at_writing()
         how = self._write(spark, [(b, self._decode(spark, saved)) for b, saved in queued])
+        self._at_written()
         assert self._files is not None
         for batch_id in ids:
             self._files.delete(str(batch_id))

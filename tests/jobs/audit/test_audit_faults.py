@@ -9,6 +9,9 @@
   MERGE must then commit nothing.
 * `audit.counts_merging`: Spark has committed the batch, its counts are not in the table.
   Only the saved file holds them; the restart must write it before any new batch.
+* `audit.counts_merged`: the batch's counts are in the table, its saved file is not deleted.
+  The restart finds the file; the table's idempotent-write marker must keep it from being
+  counted a second time.
 
 The truth is computed in plain Python from the records sent (`expected_rows`).
 """
@@ -80,8 +83,20 @@ class CrashState:
             lambda s: s.spark_commit is not None and s.merged is None and 0 in s.saved,
             1,
         ),
+        # The first write committed (into the new table), its files not deleted: the newest
+        # batch the table holds is still saved.
+        (
+            "audit.counts_merged@1",
+            lambda s: s.merged is not None and s.merged in s.saved,
+            1,
+        ),
     ],
-    ids=["keys-not-saved-two-topics", "saved-not-committed", "committed-not-merged"],
+    ids=[
+        "keys-not-saved-two-topics",
+        "saved-not-committed",
+        "committed-not-merged",
+        "merged-not-deleted",
+    ],
 )
 def test_a_crash_at_each_step_of_a_batch_then_a_restart_gives_the_truth(
     spark, kafka, tmp_path: Path, caplog, fault: str, expected, topics: int
