@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -39,11 +40,14 @@ from bench._common import (
     median_or_none,
     parse_args,
     say,
+    spark_submit_env,
     warn_if_jobs_zip_stale,
     work_dir,
     write_latest,
     write_result,
 )
+from core.paths import ROOT
+from core.processes import signal_group
 
 NAME = "audit-tiers"
 TOPIC, AUDIT_TOPIC = "orders", "uatu-audit"
@@ -163,19 +167,37 @@ def decided(verdicts_path: Path) -> list[dict[str, Any]]:
 
 @contextmanager
 def job(group: dict[str, Any], workdir: Path, conf_dir: Path) -> Iterator[subprocess.Popen]:
-    """A streaming `./spark-submit.sh` run of `group`, stopped after the block: SIGTERM (a
-    graceful stop), then SIGKILL to its process group if it has not exited within 120 s. The
-    job keeps Spark's defaults, as a site runs it, but for 2 shuffle partitions."""
-    from testing.jobrun import running_job, stop_job
-
-    spark_args = {"UATU_SPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=2"}
-    with running_job(group, workdir, conf_dir, env=spark_args) as proc:
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                with suppress(subprocess.TimeoutExpired):
-                    stop_job(proc, 120)
+    """A streaming `./spark-submit.sh` run of `group` (its log `<jobGroupId>.log` in
+    `workdir`), stopped after the block: SIGTERM (a graceful stop), then SIGKILL to its process
+    group if it has not exited within 120 s. The job keeps Spark's defaults, as a site runs
+    it, but for 2 shuffle partitions (`spark_submit_env`: BENCH_SPARK_SUBMIT_ARGS wins)."""
+    path = workdir / f"{group['jobGroupId']}.json"
+    path.write_text(json.dumps(group))
+    env = spark_submit_env(
+        conf_dir,
+        master="local[2]",
+        driver_memory="1g",
+        default_submit_args="--conf spark.sql.shuffle.partitions=2",
+    )
+    with (workdir / f"{group['jobGroupId']}.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), str(path)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(120)
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def next_window_start_ms(lead_s: float = 5.0) -> int:
