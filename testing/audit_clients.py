@@ -11,6 +11,7 @@ from typing import Any
 
 from clients import AuditedProducer, AuditSettings
 from core.paths import PROJECT_JAR, ROOT
+from jobs.runtime.py4j import java_class, java_map
 
 INTERCEPTOR = "dev.uatu.audit.report.AuditProducerInterceptor"
 
@@ -58,28 +59,26 @@ def produce_with_interceptor(
 ) -> None:
     """Send (key, value, timestamp ms) records with `service`'s audit interceptor reporting to
     `audit_topic` (cluster `local`); close() flushes the records, then the last reports."""
-    jvm = spark.sparkContext._jvm
-    props = jvm.java.util.HashMap()
-    for k, v in {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": "true",
-        "acks": "all",
-        "interceptor.classes": INTERCEPTOR,
-        "uatu.audit.service": service,
-        "uatu.audit.cluster": "local",
-        "uatu.audit.topic": audit_topic,
-    }.items():
-        props.put(k, v)
-    serializer = jvm.org.apache.kafka.common.serialization.ByteArraySerializer
-    producer = jvm.org.apache.kafka.clients.producer.KafkaProducer(
+    props = java_map(
+        spark,
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": "true",
+            "acks": "all",
+            "interceptor.classes": INTERCEPTOR,
+            "uatu.audit.service": service,
+            "uatu.audit.cluster": "local",
+            "uatu.audit.topic": audit_topic,
+        },
+    )
+    serializer = java_class(spark, "org.apache.kafka.common.serialization.ByteArraySerializer")
+    producer = java_class(spark, "org.apache.kafka.clients.producer.KafkaProducer")(
         props, serializer(), serializer()
     )
+    record = java_class(spark, "org.apache.kafka.clients.producer.ProducerRecord")
+    timestamp = java_class(spark, "java.lang.Long").valueOf
     try:
         for key, value, ts in records:
-            producer.send(
-                jvm.org.apache.kafka.clients.producer.ProducerRecord(
-                    topic, None, jvm.java.lang.Long.valueOf(ts), bytearray(key), bytearray(value)
-                )
-            )
+            producer.send(record(topic, None, timestamp(ts), bytearray(key), bytearray(value)))
     finally:
         producer.close()

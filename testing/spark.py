@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from core.paths import C1_ONLY_JIT, cds_java_options, project_jars
+from jobs.runtime.py4j import java_class
 from jobs.runtime.session import build_session
 
 # For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
@@ -117,7 +118,7 @@ def stop_queries_started_since(session: SparkSession, before: set[str]) -> list[
 
 def _listeners_by_identity(session: SparkSession) -> dict[int, Any]:
     """The session's streaming query listeners in the JVM, keyed by identity hash."""
-    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
+    identity = java_class(session, "java.lang.System").identityHashCode
     listeners = session._jsparkSession.streams().listListeners()  # type: ignore[attr-defined]
     return {identity(jl): jl for jl in listeners}
 
@@ -133,7 +134,7 @@ def remove_listeners_added_since(session: SparkSession, before: set[int]) -> lis
     added = {k: jl for k, jl in _listeners_by_identity(session).items() if k not in before}
     if not added:
         return []
-    identity = session.sparkContext._jvm.java.lang.System.identityHashCode  # type: ignore[union-attr]
+    identity = java_class(session, "java.lang.System").identityHashCode
     python_names = {  # a Python listener's JVM side is the wrapper it built when added
         identity(obj._jlistenerobj): type(obj).__name__
         for obj in gc.get_objects()
@@ -149,7 +150,7 @@ def stop_with_stacks_if_slow(session: SparkSession, dump: Path, after_s: float) 
     """Stop the session; if that takes longer than `after_s`, write the JVM's thread stacks
     (`jstack`) to `dump` while it still hangs. True when it did: the dump names what a slow
     stop waited for, which a duration alone never says."""
-    pid = str(session.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    pid = str(java_class(session, "java.lang.ProcessHandle").current().pid())
 
     def write_stacks() -> None:
         with dump.open("w") as out:

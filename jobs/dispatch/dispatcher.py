@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from jobs.dispatch.routing import HOL_MIN_ACKED, STATUS_CODES, TRAILER_CODES
 from jobs.dispatch.spec import DispatchSpec
 from jobs.runtime.kafka_source import range_consumer_config
-from jobs.runtime.py4j import java_map, jvm_package
+from jobs.runtime.py4j import java_list, java_map, jvm_package
 
 SOURCE_FORMAT = "dev.uatu.dispatch.DueRangeSource"
 PACKAGE = "dev.uatu.dispatch"
@@ -123,9 +123,8 @@ def dispatch(
     """Dispatch each (topic, partition, from, until) range in its own Spark task -> summary
     rows (one per task and stats window). Lazy: compute it once (`summary_rows`)."""
     jvm = _jvm(spark)
-    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-    for topic, partition, start, until in ranges:
-        java_ranges.add(jvm.Range(topic, partition, start, until))
+    java_range = jvm.Range  # one lookup for all the ranges
+    java_ranges = java_list(spark, (java_range(*r) for r in ranges))
     return ClassicDataFrame(jvm.Dispatch.dispatch(spark._jsparkSession, java_ranges, config), spark)
 
 

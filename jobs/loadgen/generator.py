@@ -38,6 +38,7 @@ from jobs.loadgen.plan import (
 )
 from jobs.loadgen.spec import ProduceSpec
 from jobs.loadgen.transforms import ProduceTotals, produce_line
+from jobs.runtime.py4j import java_list, java_map
 
 log = logging.getLogger("uatu.loadgen")
 
@@ -58,8 +59,8 @@ def produce_config(spark: SparkSession, spec: ProduceSpec, partitions: int, pref
     java = jvm.loadgen(spark)
     java_shape = java.RecordShape(
         shape.size.kind,
-        jvm.java_list(spark, shape.size.sizes),
-        jvm.java_list(spark, [float(w) for w in shape.size.weights]),
+        java_list(spark, shape.size.sizes),
+        java_list(spark, [float(w) for w in shape.size.weights]),
         shape.key_cardinality,
         shape.duplicate_ratio,
         shape.late_ratio,
@@ -70,7 +71,7 @@ def produce_config(spark: SparkSession, spec: ProduceSpec, partitions: int, pref
     )
     return java.ProduceConfig(
         spec.topic,
-        jvm.java_map(spark, spec.producer_config()),
+        java_map(spark, spec.producer_config()),
         prefix,
         java_shape,
         spec.max_messages_per_sec / partitions,
@@ -98,14 +99,14 @@ def send(
 ) -> list[dict]:
     """Run one producer task per group now; their rows (ProduceTask.ROW_SCHEMA) as dicts."""
     java = jvm.loadgen(spark)
-    tasks = jvm.java_list(
+    tasks = java_list(
         spark,
         [
             java.TaskPlan(
                 batch_id,
                 previous_batch_id,
                 window_us,
-                jvm.java_list(
+                java_list(
                     spark,
                     [
                         java.PartitionPlan(

@@ -4,7 +4,6 @@ range folds, per-batch state next to the checkpoint)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -12,39 +11,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from core.errors import ConfigError
-
-
-def package(spark: SparkSession, name: str) -> Any:
-    """A py4j view of Java package `name` (e.g. "dev.uatu.loadgen")."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the load generators need a classic (JVM) Spark session"
-    view = jvm
-    for part in name.split("."):
-        view = getattr(view, part)
-    return view
+from jobs.runtime.py4j import jvm_package
 
 
 def loadgen(spark: SparkSession) -> Any:
-    return package(spark, "dev.uatu.loadgen")
+    return jvm_package(spark, "dev.uatu.loadgen", "the load generators")
 
 
 def fold(spark: SparkSession) -> Any:
-    return package(spark, "dev.uatu.fold")
-
-
-def java_map(spark: SparkSession, items: Mapping) -> Any:
-    """A java.util.LinkedHashMap with `items` in their order (py4j does not convert dicts)."""
-    result = package(spark, "java.util").LinkedHashMap()
-    for key, value in items.items():
-        result.put(key, value)
-    return result
-
-
-def java_list(spark: SparkSession, items: Iterable) -> Any:
-    result = package(spark, "java.util").ArrayList()
-    for item in items:
-        result.add(item)
-    return result
+    return jvm_package(spark, "dev.uatu.fold", "the load generators")
 
 
 def dataframe(spark: SparkSession, jdf: Any) -> DataFrame:

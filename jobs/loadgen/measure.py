@@ -33,6 +33,7 @@ from jobs.loadgen.transforms import PendingStats, consume_line
 from jobs.runtime.delta import append_once
 from jobs.runtime.group_offsets import GroupOffsetCommitter, is_transient
 from jobs.runtime.kafka_source import RANGE_TIMEOUT_MS, range_consumer_config
+from jobs.runtime.py4j import java_map
 from jobs.runtime.template import WriteId
 
 log = logging.getLogger("uatu.loadgen")
@@ -115,7 +116,7 @@ class MeasureBatchWriter:
         folded = jvm.loadgen(spark).LoadGenConsume.foldBatch(
             spark._jsparkSession,
             ranges,
-            jvm.java_map(spark, consumer_config(spec)),
+            java_map(spark, consumer_config(spec)),
             spec.window_seconds * 1000,
             state_dir(spec),
             batch_id,

@@ -42,7 +42,7 @@ from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from core.errors import ConfigError
 from jobs.replication.ranges import SourceRange
-from jobs.runtime.py4j import java_map, jvm_package
+from jobs.runtime.py4j import java_class, java_list, java_map, jvm_package
 
 ENCODED_FORMAT = "uatu.encoded.format"
 ENCODED_SCHEMA_VERSION = "uatu.encoded.schema.version"
@@ -113,9 +113,10 @@ def copy_ranges(
     compute it once (the job collects it: a few rows per partition).
     """
     jvm = _jvm(spark)
-    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-    for r in ranges:
-        java_ranges.add(jvm.SourceRange(r.partition, r.from_offset, r.until_offset))
+    source_range = jvm.SourceRange  # one lookup for all the ranges
+    java_ranges = java_list(
+        spark, (source_range(r.partition, r.from_offset, r.until_offset) for r in ranges)
+    )
     summaries = jvm.ReplicationSink.copyRanges(
         spark._jsparkSession, java_ranges, _copy_config(spark, config), SUMMARY_SCHEMA
     )
@@ -134,12 +135,13 @@ def copy_topic_ranges(
     """`copy_ranges` for many topics: source topic -> its ranges, each range in its own task,
     sent where `routes` (source topic -> its copy's `java_config`) says."""
     jvm = _jvm(spark)
-    java_ranges = spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-    java_routes = spark.sparkContext._jvm.java.util.HashMap()  # type: ignore[union-attr]
+    java_ranges = java_list(spark, ())
+    java_routes = java_class(spark, "java.util.HashMap")()
+    source_range = jvm.SourceRange  # one lookup for all the ranges
     for topic, topic_ranges in sorted(ranges.items()):
         java_routes.put(topic, routes[topic])
         for r in topic_ranges:
-            java_ranges.add(jvm.SourceRange(topic, r.partition, r.from_offset, r.until_offset))
+            java_ranges.add(source_range(topic, r.partition, r.from_offset, r.until_offset))
     summaries = jvm.ReplicationSink.copyTopicRanges(
         spark._jsparkSession, java_ranges, java_routes, SUMMARY_SCHEMA
     )
@@ -200,9 +202,7 @@ class ContinuousCopy:
 
     def summaries(self, epochs: Sequence) -> DataFrame:
         """The summary rows (SUMMARY_SCHEMA) of `epochs`, one local frame."""
-        java_epochs = self._spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-        for epoch in epochs:
-            java_epochs.add(epoch)
+        java_epochs = java_list(self._spark, epochs)
         frame = _jvm(self._spark).ContinuousCopy.summaries(
             self._spark._jsparkSession, java_epochs, SUMMARY_SCHEMA
         )
@@ -231,9 +231,7 @@ class JvmSketches:
         self._sketches = jvm_package(spark, SKETCH_PACKAGE, "the KLL sketches").KllSketches
 
     def merged(self, images: Sequence[bytes]) -> bytes:
-        java_images = self._spark.sparkContext._jvm.java.util.ArrayList()  # type: ignore[union-attr]
-        for image in images:
-            java_images.add(bytearray(image))
+        java_images = java_list(self._spark, (bytearray(image) for image in images))
         return bytes(self._sketches.mergeLongs(java_images))
 
     def quantile(self, image: bytes, rank: float) -> int:

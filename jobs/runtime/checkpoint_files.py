@@ -24,19 +24,20 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from jobs.runtime.py4j import java_class
+
 
 class HadoopFiles:
     """Files at absolute locations (any scheme Hadoop knows) through the session's Hadoop
     configuration. One file system is opened per scheme and authority."""
 
     def __init__(self, spark: SparkSession) -> None:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        self._jvm = jvm
+        self._path = java_class(spark, "org.apache.hadoop.fs.Path", "the Hadoop file system")
+        self._io_utils = java_class(spark, "org.apache.commons.io.IOUtils")
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
 
     def _open(self, location: str):  # (FileSystem, Path)
-        path = self._jvm.org.apache.hadoop.fs.Path(location)
+        path = self._path(location)
         return path.getFileSystem(self._conf), path
 
     def exists(self, location: str) -> bool:
@@ -72,7 +73,7 @@ class HadoopFiles:
             return None
         stream = fs.open(path)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._io_utils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 

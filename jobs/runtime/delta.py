@@ -52,6 +52,7 @@ from jobs.runtime.delta_log import (
 )
 from jobs.runtime.delta_retries import with_retries
 from jobs.runtime.delta_schema import nullable, schema_differences, with_declared_columns
+from jobs.runtime.py4j import java_class
 from jobs.runtime.session import session_conf
 
 log = logging.getLogger("uatu.delta")
@@ -337,10 +338,10 @@ def written_through(spark: SparkSession, path: str, app_id: str) -> int | None:
     decided, version = marker_in_newest_commits(HadoopFiles(spark), path, app_id)
     if decided:
         return version
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    none = jvm.scala.Option.apply(None)
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    none = java_class(spark, "scala.Option").apply(None)
+    delta_log = java_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, path
+    )
     version = delta_log.update(False, none, none).transactions().get(app_id)
     return int(version.get()) if version.isDefined() else None
 

@@ -82,9 +82,9 @@ RULES = (
     ),
 )
 
-# testing/ may reach jobs only through the session builder (and the spec/registry layer a
-# JobGroup builder needs); everything else of jobs/ is the code under test.
-TESTING_JOBS_ALLOWED = ("jobs.runtime.session", "jobs.registry")
+# testing/ may reach jobs only through the session builder, the py4j class handles (and the
+# spec/registry layer a JobGroup builder needs); everything else of jobs/ is the code under test.
+TESTING_JOBS_ALLOWED = ("jobs.runtime.session", "jobs.runtime.py4j", "jobs.registry")
 
 
 @dataclass(frozen=True)
