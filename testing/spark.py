@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from core.paths import C1_ONLY_JIT, cds_java_options, project_jars
-from jobs.runtime.py4j import java_class
+from jobs.runtime.py4j import java_class, string_map
 from jobs.runtime.session import build_session
 
 # For the test suite and the benches' table reads on a 2-core machine: frames of a handful of
@@ -95,12 +95,13 @@ def conf_restored(session: SparkSession) -> Iterator[None]:
     them. The session's own SQLConf is written directly: `spark.conf` refuses Spark core keys
     (`spark.speculation`) that getOrCreate set without asking.
     """
-    before = dict(session.conf.getAll)
+    runtime_conf = session.conf._jconf  # type: ignore[attr-defined]
+    before = string_map(session, runtime_conf.getAllAsJava())
     try:
         yield
     finally:
         conf = session._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
-        after = dict(session.conf.getAll)
+        after = string_map(session, runtime_conf.getAllAsJava())
         for key in after.keys() - before.keys():
             conf.unsetConf(key)
         for key, value in before.items():

@@ -13,6 +13,7 @@ lookup of the whole name, when the class is used.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -47,6 +48,14 @@ def java_map(spark: SparkSession, items: Mapping) -> Any:
     for key, value in items.items():
         result.put(key, value)
     return result
+
+
+def string_map(spark: SparkSession, java_map: Any) -> dict[str, str]:
+    """A java.util.Map of strings as a dict, read in one round trip (as JSON, by Spark's
+    Jackson): py4j reads a map a key at a time, two round trips a key, and ends its iteration
+    on a Java exception, which PySpark converts at the cost of a few dozen more."""
+    mapper = java_class(spark, "com.fasterxml.jackson.databind.ObjectMapper")()
+    return dict(json.loads(str(mapper.writeValueAsString(java_map))))
 
 
 def java_list(spark: SparkSession, items: Iterable) -> Any:
