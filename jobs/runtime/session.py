@@ -45,6 +45,12 @@ TUNABLE_DEFAULTS = {
     # Delta replays its log with this many tasks (default 50); the audit tables are small and
     # touched every micro-batch, so a handful of tasks is faster.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # PySpark records the Python call site of every Column and function call (a walk of the
+    # Python stack and five JVM round trips each) for the query context of error messages.
+    # A job's driver builds every micro-batch's plans again, and a worker's for each of its
+    # groups: about a third of the CPU of building a plan. The error still names the
+    # expression; an application launched with `true` keeps the call sites.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -81,3 +81,13 @@ def test_a_tunable_given_at_launch_wins_over_the_default_and_the_job_wins_over_b
     # What every session needs is set whatever the launch said.
     launched = set(BASE_CONF) | set(TUNABLE_DEFAULTS)
     assert session_settings(launched, {}) == BASE_CONF
+
+
+@pytest.mark.spark
+def test_a_session_does_not_record_python_call_sites(spark) -> None:
+    """The test session is built as the jobs' are (build_session): PySpark sees its query
+    context debugging off, so building a Column walks no stack and makes no extra JVM calls."""
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert is_debugging_enabled() is False
