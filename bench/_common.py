@@ -184,6 +184,21 @@ def spark_submit_env(
     return env
 
 
+def submit_job(jobgroup: Path, env: Mapping[str, str], log: Path) -> subprocess.Popen:
+    """Start ``./spark-submit.sh jobgroup`` with `env` (`spark_submit_env`) in a process group
+    of its own (so the bench can signal the driver and everything it started), its output
+    appended to `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(ROOT / "spark-submit.sh"), str(jobgroup)],
+            cwd=ROOT,
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def jobs_zip_is_stale(zip_path: Path = JOBS_ZIP, sources: Path = ROOT / "jobs") -> bool:
     """True when `zip_path` is missing or older than a ``.py`` file under `sources`."""
     if not zip_path.exists():

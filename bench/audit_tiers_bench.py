@@ -41,12 +41,12 @@ from bench._common import (
     parse_args,
     say,
     spark_submit_env,
+    submit_job,
     warn_if_jobs_zip_stale,
     work_dir,
     write_latest,
     write_result,
 )
-from core.paths import ROOT
 from core.processes import signal_group
 
 NAME = "audit-tiers"
@@ -179,15 +179,7 @@ def job(group: dict[str, Any], workdir: Path, conf_dir: Path) -> Iterator[subpro
         driver_memory="1g",
         default_submit_args="--conf spark.sql.shuffle.partitions=2",
     )
-    with (workdir / f"{group['jobGroupId']}.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [str(ROOT / "spark-submit.sh"), str(path)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = submit_job(path, env, workdir / f"{group['jobGroupId']}.log")
     try:
         yield proc
     finally:

@@ -129,6 +129,7 @@ from bench._common import (
     say,
     seconds_text,
     spark_submit_env,
+    submit_job,
     table_session,
     warn_if_jobs_zip_stale,
     work_dir,
@@ -136,7 +137,6 @@ from bench._common import (
     write_result,
 )
 from bench.kafka_perf import consumer_perf, producer_perf, producer_perf_args
-from core.paths import ROOT
 from core.processes import signal_group
 from devservices.kafka import G1_GC, KafkaCluster, start_cluster
 from devservices.mirror_maker import (
@@ -550,15 +550,8 @@ def spark_job(bench: Bench, group: Mapping[str, Any]) -> Iterator[subprocess.Pop
         master=os.environ.get("BENCH_SPARK_MASTER", f"local[{slots}]"),
         driver_memory=JOB_HEAP,
     )
-    with spark_log(name).open("wb") as log:
-        proc = subprocess.Popen(
-            [str(ROOT / "spark-submit.sh"), str(path)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    spark_log(name).unlink(missing_ok=True)
+    proc = submit_job(path, env, spark_log(name))
     try:
         yield proc
     finally:
