@@ -3,12 +3,12 @@
 Why not `spark.sparkContext._jvm.a.b.C`: py4j walks such a name one part at a time, a round
 trip to the JVM for each, and the JVM resolves every part that is a package (`a`, `a.b`) by
 trying it as a class: under the name itself and under each package PySpark imports into the
-gateway's view, every try a search of every jar on the classpath that finds nothing. For
-`org.apache.hadoop.fs.Path` that is four such parts, and about 1.4 ms of the JVM's CPU per
-use against 0.1 ms here. The job's drivers look up classes in loops (the after-commit
-writers look for Spark's commit files every 50 ms while a batch waits), so every Java class
-the project names goes through `java_class`, or `jvm_package` for a package of them: one
-lookup of the whole name, when the class is used.
+gateway's view, every try a search of every jar on the classpath that finds nothing: for
+`org.apache.hadoop.fs.Path`, four such parts, many times the cost of the one lookup of the
+whole name (docs/benchmarks.md, "Test suite"). The job's drivers look up classes in loops
+(the after-commit writers look for Spark's commit files while a batch waits), so every Java
+class the project names goes through `java_class`, or `jvm_package` for a package of them:
+one lookup of the whole name, when the class is used.
 """
 
 from __future__ import annotations

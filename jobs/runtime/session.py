@@ -48,8 +48,8 @@ TUNABLE_DEFAULTS = {
     # PySpark records the Python call site of every Column and function call (a walk of the
     # Python stack and five JVM round trips each) for the query context of error messages.
     # A job's driver builds every micro-batch's plans again, and a worker's for each of its
-    # groups: about a third of the CPU of building a plan. The error still names the
-    # expression; an application launched with `true` keeps the call sites.
+    # groups: a large share of the CPU of building a plan (docs/benchmarks.md). The error still
+    # names the expression; an application launched with `true` keeps the call sites.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
