@@ -160,7 +160,7 @@ OVERSIZED = {
     "bench/controlplane_bench.py::table_rows": 93,
     "bench/dispatch_bench.py::main": 86,
     "bench/dispatch_handwritten.py::dispatch": 84,
-    "bench/replication_bench.py": 1486,
+    "bench/replication_bench.py": 1479,
     "bench/replication_bench.py::summarize": 105,
     "bench/startup_bench.py::main": 99,
     "jvm/src/main/java/dev/uatu/dispatch/PartitionRun.java": 590,
