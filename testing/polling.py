@@ -32,6 +32,9 @@ TRANSIENT_KAFKA_ERRORS = frozenset(
         KafkaError._TRANSPORT,
         KafkaError._UNKNOWN_PARTITION,
         KafkaError._UNKNOWN_TOPIC,
+        # A request in flight on the bootstrap connection of a cluster that just started:
+        # librdkafka replaces that connection once it learns the brokers' own addresses.
+        KafkaError._DESTROY_BROKER,
     }
 )
 
