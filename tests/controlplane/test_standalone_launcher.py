@@ -1,6 +1,8 @@
 """The standalone launcher: its pure request builder, its answers to a stub master, and the
-real thing (a Spark standalone master and two workers on 127.0.0.1): an audit JobGroup as an
-application of its own, and a worker pool of two worker applications running audits."""
+real thing (a Spark standalone master and two workers on 127.0.0.1): a worker pool of two
+worker applications running audits. A JobGroup's own application (`launch`) and a worker
+application (`launch_worker`) differ only in the request's application argument and files,
+which the stub tests hold; the cluster runs the worker applications."""
 
 from __future__ import annotations
 
@@ -351,18 +353,15 @@ def cluster_processes(cluster: StandaloneCluster) -> list[str]:
     return [b" ".join(_cmdline(pid)).decode(errors="replace") for pid in launched_pids(cluster)]
 
 
-def driver_python_env(cluster: StandaloneCluster, jobgroup_file: str) -> dict[str, str]:
-    """The environment of the Python driver running `jobgroup_file`; {} while there is none."""
+def worker_python_envs(cluster: StandaloneCluster) -> list[dict[str, str]]:
+    """The environments of the Python drivers of the worker applications running on `cluster`."""
+    envs = []
     for pid in launched_pids(cluster):
         cmdline = _cmdline(pid)
-        if (
-            cmdline[1:2]
-            and cmdline[1].endswith(b"jobs/main.py")
-            and jobgroup_file.encode() in cmdline
-        ):
+        if cmdline[1:2] and cmdline[1].endswith(b"jobs/main.py") and b"worker" in cmdline[2:]:
             raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
-    return {}
+            envs.append(dict(e.decode().split("=", 1) for e in raw if b"=" in e))
+    return envs
 
 
 def cluster_launcher(
@@ -392,61 +391,16 @@ def cluster_launcher(
 
 
 @pytest.mark.integration
-def test_audit_job_runs_on_a_real_standalone_cluster(standalone, kafka, tmp_path):
-    # What `python -m devservices.spark_standalone down` would stop.
-    assert running_pids(standalone.dir) == [d.pid for d in standalone.daemons]
-    assert len(standalone.workers) == 2
-    topic = f"sa-{uuid.uuid4().hex[:8]}"
-    kafka.create_topic(topic, partitions=2)
-    produce(kafka.bootstrap_servers, topic, audit_dataset(200, 2, int(time.time() * 1000)))
-    conf = write_conf_dir(
-        tmp_path / "conf", kafka.bootstrap_servers, tmp_path / "wh", tmp_path / "ck"
-    )
-    counts_log = tmp_path / "wh" / "audit_counts" / "_delta_log"
-    launcher = cluster_launcher(standalone, tmp_path, conf)
-    measured: dict[str, float] = {}
-
-    # Launch: the driver runs on the worker, its executor too, and it really audits.
-    started = time.monotonic()
-    record = launcher.launch(audit_group("sa", topic), "def-1", {"UATU_TEST_MARKER": "sa-1"})
-    assert record.handle.startswith("driver-")
-    wait_for(lambda: launcher.driver_state(record.handle) == "RUNNING", 60, "RUNNING")
-    measured["create_to_running_s"] = time.monotonic() - started
-    assert launcher.alive(record)
-    jobgroup_file = str((tmp_path / "apps" / "sa" / "jobgroup.json").resolve())
-    env = wait_for(lambda: driver_python_env(standalone, jobgroup_file), 60, "the Python driver")
-    assert env["UATU_TEST_MARKER"] == "sa-1"
-    assert env["UATU_CONF_DIR"] == str(conf.resolve())
-    wait_for(lambda: len(list(counts_log.glob("*.json"))) >= 2, 240, "audit commits")
-    measured["create_to_second_commit_s"] = time.monotonic() - started
-    jvms = [p for p in cluster_processes(standalone) if "java" in p.split(" ", 1)[0]]
-    assert any("CoarseGrainedExecutorBackend" in p for p in jvms)
-    assert any("DriverWrapper" in p for p in jvms)
-    assert all(C1_ONLY_JIT in p for p in jvms), jvms  # the suite's JIT setting reached them
-    assert launcher.alive(record)
-
-    # Cancel: the stop file reaches the driver (shared filesystem), which ends the query and
-    # exits 0 on its own (FINISHED, not KILLED); nothing of the application is left.
-    started = time.monotonic()
-    launcher.cancel(record)
-    measured["graceful_cancel_s"] = time.monotonic() - started
-    assert not launcher.alive(record)
-    assert launcher.driver_state(record.handle) == "FINISHED"
-    job_log = Path(record.log).read_text()
-    assert "received stop file" in job_log and "query audit-sa finished" in job_log
-    wait_for(lambda: cluster_processes(standalone) == [], 30, "no driver or executor processes")
-    measured["cancel_to_no_processes_s"] = time.monotonic() - started
-
-    print("standalone launcher timings:", json.dumps({k: round(v, 1) for k, v in measured.items()}))
-
-
-@pytest.mark.integration
 def test_a_worker_pool_runs_on_the_standalone_cluster(standalone, kafka, tmp_path):
     """`serve --launcher standalone --workers 2`, in this process: two worker applications
     submitted to the cluster's two Spark workers, one audit placed on each, each counting
     exactly the records produced; CANCEL over the wire stops one query, not its application.
-    At the end one application is cancelled through its stop file (FINISHED) and the other with
-    no grace (the master kills it: KILLED)."""
+    Each driver runs on a worker with its executor on the suite's JIT setting, and its Python
+    gets the control plane's environment. At the end one application is cancelled through its
+    stop file (FINISHED) and the other with no grace (the master kills it: KILLED)."""
+    # What `python -m devservices.spark_standalone down` would stop.
+    assert running_pids(standalone.dir) == [d.pid for d in standalone.daemons]
+    assert len(standalone.workers) == 2
     suffix = uuid.uuid4().hex[:8]
     now_ms = int(time.time() * 1000)
     sent = {}
@@ -481,6 +435,15 @@ def test_a_worker_pool_runs_on_the_standalone_cluster(standalone, kafka, tmp_pat
             print(f"both audits counted: {time.monotonic() - started:.1f} s")
             placed = {plane.store.launches()[g].worker_id for g in sent}
             assert placed == {r.worker_id for r in slots}  # one group on each application
+            jvms = [p for p in cluster_processes(standalone) if "java" in p.split(" ", 1)[0]]
+            assert sum("CoarseGrainedExecutorBackend" in p for p in jvms) == 2
+            assert sum("DriverWrapper" in p for p in jvms) == 2
+            assert all(C1_ONLY_JIT in p for p in jvms), jvms  # the suite's JIT setting reached them
+            envs = worker_python_envs(standalone)
+            assert sorted(e["UATU_WORKER_ID"] for e in envs) == sorted(
+                str(r.worker_id) for r in slots
+            )
+            assert all(e["UATU_CONF_DIR"] == str(conf.resolve()) for e in envs)
 
             plane.groups.set_state("sa-pool-1", job_pb2.JOB_STATE_CANCELED)
             wait_for(
@@ -499,6 +462,7 @@ def test_a_worker_pool_runs_on_the_standalone_cluster(standalone, kafka, tmp_pat
         for record, stopper in zip(launched, (launcher, hard), strict=False):
             stopper.cancel(record)
     assert [launcher.driver_state(r.handle) for r in launched] == ["FINISHED", "KILLED"]
+    assert "received stop file" in Path(launched[0].log).read_text()
     assert not any(launcher.alive(r) for r in launched)
     # The killed driver JVM leaves its Python process behind for a moment: it exits once its
     # next call into the JVM fails.
