@@ -38,9 +38,9 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
-from pyspark.sql.streaming import StreamingQueryListener
 
 from core.errors import ConfigError
+from jobs.runtime.query_listener import JsonEventsListener
 
 log = logging.getLogger("uatu.metrics")
 
@@ -222,7 +222,7 @@ def write_sd_file(
     return target
 
 
-class QueryMetricsListener(StreamingQueryListener):
+class QueryMetricsListener(JsonEventsListener):
     """`uatu_query_*` from each progress event of the named query."""
 
     def __init__(self, query_name: str) -> None:

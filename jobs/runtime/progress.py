@@ -25,8 +25,9 @@ from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 from uber.data.kafka.datatransfer import job_pb2, job_status_pb2
+
+from jobs.runtime.query_listener import JsonEventsListener
 
 SOURCE_METRIC = "uatu_source"
 
@@ -134,7 +135,7 @@ def _start_offsets(progress: Mapping, topic: str) -> dict[tuple[str, int], int]:
     return topic_end_offsets({"sources": starts}, topic)
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JsonEventsListener):
     """Keeps the latest per-partition statuses of one query (events arrive on Spark's thread)."""
 
     def __init__(

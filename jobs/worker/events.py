@@ -34,7 +34,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql.streaming import StreamingQueryListener
 from uber.data.kafka.datatransfer.job_status_pb2 import (
     JobStatus,
     KafkaConsumerTaskStatus,
@@ -42,6 +41,7 @@ from uber.data.kafka.datatransfer.job_status_pb2 import (
 )
 
 from jobs.runtime.progress import JobIdentity, ProgressListener
+from jobs.runtime.query_listener import JsonEventsListener
 from jobs.worker.packer import Packer
 from jobs.worker.runs import GroupRuns
 
@@ -61,7 +61,7 @@ class Watched:
     busy: deque[tuple[float, float]] = field(default_factory=deque)  # (when, batch ms)
 
 
-class QueryEvents(StreamingQueryListener):
+class QueryEvents(JsonEventsListener):
     def __init__(
         self,
         runs: GroupRuns,
