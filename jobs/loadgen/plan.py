@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 UNBOUNDED = 2**63 - 1  # a quota that never runs out
-MAX_CREDIT_US = 1_000_000
+MAX_CREDIT_US = 250_000
 _TOTALS = ("records", "duplicates", "late", "untimed", "bytes", "value_bytes")
 
 

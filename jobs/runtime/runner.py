@@ -317,8 +317,17 @@ def _log_batches(
     last_batch: int,
     batch_records: Callable[[int], int | None] | None = None,
 ) -> int:
-    """Log every batch that finished since `last_batch` (several may between two polls)."""
-    for progress in query.recentProgress:
+    """Log every batch that finished since `last_batch` (several may between two polls).
+
+    The newest progress is one py4j call; the retained ones (up to
+    `spark.sql.streaming.numRecentProgressUpdates`, 100 by default, each a call of its own)
+    are read only when more than one batch finished since the last poll: a long-running
+    query is polled every few seconds, and a worker application polls each of its queries."""
+    newest = query.lastProgress
+    if not newest or newest.get("batchId", -1) <= last_batch:
+        return last_batch
+    finished = [newest] if newest["batchId"] == last_batch + 1 else query.recentProgress
+    for progress in finished:
         if progress.get("batchId", -1) > last_batch:
             last_batch = _log_progress(progress, last_batch, batch_records)
     return last_batch

@@ -24,13 +24,14 @@ import org.slf4j.LoggerFactory;
  * record takes 1 / messages_per_sec, or its bytes / bytes_per_sec, whichever is longer); the
  * thread sends whatever is due and parks until the next record is. A schedule that falls more
  * than {@link #MAX_CREDIT_NANOS} behind the clock (a stall) moves up, so a stall never turns
- * into a long burst. Without a cap the partitions take turns as fast as the producer takes
+ * into a long burst: what it catches up is at most a quarter second's records, 2.5 % of a 10 s
+ * window, inside the 5 % every window holds. Without a cap the partitions take turns as fast as the producer takes
  * records.
  */
 final class Runner implements Runnable {
   static final long MIN_LEASE_NANOS = 10_000_000_000L;
   static final long IDLE_EXIT_NANOS = 60_000_000_000L;
-  static final long MAX_CREDIT_NANOS = 1_000_000_000L;
+  static final long MAX_CREDIT_NANOS = 250_000_000L;
   private static final long MAX_PARK_NANOS = 5_000_000L;
   private static final int LETTER_SLACK = 4096;
   private static final Logger LOG = LoggerFactory.getLogger(Runner.class);
