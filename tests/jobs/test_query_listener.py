@@ -77,24 +77,31 @@ def test_whole_events_equal_pysparks_own_for_a_query_that_commits_and_one_that_f
         .option("recursiveFileLookup", "true")
         .parquet(str(source))
     )
+    started: list = []
     with listening(spark, whole, own):
-        done = (
-            frame.writeStream.format("noop")
-            .queryName("json-events-ok")
-            .option("checkpointLocation", str(tmp_path / "ck-ok"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        done.awaitTermination(120)
-        failing = (
-            frame.writeStream.foreachBatch(fail_on_second_batch)
-            .queryName("json-events-failing")
-            .option("checkpointLocation", str(tmp_path / "ck-failing"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        with pytest.raises(Exception, match="the second batch fails on purpose"):
-            failing.awaitTermination(120)
+        try:
+            done = (
+                frame.writeStream.format("noop")
+                .queryName("json-events-ok")
+                .option("checkpointLocation", str(tmp_path / "ck-ok"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            started.append(done)
+            done.awaitTermination(120)
+            failing = (
+                frame.writeStream.foreachBatch(fail_on_second_batch)
+                .queryName("json-events-failing")
+                .option("checkpointLocation", str(tmp_path / "ck-failing"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            started.append(failing)
+            with pytest.raises(Exception, match="the second batch fails on purpose"):
+                failing.awaitTermination(120)
+        finally:  # a query still running after a timeout must not outlive the test
+            for query in started:
+                query.stop()
         wait_for(lambda: len(own.events["terminated"]) == 2, 30, "both queries' terminations")
         wait_for(lambda: len(whole.events["terminated"]) == 2, 30, "the same, whole")
 
