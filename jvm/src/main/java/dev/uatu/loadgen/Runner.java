@@ -25,8 +25,8 @@ import org.slf4j.LoggerFactory;
  * thread sends whatever is due and parks until the next record is. A schedule that falls more
  * than {@link #MAX_CREDIT_NANOS} behind the clock (a stall) moves up, so a stall never turns
  * into a long burst: what it catches up is at most a quarter second's records, 2.5 % of a 10 s
- * window, inside the 5 % every window holds. Without a cap the partitions take turns as fast as the producer takes
- * records.
+ * window, inside the 5 % every window holds. Without a cap the partitions take turns as fast as
+ * the producer takes records.
  */
 final class Runner implements Runnable {
   static final long MIN_LEASE_NANOS = 10_000_000_000L;
