@@ -31,17 +31,22 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from core.paths import ROOT, project_jars
-from devservices.kafka import start_cluster
+from devservices.kafka import KafkaCluster, start_cluster
 from jobs.runtime.session import build_session
 from testing.audit_clients import produce_with_interceptor, produce_with_wrapper
 from testing.conf import write_conf_dir
 from testing.topic_data import Record, produce_records, read_partitions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("uatu.demo_tiers")
 
@@ -62,7 +67,13 @@ def windows(now_ms: int) -> tuple[int, int, int]:
     return first, first + WINDOW_MS, first + 2 * WINDOW_MS
 
 
-def run_job(jobgroup: Path, conf_dir: Path, *args: str) -> None:
+# Runs a JobGroup file's job as `./spark-submit.sh JOBGROUP ARGS...` would, with the
+# demo's configuration folder; raises SystemExit unless it exits 0.
+JobRunner = Callable[..., None]
+
+
+def submit_job(jobgroup: Path, conf_dir: Path, *args: str) -> None:
+    """The demo's JobRunner: `./spark-submit.sh`, as a scheduler runs a JobGroup."""
     env = {**os.environ, "UATU_CONF_DIR": str(conf_dir)}
     env.pop("UATU_WAREHOUSE", None)
     env.pop("UATU_CHECKPOINTS", None)
@@ -155,6 +166,34 @@ def show_and_check(spark, warehouse: Path, expected: dict) -> bool:
     return all(want == have for _, want, have in checks)
 
 
+def run_demo(
+    cluster: KafkaCluster, spark: SparkSession, work_dir: Path, run_job: JobRunner = submit_job
+) -> bool:
+    """Steps 1 (the topics) to 6 on a started broker and session, writing conf, warehouse and
+    checkpoints under `work_dir`; True when every check holds."""
+    warehouse = work_dir / "warehouse"
+    bootstrap = cluster.bootstrap_servers
+    for topic, partitions in ((TOPIC, PARTITIONS), (COPY, PARTITIONS), (AUDIT_TOPIC, 1)):
+        cluster.create_topic(topic, partitions=partitions)
+    conf_dir = write_conf_dir(work_dir / "conf", bootstrap, warehouse, work_dir / "checkpoints")
+    spans = windows(int(time.time() * 1000))
+    w1, w2, w3 = spans
+    log.info("orders-api (Python wrapper): 600 records in each of the windows %d, %d", w1, w3)
+    first = [(b"o%d" % i, b'{"order": %d}' % i, w1 + 50 * i) for i in range(600)]
+    produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, first)
+    log.info("java-api (Java interceptor): 400 records in the window %d", w2)
+    java = [(b"j%d" % i, b"{}", w2 + 100 * i) for i in range(400)]
+    produce_with_interceptor(spark, bootstrap, TOPIC, AUDIT_TOPIC, java)
+    third = [(b"p%d" % i, b'{"order": %d}' % i, w3 + 50 * i) for i in range(600)]
+    produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, third)
+    run_job(GROUPS / "replicate.json", conf_dir)
+    break_the_copy(bootstrap)
+    expected = expected_verdicts(bootstrap, spans)
+    run_job(GROUPS / "count-orders.json", conf_dir, "--once")
+    run_job(GROUPS / "tiers.json", conf_dir, "--once")
+    return show_and_check(spark, warehouse, expected)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -168,36 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     shutil.rmtree(work_dir, ignore_errors=True)
-    warehouse = work_dir / "warehouse"
     log.info("starting a local Kafka broker in %s", work_dir / "kafka")
     cluster = start_cluster(work_dir / "kafka")
     spark = None
     try:
-        bootstrap = cluster.bootstrap_servers
-        for topic, partitions in ((TOPIC, PARTITIONS), (COPY, PARTITIONS), (AUDIT_TOPIC, 1)):
-            cluster.create_topic(topic, partitions=partitions)
-        conf_dir = write_conf_dir(work_dir / "conf", bootstrap, warehouse, work_dir / "checkpoints")
-        spans = windows(int(time.time() * 1000))
-        w1, w2, w3 = spans
-        log.info("orders-api (Python wrapper): 600 records in each of the windows %d, %d", w1, w3)
-        first = [(b"o%d" % i, b'{"order": %d}' % i, w1 + 50 * i) for i in range(600)]
-        produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, first)
         spark = build_session(
             "uatu-demo-tiers", master="local[1]", jars=project_jars(),
             conf={"spark.ui.enabled": "false"},
         )  # fmt: skip
         spark.sparkContext.setLogLevel("ERROR")
-        log.info("java-api (Java interceptor): 400 records in the window %d", w2)
-        java = [(b"j%d" % i, b"{}", w2 + 100 * i) for i in range(400)]
-        produce_with_interceptor(spark, bootstrap, TOPIC, AUDIT_TOPIC, java)
-        third = [(b"p%d" % i, b'{"order": %d}' % i, w3 + 50 * i) for i in range(600)]
-        produce_with_wrapper(bootstrap, TOPIC, AUDIT_TOPIC, third)
-        run_job(GROUPS / "replicate.json", conf_dir)
-        break_the_copy(bootstrap)
-        expected = expected_verdicts(bootstrap, spans)
-        run_job(GROUPS / "count-orders.json", conf_dir, "--once")
-        run_job(GROUPS / "tiers.json", conf_dir, "--once")
-        matched = show_and_check(spark, warehouse, expected)
+        matched = run_demo(cluster, spark, work_dir)
     finally:
         if spark is not None:
             spark.stop()
