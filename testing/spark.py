@@ -24,8 +24,8 @@ from jobs.runtime.session import build_session
 # generation and its compiler (Janino) in over a quarter of the CPU samples, adaptive
 # execution's re-planning in more. Spark supports both modes. The spark-submit.sh runs of
 # testing/jobrun.py (the crash-point and exit-path tests) take these SQL settings too
-# (`small_submit_args`); the jobs the control plane, the demo, Airflow and the standalone
-# cluster start keep Spark's defaults, as a site's jobs do.
+# (`small_submit_args`), as do the demo's jobs (in the test session); the jobs the control plane,
+# Airflow and the standalone cluster start keep Spark's defaults, as a site's jobs do.
 SMALL_LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
