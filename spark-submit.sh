@@ -12,7 +12,8 @@
 # checkpoint, for this run only (docs/operations.md, "Past a retention gap").
 #
 # Environment (docs/operations.md lists every variable a job reads):
-#   SPARK_MASTER             Spark master URL (default local[2])
+#   SPARK_MASTER             Spark master URL (default local[2]; a worker application's
+#                            local[N], N twice the cores and at least 4)
 #   UATU_DRIVER_MEMORY       driver memory (default 2g)
 #   UATU_SPARK_SUBMIT_ARGS   extra spark-submit arguments, e.g. "--conf spark.sql.shuffle.partitions=4"
 #   UATU_CONF_DIR, UATU_WAREHOUSE, UATU_CHECKPOINTS   see conf/uatu.yaml
@@ -70,7 +71,17 @@ fi
 # mode the driver, its block manager and the UI listen on loopback only. On a cluster the
 # driver must be reachable by executors: bind it there with UATU_SPARK_SUBMIT_ARGS, and turn
 # on spark.authenticate and spark.network.crypto.enabled.
-MASTER="${SPARK_MASTER:-local[2]}"
+# A worker application runs many groups' queries, whose tasks mostly wait on Kafka and on
+# Delta commits, and its after-commit writes pool is served first up to two task slots
+# (jobs/worker/main.py, WRITES_POOL_MIN_SHARE). On local[2] those writes could hold both slots
+# while the queries' batches waited for one; locally a worker gets twice the cores, at least 4.
+if [[ "${1:-}" == worker ]]; then
+  cores=$(nproc)
+  DEFAULT_MASTER="local[$(( cores * 2 > 4 ? cores * 2 : 4 ))]"
+else
+  DEFAULT_MASTER="local[2]"
+fi
+MASTER="${SPARK_MASTER:-$DEFAULT_MASTER}"
 HARDENING=(--conf spark.ui.killEnabled=false)
 if [[ "$MASTER" == local* ]]; then
   export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"

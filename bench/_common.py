@@ -170,14 +170,20 @@ def clean_env(*also_drop: str) -> dict[str, str]:
 
 
 def spark_submit_env(
-    conf_dir: Path, *, master: str, driver_memory: str, default_submit_args: str | None = None
+    conf_dir: Path,
+    *,
+    master: str | None,
+    driver_memory: str,
+    default_submit_args: str | None = None,
 ) -> dict[str, str]:
     """The environment of one ``./spark-submit.sh`` run of a bench: `clean_env`, the run's
-    conf dir, master and driver memory. ``UATU_SPARK_SUBMIT_ARGS`` becomes the caller's
-    ``BENCH_SPARK_SUBMIT_ARGS`` if set (for experiments), else `default_submit_args` if given,
-    else whatever this environment holds."""
-    env = clean_env()
-    env.update(UATU_CONF_DIR=str(conf_dir), SPARK_MASTER=master, UATU_DRIVER_MEMORY=driver_memory)
+    conf dir, master (None: spark-submit.sh's default) and driver memory.
+    ``UATU_SPARK_SUBMIT_ARGS`` becomes the caller's ``BENCH_SPARK_SUBMIT_ARGS`` if set (for
+    experiments), else `default_submit_args` if given, else whatever this environment holds."""
+    env = clean_env("SPARK_MASTER")
+    env.update(UATU_CONF_DIR=str(conf_dir), UATU_DRIVER_MEMORY=driver_memory)
+    if master is not None:
+        env["SPARK_MASTER"] = master
     submit_args = os.environ.get("BENCH_SPARK_SUBMIT_ARGS", default_submit_args)
     if submit_args is not None:
         env["UATU_SPARK_SUBMIT_ARGS"] = submit_args

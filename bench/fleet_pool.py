@@ -461,8 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     parser.add_argument(
         "--worker-master",
-        default="local[2]",
-        help="Spark master of the worker applications (the baseline's is local[2])",
+        default=None,
+        help="Spark master of the worker applications (default: spark-submit.sh's for a "
+        "worker, local[N] with N twice the cores and at least 4; the baseline's is local[2])",
     )
     parser.add_argument(
         "--packed",

@@ -70,8 +70,9 @@ POOL_CONF = {
 # The after-commit writes' pool (jobs/runtime/after_commit.py), declared: a group's pool has
 # weight 1 and no minimum share, so among a hundred groups' pools the writes would have a
 # hundredth of the task slots, and the rows users query would wait behind every query's next
-# batch. With a minimum share of two (the worker's task slots) Spark's FAIR scheduler offers
-# a free slot to a pending write before any query's task.
+# batch. With a minimum share of two Spark's FAIR scheduler offers a free slot to a pending
+# write before any query's task until two writes run. A local worker has at least four task
+# slots (spark-submit.sh), so the queries' batches keep two of them however many writes wait.
 WRITES_POOL_WEIGHT = 4
 WRITES_POOL_MIN_SHARE = 2
 

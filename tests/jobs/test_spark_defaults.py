@@ -15,6 +15,7 @@ import pytest
 
 from core.paths import JOBS_ZIP, PROJECT_JAR, ROOT, SPARK_JARS_DIR
 from jobs.runtime.session import BASE_CONF, TUNABLE_DEFAULTS, session_settings
+from jobs.worker.main import WRITES_POOL_MIN_SHARE
 
 pytestmark = pytest.mark.skipif(
     not (JOBS_ZIP.exists() and PROJECT_JAR.exists() and SPARK_JARS_DIR.is_dir()),
@@ -27,7 +28,8 @@ python3 -c 'import json, os, sys; json.dump({"argv": sys.argv[1:], "env": dict(o
 """
 
 
-def run_script(tmp_path: Path, master: str | None) -> dict:
+def run_script(tmp_path: Path, master: str | None, *args: str) -> dict:
+    """What spark-submit.sh hands spark-submit for `args` (default: a JobGroup, `--once`)."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     fake = venv / "bin" / "spark-submit"
@@ -38,12 +40,16 @@ def run_script(tmp_path: Path, master: str | None) -> dict:
     env.update(UATU_VENV=str(venv), RECORD=str(record), UATU_STOP_FILE=str(tmp_path / "stop"))
     if master:
         env["SPARK_MASTER"] = master
-    group = tmp_path / "g.json"
-    group.write_text("{}")
-    subprocess.run(
-        [str(ROOT / "spark-submit.sh"), str(group), "--once"], env=env, check=True, timeout=60
-    )
+    if not args:
+        group = tmp_path / "g.json"
+        group.write_text("{}")
+        args = (str(group), "--once")
+    subprocess.run([str(ROOT / "spark-submit.sh"), *args], env=env, check=True, timeout=60)
     return json.loads(record.read_text())
+
+
+def master_of(argv: list[str]) -> str:
+    return argv[argv.index("--master") + 1]
 
 
 def conf_of(argv: list[str]) -> dict[str, str]:
@@ -66,6 +72,22 @@ def test_cluster_masters_still_disable_ui_kill(tmp_path) -> None:
     assert conf["spark.ui.killEnabled"] == "false"
     assert "spark.driver.bindAddress" not in conf  # executors elsewhere must reach it
     assert "SPARK_LOCAL_IP" not in seen["env"]
+
+
+def test_a_local_worker_has_task_slots_beyond_its_writes_pool_and_a_job_has_two(
+    tmp_path,
+) -> None:
+    """A worker's after-commit writes are served first up to WRITES_POOL_MIN_SHARE task slots;
+    a local worker gets twice the cores, at least 4, so its queries' batches keep two slots
+    (on local[2] a moved pack's fold waited for a slot far longer than its tasks ran:
+    docs/benchmarks.md, "Fleet, part 2"). SPARK_MASTER wins for both."""
+    cores = len(os.sched_getaffinity(0))  # what nproc counts
+    worker = master_of(run_script(tmp_path / "w", None, "worker")["argv"])
+    assert worker == f"local[{max(4, 2 * cores)}]"
+    assert max(4, 2 * cores) - WRITES_POOL_MIN_SHARE >= 2
+    assert master_of(run_script(tmp_path / "j", None)["argv"]) == "local[2]"
+    given = run_script(tmp_path / "g", "local[3]", "worker")
+    assert master_of(given["argv"]) == "local[3]"
 
 
 def test_every_session_disables_ui_kill() -> None:
