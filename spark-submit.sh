@@ -67,10 +67,6 @@ if [[ -f "$CDS_ARCHIVE" && "${UATU_CDS:-1}" != 0 ]]; then
   export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-} -XX:SharedArchiveFile=$CDS_ARCHIVE -Xshare:auto -Xlog:cds*=warning:stderr -Xlog:cds*=off:stdout"
 fi
 
-# Hardened by default (docs/security.md): the UI cannot kill jobs or stages, and in local
-# mode the driver, its block manager and the UI listen on loopback only. On a cluster the
-# driver must be reachable by executors: bind it there with UATU_SPARK_SUBMIT_ARGS, and turn
-# on spark.authenticate and spark.network.crypto.enabled.
 # A worker application runs many groups' queries, whose tasks mostly wait on Kafka and on
 # Delta commits, and its after-commit writes pool is served first up to two task slots
 # (jobs/worker/main.py, WRITES_POOL_MIN_SHARE). On local[2] those writes could hold both slots
@@ -82,6 +78,11 @@ else
   DEFAULT_MASTER="local[2]"
 fi
 MASTER="${SPARK_MASTER:-$DEFAULT_MASTER}"
+
+# Hardened by default (docs/security.md): the UI cannot kill jobs or stages, and in local
+# mode the driver, its block manager and the UI listen on loopback only. On a cluster the
+# driver must be reachable by executors: bind it there with UATU_SPARK_SUBMIT_ARGS, and turn
+# on spark.authenticate and spark.network.crypto.enabled.
 HARDENING=(--conf spark.ui.killEnabled=false)
 if [[ "$MASTER" == local* ]]; then
   export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
