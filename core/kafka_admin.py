@@ -179,6 +179,27 @@ def create_topic(admin: AdminClient, topic: NewTopic, timeout_s: float = ADMIN_T
     )
 
 
+def created_as_asked(
+    admin: AdminClient,
+    error: KafkaException,
+    name: str,
+    partitions: int,
+    replication_factor: int | None,
+) -> bool:
+    """Whether a create's `error` is TOPIC_ALREADY_EXISTS and the topic has the partitions (and,
+    when given, the replication factor) asked for. librdkafka re-sends a CreateTopics to a new
+    controller by itself, and on a cluster that just started the first may have carried it
+    out: then the first attempt's answer is TOPIC_ALREADY_EXISTS."""
+    if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        return False
+    found = admin.list_topics(topic=name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
+    if found is None or found.error is not None or len(found.partitions) != partitions:
+        return False
+    return replication_factor is None or all(
+        len(p.replicas) == replication_factor for p in found.partitions.values()
+    )
+
+
 def create_partitions(
     admin: AdminClient, request: NewPartitions, timeout_s: float = ADMIN_TIMEOUT_S
 ) -> None:

@@ -21,7 +21,7 @@ from confluent_kafka import (
 
 from core.config import ClusterConfig
 from core.kafka_admin import OFFSETS_TOPIC, ensure_offsets_topic, topic_partitions
-from devservices.kafka import start_cluster
+from devservices.kafka import KafkaBrokerError, start_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +112,11 @@ def test_single_broker_round_trip(tmp_path: Path) -> None:
         assert topic_partitions(fresh)[OFFSETS_TOPIC] > 0
 
         cluster.create_topic("round-trip", partitions=3)
+        # Asked again as it is (what a CreateTopics re-sent by librdkafka answers): created;
+        # asked with another shape: refused with the topic's name.
+        cluster.create_topic("round-trip", partitions=3, replication_factor=1)
+        with pytest.raises(KafkaBrokerError, match=r"'round-trip'.*already exists"):
+            cluster.create_topic("round-trip", partitions=4)
         payloads = [f"message-{i}".encode() for i in range(100)]
         _produce(cluster.bootstrap_servers, "round-trip", payloads)
         consumed = _consume_all(cluster.bootstrap_servers, "round-trip", len(payloads))
