@@ -5,8 +5,7 @@ range.
 The demo's jobs run in this process, through the same entry point `./spark-submit.sh` calls
 (`jobs.main.main`) on the test session: what is tested is the demo and the jobs' results, not
 the launch, which the spark-submit tests hold (tests/jobs/audit/test_audit_job_integration.py
-among them). Each job in a `spark-submit.sh` of its own cost about 20 to 45 s of CPU more, most
-of it a new JVM's start and first Delta writes.
+among them). A `spark-submit.sh` per job would add a JVM's start and its first Delta writes.
 """
 
 from __future__ import annotations
