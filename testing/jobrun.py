@@ -25,7 +25,7 @@ from core.processes import signal_group
 from testing.spark import small_submit_args
 
 # Variables of the test process a job run must not inherit.
-_NOT_INHERITED = (FAULT_ENV, "UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE")
+NOT_INHERITED = (FAULT_ENV, "UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_CONTROL_PLANE")
 
 
 def submit_job(
@@ -47,7 +47,7 @@ def submit_job(
     path.write_text(json.dumps(group))
     # A file, not a pipe: nobody reads a pipe while the job runs, and a full one blocks it.
     log = log_path(workdir, group).open("ab")
-    inherited = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    inherited = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     full_env = {
         **inherited,
         "UATU_CONF_DIR": str(conf_dir),

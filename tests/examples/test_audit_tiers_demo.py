@@ -17,12 +17,13 @@ import pytest
 from devservices.kafka import start_cluster
 from examples import audit_tiers_demo
 from jobs import main as job_main
+from testing.jobrun import NOT_INHERITED
 
 pytestmark = pytest.mark.integration
 
-# Variables of the test process that would point the demo's jobs elsewhere.
-_JOB_ENV = ("UATU_WAREHOUSE", "UATU_CHECKPOINTS", "UATU_FAULT", "UATU_STOP_FILE",
-            "UATU_CONTROL_PLANE")  # fmt: skip
+# Variables of the test process that would point the demo's jobs elsewhere: those a job run
+# never inherits, and the stop file of an in-process run.
+_JOB_ENV = (*NOT_INHERITED, "UATU_STOP_FILE")
 
 
 def run_in_session(jobgroup: Path, conf_dir: Path, *args: str) -> None:
