@@ -15,17 +15,21 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    AddJobGroup to its first committed batch (its checkpoint's `commits/0`): p50, p99, max;
    for the audits also to their first rows in audit_counts (bench/progress_times.py).
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
-4. --updates replication groups (flow control --copy-rate) get half that rate
+4. --late-adds groups of each kind (audit, replication, dispatcher; their topics fed from the
+   start) are added to the running fleet one at a time, each once the one before has
+   committed: the time from each AddJobGroup to its first committed batch, as an operator
+   adding a group sees it, against the burst of step 2 (bench/fleet_pool_phases.py).
+5. --updates replication groups (flow control --copy-rate) get half that rate
    (UpdateJobGroup): the time until their worker runs the new definition, whether the query
    took it in place (the same Spark run), and the batches until the first one at the new cap.
-5. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
+6. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
    (GetJobGroup shows the job CANCELED, as the worker's heartbeat said).
-6. One worker application is SIGKILLed: for each of its groups, the time from the kill to
+7. One worker application is SIGKILLed: for each of its groups, the time from the kill to
    the next batch committed (on the worker the pool relaunched, or another one).
-7. The producer stops; once every record is counted, copied and dispatched (or a deadline):
+8. The producer stops; once every record is counted, copied and dispatched (or a deadline):
    every audit window against the truth, every copy against its source (each record once, in
    order), every dispatcher's records at the sink (fleet_dispatch.check).
-8. Side by side, today's way: --baseline-apps audits as one application each (spark-submit.sh,
+9. Side by side, today's way: --baseline-apps audits as one application each (spark-submit.sh,
    same settings), sampled for --baseline-minutes; ratio per group of memory and CPU.
 
 Figures go to stdout, var/bench/fleet-pool-result.json and
@@ -46,8 +50,6 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from google.protobuf import json_format
 from uatu.v1 import job_options_pb2  # noqa: F401  (JobGroup.extension in JSON)
-from uatu.v1.worker_job_pb2 import WorkerJob
-from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer import master_admin_service_pb2_grpc as admin_grpc
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
@@ -57,7 +59,6 @@ from bench._common import (
     BENCH_DIR,
     bench_parser,
     parse_args,
-    percentiles,
     say,
     spark_submit_env,
     wait_for,
@@ -75,8 +76,16 @@ from bench.fleet_bench import (
     read_counts,
     run_baseline,
 )
+from bench.fleet_pool_phases import (
+    add_one_at_a_time,
+    cancel_some,
+    first_commits,
+    seconds,
+    seconds_by_kind,
+    update_some,
+)
 from bench.process_usage import sample
-from bench.progress_times import FirstRows, commits, committed_after
+from bench.progress_times import FirstRows, committed_after
 from controlplane.state.sqlite import SqliteStore
 from core.channel import open_channel
 from core.paths import ROOT
@@ -130,20 +139,6 @@ def audit_types(args) -> tuple[str, ...]:
     return ("AUDIT_TYPE_APPROX_UNIQ",) if args.packed else BOTH_TYPES
 
 
-def seconds(values: list[float]) -> dict[str, float | None]:
-    p50, p99 = percentiles(values, (50, 99)) if values else (None, None)
-    return {"n": len(values), "p50": p50, "p99": p99, "max": max(values, default=None)}
-
-
-def seconds_by_kind(times: dict[str, float]) -> dict[str, dict[str, float | None]]:
-    """`seconds` of each kind of group: its id's first letter (a: audit, r: replication,
-    d: dispatcher), so a figure's tail names the kind it comes from."""
-    kinds: dict[str, list[float]] = {}
-    for group_id, value in times.items():
-        kinds.setdefault(group_id[0], []).append(value)
-    return {kind: seconds(values) for kind, values in sorted(kinds.items())}
-
-
 def bench(args) -> dict[str, Any]:
     with (
         work_dir("fleet-pool", keep=args.keep) as workdir,
@@ -157,36 +152,48 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
     audits = [f"pool.a{i:03d}" for i in range(args.audits)]
     copies = [f"pool.r{i:03d}" for i in range(args.replications)]
     dispatched = [f"pool.d{i:03d}" for i in range(args.dispatchers)]
-    fed = audits + copies + dispatched
+    # Fed from the start like the others; their groups are added once the fleet runs.
+    late_audits, late_copies, late_dispatched = (
+        [f"pool.{kind}.late{i:02d}" for i in range(args.late_adds)] for kind in "ard"
+    )
+    fed = audits + copies + dispatched + late_audits + late_copies + late_dispatched
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    create_topics(admin, fed + [f"{t}.copy" for t in copies], args.partitions)
+    create_topics(admin, fed + [f"{t}.copy" for t in copies + late_copies], args.partitions)
     producer = FleetProducer(bootstrap, fed, args.partitions, args.rate)
     producer.start()
     checkpoints = workdir / "ck"
     conf = write_conf_dir(workdir / "conf", bootstrap, workdir / "wh", checkpoints)
     plane, address = start_control_plane(workdir, conf, args)
     store = SqliteStore(workdir / "cp.sqlite")
-    figures: dict[str, Any] = {"groups": len(fed)}
+    figures: dict[str, Any] = {"groups": len(audits) + len(copies) + len(dispatched)}
     try:
         with open_channel(address) as channel:
             stub = admin_grpc.MasterAdminServiceStub(channel)
             up = wait_for("the worker applications", lambda: _registered(store, args), 600, 1)
             say(f"{args.workers} worker applications registered after {up} s")
-            extra = fleet_dispatch.groups(dispatched, sink, args.dispatch_trigger_seconds)
             (first_rows := FirstRows(workdir / "wh" / "audit_counts", "job_group_id")).start()
-            added = add_groups(stub, audits, copies, extra, checkpoints, args, figures)
+            groups = [
+                g for kind in pool_groups(audits, copies, dispatched, sink, args) for g in kind
+            ]
+            added = add_groups(stub, groups, checkpoints, args, figures)
             pids = list(worker_pids(store).values())
             figures["workers"] = sample(pids, args.minutes * 60)
             first_rows.stopping.set()
             figures["add_to_counts_s"] = seconds(first_rows.since(added))  # audits only
             say(f"workers: {figures['workers']}")
-            figures["update"] = update_some(stub, copies[: args.updates], checkpoints, store, args)
-            figures["cancel"] = cancel_some(stub, audits[-args.cancels :])
+            late = pool_groups(late_audits, late_copies, late_dispatched, sink, args)
+            figures["late"] = add_one_at_a_time(stub, interleaved(late), checkpoints, 300)
+            updated = [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate / 2)
+                       for t in copies[: args.updates]]  # fmt: skip
+            figures["update"] = update_some(stub, updated, checkpoints, store)
+            figures["cancel"] = cancel_some(stub, [f"a-{t}" for t in audits[-args.cancels :]])
             figures["sigkill"] = kill_one(store, checkpoints, args)
         producer.stopping.set()
         producer.join()
-        figures["truth"] = check_truth(workdir, bootstrap, producer, audits, copies, args)
-        sent = fleet_dispatch.sent_to(dispatched, producer.truth.sent)
+        live = audits[: len(audits) - args.cancels] + late_audits
+        copied = copies + late_copies
+        figures["truth"] = check_truth(workdir, bootstrap, producer, live, copied, args)
+        sent = fleet_dispatch.sent_to(dispatched + late_dispatched, producer.truth.sent)
         figures["truth"].update(fleet_dispatch.check(workdir / "wh", sink, sent))
     finally:
         producer.stopping.set()
@@ -204,9 +211,9 @@ def _registered(store: SqliteStore, args) -> bool:
     return len(ids) == args.workers and ids <= {w.node.id for w in store.workers()}
 
 
-def add_groups(stub, audits, copies, extra, checkpoints: Path, args, figures) -> dict[str, float]:
-    """Add every group; its first committed batch into `figures`; when each was added."""
-    groups = [
+def pool_groups(audits, copies, dispatched, sink: GrpcSink, args) -> list[list[JobGroup]]:
+    """The groups of the topics of each kind: audits, replications, dispatchers."""
+    audit_groups = [
         json_format.ParseDict(
             audit_group(
                 f"a-{t}",
@@ -219,8 +226,18 @@ def add_groups(stub, audits, copies, extra, checkpoints: Path, args, figures) ->
         )
         for t in audits
     ]
-    groups += [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate) for t in copies]
-    groups += extra
+    copy_groups = [copy_of(t, args.replication_trigger_seconds, args.copy_rate) for t in copies]
+    dispatchers = fleet_dispatch.groups(dispatched, sink, args.dispatch_trigger_seconds)
+    return [audit_groups, copy_groups, dispatchers]
+
+
+def interleaved(kinds: list[list[JobGroup]]) -> list[JobGroup]:
+    """One of each kind in turn: a, r, d, a, r, d, ..."""
+    return [group for row in zip(*kinds, strict=True) for group in row]
+
+
+def add_groups(stub, groups: list[JobGroup], checkpoints: Path, args, figures) -> dict[str, float]:
+    """Add every group; its first committed batch into `figures`; when each was added."""
     added: dict[str, float] = {}
     for group in groups:
         stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
@@ -229,114 +246,13 @@ def add_groups(stub, audits, copies, extra, checkpoints: Path, args, figures) ->
     first: dict[str, float] = {}
 
     def all_committed() -> bool:
-        for group_id, at in added.items():
-            if group_id not in first and commits(checkpoints, group_id):
-                stamp = min(p.stat().st_mtime for p in commits(checkpoints, group_id))
-                first[group_id] = stamp - at
-        return len(first) == len(added)
+        return first_commits(checkpoints, added, first)
 
     wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
     figures["add_to_first_commit_s"] = seconds(list(first.values()))
     figures["add_to_first_commit_s_by_kind"] = seconds_by_kind(first)
     figures["groups_never_committed"] = sorted(set(added) - set(first))[:10]
     return added
-
-
-def update_some(stub, topics: list[str], checkpoints: Path, store: SqliteStore, args) -> dict:
-    """Half the starting flow-control rate (UpdateJobGroup; within the batches the copy plans,
-    so the worker applies it in place): the time until the worker reports the new
-    definition, whether its query stayed the same Spark run, and the batches the query
-    planned after the UPDATE up to the first one planned after the worker applied it (the
-    first at the new cap), and the time until that batch committed."""
-    before = {f"r-{t}": store.launches()[f"r-{t}"].worker_id for t in topics}
-    runs_before = {g: _worker_run(stub, g).query_run for g in before}
-    at = time.time()
-    for topic in topics:
-        group = copy_of(topic, args.replication_trigger_seconds, rate=args.copy_rate / 2)
-        stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
-    applied: dict[str, float] = {}
-    query_runs: dict[str, str] = {}
-
-    def all_applied() -> bool:
-        for group_id in before:
-            run = _worker_run(stub, group_id)
-            defined = store.launches()[group_id].definition
-            if group_id not in applied and run.definition == defined and run.query_run:
-                applied[group_id], query_runs[group_id] = time.time(), run.query_run
-        return len(applied) == len(before)
-
-    wait_for("the workers to run the updated definitions", all_applied, 300, 0.5)
-    effect: dict[str, tuple[int, float]] = {}
-
-    def in_effect() -> bool:
-        for group_id in before:
-            if group_id not in effect and (found := _first_batch_after(
-                checkpoints, group_id, at, applied[group_id]
-            )):  # fmt: skip
-                effect[group_id] = found
-        return len(effect) == len(before)
-
-    wait_for("a batch at the new cap", in_effect, 300, 1)
-    same = all(store.launches()[g].worker_id == w for g, w in before.items())
-    return {
-        "to_applied_s": seconds([applied[g] - at for g in before]),
-        "in_place": sum(query_runs[g] == runs_before[g] for g in before),
-        "of": len(before),
-        "batches_to_effect": sorted(n for n, _ in effect.values()),
-        "to_commit_at_new_cap_s": seconds([t - at for _, t in effect.values()]),
-        "same_worker": same,
-    }
-
-
-def _worker_run(stub, group_id: str) -> WorkerJob:
-    """The worker's account of the group's run (GetJobGroup: its first job's extension)."""
-    group = stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=group_id)).group
-    carried = WorkerJob()
-    for stored_job in group.jobs:
-        if stored_job.job.extension.Unpack(carried):
-            break
-    return carried
-
-
-def _first_batch_after(
-    checkpoints: Path, group_id: str, updated: float, applied: float
-) -> tuple[int, float] | None:
-    """(batches planned since `updated` up to and including the first planned after
-    `applied`, when that one committed), once it has; Spark writes `offsets/N` when it plans
-    batch N and `commits/N` when N is done."""
-    folder = checkpoints / group_id
-    planned = sorted(
-        (int(p.name), p.stat().st_mtime)
-        for p in (folder / "offsets").glob("[0-9]*")
-        if p.stat().st_mtime > updated
-    )
-    for count, (batch, planned_at) in enumerate(planned, start=1):
-        done = folder / "commits" / str(batch)
-        if planned_at > applied:
-            return (count, done.stat().st_mtime) if done.exists() else None
-    return None
-
-
-def cancel_some(stub, topics: list[str]) -> dict:
-    ids = [f"a-{t}" for t in topics]
-    at = time.monotonic()
-    for group_id in ids:
-        stub.UpdateJobGroupState(
-            admin_pb2.UpdateJobGroupStateRequest(id=group_id, state=job_pb2.JOB_STATE_CANCELED)
-        )
-    stopped: dict[str, float] = {}
-
-    def all_stopped() -> bool:
-        for group_id in ids:
-            if group_id in stopped:
-                continue
-            jobs = stub.GetJobGroup(admin_pb2.GetJobGroupRequest(id=group_id)).group.jobs
-            if {j.state for j in jobs} == {job_pb2.JOB_STATE_CANCELED}:  # the worker's report
-                stopped[group_id] = time.monotonic() - at
-        return len(stopped) == len(ids)
-
-    wait_for("the canceled queries to stop", all_stopped, 300, 0.5)
-    return {"to_stopped_s": seconds(list(stopped.values()))}
 
 
 def kill_one(store: SqliteStore, checkpoints: Path, args) -> dict:
@@ -363,8 +279,10 @@ def kill_one(store: SqliteStore, checkpoints: Path, args) -> dict:
 
 
 def check_truth(workdir, bootstrap, producer, audits, copies, args) -> dict[str, Any]:
+    """Every window of the audits of `audits` (their topics; the canceled ones left out),
+    every copy of `copies` against the truth."""
     counts = str(workdir / "wh" / "audit_counts")
-    live = [f"a-{t}" for t in audits[: len(audits) - args.cancels]]
+    live = [f"a-{t}" for t in audits]
     total = {f"a-{t}": 0 for t in audits}
     for (topic, _, _), n in producer.truth.sent.items():
         if f"a-{topic}" in total:
@@ -453,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         "the updates halve it",
     )
     parser.add_argument("--cancels", type=int, default=10)
+    parser.add_argument(
+        "--late-adds",
+        type=int,
+        default=4,
+        help="groups of each kind added one at a time once the fleet runs (topics fed from "
+        "the start)",
+    )
     parser.add_argument("--lease-seconds", type=float, default=20)
     parser.add_argument("--first-batch-deadline", type=float, default=1200)
     parser.add_argument("--baseline-apps", type=int, default=3)
@@ -482,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             "minutes": 1,
             "updates": 2,
             "cancels": 2,
+            "late_adds": 1,
             "baseline_apps": 1,
             "baseline_minutes": 1,
         },

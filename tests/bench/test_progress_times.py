@@ -1,14 +1,20 @@
-"""The worker-pool bench's "first rows" figure, on a real Delta table (delta-rs, no Spark)."""
+"""The worker-pool bench's progress figures: its "first rows" on a real Delta table (delta-rs,
+no Spark), a group's first batch from checkpoint files."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from bench.fleet_pool_phases import first_commits, seconds_by_kind
 from bench.progress_times import FirstRows, file_times
+from jobs.audit.packs import LEDGER
 
 
 def test_first_rows_keep_each_groups_earliest_file_across_a_rewrite(tmp_path):
@@ -32,8 +38,25 @@ def test_first_rows_keep_each_groups_earliest_file_across_a_rewrite(tmp_path):
 
 def test_the_fleet_figures_split_by_kind_of_group() -> None:
     """Each kind's figures come from its own groups only (the id's first letter)."""
-    from bench.fleet_pool import seconds_by_kind
-
     split = seconds_by_kind({"a-x": 1.0, "r-y": 30.0, "a-z": 3.0, "d-w": 7.0})
     assert sorted(split) == ["a", "d", "r"]
     assert (split["a"]["n"], split["a"]["max"], split["r"]["max"]) == (2, 3.0, 30.0)
+
+
+def test_a_group_s_first_batch_is_the_first_committed_after_its_add(tmp_path: Path) -> None:
+    """A group that joins a running pack sees the pack's older commits through its ledger:
+    only a commit after the AddJobGroup is its first batch."""
+    commits = tmp_path / "pack" / "commits"
+    commits.mkdir(parents=True)
+    (tmp_path / "late").mkdir()
+    (tmp_path / "late" / LEDGER).write_text(json.dumps({"checkpoint": str(tmp_path / "pack")}))
+    added_at = 1_000_000.0
+    (commits / "0").touch()
+    os.utime(commits / "0", (added_at - 10, added_at - 10))
+    first: dict[str, float] = {}
+    assert not first_commits(tmp_path, {"late": added_at}, first)
+    assert first == {}
+    (commits / "1").touch()
+    os.utime(commits / "1", (added_at + 3, added_at + 3))
+    assert first_commits(tmp_path, {"late": added_at}, first)
+    assert first == {"late": pytest.approx(3.0)}
