@@ -61,14 +61,17 @@ def add_one_at_a_time(
     The time from each AddJobGroup to its first committed batch, overall and by kind."""
     first: dict[str, float] = {}
     for group in groups:
+        group_id = group.job_group_id
         stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
-        added = {group.job_group_id: time.time()}
+        added = {group_id: time.time()}
+        its: dict[str, float] = {}
 
-        def committed(added: Mapping[str, float] = added) -> bool:
-            return first_commits(checkpoints, added, first)
+        def committed(added: Mapping[str, float] = added, its: dict[str, float] = its) -> bool:
+            return first_commits(checkpoints, added, its)
 
-        wait_for(f"{group.job_group_id}'s first batch", committed, deadline_s, 0.2)
-        say(f"  {group.job_group_id}: first batch {first.get(group.job_group_id, 'never')} s")
+        wait_for(f"{group_id}'s first batch", committed, deadline_s, 0.2)
+        first.update(its)
+        say(f"  {group_id}: " + (f"first batch {its[group_id]:.1f} s" if its else "none"))
     return {
         "add_to_first_commit_s": seconds(list(first.values())),
         "add_to_first_commit_s_by_kind": seconds_by_kind(first),
@@ -86,7 +89,7 @@ def update_some(
     worker applied it (the first at the new cap), and the time until that batch committed."""
     ids = [g.job_group_id for g in groups]
     before = {g: store.launches()[g].worker_id for g in ids}
-    runs_before = {g: _worker_run(stub, g).query_run for g in ids}
+    runs_before = {g: _worker_run(stub, g) for g in ids}
     at = time.time()
     for group in groups:
         stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
@@ -97,7 +100,9 @@ def update_some(
         for group_id in ids:
             run = _worker_run(stub, group_id)
             defined = store.launches()[group_id].definition
-            if group_id not in applied and run.definition == defined and run.query_run:
+            # The new definition, not the one before it: the store may not hold it yet.
+            new = run.definition == defined != runs_before[group_id].definition
+            if group_id not in applied and new and run.query_run:
                 applied[group_id], query_runs[group_id] = time.time(), run.query_run
         return len(applied) == len(ids)
 
@@ -116,7 +121,7 @@ def update_some(
     same = all(store.launches()[g].worker_id == w for g, w in before.items())
     return {
         "to_applied_s": seconds([applied[g] - at for g in ids]),
-        "in_place": sum(query_runs[g] == runs_before[g] for g in ids),
+        "in_place": sum(query_runs.get(g) == runs_before[g].query_run for g in ids),
         "of": len(ids),
         "batches_to_effect": sorted(n for n, _ in effect.values()),
         "to_commit_at_new_cap_s": seconds([t - at for _, t in effect.values()]),

@@ -11,8 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from bench.fleet_pool_phases import first_commits, seconds_by_kind
+from bench.fleet_pool_phases import add_one_at_a_time, first_commits, seconds_by_kind
 from bench.progress_times import FirstRows, file_times
 from jobs.audit.packs import LEDGER
 
@@ -60,3 +61,26 @@ def test_a_group_s_first_batch_is_the_first_committed_after_its_add(tmp_path: Pa
     os.utime(commits / "1", (added_at + 3, added_at + 3))
     assert first_commits(tmp_path, {"late": added_at}, first)
     assert first == {"late": pytest.approx(3.0)}
+
+
+class _CommitsOnAdd:
+    """A MasterAdminService stub whose AddJobGroup makes the group's first batch commit: its
+    checkpoint's `commits/0`, a minute later (after the bench notes the add)."""
+
+    def __init__(self, checkpoints: Path) -> None:
+        self.checkpoints = checkpoints
+
+    def AddJobGroup(self, request) -> None:
+        commits = self.checkpoints / request.job_group.job_group_id / "commits"
+        commits.mkdir(parents=True)
+        (commits / "0").touch()
+        later = time.time() + 60
+        os.utime(commits / "0", (later, later))
+
+
+def test_groups_added_one_at_a_time_each_get_their_own_first_batch(tmp_path: Path) -> None:
+    groups = [JobGroup(job_group_id=g) for g in ("a-x", "r-y", "d-z")]
+    figures = add_one_at_a_time(_CommitsOnAdd(tmp_path), groups, tmp_path, deadline_s=10)
+    assert figures["never_committed"] == []
+    assert sorted(figures["add_to_first_commit_s_by_kind"]) == ["a", "d", "r"]
+    assert figures["add_to_first_commit_s"]["n"] == 3
