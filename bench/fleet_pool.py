@@ -12,7 +12,8 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
    window), and --dispatchers RPC dispatcher groups to the Go sink (bench/fleet_dispatch.py).
    The worker applications are up (registered) before the first AddJobGroup.
 2. Every group is added through AddJobGroup, one after another; for each, the time from its
-   AddJobGroup to its first committed batch (its checkpoint's `commits/0`): p50, p99, max;
+   AddJobGroup to its first batch committed after it (Spark's commit in its checkpoint, or in
+   its pack's, bench/fleet_pool_phases.py `first_commits`): p50, p99, max;
    for the audits also to their first rows in audit_counts (bench/progress_times.py).
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
 4. --late-adds groups of each kind (audit, replication, dispatcher; their topics fed from the
