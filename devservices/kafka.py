@@ -206,10 +206,10 @@ class KafkaCluster(StopOnExit):
         replica_assignment: list[list[int]] | None = None,
     ) -> None:
         """Create a topic and return once every partition has a leader.
+
         ``replication_factor=None`` uses the broker's ``default.replication.factor``;
-        ``replica_assignment`` (one broker list per partition) replaces it.
-        Raises :class:`KafkaBrokerError` if creation fails or leaders do not appear in time.
-        """
+        ``replica_assignment`` (one broker list per partition) replaces it. Raises
+        :class:`KafkaBrokerError` if creation fails or leaders do not appear in time."""
         admin = self.admin()
         placement: dict[str, Any] = (
             {"replica_assignment": replica_assignment}
