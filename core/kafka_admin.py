@@ -168,36 +168,39 @@ def smallest_max_message_bytes(
 def create_topic(admin: AdminClient, topic: NewTopic, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
     """Create `topic`, retrying a request lost with its broker handle.
 
-    A lost request may still have reached the controller, so after a retry TOPIC_ALREADY_EXISTS
-    counts as created. Raises the KafkaException of any other failure.
+    TOPIC_ALREADY_EXISTS counts as created when the topic has the shape asked for (its
+    partitions; its replicas per partition, or its replica lists, when the request names
+    them): a lost request may still have reached the controller, and librdkafka re-sends a
+    CreateTopics to a new controller by itself, so even the first attempt's answer can be
+    TOPIC_ALREADY_EXISTS for the topic this call created. A topic of another shape raises it.
+    Raises the KafkaException of any other failure.
     """
-    _retry_lost(
-        lambda: admin.create_topics([topic], request_timeout=timeout_s),
-        topic.topic,
-        done_after_retry={KafkaError.TOPIC_ALREADY_EXISTS},
-        timeout_s=timeout_s,
-    )
+    try:
+        _retry_lost(
+            lambda: admin.create_topics([topic], request_timeout=timeout_s),
+            topic.topic,
+            done_after_retry=(),
+            timeout_s=timeout_s,
+        )
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or not _has_shape(
+            admin, topic, timeout_s
+        ):
+            raise
+        log.info("topic %s: already there with the shape asked for", topic.topic)
 
 
-def created_as_asked(
-    admin: AdminClient,
-    error: KafkaException,
-    name: str,
-    partitions: int,
-    replication_factor: int | None,
-) -> bool:
-    """Whether a create's `error` is TOPIC_ALREADY_EXISTS and the topic has the partitions (and,
-    when given, the replication factor) asked for. librdkafka re-sends a CreateTopics to a new
-    controller by itself, and on a cluster that just started the first may have carried it
-    out: then the first attempt's answer is TOPIC_ALREADY_EXISTS."""
-    if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+def _has_shape(admin: AdminClient, asked: NewTopic, timeout_s: float) -> bool:
+    """Whether the topic `asked` names exists with its partitions and, when it names them,
+    its replicas per partition (replication_factor > 0) or its replica lists."""
+    found = admin.list_topics(topic=asked.topic, timeout=timeout_s).topics.get(asked.topic)
+    if found is None or found.error is not None or len(found.partitions) != asked.num_partitions:
         return False
-    found = admin.list_topics(topic=name, timeout=ADMIN_TIMEOUT_S).topics.get(name)
-    if found is None or found.error is not None or len(found.partitions) != partitions:
-        return False
-    return replication_factor is None or all(
-        len(p.replicas) == replication_factor for p in found.partitions.values()
-    )
+    replicas = {p.id: list(p.replicas) for p in found.partitions.values()}
+    if asked.replica_assignment is not None:
+        return replicas == {i: list(r) for i, r in enumerate(asked.replica_assignment)}
+    rf = asked.replication_factor
+    return rf is None or rf <= 0 or all(len(r) == rf for r in replicas.values())
 
 
 def create_partitions(

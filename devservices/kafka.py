@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from core.kafka_admin import create_topic, created_as_asked
+from core.kafka_admin import create_topic
 from core.paths import KAFKA_JARS_DIR, VAR_DIR
 from core.processes import free_ports
 from devservices._service import (
@@ -225,9 +225,8 @@ class KafkaCluster(StopOnExit):
         )
         try:
             create_topic(admin, topic, timeout_s=timeout)
-        except KafkaException as e:  # librdkafka may re-send it to a new controller by itself
-            if not created_as_asked(admin, e, name, partitions, replication_factor):
-                raise KafkaBrokerError(f"creating topic {name!r} failed: {e}") from e
+        except KafkaException as e:
+            raise KafkaBrokerError(f"creating topic {name!r} failed: {e}") from e
 
         # Ask every running broker: each learns about the topic from the metadata log on its
         # own schedule, and a client bootstrapped on a laggard would see no such topic.

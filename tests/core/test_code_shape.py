@@ -149,7 +149,7 @@ OVERSIZED = {
     "jobs/availability/lag/tracker.py::LagTracker.evaluate": 91,
     "controlplane/cli.py::build_parser": 172,
     "devservices/_service.py": 591,
-    "devservices/kafka.py": 659,
+    "devservices/kafka.py": 658,
     "bench/audit_clients_bench.py::main": 110,
     "bench/availability_bench.py": 1849,
     "bench/availability_bench.py::detection": 85,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from concurrent.futures import Future
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -33,27 +34,62 @@ class ScriptedAdmin:
     the ones librdkafka reports then (CI saw _DESTROY_BROKER on a fresh AdminClient).
     """
 
-    def __init__(self, outcomes: list[Future[None]]) -> None:
+    def __init__(self, outcomes: list[Future[None]], existing: list[list[int]] | None = None):
         self.outcomes = outcomes
         self.calls = 0
+        self.existing = existing  # the replica list of each partition of the topic, if it exists
 
     def create_topics(self, topics: list[NewTopic], request_timeout: float) -> dict:
         self.calls += 1
         return {topics[0].topic: self.outcomes.pop(0)}
 
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        if self.existing is None:
+            return SimpleNamespace(topics={})
+        partitions = {
+            i: SimpleNamespace(id=i, replicas=replicas) for i, replicas in enumerate(self.existing)
+        }
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
 
 def test_a_lost_request_is_retried_and_already_exists_then_means_created() -> None:
     admin = ScriptedAdmin(
-        [_failed(KafkaError._DESTROY_BROKER), _failed(KafkaError.TOPIC_ALREADY_EXISTS)]
+        [_failed(KafkaError._DESTROY_BROKER), _failed(KafkaError.TOPIC_ALREADY_EXISTS)],
+        existing=[[1]],
     )
     create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
     assert admin.calls == 2
 
 
-def test_already_exists_on_the_first_attempt_is_an_error() -> None:
-    admin = ScriptedAdmin([_failed(KafkaError.TOPIC_ALREADY_EXISTS)])
+def test_already_exists_on_the_first_attempt_with_the_asked_shape_means_created() -> None:
+    # librdkafka re-sends a CreateTopics to a new controller by itself: the first attempt's
+    # answer is then TOPIC_ALREADY_EXISTS for the topic the request created.
+    admin = ScriptedAdmin([_failed(KafkaError.TOPIC_ALREADY_EXISTS)], existing=[[1, 2], [2, 1]])
+    create_topic(admin, NewTopic("t", 2, replication_factor=2))  # type: ignore[arg-type]
+    create_topic_again = ScriptedAdmin(
+        [_failed(KafkaError.TOPIC_ALREADY_EXISTS)], existing=[[1, 2], [2, 1]]
+    )
+    asked = NewTopic("t", 2, replica_assignment=[[1, 2], [2, 1]])
+    create_topic(create_topic_again, asked)  # type: ignore[arg-type]
+    assert admin.calls == create_topic_again.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("asked", "existing"),
+    [
+        (NewTopic("t", 2), [[1]]),  # fewer partitions
+        (NewTopic("t", 1), [[1], [1]]),  # more partitions
+        (NewTopic("t", 1, replication_factor=2), [[1]]),  # fewer replicas
+        (NewTopic("t", 1, replica_assignment=[[2]]), [[1]]),  # other replicas
+        (NewTopic("t", 1), None),  # not in the metadata
+    ],
+)
+def test_already_exists_with_another_shape_is_an_error(
+    asked: NewTopic, existing: list[list[int]] | None
+) -> None:
+    admin = ScriptedAdmin([_failed(KafkaError.TOPIC_ALREADY_EXISTS)], existing=existing)
     with pytest.raises(KafkaException) as raised:
-        create_topic(admin, NewTopic("t", 1))  # type: ignore[arg-type]
+        create_topic(admin, asked)  # type: ignore[arg-type]
     assert raised.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
     assert admin.calls == 1
 
@@ -86,9 +122,10 @@ def test_create_and_grow_on_a_real_broker(kafka) -> None:
     topic = f"admin-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin()
     create_topic(admin, NewTopic(topic, 2, replication_factor=-1))
-    with pytest.raises(KafkaException) as again:
-        create_topic(admin, NewTopic(topic, 2, replication_factor=-1))
-    assert again.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    create_topic(admin, NewTopic(topic, 2, replication_factor=-1))  # there as asked: created
+    with pytest.raises(KafkaException) as other:
+        create_topic(admin, NewTopic(topic, 4, replication_factor=-1))
+    assert other.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
 
     create_partitions(admin, NewPartitions(topic, 3))
     # The request is done when the controller has it; the broker's metadata follows a moment later.
