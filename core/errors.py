@@ -92,18 +92,18 @@ class TableSchemaMismatch(UatuError):
         )
 
 
-class CountsMovedToPack(UatuError):
-    """An audit group whose counts went on in an audit pack (jobs/audit/packs.py) was started
-    on its own checkpoint, which would count again what the pack counted; refused before
-    its query starts."""
+class MovedToPack(UatuError):
+    """A group whose results went on in a pack (jobs/audit/packs.py, jobs/replication/packs.py)
+    was started on its own checkpoint, which would count or copy again what the pack did;
+    refused before its query starts."""
 
     exit_status = EXIT_BAD_INPUT
 
-    def __init__(self, job_group_id: str, ledger: str, pack_checkpoint: str) -> None:
+    def __init__(self, kind: str, job_group_id: str, ledger: str, pack_checkpoint: str) -> None:
         super().__init__(
-            f"audit group {job_group_id!r} counts on in the pack checkpoint {pack_checkpoint} "
-            f"({ledger} says so): its own checkpoint would count those records again; run "
-            "it as an audit pack (a pack of one will do)"
+            f"{kind} group {job_group_id!r} goes on in the pack checkpoint {pack_checkpoint} "
+            f"({ledger} says so): its own checkpoint would read those records again; run it "
+            f"as a {kind} pack (a pack of one will do)"
         )
 
 

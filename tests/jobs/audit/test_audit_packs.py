@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from core import faults
 from core.config import load_settings
-from core.errors import EXIT_FAILED, EXIT_OK, CountsMovedToPack
+from core.errors import EXIT_FAILED, EXIT_OK, MovedToPack
 from core.faults import FaultInjected
 from jobs import registry
 from jobs.audit.job import AuditJob
@@ -123,7 +123,7 @@ def test_packs_whose_members_change_count_every_record_once(spark, kafka, tmp_pa
 
     site.send(3)  # the same members again: the generation their ledgers name, resumed
     assert site.run(spark, g2, g3) == (EXIT_OK, rest)
-    with pytest.raises(CountsMovedToPack, match=f"audit group '{g1}' counts on in the pack"):
+    with pytest.raises(MovedToPack, match=f"audit group '{g1}' goes on in the pack"):
         AuditJob(site.spec(g1)).run_on(spark, once=True)
     site.send(2)
     assert site.run(spark, g1)[0] == EXIT_OK
