@@ -185,6 +185,11 @@ POINTS: Mapping[str, Point] = {
         "fail-first-attempt fails it there, and with it the run",
         REPLICATION,
     ),
+    "replication.pack_ledgers": Point(
+        "jobs/replication/packs.py, driver: a new pack generation's file is written, its "
+        "members' ledgers still name the checkpoints they ran on, its query has not started",
+        REPLICATION,
+    ),
     "replication.stats_saved": Point(
         "jobs/replication/stats.py, driver: a micro-batch's stats and audit rows are saved "
         "under the checkpoint; Spark has not committed the batch, its rows are in no table",

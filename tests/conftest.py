@@ -81,6 +81,7 @@ LONGEST_FIRST = (
     "tests/jobs/test_worker_every_type.py",
     "tests/jobs/loadgen/test_loadgen_faults.py",
     "tests/jobs/audit/test_audit_packs.py",
+    "tests/jobs/replication/test_replication_packs.py",
     "tests/jobs/audit/test_audit_job_integration.py",
     "tests/jobs/audit/test_tier_audits.py",
     "tests/jobs/availability/test_availability_faults.py",

@@ -49,6 +49,7 @@ from core.jobgroup import check_flow_control
 from jobs.replication import tables
 from jobs.replication.continuous import logged_positions, run_low_latency
 from jobs.replication.many import ManyTopicsWriter, Plans, many_topics_stream, preflight_topics
+from jobs.replication.packs import form_pack, pack_key, refuse_moved_copy
 from jobs.replication.preflight import (
     ReplicationPlan,
     caps_apply_in_place,
@@ -76,7 +77,7 @@ from jobs.runtime.reporting import Reporting
 from jobs.runtime.runner import QuerySettings
 from jobs.runtime.source_failure import NO_GAPS, SourceGaps, read_past
 from jobs.runtime.tables import data_loss_path
-from jobs.runtime.template import StreamingJob
+from jobs.runtime.template import Packing, StreamingJob
 
 log = logging.getLogger("uatu.replication")
 
@@ -127,7 +128,7 @@ def destination_config(
         partition_map={p: plan.destination_partition(p) for p in plan.source_partitions},
         extra_headers=extra,
         audit_interval_ms=spec.audit_interval_seconds * 1000,
-        flow_key=spec.job_group_id,
+        flow_key=spec.group_of(topic),
         max_records_per_sec=float(spec.max_messages_per_sec),
         max_bytes_per_sec=float(spec.max_bytes_per_sec),
     )
@@ -243,7 +244,7 @@ def _warn_if_copies_queue(spark: SparkSession, partitions: int, low_latency: boo
 class ReplicationJob(StreamingJob[ReplicationSpec]):
     """The replication job in the shared template."""
 
-    write_id_prefix = "uatu-replication"
+    write_id_prefix = tables.WRITE_ID_PREFIX
 
     session_conf = SESSION_CONF
 
@@ -272,10 +273,20 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             return
         self._plan = preflight(self.spec)
 
+    @classmethod
+    def packing(cls, spec: ReplicationSpec) -> Packing | None:
+        """A replication that packs (`packs.pack_key`) shares a query with the others of its
+        key, each topic in one member of a pack (jobs/replication/packs.py)."""
+        key = pack_key(spec)
+        if key is None:
+            return None
+        return Packing(key, spec.source.topic, form_pack, _pack_query_name, cls)
+
     def check_session(self, spark: SparkSession) -> None:
         # The Java clients are built once on the driver, so a refused setting is a ConfigError
         # before anything is written.
-        check_clients(spark, destination_config(self.spec, self.plan))
+        some_topic = self.spec.routes[0][0] if self.spec.routes else None
+        check_clients(spark, destination_config(self.spec, self.plan, some_topic))
         partitions = len(self.plan.source_partitions) + sum(
             len(plan.source_partitions) for plan in self._plans.values()
         )
@@ -299,8 +310,10 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
 
     def before_query(self, spark: SparkSession) -> int | None:
         """Write the stats a crashed micro-batch run saved and did not append, before
-        anything else (stats.py); end a bounded copy that was already complete."""
+        anything else (stats.py); end a bounded copy that was already complete. A group
+        whose copy went on in a replication pack is refused (`packs.refuse_moved_copy`)."""
         spec = self.spec
+        refuse_moved_copy(spark, spec)
         self._stats = StatsWriter(spec, self.write_id(), tables_ready=self._tables_ready)
         # Beside the query, before its own batches, for an endless micro-batch copy (a moved
         # group's first batch does not wait for them); else now: a bounded copy may end here,
@@ -471,3 +484,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         tables_ready = self._tables_ready
         if tables_ready is not None and tables_ready.done() and tables_ready.exception():
             log.error("the Delta tables could not be created: %s", tables_ready.exception())
+
+
+def _pack_query_name(name: str) -> str:
+    return f"replication-{name}"

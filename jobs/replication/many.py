@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 
-from core.errors import ClusterUnreachable, InvalidJobGroup
+from core.errors import ClusterUnreachable, InvalidJobGroup, TopicNotFound
 from core.kafka_admin import (
     cluster_id,
     create_partitions,
@@ -65,8 +65,11 @@ def preflight_topics(spec: ReplicationSpec) -> Plans:
     the cluster onto itself (two names for one cluster)."""
     selection = spec.source.selection
     assert selection is not None
-    if not spec.naming.prefix and cluster_id(spec.source.cluster) == cluster_id(
-        spec.destination_cluster
+    # A pack's members name their destinations, each checked by its own preflight.
+    if (
+        not spec.routes
+        and not spec.naming.prefix
+        and cluster_id(spec.source.cluster) == cluster_id(spec.destination_cluster)
     ):
         raise InvalidJobGroup(
             "extension.replication.topic_naming",
@@ -109,6 +112,10 @@ def cover_topics(spec: ReplicationSpec, plans: Plans, needed: Mapping[str, int])
     for topic in sorted({*new, *grown}):
         target, count = spec.destination_of(topic), counts[topic]
         have = destinations.get(target)
+        if have is None and not spec.create_destination_topic:  # a pack's member
+            raise TopicNotFound(
+                "kafka_dispatcher_task_group.topic", target, spec.destination_cluster.name
+            )
         try:
             if have is None:
                 synced = synced_configs(configs.get(topic, {}))

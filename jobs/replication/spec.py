@@ -111,6 +111,9 @@ class ReplicationSpec:
     # is named, and the aliases whose copies are never selected (jobs/replication/topics.py).
     naming: TopicNaming = IDENTITY
     copy_aliases: tuple[str, ...] = ()
+    # A replication pack (jobs/replication/packs.py): each member's (source topic, destination
+    # topic, JobGroup id, consumer group); its stats rows name their member's group.
+    routes: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def many_topics(self) -> bool:
@@ -118,7 +121,24 @@ class ReplicationSpec:
 
     def destination_of(self, source_topic: str) -> str:
         """The destination topic of `source_topic`."""
+        if self.routes:
+            return self._route(source_topic)[1]
         return self.naming.destination(source_topic) if self.many_topics else self.destination_topic
+
+    def group_of(self, source_topic: str) -> str:
+        """The JobGroup that copies `source_topic`: a pack's member, else this spec's."""
+        return self._route(source_topic)[2] if self.routes else self.job_group_id
+
+    def consumer_group_of(self, source_topic: str) -> str:
+        """The consumer group the copied offsets of `source_topic` are committed to ("":
+        none)."""
+        return self._route(source_topic)[3] if self.routes else self.source.consumer_group
+
+    def _route(self, source_topic: str) -> tuple[str, str, str, str]:
+        for route in self.routes:
+            if route[0] == source_topic:
+                return route
+        raise KeyError(f"{source_topic!r} is no member topic of the pack {self.job_group_id}")
 
     @property
     def query_name(self) -> str:

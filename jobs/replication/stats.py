@@ -34,6 +34,7 @@ from jobs.replication.spec import ReplicationSpec
 from jobs.replication.transforms import Summary, audit_rows, stats_rows
 from jobs.replication.writer import JvmSketches
 from jobs.runtime import metrics as runtime_metrics
+from jobs.runtime import produced
 from jobs.runtime.after_commit import (
     STATS_WRITE_SLOTS,
     AfterCommitWriter,
@@ -108,7 +109,8 @@ class StatsWriter:
     # it (and raises its error).
     tables_ready: Future[None] | None = None
     last_record_bytes: float = 0.0  # mean key+value size of the last batch's records
-    _group_offsets: GroupOffsetCommitter | None = None
+    # consumer group -> its committer (a pack's members have one each)
+    _group_offsets: dict[str, GroupOffsetCommitter] = field(default_factory=dict)
     # The audit rows are appended beside the stats: two independent Delta commits, each mostly
     # fixed cost, overlap instead of adding up.
     _audit_appender: ThreadPoolExecutor = field(
@@ -177,9 +179,9 @@ class StatsWriter:
         the clients."""
         self.batches.close()
         self._audit_appender.shutdown()
-        if self._group_offsets is not None:
-            self._group_offsets.close()
-            self._group_offsets = None
+        for committer in self._group_offsets.values():
+            committer.close()
+        self._group_offsets.clear()
 
     # --- shared -----------------------------------------------------------------------------
 
@@ -191,18 +193,30 @@ class StatsWriter:
         next_offsets: NextOffsets,
     ) -> dict[str, Any]:
         """The batch's rows, computed now in the driver (the stats' batch_time is the
-        copy's), as JSON."""
-        labels = self.labels()
-        stats = stats_rows(summaries, batch_id, datetime.now(UTC), labels, JvmSketches(spark))
-        audit = audit_rows(summaries, self.spec.audit_interval_seconds, batch_id, labels)
+        copy's), as JSON; each row names the JobGroup that copied its topic (a pack's
+        member's)."""
+        by_group: dict[str, list[Summary]] = {}
+        for summary in summaries:
+            by_group.setdefault(self.spec.group_of(summary["source_topic"]), []).append(summary)
+        now, sketches = datetime.now(UTC), JvmSketches(spark)
+        stats: list[dict[str, Any]] = []
+        audit: list[dict[str, Any]] = []
+        for group, rows in sorted(by_group.items()):
+            labels = {**self.labels(), "job_group_id": group}
+            stats += stats_rows(rows, batch_id, now, labels, sketches)
+            audit += audit_rows(rows, self.spec.audit_interval_seconds, batch_id, labels)
         return encode_batch(stats, audit, next_offsets)
 
     def _copied(self, saved: dict[str, Any]) -> Totals:
-        """MirrorMaker 2's metrics and the mean record size, from the batch's saved stats rows
-        (their numbers are as computed; no Spark job)."""
+        """MirrorMaker 2's metrics, each group's records produced (jobs/runtime/produced.py)
+        and the mean record size, from the batch's saved stats rows (their numbers are as
+        computed; no Spark job)."""
         rows = saved["stats"]["rows"]
-        if runtime_metrics.serving():
-            metrics.replication(self.labels(), rows)
+        for group in sorted({r["job_group_id"] for r in rows}):
+            of_group = [r for r in rows if r["job_group_id"] == group]
+            produced.add(group, sum(r["records_replicated"] or 0 for r in of_group))
+            if runtime_metrics.serving():
+                metrics.replication({**self.labels(), "job_group_id": group}, of_group)
         totals = Totals(
             sum(r["records_replicated"] or 0 for r in rows),
             sum(r["record_bytes_replicated"] or 0 for r in rows),
@@ -253,17 +267,17 @@ class StatsWriter:
         return "appended to replication_stats and replication_audit"
 
     def _commit_group_offsets(self, next_offsets: NextOffsets) -> None:
-        """Commit the copied offsets to consumer_group, so lag monitors (Burrow) see the job."""
-        if not self.spec.source.consumer_group:
-            return
-        if self._group_offsets is None:
-            self._group_offsets = GroupOffsetCommitter(
-                self.spec.source.cluster.client_config(),
-                self.spec.source.consumer_group,
-                self.spec.source.topic,
-            )
+        """Commit the copied offsets of each topic to its consumer group (a pack's member's),
+        so lag monitors (Burrow) see the job."""
         for topic, offsets in sorted(next_offsets.items()):
-            self._group_offsets.commit(offsets, topic=topic)
+            group = self.spec.consumer_group_of(topic)
+            if not group:
+                continue
+            if group not in self._group_offsets:
+                self._group_offsets[group] = GroupOffsetCommitter(
+                    self.spec.source.cluster.client_config(), group, topic
+                )
+            self._group_offsets[group].commit(offsets, topic=topic)
 
 
 @dataclass(frozen=True)

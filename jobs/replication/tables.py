@@ -108,6 +108,11 @@ REPLICATION_AUDIT = DeltaTableSpec(
 )
 
 
+# The first part of a replication query's idempotent-write ids (ReplicationJob's). Never change
+# it: a batch replayed after the change would carry a new id and be written twice.
+WRITE_ID_PREFIX = "uatu-replication"
+
+
 def locations(spec: ReplicationSpec) -> list[tuple[DeltaTableSpec, str]]:
     """The replication job's tables and where the JobGroup puts them."""
     return located([REPLICATION_STATS, REPLICATION_AUDIT], spec.output)

@@ -20,7 +20,8 @@ Spark can tell it:
   each group's part of the time its queries spent in micro-batches over the last `window`
   seconds;
 * `num_records_produced` (KafkaDispatcherTaskStatus), for a group that writes what it reads
-  to Kafka (a replication): the records its batches copied since this run started.
+  to Kafka (a replication): the records its batches copied since this run started, as its job
+  counts them (jobs/runtime/produced.py), whether it runs alone or in a pack.
 
 In-flight counts stay 0: a micro-batch's records are known only once it has committed them.
 """
@@ -40,6 +41,7 @@ from uber.data.kafka.datatransfer.job_status_pb2 import (
     KafkaDispatcherTaskStatus,
 )
 
+from jobs.runtime import produced
 from jobs.runtime.progress import JobIdentity, ProgressListener
 from jobs.runtime.query_listener import JsonEventsListener
 from jobs.worker.packer import Packer
@@ -48,16 +50,16 @@ from jobs.worker.runs import GroupRuns
 
 @dataclass
 class Watched:
-    """One group's query as the listener follows it (an audit pack's query is followed once
+    """One group's query as the listener follows it (a pack's query is followed once
     per member, each member's progress being its own topic's: jobs/worker/packer.py)."""
 
     query_name: str
     group_id: str
     progress: ProgressListener
-    produces: bool  # its input is written to Kafka: records produced = records read
+    produces: bool  # it writes to Kafka: its records produced are reported
     packed: bool = False  # the query is its pack's: the packer tells the group it stopped
     query_run: str = ""  # Spark's run id of the group's own query, once it started
-    produced: int = 0
+    produced_from: int = 0  # the group's produced.total when its run started
     busy: deque[tuple[float, float]] = field(default_factory=deque)  # (when, batch ms)
 
 
@@ -90,13 +92,22 @@ class QueryEvents(JsonEventsListener):
         *,
         produces: bool = False,
         packed: bool = False,
+        produced_from: int | None = None,
     ) -> None:
         """Follow the group's query (and the queries named after it: the dispatcher's tiers),
         `packed` when it is the group's pack's; the group's progress is that of `identity`'s
-        topic (all the query's with none)."""
+        topic (all the query's with none). A group that `produces` reports its records
+        produced since `produced_from` (its `produced.total` when its run started; default
+        now)."""
+        start = produced.total(group_id) if produced_from is None else produced_from
         with self._lock:
             self._watched[(query_name, group_id)] = Watched(
-                query_name, group_id, ProgressListener(query_name, identity), produces, packed
+                query_name,
+                group_id,
+                ProgressListener(query_name, identity),
+                produces,
+                packed,
+                produced_from=start,
             )
 
     def unwatch(self, query_name: str, group_id: str) -> None:
@@ -122,9 +133,11 @@ class QueryEvents(JsonEventsListener):
                 cpu_usage=self._cpu_cores() * share,
             )
         )
-        if any(w.produces for w in mine):
+        producing = [w.produced_from for w in mine if w.produces]
+        if producing:
+            since_start = produced.total(group_id) - min(producing)
             result.kafka_dispatcher_task_status.CopyFrom(
-                KafkaDispatcherTaskStatus(num_records_produced=sum(w.produced for w in mine))
+                KafkaDispatcherTaskStatus(num_records_produced=since_start)
             )
         return result
 
@@ -169,8 +182,6 @@ class QueryEvents(JsonEventsListener):
             with self._lock:
                 spent = (progress.get("durationMs") or {}).get("triggerExecution", 0)
                 watched.busy.append((self._clock(), float(spent)))
-                if watched.produces:
-                    watched.produced += int(progress.get("numInputRows") or 0)
 
     def onQueryIdle(self, event) -> None:
         with self._lock:

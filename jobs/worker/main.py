@@ -41,7 +41,7 @@ from core.errors import ConfigError, UatuError
 from core.processes import CpuMeter
 from jobs import registry
 from jobs.prepare import build_job, check_source
-from jobs.runtime import ensured_tables
+from jobs.runtime import ensured_tables, produced
 from jobs.runtime.after_commit import WRITES_POOL
 from jobs.runtime.metrics import SESSION_CONF, ui_port_of
 from jobs.runtime.metrics import start as start_metrics
@@ -223,7 +223,7 @@ def _run_group(
     packer: Packer,
 ) -> int:
     """Run one group's query to its end in this thread, in the group's FAIR pool; a
-    flow-control UPDATE meanwhile goes to its job's `retune`. An audit that packs runs in its
+    flow-control UPDATE meanwhile goes to its job's `retune`. A group that packs runs in its
     pack's query instead (jobs/worker/packer.py), this thread waiting until it is stopped."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.job_group_id)
     group = job.job_group
@@ -233,6 +233,7 @@ def _run_group(
     source = group.kafka_consumer_task_group
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
     watched: list[str] = []
+    produced_from = produced.total(job.job_group_id)  # what it produced before this run
 
     def watch(query_name: str, *, packed: bool = True) -> None:
         """Follow the group's query, and no longer the query it ran in before (a pack's fold
@@ -240,7 +241,14 @@ def _run_group(
         for previous in watched:
             events.unwatch(previous, job.job_group_id)
         produces = group.type == job_pb2.JOB_TYPE_KAFKA_REPLICATION  # the copy: one record each
-        events.watch(query_name, job.job_group_id, identity, produces=produces, packed=packed)
+        events.watch(
+            query_name,
+            job.job_group_id,
+            identity,
+            produces=produces,
+            packed=packed,
+            produced_from=produced_from,
+        )
         watched[:] = [query_name]
 
     try:
@@ -281,8 +289,10 @@ def _committed_a_batch(spark: SparkSession, query_name: str) -> bool:
 
 
 def _run_pack(spark: SparkSession, job: StreamingJob, stop_file: str) -> int:
-    """A pack's query until its stop file appears, in the pack's FAIR pool."""
+    """A pack's checks, then its query until its stop file appears, in the pack's FAIR pool
+    (its members' own checks ran in their runs)."""
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", job.spec.job_group_id)
+    job.check()
     return job.run_on(spark, once=False, stop_file=stop_file)
 
 

@@ -2,7 +2,8 @@
 
 A worker that ran every group as a query of its own would pay a query's fixed cost per
 trigger for each. A job type whose groups can share a query says how
-(`StreamingJob.packing`: the audit, jobs/audit/packs.py says why and which audits). Here the
+(`StreamingJob.packing`: the audit and the replication, jobs/audit/packs.py and
+jobs/replication/packs.py say why and which groups). Here the
 run of such a group (`GroupRuns`' thread for it, jobs/worker/runs.py) joins its pack and
 waits; the pack's own thread forms a generation of the current members (`Packing.form`) and
 runs its query. A change of the members stops that query between two micro-batches (its stop
@@ -17,14 +18,14 @@ newcomer's first batch then waits for no other pack's running batch and MERGE, a
 already running miss no batch for it (the groups a dead worker's lease hands over arrive in a
 burst onto a worker whose pack is mid-batch). Packs of one key that have each run their
 generation for FOLD_SECONDS, and committed a batch in it, fold into the largest of them, all
-at once: its members move (a leave, then a join, so the audit resumes where its counts end),
+at once: its members move (a leave, then a join, so each resumes where its results end),
 so a worker keeps about one query per key however its groups arrived. (A fold stops a query
 between batches, so one that had not started its first batch would lose it.)
 
-Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that audited it has
-stopped, its last batch in audit_counts: only then does the worker report the run ended, so
+Stopping a group (CANCEL, UPDATE, the fence) returns only once the query that ran it has
+stopped, its last batch in its tables: only then does the worker report the run ended, so
 the control plane starts it elsewhere after it stopped here (never in two places), and the
-new place starts where its counts end. The query's stop comes first, its last MERGE after:
+new place starts where its results end. The query's stop comes first, its last writes after:
 the group's run is told (`stopped`) once the member has left and the query of the generation
 that ran it has ended (the worker's query listener names it: `query_started`, `query_ended`,
 by Spark's query id, as a new generation's query has the same name), and the worker reports
@@ -32,9 +33,10 @@ it CANCELED with its writes pending meanwhile (jobs/worker/runs.py). When a pack
 fails, every member's run fails with the one line of its cause; the control plane relaunches
 them (each joins again), and the other packs and groups of the worker keep running.
 
-One query per pack, named after the pack (`pack-<key>`; for the audit `audit-pack-<key>`)
-whatever its generation; its Spark jobs go to a FAIR pool named after the pack. Two groups of
-one item (the audit's: its topic) and key go to two packs of the key (`pack-<key>-1`, ...).
+One query per pack, named after the pack (`pack-<key>`; for the audit `audit-pack-<key>`, for
+the replication `replication-pack-<key>`) whatever its generation; its Spark jobs go to a FAIR
+pool named after the pack. Two groups of one item (its topic) and key go to two packs of the
+key (`pack-<key>-1`, ...).
 """
 
 from __future__ import annotations

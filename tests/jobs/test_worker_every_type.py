@@ -59,6 +59,11 @@ def every_kind(suffix: str, sink: str) -> dict[str, dict]:
     }
     assert set(topics) == set(MINIMAL_GROUPS)  # a new kind must be added here
     topics["audit-2"] = {"kafkaConsumerTaskGroup": {"topic": u, **EARLIEST}}
+    # without flow control: a replication pack's (jobs/replication/packs.py), of one
+    topics["replication-2"] = {
+        "kafkaConsumerTaskGroup": {"topic": u, **EARLIEST},
+        "kafkaDispatcherTaskGroup": {"topic": f"every-v-{suffix}"},
+    }
     groups = {}
     for kind, sections in topics.items():
         data = minimal_group(kind.removesuffix("-2"), f"every-{kind}-{suffix}", **sections)
@@ -114,7 +119,7 @@ def limiter_keys(spark) -> set[str]:
 @pytest.mark.integration
 def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tmp_path):
     suffix = uuid.uuid4().hex[:8]
-    for topic in ("t", "u", "load", "probe", "reports"):
+    for topic in ("t", "u", "v", "load", "probe", "reports"):
         kafka.create_topic(f"every-{topic}-{suffix}", partitions=2)
     produce(
         kafka.bootstrap_servers, f"every-t-{suffix}", audit_dataset(60, 2, int(time.time() * 1000))
@@ -166,6 +171,11 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
             pack = packer.pack_of(audits[0])
             assert pack is not None
             names["audit"] = names["audit-2"] = pack.query_name
+            copy_2 = groups["replication-2"].job_group_id
+            wait_for(lambda: packer.pack_of(copy_2) is not None, 120, "the replication's pack")
+            copy_pack = packer.pack_of(copy_2)
+            assert copy_pack is not None and copy_pack.members() == [copy_2]
+            names["replication-2"] = copy_pack.query_name
             wait_for(all_ran, 300, "every kind's query to complete two micro-batches")
             assert sorted(runs.running()) == sorted(g.job_group_id for g in groups.values())
             assert [q.name for q in spark.streams.active].count(pack.query_name) == 1
@@ -199,6 +209,25 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
                 ),
                 180,
                 "each audit group's counts and status to be what its topic holds",
+            )
+
+            def copied() -> tuple[int, ...]:
+                """Records in u (the copy of t) and in v (u's copy, by the packed
+                replication), and the records each replication reports produced."""
+                produced = {
+                    job.job_group_id: s.kafka_dispatcher_task_status.num_records_produced
+                    for s in runs.statuses()
+                    if (job := worker_jobs.worker_job_of(s.job)) is not None
+                }
+                u, v = (
+                    count_records(kafka.bootstrap_servers, f"every-{t}-{suffix}", 2) for t in "uv"
+                )
+                return u, v, produced[groups["replication"].job_group_id], produced[copy_2]
+
+            wait_for(
+                lambda: len(set(copied())) == 1,
+                120,
+                "the packed replication to copy u into v, and both to report what they produced",
             )
         finally:
             runs.stop_all("the end of the test")

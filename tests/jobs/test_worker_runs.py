@@ -22,6 +22,7 @@ from core import worker_jobs
 from core.errors import InvalidJobGroup
 from jobs import registry
 from jobs.availability.job import SESSION_CONF as AVAILABILITY
+from jobs.runtime import produced
 from jobs.runtime.after_commit import WRITES_POOL
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.worker.main import _fence, serve_commands, worker_conf, write_pools_file
@@ -398,9 +399,11 @@ def test_a_groups_status_carries_its_querys_offsets_and_rates_summed(tmp_path):
         return SimpleNamespace(progress=SimpleNamespace(json=json.dumps(record)))
 
     events.onQueryProgress(progress("audit-b", {"0": 0}, {"0": 3}, busy_ms=4000))
+    produced.add("b", 3)  # as b's job counts its batch's records written (a replication's)
     now[0] += 61  # past the window: that batch no longer counts for the CPU share
     events.onQueryProgress(progress("audit-a", {"0": 0, "1": 0}, {"0": 100, "1": 300}, 3000))
     events.onQueryProgress(progress("audit-b", {"0": 3}, {"0": 7}, busy_ms=1000))
+    produced.add("b", 4)
     by_group = {
         worker_jobs.worker_job_of(s.job).job_group_id: s  # type: ignore[union-attr]
         for s in group_runs.statuses()

@@ -1,0 +1,195 @@
+"""Replication packs (jobs/replication/packs.py) on a real broker, in this process: several
+replication groups in one query, whose membership changes between runs, against the truth of
+what was sent.
+
+Each step sends a known number of records to every source topic, then runs packs `--once`.
+After every step each destination holds exactly its source's records, once each and in
+order; each group's replication_stats rows count every record of its topic once as
+replicated, none as already present (a range read again by a new generation would show
+there), and name no other group's topic; each group's consumer group has committed its
+topic's end. A generation is deleted once no member's ledger names it, and not before.
+
+The crash points: stats saved and then the query failed before Spark committed the batch
+(the new generation must append them and start after that batch, not where Spark's commit log
+ends), and a crash between a new generation's file and its members' ledgers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from core import faults
+from core.config import load_settings
+from core.errors import EXIT_FAILED, EXIT_OK, MovedToPack
+from core.faults import FaultInjected
+from jobs import registry
+from jobs.replication.job import ReplicationJob
+from jobs.replication.packs import form_pack
+from jobs.replication.spec import ReplicationSpec
+from jobs.runtime.checkpoint_files import read_offset_log
+from jobs.runtime.pack_generations import LEDGER
+from testing.conf import write_conf_dir
+from testing.jobgroups import replication_group
+from testing.topic_data import Record, committed_offsets, produce_records, read_partitions
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+class Site:
+    """Source and destination topics on the session broker, a warehouse, and the truth of
+    what was sent."""
+
+    def __init__(self, kafka, tmp_path: Path, name: str, topics: int) -> None:
+        self.kafka = kafka
+        base = tmp_path / name
+        conf = write_conf_dir(base / "conf", kafka.bootstrap_servers, base / "wh", base / "ck")
+        self.settings = load_settings(conf)
+        self.stats_table = base / "wh" / "replication_stats"
+        self.groups = {f"{name}-g{i}": f"{name}-{tmp_path.name[-12:]}-t{i}" for i in range(topics)}
+        for topic in self.groups.values():
+            kafka.create_topic(topic, partitions=PARTITIONS)
+            kafka.create_topic(f"{topic}.copy", partitions=PARTITIONS)
+        self.sent: dict[str, dict[int, list[bytes]]] = {
+            t: {p: [] for p in range(PARTITIONS)} for t in self.groups.values()
+        }
+        self._serial = 0
+
+    def spec(self, group_id: str) -> ReplicationSpec:
+        """A continuous copy of the group's topic from the earliest offset, its copied
+        offsets committed to `<group>-cg`: what packs."""
+        topic = self.groups[group_id]
+        group = replication_group(group_id, topic, f"{topic}.copy")
+        group.kafka_consumer_task_group.consumer_group = f"{group_id}-cg"
+        spec = registry.validate(group, self.settings)[1]
+        assert isinstance(spec, ReplicationSpec)
+        return spec
+
+    def send(self, n: int) -> None:
+        """`n` records to every topic, round robin over its partitions, each unique."""
+        now = int(time.time() * 1000)
+        for topic in self.groups.values():
+            records = []
+            for i in range(n):
+                self._serial += 1
+                value = f"{topic}-{self._serial}".encode()
+                records.append(Record(i % PARTITIONS, b"k", value, now))
+                self.sent[topic][i % PARTITIONS].append(value)
+            produce_records(self.kafka.bootstrap_servers, topic, records)
+
+    def run(self, spark, *group_ids: str) -> tuple[int, str]:
+        """One pack of `group_ids`, run --once: its exit status and checkpoint."""
+        spec = form_pack(spark, [self.spec(g) for g in group_ids], self.settings.checkpoints)
+        job = ReplicationJob(spec)
+        job.check()
+        return job.run_on(spark, once=True), spec.output.checkpoint
+
+    def run_alone(self, spark, group_id: str) -> int:
+        """The group on its own checkpoint, --once, as spark-submit.sh runs it."""
+        job = ReplicationJob(self.spec(group_id))
+        job.check()
+        return job.run_on(spark, once=True)
+
+    def assert_exact(self, spark, *group_ids: str) -> None:
+        """The groups' destinations hold their sources' records once each, in order; their
+        stats count each once as replicated and their consumer groups committed the ends."""
+        bootstrap = self.kafka.bootstrap_servers
+        for group in group_ids:
+            topic = self.groups[group]
+            copied = read_partitions(bootstrap, f"{topic}.copy", PARTITIONS)
+            assert {p: [r.value for r in rs] for p, rs in copied.items()} == self.sent[topic]
+            ends = {p: len(values) for p, values in self.sent[topic].items()}
+            assert committed_offsets(bootstrap, f"{group}-cg", topic, PARTITIONS) == ends
+        expected = spark.createDataFrame(
+            [
+                (group, self.groups[group], p, len(values), len(values), 0)
+                for group in group_ids
+                for p, values in self.sent[self.groups[group]].items()
+            ],
+            "job_group_id string, source_topic string, partition int, records_read long, "
+            "records_replicated long, records_already_present long",
+        )
+        stats = (
+            spark.read.format("delta")
+            .load(str(self.stats_table))
+            .where(F.col("job_group_id").isin(*group_ids))
+            .groupBy("job_group_id", "source_topic", "partition")
+            .agg(*(F.sum(c).alias(c) for c in expected.columns[3:]))
+        )
+        assert_df_equality(stats, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_packs_whose_members_change_copy_every_record_once(spark, kafka, tmp_path):
+    site = Site(kafka, tmp_path, "rp", topics=3)
+    g1, g2, g3 = site.groups
+
+    site.send(20)  # g1 alone, on its own checkpoint
+    assert site.run_alone(spark, g1) == EXIT_OK
+    site.assert_exact(spark, g1)
+
+    site.send(10)  # g1 goes on in a pack from where its own checkpoint stopped; g2 from earliest
+    status, first = site.run(spark, g1, g2)
+    assert status == EXIT_OK
+    site.assert_exact(spark, g1, g2)
+
+    site.send(5)  # a member added: a new generation, every topic starting where its copy ends
+    status, second = site.run(spark, g1, g2, g3)
+    assert (status, second != first) == (EXIT_OK, True)
+    site.assert_exact(spark, g1, g2, g3)
+    assert not Path(first).exists()  # no ledger names it any more
+
+    site.send(7)  # the pack split in two
+    assert site.run(spark, g1)[0] == EXIT_OK
+    assert Path(second).exists()  # g2's and g3's copies still end there
+    status, rest = site.run(spark, g2, g3)
+    assert status == EXIT_OK
+    assert not Path(second).exists()
+    site.assert_exact(spark, g1, g2, g3)
+
+    site.send(3)  # the same members again: the generation their ledgers name, resumed
+    assert site.run(spark, g2, g3) == (EXIT_OK, rest)
+    with pytest.raises(MovedToPack, match=f"replication group '{g1}' goes on in the pack"):
+        site.run_alone(spark, g1)
+    assert site.run(spark, g1)[0] == EXIT_OK
+    site.assert_exact(spark, g1, g2, g3)
+
+
+def test_a_new_generation_starts_after_the_saved_stats_after_a_crash(
+    spark, kafka, tmp_path, monkeypatch
+):
+    site = Site(kafka, tmp_path, "rc", topics=2)
+    h1, h2 = site.groups
+
+    site.send(15)  # the stats are saved, then the batch fails before Spark commits it
+    monkeypatch.setenv(faults.ENV, f"replication.stats_saved:{faults.FAIL_FIRST_ATTEMPT}")
+    status, crashed = site.run(spark, h1, h2)
+    monkeypatch.delenv(faults.ENV)
+    assert status == EXIT_FAILED
+    assert read_offset_log(spark, crashed).last_committed is None
+    assert (
+        not site.stats_table.exists()
+        or spark.read.format("delta").load(str(site.stats_table)).count() == 0
+    )
+
+    site.send(5)  # re-formed apart: the saved stats appended, the copied batch not read again
+    assert site.run(spark, h1)[0] == EXIT_OK
+    status, apart = site.run(spark, h2)
+    assert status == EXIT_OK
+    site.assert_exact(spark, h1, h2)
+
+    site.send(4)  # a crash between the new generation's file and its members' ledgers
+    monkeypatch.setenv(faults.ENV, f"replication.pack_ledgers:{faults.FAIL_FIRST_ATTEMPT}")
+    with pytest.raises(FaultInjected):
+        site.run(spark, h1, h2)
+    monkeypatch.delenv(faults.ENV)
+    ledger = Path(site.settings.checkpoints) / h2 / LEDGER
+    assert json.loads(ledger.read_text()) == {"checkpoint": apart}
+    assert site.run(spark, h1, h2)[0] == EXIT_OK
+    site.assert_exact(spark, h1, h2)
