@@ -7,8 +7,9 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
 1. --audits single-topic KAFKA_AUDIT groups (EXACT_UNIQ and APPROX_UNIQ, 60 s windows; with
    --packed APPROX_UNIQ only and one consumer group, so the workers run them in audit packs,
    a pack's first batch and commits counting for each of its groups) and --replications
-   KAFKA_REPLICATION groups, each on its own topic of --partitions partitions, fed --rate
-   records/s per topic by one paced producer (bench/fleet_bench.py's: known counts per
+   KAFKA_REPLICATION groups (flow control --copy-rate; with --packed only the --updates ones,
+   so the others run in replication packs), each on its own topic of --partitions partitions,
+   fed --rate records/s per topic by one paced producer (bench/fleet_bench.py's: known counts per
    window), and --dispatchers RPC dispatcher groups to the Go sink (bench/fleet_dispatch.py).
    The worker applications are up (registered) before the first AddJobGroup.
 2. Every group is added through AddJobGroup, one after another; for each, the time from its
@@ -174,7 +175,9 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
             say(f"{args.workers} worker applications registered after {up} s")
             (first_rows := FirstRows(workdir / "wh" / "audit_counts", "job_group_id")).start()
             groups = [
-                g for kind in pool_groups(audits, copies, dispatched, sink, args) for g in kind
+                g
+                for kind in pool_groups(audits, copies, dispatched, sink, args, args.updates)
+                for g in kind
             ]
             added = add_groups(stub, groups, checkpoints, args, figures)
             pids = list(worker_pids(store).values())
@@ -182,7 +185,7 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
             first_rows.stopping.set()
             figures["add_to_counts_s"] = seconds(first_rows.since(added))  # audits only
             say(f"workers: {figures['workers']}")
-            late = pool_groups(late_audits, late_copies, late_dispatched, sink, args)
+            late = pool_groups(late_audits, late_copies, late_dispatched, sink, args, 0)
             figures["late"] = add_one_at_a_time(stub, interleaved(late), checkpoints, 300)
             updated = [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate / 2)
                        for t in copies[: args.updates]]  # fmt: skip
@@ -212,8 +215,11 @@ def _registered(store: SqliteStore, args) -> bool:
     return len(ids) == args.workers and ids <= {w.node.id for w in store.workers()}
 
 
-def pool_groups(audits, copies, dispatched, sink: GrpcSink, args) -> list[list[JobGroup]]:
-    """The groups of the topics of each kind: audits, replications, dispatchers."""
+def pool_groups(
+    audits, copies, dispatched, sink: GrpcSink, args, capped_copies: int
+) -> list[list[JobGroup]]:
+    """The groups of the topics of each kind: audits, replications, dispatchers; the first
+    `capped_copies` replications with flow control (all without --packed)."""
     audit_groups = [
         json_format.ParseDict(
             audit_group(
@@ -227,7 +233,11 @@ def pool_groups(audits, copies, dispatched, sink: GrpcSink, args) -> list[list[J
         )
         for t in audits
     ]
-    copy_groups = [copy_of(t, args.replication_trigger_seconds, args.copy_rate) for t in copies]
+    copy_groups = [
+        copy_of(t, args.replication_trigger_seconds, rate)
+        for i, t in enumerate(copies)
+        for rate in [args.copy_rate if not args.packed or i < capped_copies else 0]
+    ]
     dispatchers = fleet_dispatch.groups(dispatched, sink, args.dispatch_trigger_seconds)
     return [audit_groups, copy_groups, dispatchers]
 

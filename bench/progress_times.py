@@ -19,12 +19,12 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from jobs.audit.packs import LEDGER
+from jobs.runtime.pack_generations import LEDGER
 
 
 def commits(checkpoints: Path, group_id: str) -> list[Path]:
     """The commit files of the group's checkpoint: its own, the pack generation its ledger
-    names (an audit in a pack), or its topics' queries' (a dispatcher's `topics/<topic>`)."""
+    names (a group in a pack), or its topics' queries' (a dispatcher's `topics/<topic>`)."""
     folder = checkpoints / group_id
     ledger = folder / LEDGER
     if ledger.exists():
