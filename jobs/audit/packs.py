@@ -41,7 +41,6 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from core import kafka_admin
 from core.errors import MovedToPack
 from core.faults import fault_point
 from core.spec import TopicSelection
@@ -50,8 +49,10 @@ from jobs.audit.spec import AuditSpec
 from jobs.runtime import pack_generations
 from jobs.runtime.checkpoint_files import HadoopFiles, batch_end_offsets, read_offset_log
 from jobs.runtime.delta import written_through
-from jobs.runtime.pack_generations import EARLIEST, LATEST, LEDGER, Positions, ledger_of
+from jobs.runtime.pack_generations import LEDGER, Positions, ledger_of
 from jobs.runtime.template import WriteId
+
+KIND = "audit pack"
 
 
 def pack_key(spec: AuditSpec) -> str | None:
@@ -97,37 +98,32 @@ def form_pack(
     each member's counts end (jobs/runtime/pack_generations.py). Its job_group_id is `name`
     (default `pack-<key>`): its query is `audit-<name>` whatever the generation. ValueError
     for members that do not pack together."""
-    key = _common_key(members)
+    placed = [member(m) for m in members]
+    key = pack_generations.common_key(KIND, placed)
+    counts_path = members[0].output.table("audit_counts")  # one table: the same pack_key
     routes = tuple(sorted((m.source.topic, m.job_group_id) for m in members))
     checkpoint, starting = pack_generations.form(
         spark,
-        kind="audit pack",
-        key=key,
+        kind=KIND,
         checkpoints=checkpoints,
-        members={m.job_group_id: m.output.checkpoint for m in members},
+        members=placed,
         routes=routes,
-        starting=lambda ledgers: _starting_offsets(spark, members, ledgers),
+        cluster=members[0].source.cluster,
+        end_of=lambda checkpoint: counts_end(spark, checkpoint, counts_path),
         before_ledgers=_before_ledgers,
     )
     return _pack_spec(members, name or f"pack-{key}", checkpoint, routes, starting)
 
 
-def _common_key(members: Sequence[AuditSpec]) -> str:
-    if not members:
-        raise ValueError("an audit pack needs at least one member")
-    keys = {pack_key(m) for m in members}
-    if None in keys or len(keys) != 1:
-        alone = [m.job_group_id for m in members if pack_key(m) is None]
-        raise ValueError(
-            f"audits that do not pack together: {alone or sorted(m.job_group_id for m in members)}"
-        )
-    topics = [m.source.topic for m in members]
-    twice = sorted({t for t in topics if topics.count(t) > 1})
-    if twice:
-        raise ValueError(f"an audit pack audits each topic once: {twice} listed twice")
-    (key,) = keys
-    assert key is not None
-    return key
+def member(spec: AuditSpec) -> pack_generations.Member:
+    """What a pack places of `spec`."""
+    return pack_generations.Member(
+        group=spec.job_group_id,
+        topic=spec.source.topic,
+        checkpoint=spec.output.checkpoint,
+        from_latest=spec.source.starting_offsets == "latest",
+        key=pack_key(spec),
+    )
 
 
 def _pack_spec(
@@ -163,28 +159,6 @@ def refuse_moved_counts(spark: SparkSession, spec: AuditSpec) -> None:
     moved = ledger_of(HadoopFiles(spark), spec.output.checkpoint)
     if moved is not None:
         raise MovedToPack("audit", spec.job_group_id, f"{spec.output.checkpoint}/{LEDGER}", moved)
-
-
-def _starting_offsets(
-    spark: SparkSession, members: Sequence[AuditSpec], ledgers: Mapping[str, str | None]
-) -> Positions:
-    """Where each member's topic starts in a new generation: where its counts end, every
-    partition (Spark's JSON names them all; EARLIEST or LATEST where the member has none).
-    `ledgers`: the pack checkpoint each member's ledger names, by group (None: it ran alone
-    or never ran). Each checkpoint the members last ran on is read once."""
-    partitions = kafka_admin.topic_partitions(members[0].source.cluster)
-    counts_path = members[0].output.table("audit_counts")  # one table: the same pack_key
-    ends: dict[str, Positions] = {}
-    starting: Positions = {}
-    for member in members:
-        topic = member.source.topic
-        checkpoint = ledgers[member.job_group_id] or member.output.checkpoint
-        if checkpoint not in ends:
-            ends[checkpoint] = counts_end(spark, checkpoint, counts_path)
-        held = ends[checkpoint].get(topic, {})
-        default = LATEST if member.source.starting_offsets == "latest" else EARLIEST
-        starting[topic] = {p: held.get(p, default) for p in range(partitions.get(topic, 0))}
-    return starting
 
 
 def counts_end(spark: SparkSession, checkpoint: str, counts_path: str) -> Positions:

@@ -39,11 +39,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from core import kafka_admin
 from core.errors import MovedToPack
 from core.faults import fault_point
 from core.spec import TopicSelection
@@ -59,8 +58,10 @@ from jobs.runtime.checkpoint_files import (
     read_offset_log,
 )
 from jobs.runtime.delta import ensure_tables
-from jobs.runtime.pack_generations import EARLIEST, LATEST, LEDGER, Positions, ledger_of
+from jobs.runtime.pack_generations import LEDGER, Positions, ledger_of
 from jobs.runtime.template import WriteId
+
+KIND = "replication pack"
 
 
 def pack_key(spec: ReplicationSpec) -> str | None:
@@ -105,27 +106,28 @@ def form_pack(
     """The spec of the query that copies the topics of `members` (ReplicationSpecs of one
     `pack_key`, each topic once) under `checkpoints` (the site's checkpoint root): the
     generation every member's ledger names when it has exactly these members, else a new one
-    starting where each member's copy ends. Its job_group_id is `name` (default
-    `pack-<key>`): its query is `replication-<name>` whatever the generation. ValueError for
-    members that do not pack together."""
-    key = _common_key(members)
+    starting where each member's copy ends (jobs/runtime/pack_generations.py). Its
+    job_group_id is `name` (default `pack-<key>`): its query is `replication-<name>`
+    whatever the generation. ValueError for members that do not pack together."""
+    placed = [member(m) for m in members]
+    key = pack_generations.common_key(KIND, placed)
     routes = tuple(
         sorted(
             (m.source.topic, m.destination_topic, m.job_group_id, m.source.consumer_group)
             for m in members
         )
     )
+    first = members[0]
     checkpoint, starting = pack_generations.form(
         spark,
-        kind="replication pack",
-        key=key,
+        kind=KIND,
         checkpoints=checkpoints,
-        members={m.job_group_id: m.output.checkpoint for m in members},
+        members=placed,
         routes=routes,
-        starting=lambda ledgers: _starting_offsets(spark, members, ledgers),
+        cluster=first.source.cluster,
+        end_of=lambda checkpoint: copy_end(spark, first, checkpoint),
         before_ledgers=_before_ledgers,
     )
-    first = members[0]
     source = dataclasses.replace(
         first.source,
         topic="",
@@ -143,6 +145,17 @@ def form_pack(
     )
 
 
+def member(spec: ReplicationSpec) -> pack_generations.Member:
+    """What a pack places of `spec`."""
+    return pack_generations.Member(
+        group=spec.job_group_id,
+        topic=spec.source.topic,
+        checkpoint=spec.output.checkpoint,
+        from_latest=spec.source.starting_offsets == "latest",
+        key=pack_key(spec),
+    )
+
+
 def refuse_moved_copy(spark: SparkSession, spec: ReplicationSpec) -> None:
     """MovedToPack when `spec` is one group's copy (not a pack) whose ledger names a pack:
     its own checkpoint resumes where its copy stood before the pack copied on."""
@@ -152,47 +165,6 @@ def refuse_moved_copy(spark: SparkSession, spec: ReplicationSpec) -> None:
     if moved is not None:
         ledger = f"{spec.output.checkpoint}/{LEDGER}"
         raise MovedToPack("replication", spec.job_group_id, ledger, moved)
-
-
-def _common_key(members: Sequence[ReplicationSpec]) -> str:
-    if not members:
-        raise ValueError("a replication pack needs at least one member")
-    keys = {pack_key(m) for m in members}
-    if None in keys or len(keys) != 1:
-        alone = [m.job_group_id for m in members if pack_key(m) is None]
-        raise ValueError(
-            "replications that do not pack together: "
-            f"{alone or sorted(m.job_group_id for m in members)}"
-        )
-    topics = [m.source.topic for m in members]
-    twice = sorted({t for t in topics if topics.count(t) > 1})
-    if twice:
-        raise ValueError(f"a replication pack copies each topic once: {twice} listed twice")
-    (key,) = keys
-    assert key is not None
-    return key
-
-
-def _starting_offsets(
-    spark: SparkSession,
-    members: Sequence[ReplicationSpec],
-    ledgers: Mapping[str, str | None],
-) -> Positions:
-    """Where each member's topic starts in a new generation, every partition (Spark's JSON
-    names them all). `ledgers`: the pack checkpoint each member's ledger names, by group
-    (None: it ran alone or never ran). Each checkpoint the members last ran on is read once."""
-    partitions = kafka_admin.topic_partitions(members[0].source.cluster)
-    ends: dict[str, Positions] = {}
-    starting: Positions = {}
-    for member in members:
-        topic = member.source.topic
-        checkpoint = ledgers[member.job_group_id] or member.output.checkpoint
-        if checkpoint not in ends:
-            ends[checkpoint] = copy_end(spark, member, checkpoint)
-        held = ends[checkpoint].get(topic, {})
-        default = LATEST if member.source.starting_offsets == "latest" else EARLIEST
-        starting[topic] = {p: held.get(p, default) for p in range(partitions.get(topic, 0))}
-    return starting
 
 
 def copy_end(spark: SparkSession, member: ReplicationSpec, checkpoint: str) -> Positions:
@@ -210,11 +182,14 @@ def copy_end(spark: SparkSession, member: ReplicationSpec, checkpoint: str) -> P
     )
     write_id = WriteId(tables.WRITE_ID_PREFIX, checkpoint)
     _append_saved_stats(spark, spec, write_id)
-    # The stats of a batch are written after Spark's commit, or before it when the query
-    # ends (`AfterCommitWriter.drain`): the tables' markers name the newest either way.
-    paths = [table for _, table in tables.locations(spec)]
-    written = tables_held_through(spark, paths, write_id.of(spark))[1]
     log = read_offset_log(spark, checkpoint)
+    written = -1
+    if log.replay_batch is not None:
+        # A batch planned and not committed: its stats may be written all the same (before
+        # Spark's commit when the query ended: `AfterCommitWriter.drain`). The tables' markers
+        # say; with no batch in flight, every batch written is committed.
+        paths = [table for _, table in tables.locations(spec)]
+        written = tables_held_through(spark, paths, write_id.of(spark))[1]
     done = max([*log.committed, written], default=-1)
     if done < 0:
         started = log.started_sources or ()

@@ -6,10 +6,14 @@ when the checkpoint's `subscribe` list changes, reads an added topic from its ea
 and a re-added one again (docs/controlplane.md). So a pack never changes its list: each
 membership is a *generation*, a query with a checkpoint of its own,
 `<checkpoints>/packs/<key>/<id>`, whose first batch starts (Spark's `startingOffsets` as JSON)
-where each member's results end. Where that is, is the job type's own rule (`Starting`: the
+where each member's results end. Where that is, is the job type's own rule (`EndOf`: the
 audit's counts, jobs/audit/packs.py; the replication's copy, jobs/replication/packs.py), read
 from the checkpoint each member last ran on, which its *ledger* names
-(`<its own checkpoint>/pack.json`; without one, its own checkpoint, where it ran alone).
+(`<its own checkpoint>/pack.json`; without one, its own checkpoint, where it ran alone). Each
+such checkpoint is read once, and several at once (END_READERS): after a worker died, the
+generations its groups ran in are each read (their saved writes made first) by the
+formation that takes them in. A member never run starts where its JobGroup says (earliest,
+or latest).
 
 Order of the steps: the generation's own file (`<generation>/pack.json`: its routes, starting
 offsets and the members' ledgers), then each member's ledger, then the query. A crash before
@@ -30,11 +34,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
+from core import kafka_admin
+from core.config import ClusterConfig
 from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.packs")
@@ -42,6 +49,8 @@ log = logging.getLogger("uatu.packs")
 LEDGER = "pack.json"
 # How many members' ledgers a new generation writes at once.
 LEDGER_WRITERS = 8
+# How many checkpoints the members last ran on a new generation reads at once.
+END_READERS = 4
 # Spark's startingOffsets JSON for a partition without a position.
 EARLIEST, LATEST = -2, -1
 
@@ -49,31 +58,64 @@ Positions = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
 # What a pack holds of one member, as strings, the member's topic first; a generation is
 # resumed only by exactly its routes.
 Route = tuple[str, ...]
-# (members' ledgers read: group -> the checkpoint it names, None for none) -> where each
-# member's topic starts in a new generation, every partition.
-Starting = Callable[[Mapping[str, str | None]], Positions]
+# A checkpoint some member last ran on -> where the results of its query end, per partition
+# of the topics it read ({} when it never ran): the job type's rule.
+EndOf = Callable[[str], Positions]
+
+
+@dataclass(frozen=True)
+class Member:
+    """What a pack needs to know of one member (a JobGroup's spec) to place it."""
+
+    group: str  # its JobGroup id
+    topic: str  # the one topic it reads
+    checkpoint: str  # its own checkpoint, where its ledger is
+    from_latest: bool  # never run, it starts at the latest offsets (else the earliest)
+    key: str | None  # its job type's pack key; None: it runs alone
+
+
+def common_key(kind: str, members: Sequence[Member]) -> str:
+    """The pack key every one of `members` has; ValueError naming the members that do not
+    pack together, or the topics listed twice (a pack reads each topic once)."""
+    if not members:
+        raise ValueError(f"{kind}: no members")
+    keys = {m.key for m in members}
+    if None in keys or len(keys) != 1:
+        alone = [m.group for m in members if m.key is None]
+        raise ValueError(
+            f"{kind}: members that do not pack together: "
+            f"{alone or sorted(m.group for m in members)}"
+        )
+    topics = [m.topic for m in members]
+    twice = sorted({t for t in topics if topics.count(t) > 1})
+    if twice:
+        raise ValueError(f"{kind}: each topic once, {twice} listed twice")
+    (key,) = keys
+    assert key is not None
+    return key
 
 
 def form(
     spark: SparkSession,
     *,
     kind: str,
-    key: str,
     checkpoints: str,
-    members: Mapping[str, str],
+    members: Sequence[Member],
     routes: tuple[Route, ...],
-    starting: Starting,
+    cluster: ClusterConfig,
+    end_of: EndOf,
     before_ledgers: Callable[[], None],
 ) -> tuple[str, dict[str, dict[str, int]]]:
-    """The generation of a pack of `kind` ("audit pack") and `key` whose `members` (group ->
-    its own checkpoint) hold `routes`: the one every member's ledger names when it has exactly
-    these routes, else a new one under `checkpoints` (the site's checkpoint root) starting
-    where `starting` says. Returns its checkpoint and its startingOffsets JSON.
-    `before_ledgers` runs between the generation's file and the ledgers: the job type's fault
-    point there (core/faults.py)."""
+    """The generation of a pack of `kind` ("audit pack") whose `members` (of one key, each
+    topic once: `common_key`) on `cluster` hold `routes`: the one every member's ledger names
+    when it has exactly these routes, else a new one under `checkpoints` (the site's
+    checkpoint root) starting where `end_of` says each member's results end. Returns its
+    checkpoint and its startingOffsets JSON. `before_ledgers` runs between the generation's
+    file and the ledgers: the job type's fault point there (core/faults.py)."""
+    key = common_key(kind, members)
     routes = tuple(sorted(routes))
     files = HadoopFiles(spark)
-    ledgers = {group: ledger_of(files, own) for group, own in members.items()}
+    ledgers = {m.group: ledger_of(files, m.checkpoint) for m in members}
     current = set(ledgers.values())
     if len(current) == 1 and None not in current:
         (checkpoint,) = current
@@ -84,9 +126,9 @@ def form(
             return checkpoint, json.loads(kept)["starting"]
     checkpoint = f"{checkpoints.rstrip('/')}/packs/{key}/{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
-    positions = spark_json(starting(ledgers))
+    positions = spark_json(_starting(members, ledgers, cluster, end_of))
     positions_read = time.monotonic()
-    own_ledgers = [f"{own}/{LEDGER}" for own in members.values()]
+    own_ledgers = [f"{m.checkpoint}/{LEDGER}" for m in members]
     files.write_json(
         f"{checkpoint}/{LEDGER}",
         {"routes": [list(r) for r in routes], "starting": positions, "ledgers": own_ledgers},
@@ -96,7 +138,7 @@ def form(
     # generation of a worker's groups has dozens of members.
     with ThreadPoolExecutor(LEDGER_WRITERS, thread_name_prefix="uatu-ledger") as pool:
         list(pool.map(lambda at: files.write_json(at, {"checkpoint": checkpoint}), own_ledgers))
-    groups = sorted(members)
+    groups = sorted(m.group for m in members)
     log.info(
         "%s %s: new generation %s for %d members (%s): their positions read in %.1f s, the "
         "ledgers written in %.1f s",
@@ -110,6 +152,29 @@ def form(
     )
     _remove_superseded(files, kind, {c for c in current if c is not None})
     return checkpoint, positions
+
+
+def _starting(
+    members: Sequence[Member],
+    ledgers: Mapping[str, str | None],
+    cluster: ClusterConfig,
+    end_of: EndOf,
+) -> Positions:
+    """Where each member's topic starts in a new generation, every partition (Spark's JSON
+    names them all; EARLIEST or LATEST where the member has no position). `ledgers`: the pack
+    checkpoint each member's ledger names, by group (None: it ran alone or never ran)."""
+    partitions = kafka_admin.topic_partitions(cluster)
+    last_ran = {m.group: ledgers[m.group] or m.checkpoint for m in members}
+    read = sorted(set(last_ran.values()))
+    with ThreadPoolExecutor(min(END_READERS, len(read)), thread_name_prefix="uatu-ends") as pool:
+        ends = dict(zip(read, pool.map(end_of, read), strict=True))
+    starting: Positions = {}
+    for member in members:
+        held = ends[last_ran[member.group]].get(member.topic, {})
+        default = LATEST if member.from_latest else EARLIEST
+        count = partitions.get(member.topic, 0)
+        starting[member.topic] = {p: held.get(p, default) for p in range(count)}
+    return starting
 
 
 def ledger_of(files: HadoopFiles, own_checkpoint: str) -> str | None:

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from core.config import ClusterConfig, Settings
 from core.jobgroup import parse_jobgroup
 from jobs import registry
-from jobs.audit.packs import _common_key, pack_key
+from jobs.audit.packs import pack_key
 from testing.jobgroups import audit_group
 
 LOCAL = ClusterConfig("local", "b:9092", MappingProxyType({}))
@@ -118,22 +118,3 @@ def test_an_audit_that_cannot_share_a_query_has_no_key(changes):
 )
 def test_audits_that_differ_in_what_one_query_does_for_all_do_not_share_a_key(changes):
     assert pack_key(spec_of(audit("g2", "t2", **changes))) != pack_key(spec_of(audit()))
-
-
-def test_a_pack_refuses_a_topic_twice_and_members_of_other_keys():
-    with pytest.raises(ValueError, match=r"\['t1'\] listed twice"):
-        _common_key([spec_of(audit("g1", "t1")), spec_of(audit("g2", "t1"))])
-    with pytest.raises(ValueError, match="do not pack together: \\['g2'\\]"):
-        _common_key(
-            [
-                spec_of(audit("g1", "t1")),
-                spec_of(audit("g2", "t2", flowControl={"messagesPerSec": 5})),
-            ]
-        )
-    with pytest.raises(ValueError, match="do not pack together"):
-        _common_key(
-            [
-                spec_of(audit("g1", "t1")),
-                spec_of(audit("g2", "t2", kafkaConsumerTaskGroup__cluster="other")),
-            ]
-        )
