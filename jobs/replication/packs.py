@@ -28,6 +28,9 @@ whose first batch starts where each member's copy ends in the checkpoint it last
   batch was neither committed nor saved is copied again: its records are already at the
   destination (the copy's tail check skips them) and its stats count them as already
   present, as a Spark replay's do;
+* a member whose own checkpoint last ran the low-latency copy, which keeps its progress in a
+  log of its own, starts where that log's last batch with its stats written ends
+  (`low_latency_end`);
 * a member never run starts where its JobGroup says (earliest, or latest).
 
 Fault point (core/faults.py): `replication.pack_ledgers` (between the generation's file and
@@ -47,6 +50,8 @@ from core.errors import MovedToPack
 from core.faults import fault_point
 from core.spec import TopicSelection
 from jobs.replication import tables
+from jobs.replication.progress_log import FOLDER as PROGRESS_FOLDER
+from jobs.replication.progress_log import ProgressLog
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import FOLDER, StatsWriter
 from jobs.runtime import pack_generations
@@ -118,6 +123,7 @@ def form_pack(
         )
     )
     first = members[0]
+    own_topics = {m.output.checkpoint: m.source.topic for m in members}
     checkpoint, starting = pack_generations.form(
         spark,
         kind=KIND,
@@ -125,7 +131,7 @@ def form_pack(
         members=placed,
         routes=routes,
         cluster=first.source.cluster,
-        end_of=lambda checkpoint: copy_end(spark, first, checkpoint),
+        end_of=lambda checkpoint: copy_end(spark, first, checkpoint, own_topics.get(checkpoint)),
         before_ledgers=_before_ledgers,
     )
     source = dataclasses.replace(
@@ -167,11 +173,17 @@ def refuse_moved_copy(spark: SparkSession, spec: ReplicationSpec) -> None:
         raise MovedToPack("replication", spec.job_group_id, ledger, moved)
 
 
-def copy_end(spark: SparkSession, member: ReplicationSpec, checkpoint: str) -> Positions:
+def copy_end(
+    spark: SparkSession, member: ReplicationSpec, checkpoint: str, own_topic: str | None = None
+) -> Positions:
     """Where the copy the query of `checkpoint` made ends, per partition of the topics it
     read ({} when it never ran), its saved stats appended first: the module docstring's rule.
-    `member` is a spec of the pack's key (its tables are that query's)."""
+    `member` is a spec of the pack's key (its tables are that query's); `own_topic`, when
+    `checkpoint` is a member's own, that member's topic: its low-latency copy, if that ran
+    last there, kept its progress in a log of its own (`low_latency_end`)."""
     files = HadoopFiles(spark)
+    if own_topic is not None and _low_latency_ran_last(files, checkpoint):
+        return {own_topic: low_latency_end(spark, checkpoint)}
     if not files.exists(f"{checkpoint}/metadata"):  # its query never started
         return pack_generations.planned_start(files, checkpoint) or {}
     spec = dataclasses.replace(
@@ -201,6 +213,25 @@ def copy_end(spark: SparkSession, member: ReplicationSpec, checkpoint: str) -> P
             "the checkpoint's offset log"
         )
     return ends
+
+
+def low_latency_end(spark: SparkSession, checkpoint: str) -> dict[int, int]:
+    """Where the low-latency copy of `checkpoint` ends by its progress log
+    (jobs/replication/progress_log.py), per partition: its last batch's end once that batch's
+    stats are written, else that batch's start (the copy's own restart reads the batch again
+    and counts what the destination holds as already present); {} when it never started."""
+    plog = ProgressLog(spark, checkpoint)
+    last = plog.last()
+    if last is not None:
+        return dict(last.ends if last.committed else last.starts)
+    return plog.start() or {}
+
+
+def _low_latency_ran_last(files: HadoopFiles, checkpoint: str) -> bool:
+    """Whether the low-latency copy's log under `checkpoint` is newer than Spark's offset
+    log there (a group may have run both ways)."""
+    continuous = files.newest_modification_ms(f"{checkpoint}/{PROGRESS_FOLDER}")
+    return continuous > 0 and continuous >= files.newest_modification_ms(f"{checkpoint}/offsets")
 
 
 def _append_saved_stats(spark: SparkSession, spec: ReplicationSpec, write_id: WriteId) -> None:

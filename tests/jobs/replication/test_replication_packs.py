@@ -11,11 +11,13 @@ topic's end. A generation is deleted once no member's ledger names it, and not b
 
 The crash points: stats saved and then the query failed before Spark committed the batch
 (the new generation must append them and start after that batch, not where Spark's commit log
-ends), and a crash between a new generation's file and its members' ledgers.
+ends), and a crash between a new generation's file and its members' ledgers. A group that ran
+the low-latency copy joins where that copy's own progress log ends.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ from core.faults import FaultInjected
 from jobs import registry
 from jobs.replication.job import ReplicationJob
 from jobs.replication.packs import form_pack
+from jobs.replication.progress_log import ProgressLog
 from jobs.replication.spec import ReplicationSpec
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.pack_generations import LEDGER
@@ -193,3 +196,22 @@ def test_a_new_generation_starts_after_the_saved_stats_after_a_crash(
     assert json.loads(ledger.read_text()) == {"checkpoint": apart}
     assert site.run(spark, h1, h2)[0] == EXIT_OK
     site.assert_exact(spark, h1, h2)
+
+
+def test_a_group_that_ran_the_low_latency_copy_joins_where_its_log_ends(spark, kafka, tmp_path):
+    # The low-latency copy keeps its progress in its own log, not in Spark's offset log: a
+    # group that ran it and joins a pack starts where its last batch with its stats written
+    # ends (batch 1's stats were not written: the pack reads it again), not at `latest`.
+    site = Site(kafka, tmp_path, "rl", topics=1)
+    (group,) = site.groups
+    spec = site.spec(group)
+    latest = dataclasses.replace(
+        spec, source=dataclasses.replace(spec.source, starting_offsets="latest")
+    )
+    log = ProgressLog(spark, spec.output.checkpoint)
+    log.write_start({0: 0, 1: 0})
+    log.write_batch(0, {0: 0, 1: 0}, {0: 3, 1: 2})
+    log.write_commit(0)
+    log.write_batch(1, {0: 3, 1: 2}, {0: 5, 1: 5})
+    pack = form_pack(spark, [latest], site.settings.checkpoints)
+    assert json.loads(pack.source.starting_offsets) == {site.groups[group]: {"0": 3, "1": 2}}
