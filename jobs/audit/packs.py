@@ -98,7 +98,10 @@ def form_pack(
     each member's counts end (jobs/runtime/pack_generations.py). Its job_group_id is `name`
     (default `pack-<key>`): its query is `audit-<name>` whatever the generation. ValueError
     for members that do not pack together."""
-    placed = [member(m) for m in members]
+    placed = [
+        pack_generations.Member.of(m.job_group_id, m.source, m.output.checkpoint, pack_key(m))
+        for m in members
+    ]
     key = pack_generations.common_key(KIND, placed)
     counts_path = members[0].output.table("audit_counts")  # one table: the same pack_key
     routes = tuple(sorted((m.source.topic, m.job_group_id) for m in members))
@@ -113,17 +116,6 @@ def form_pack(
         before_ledgers=_before_ledgers,
     )
     return _pack_spec(members, name or f"pack-{key}", checkpoint, routes, starting)
-
-
-def member(spec: AuditSpec) -> pack_generations.Member:
-    """What a pack places of `spec`."""
-    return pack_generations.Member(
-        group=spec.job_group_id,
-        topic=spec.source.topic,
-        checkpoint=spec.output.checkpoint,
-        from_latest=spec.source.starting_offsets == "latest",
-        key=pack_key(spec),
-    )
 
 
 def _pack_spec(

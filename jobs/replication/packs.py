@@ -114,7 +114,10 @@ def form_pack(
     starting where each member's copy ends (jobs/runtime/pack_generations.py). Its
     job_group_id is `name` (default `pack-<key>`): its query is `replication-<name>`
     whatever the generation. ValueError for members that do not pack together."""
-    placed = [member(m) for m in members]
+    placed = [
+        pack_generations.Member.of(m.job_group_id, m.source, m.output.checkpoint, pack_key(m))
+        for m in members
+    ]
     key = pack_generations.common_key(KIND, placed)
     routes = tuple(
         sorted(
@@ -148,17 +151,6 @@ def form_pack(
         destination_topic="",
         output=dataclasses.replace(first.output, checkpoint=checkpoint),
         routes=routes,
-    )
-
-
-def member(spec: ReplicationSpec) -> pack_generations.Member:
-    """What a pack places of `spec`."""
-    return pack_generations.Member(
-        group=spec.job_group_id,
-        topic=spec.source.topic,
-        checkpoint=spec.output.checkpoint,
-        from_latest=spec.source.starting_offsets == "latest",
-        key=pack_key(spec),
     )
 
 

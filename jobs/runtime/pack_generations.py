@@ -42,6 +42,7 @@ from pyspark.sql import SparkSession
 
 from core import kafka_admin
 from core.config import ClusterConfig
+from core.spec import SourceSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.packs")
@@ -72,6 +73,11 @@ class Member:
     checkpoint: str  # its own checkpoint, where its ledger is
     from_latest: bool  # never run, it starts at the latest offsets (else the earliest)
     key: str | None  # its job type's pack key; None: it runs alone
+
+    @classmethod
+    def of(cls, group: str, source: SourceSpec, checkpoint: str, key: str | None) -> Member:
+        """The member of JobGroup `group` that reads `source`'s one topic."""
+        return cls(group, source.topic, checkpoint, source.starting_offsets == "latest", key)
 
 
 def common_key(kind: str, members: Sequence[Member]) -> str:
