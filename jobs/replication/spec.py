@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 from uatu.v1 import job_options_pb2
 from uber.data.kafka.datatransfer import job_pb2
@@ -135,10 +136,15 @@ class ReplicationSpec:
         return self._route(source_topic)[3] if self.routes else self.source.consumer_group
 
     def _route(self, source_topic: str) -> tuple[str, str, str, str]:
-        for route in self.routes:
-            if route[0] == source_topic:
-                return route
-        raise KeyError(f"{source_topic!r} is no member topic of the pack {self.job_group_id}")
+        route = self._routes_by_topic.get(source_topic)
+        if route is None:
+            raise KeyError(f"{source_topic!r} is no member topic of the pack {self.job_group_id}")
+        return route
+
+    @cached_property
+    def _routes_by_topic(self) -> dict[str, tuple[str, str, str, str]]:
+        # Asked per summary row and topic of every batch: a pack may hold many topics.
+        return {route[0]: route for route in self.routes}
 
     @property
     def query_name(self) -> str:

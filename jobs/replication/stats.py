@@ -212,8 +212,10 @@ class StatsWriter:
         and the mean record size, from the batch's saved stats rows (their numbers are as
         computed; no Spark job)."""
         rows = saved["stats"]["rows"]
-        for group in sorted({r["job_group_id"] for r in rows}):
-            of_group = [r for r in rows if r["job_group_id"] == group]
+        by_group: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_group.setdefault(row["job_group_id"], []).append(row)
+        for group, of_group in sorted(by_group.items()):
             produced.add(group, sum(r["records_replicated"] or 0 for r in of_group))
             if runtime_metrics.serving():
                 metrics.replication({**self.labels(), "job_group_id": group}, of_group)
