@@ -190,6 +190,12 @@ POINTS: Mapping[str, Point] = {
         "members' ledgers still name the checkpoints they ran on, its query has not started",
         REPLICATION,
     ),
+    "replication.inherited_stats": Point(
+        "jobs/replication/packs.py, a thread beside a pack generation's query: the "
+        "generation is about to append the stats saved under a checkpoint it inherited (its "
+        "first batches may run meanwhile); that checkpoint is kept until they are appended",
+        REPLICATION,
+    ),
     "replication.stats_saved": Point(
         "jobs/replication/stats.py, driver: a micro-batch's stats and audit rows are saved "
         "under the checkpoint; Spark has not committed the batch, its rows are in no table",

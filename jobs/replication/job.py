@@ -49,7 +49,7 @@ from core.jobgroup import check_flow_control
 from jobs.replication import tables
 from jobs.replication.continuous import logged_positions, run_low_latency
 from jobs.replication.many import ManyTopicsWriter, Plans, many_topics_stream, preflight_topics
-from jobs.replication.packs import form_pack, pack_key, refuse_moved_copy
+from jobs.replication.packs import InheritedStats, form_pack, pack_key, refuse_moved_copy
 from jobs.replication.preflight import (
     ReplicationPlan,
     caps_apply_in_place,
@@ -257,6 +257,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         self._low_latency_run = False
         self._tables_ready: Future[None] | None = None
         self._gaps = NO_GAPS
+        self._inherited = InheritedStats()  # a pack's: packs.py
 
     @property
     def plan(self) -> ReplicationPlan:
@@ -311,7 +312,8 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
     def before_query(self, spark: SparkSession) -> int | None:
         """Write the stats a crashed micro-batch run saved and did not append, before
         anything else (stats.py); end a bounded copy that was already complete. A group
-        whose copy went on in a replication pack is refused (`packs.refuse_moved_copy`)."""
+        whose copy went on in a replication pack is refused (`packs.refuse_moved_copy`). A
+        pack's generation appends the stats it inherited beside its query (`InheritedStats`)."""
         spec = self.spec
         refuse_moved_copy(spark, spec)
         self._stats = StatsWriter(spec, self.write_id(), tables_ready=self._tables_ready)
@@ -320,6 +322,8 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         # and the low-latency copy writes its stats without the writer's thread.
         endless = self.plan.end_offsets is None and not spec.low_latency
         self._stats.batches.recover(spark, in_background=endless)
+        if spec.routes:
+            self._inherited.start(spark, spec, self._tables_ready)
         if spec.many_topics:
             log.info(
                 "replicating %s of %s -> %s (%s, acks=%s), stats in %s",
@@ -383,7 +387,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         copy (`continuous.py`)."""
         if once or not self.spec.low_latency:
             status = super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
-            return self.stats.batches.finish(status)
+            return self._inherited.finish(self.stats.batches.finish(status))
         self._low_latency_run = True
         return run_low_latency(
             spark,
@@ -479,6 +483,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         )
 
     def close(self) -> None:
+        self._inherited.close()
         if self._stats is not None:
             self._stats.close()
         tables_ready = self._tables_ready

@@ -19,22 +19,26 @@ pack copies each topic once: two groups of the same topic go to two packs.
 Each membership is a generation with its own checkpoint (jobs/runtime/pack_generations.py),
 whose first batch starts where each member's copy ends in the checkpoint it last ran on:
 
-* that checkpoint's stats saved and not yet appended (a crash before their write) are
-  appended first, under that checkpoint's write id (`StatsWriter.batches.recover`: a batch
-  the tables hold is skipped by its marker): that checkpoint never runs again;
-* then the copy ends at the end offsets, in its offset log, of the newer of its last batch
-  Spark committed and the last batch whose stats the tables hold (a batch whose stats were
-  saved and not committed copied its range: its stats hold what it copied). A range whose
-  batch was neither committed nor saved is copied again: its records are already at the
-  destination (the copy's tail check skips them) and its stats count them as already
-  present, as a Spark replay's do;
+* the copy ends at the end offsets, in its offset log, of the newest of its last batch Spark
+  committed, the last batch whose stats the tables hold, and the last batch whose stats it
+  saved (a batch whose stats were saved copied its range first: its stats hold what it
+  copied). A range whose batch was neither committed nor saved is copied again: its records
+  are already at the destination (the copy's tail check skips them) and its stats count them
+  as already present, as a Spark replay's do;
+* that checkpoint's stats saved and not yet appended (a worker killed before their write) are
+  the new generation's to append (`owes_saved_stats`; pack_generations' `inherited`): its job
+  appends them beside its first batches, under that checkpoint's write id
+  (`InheritedStats`; `StatsWriter.batches.recover`: a batch the tables hold is skipped by its
+  marker), then deletes that checkpoint if it is a generation. Its first batch does not wait
+  for a Delta append on a loaded driver;
 * a member whose own checkpoint last ran the low-latency copy, which keeps its progress in a
   log of its own, starts where that log's last batch with its stats written ends
   (`low_latency_end`);
 * a member never run starts where its JobGroup says (earliest, or latest).
 
-Fault point (core/faults.py): `replication.pack_ledgers` (between the generation's file and
-the members' ledgers).
+Fault points (core/faults.py): `replication.pack_ledgers` (between the generation's file and
+the members' ledgers), `replication.inherited_stats` (a generation about to append the saved
+stats of a checkpoint it inherited).
 """
 
 from __future__ import annotations
@@ -42,11 +46,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from pyspark.sql import SparkSession
 
-from core.errors import MovedToPack
+from core.errors import EXIT_FAILED, MovedToPack
 from core.faults import fault_point
 from core.spec import TopicSelection
 from jobs.replication import tables
@@ -62,11 +69,12 @@ from jobs.runtime.checkpoint_files import (
     batch_end_offsets,
     read_offset_log,
 )
-from jobs.runtime.delta import ensure_tables
 from jobs.runtime.pack_generations import LEDGER, Positions, ledger_of
 from jobs.runtime.template import WriteId
 
 KIND = "replication pack"
+
+log = logging.getLogger("uatu.replication")
 
 
 def pack_key(spec: ReplicationSpec) -> str | None:
@@ -136,6 +144,7 @@ def form_pack(
         cluster=first.source.cluster,
         end_of=lambda checkpoint: copy_end(spark, first, checkpoint, own_topics.get(checkpoint)),
         before_ledgers=_before_ledgers,
+        owes=lambda checkpoint: owes_saved_stats(spark, checkpoint),
     )
     source = dataclasses.replace(
         first.source,
@@ -169,32 +178,27 @@ def copy_end(
     spark: SparkSession, member: ReplicationSpec, checkpoint: str, own_topic: str | None = None
 ) -> Positions:
     """Where the copy the query of `checkpoint` made ends, per partition of the topics it
-    read ({} when it never ran), its saved stats appended first: the module docstring's rule.
-    `member` is a spec of the pack's key (its tables are that query's); `own_topic`, when
-    `checkpoint` is a member's own, that member's topic: its low-latency copy, if that ran
-    last there, kept its progress in a log of its own (`low_latency_end`)."""
+    read ({} when it never ran), counting the batches whose stats it saved: the module
+    docstring's rule. `member` is a spec of the pack's key (its tables are that query's);
+    `own_topic`, when `checkpoint` is a member's own, that member's topic: its low-latency
+    copy, if that ran last there, kept its progress in a log of its own (`low_latency_end`)."""
     files = HadoopFiles(spark)
     if own_topic is not None and _low_latency_ran_last(files, checkpoint):
         return {own_topic: low_latency_end(spark, checkpoint)}
     if not files.exists(f"{checkpoint}/metadata"):  # its query never started
         return pack_generations.planned_start(files, checkpoint) or {}
-    spec = dataclasses.replace(
-        member,
-        source=dataclasses.replace(member.source, consumer_group=""),
-        output=dataclasses.replace(member.output, checkpoint=checkpoint),
-        routes=(),
-    )
-    write_id = WriteId(tables.WRITE_ID_PREFIX, checkpoint)
-    _append_saved_stats(spark, spec, write_id)
     log = read_offset_log(spark, checkpoint)
+    saved = CheckpointFiles(spark, checkpoint, FOLDER).numbers()
     written = -1
     if log.replay_batch is not None:
         # A batch planned and not committed: its stats may be written all the same (before
-        # Spark's commit when the query ended: `AfterCommitWriter.drain`). The tables' markers
-        # say; with no batch in flight, every batch written is committed.
-        paths = [table for _, table in tables.locations(spec)]
-        written = tables_held_through(spark, paths, write_id.of(spark))[1]
-    done = max([*log.committed, written], default=-1)
+        # Spark's commit when the query ended: `AfterCommitWriter.drain`, which then deletes
+        # their files). The tables' markers say; with no batch in flight, every batch
+        # written is committed.
+        paths = [table for _, table in tables.locations(member)]
+        write_id = WriteId(tables.WRITE_ID_PREFIX, checkpoint).of(spark)
+        written = tables_held_through(spark, paths, write_id)[1]
+    done = max([*log.committed, *saved, written], default=-1)
     if done < 0:
         started = log.started_sources or ()
         return {t: {int(p): int(o) for p, o in s[t].items()} for s in started for t in s}
@@ -226,18 +230,85 @@ def _low_latency_ran_last(files: HadoopFiles, checkpoint: str) -> bool:
     return continuous > 0 and continuous >= files.newest_modification_ms(f"{checkpoint}/offsets")
 
 
-def _append_saved_stats(spark: SparkSession, spec: ReplicationSpec, write_id: WriteId) -> None:
-    """Append the stats the query of `spec`'s checkpoint saved and did not write (their rows
-    name their own groups), under its `write_id`. No consumer-group commits (`spec` has
-    none): the pack's next batch commits newer offsets."""
-    if not CheckpointFiles(spark, spec.output.checkpoint, FOLDER).numbers():
-        return
-    ensure_tables(spark, tables.locations(spec))
-    writer = StatsWriter(spec, write_id)
-    try:
-        writer.batches.recover(spark)
-    finally:
-        writer.close()
+def owes_saved_stats(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether the copy of `checkpoint` saved stats it did not append (`copy_end` counts
+    their batches as done: a new generation inherits them)."""
+    return bool(CheckpointFiles(spark, checkpoint, FOLDER).numbers())
+
+
+class InheritedStats:
+    """A pack generation's duty to append the stats saved under the checkpoints it inherited
+    (the module docstring), beside its query: `start` before the query, `finish` after it."""
+
+    def __init__(self) -> None:
+        self._done: Future[None] | None = None
+
+    def start(
+        self, spark: SparkSession, pack: ReplicationSpec, tables_ready: Future[None] | None
+    ) -> None:
+        """Append, in a thread of its own, the saved stats of each checkpoint the generation
+        of `pack` (a pack's spec) inherited, then release that checkpoint
+        (pack_generations.release); nothing when it inherited none. `tables_ready`: the
+        tables' creation beside the query, when it runs (the appends wait for it)."""
+        owed = pack_generations.inherited(HadoopFiles(spark), pack.output.checkpoint)
+        if not owed:
+            return
+        appender = ThreadPoolExecutor(1, thread_name_prefix="inherited-stats")
+        self._done = appender.submit(_append_inherited, spark, pack, owed, tables_ready)
+        appender.shutdown(wait=False)
+
+    def finish(self, status: int) -> int:
+        """After the query that ended with `status`: wait for the appends; EXIT_FAILED, its
+        one line logged, when one failed (the checkpoint stays inherited: the generation's
+        next run, or the next generation, appends it)."""
+        if self._done is None:
+            return status
+        try:
+            self._done.result()
+        except Exception as error:  # the failure is the run's, as a stats write's is
+            log.error("the inherited saved stats were not appended: %s", error)
+            return EXIT_FAILED
+        return status
+
+    def close(self) -> None:
+        """Wait for the appends (ended or not, once): the next generation formed on this
+        worker inherits what is left, and must not append it at the same time."""
+        if self._done is not None:
+            wait([self._done])
+
+
+def _append_inherited(
+    spark: SparkSession,
+    pack: ReplicationSpec,
+    owed: Sequence[str],
+    tables_ready: Future[None] | None,
+) -> None:
+    files = HadoopFiles(spark)
+    for checkpoint in owed:
+        started = time.monotonic()
+        fault_point("replication.inherited_stats")  # core/faults.py: tests only
+        # The rows name their own groups; no consumer-group commits (no routes, no group):
+        # the pack's batches commit newer offsets.
+        spec = dataclasses.replace(
+            pack,
+            source=dataclasses.replace(pack.source, consumer_group=""),
+            output=dataclasses.replace(pack.output, checkpoint=checkpoint),
+            routes=(),
+        )
+        write_id = WriteId(tables.WRITE_ID_PREFIX, checkpoint)
+        writer = StatsWriter(spec, write_id, tables_ready=tables_ready)
+        try:
+            appended = writer.batches.recover(spark)
+        finally:
+            writer.close()
+        pack_generations.release(files, KIND, checkpoint)
+        log.info(
+            "%s: appended the stats %s saved under %s (inherited) in %.1f s",
+            pack.job_group_id,
+            appended,
+            checkpoint,
+            time.monotonic() - started,
+        )
 
 
 def _before_ledgers() -> None:

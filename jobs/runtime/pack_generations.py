@@ -11,8 +11,8 @@ audit's counts, jobs/audit/packs.py; the replication's copy, jobs/replication/pa
 from the checkpoint each member last ran on, which its *ledger* names
 (`<its own checkpoint>/pack.json`; without one, its own checkpoint, where it ran alone). Each
 such checkpoint is read once, and several at once (END_READERS): after a worker died, the
-generations its groups ran in are each read (their saved writes made first) by the
-formation that takes them in. A member never run starts where its JobGroup says (earliest,
+generations its groups ran in are each read by the formation that takes them in (their
+saved writes inherited: below). A member never run starts where its JobGroup says (earliest,
 or latest).
 
 Order of the steps: the generation's own file (`<generation>/pack.json`: its routes, starting
@@ -22,6 +22,17 @@ one give the same positions. Forming the membership every ledger already names r
 generation: an ordinary restart on its checkpoint, exactly-once as any query. A generation no
 ledger names any more is deleted by the formation that moved the last of them
 (`_remove_superseded`): it can never be named again.
+
+A checkpoint some member last ran on may owe writes: results its query saved and did not write
+to its tables before it stopped (a worker killed between the two). The job type's `Owes` says
+so, and its `EndOf` counts them as done, so the new generation need not wait for them: its
+file lists each such checkpoint (`inherited`, with those the generations it supersedes had
+inherited and not yet written), its job writes them beside its first batches, under the old
+checkpoint's write id, and then deletes that checkpoint (`release`). Until then the checkpoint
+is kept (`_remove_superseded` skips it), and a crash meanwhile leaves the duty in the file:
+the resumed generation writes them, or the next one inherits them. Two generations that
+inherit one checkpoint (its members split) may both write it: the job type's writes are
+idempotent per (checkpoint, batch), as a restart's are.
 
 A member joins a pack only once the query it last ran on has stopped (a worker re-forms a
 pack without a group before the control plane places the group elsewhere: never in two
@@ -62,6 +73,9 @@ Route = tuple[str, ...]
 # A checkpoint some member last ran on -> where the results of its query end, per partition
 # of the topics it read ({} when it never ran): the job type's rule.
 EndOf = Callable[[str], Positions]
+# A checkpoint -> whether its query saved results it did not write, which its EndOf counts as
+# done: the new generation writes them (`inherited`).
+Owes = Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -111,13 +125,15 @@ def form(
     cluster: ClusterConfig,
     end_of: EndOf,
     before_ledgers: Callable[[], None],
+    owes: Owes = lambda _checkpoint: False,
 ) -> tuple[str, dict[str, dict[str, int]]]:
     """The generation of a pack of `kind` ("audit pack") whose `members` (of one key, each
     topic once: `common_key`) on `cluster` hold `routes`: the one every member's ledger names
     when it has exactly these routes, else a new one under `checkpoints` (the site's
     checkpoint root) starting where `end_of` says each member's results end. Returns its
     checkpoint and its startingOffsets JSON. `before_ledgers` runs between the generation's
-    file and the ledgers: the job type's fault point there (core/faults.py)."""
+    file and the ledgers: the job type's fault point there (core/faults.py). `owes`: the
+    checkpoints whose saved writes the new generation inherits (the module docstring)."""
     key = common_key(kind, members)
     routes = tuple(sorted(routes))
     files = HadoopFiles(spark)
@@ -132,12 +148,18 @@ def form(
             return checkpoint, json.loads(kept)["starting"]
     checkpoint = f"{checkpoints.rstrip('/')}/packs/{key}/{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
-    positions = spark_json(_starting(members, ledgers, cluster, end_of))
+    held, owed = _read_last_ran(files, members, ledgers, end_of, owes)
+    positions = spark_json(_starting(members, held, cluster))
     positions_read = time.monotonic()
     own_ledgers = [f"{m.checkpoint}/{LEDGER}" for m in members]
     files.write_json(
         f"{checkpoint}/{LEDGER}",
-        {"routes": [list(r) for r in routes], "starting": positions, "ledgers": own_ledgers},
+        {
+            "routes": [list(r) for r in routes],
+            "starting": positions,
+            "ledgers": own_ledgers,
+            "inherited": owed,
+        },
     )
     before_ledgers()
     # Several at once: one write is a few file-system round trips through py4j, and a
@@ -147,7 +169,7 @@ def form(
     groups = sorted(m.group for m in members)
     log.info(
         "%s %s: new generation %s for %d members (%s): their positions read in %.1f s, the "
-        "ledgers written in %.1f s",
+        "ledgers written in %.1f s; it writes the saved results of %s",
         kind,
         key,
         checkpoint,
@@ -155,32 +177,64 @@ def form(
         ", ".join(groups[:5]) + (" ..." if len(groups) > 5 else ""),
         positions_read - started,
         time.monotonic() - positions_read,
+        owed or "no checkpoint",
     )
-    _remove_superseded(files, kind, {c for c in current if c is not None})
+    _remove_superseded(files, kind, {c for c in current if c is not None} - set(owed))
     return checkpoint, positions
 
 
-def _starting(
+def _read_last_ran(
+    files: HadoopFiles,
     members: Sequence[Member],
     ledgers: Mapping[str, str | None],
-    cluster: ClusterConfig,
     end_of: EndOf,
-) -> Positions:
-    """Where each member's topic starts in a new generation, every partition (Spark's JSON
-    names them all; EARLIEST or LATEST where the member has no position). `ledgers`: the pack
-    checkpoint each member's ledger names, by group (None: it ran alone or never ran)."""
-    partitions = kafka_admin.topic_partitions(cluster)
+    owes: Owes,
+) -> tuple[dict[str, dict[int, int]], list[str]]:
+    """Each member's topic's positions where it last ran (by group; `ledgers`: the pack
+    checkpoint each member's ledger names, None when it ran alone or never ran), and the
+    checkpoints whose saved writes the new generation inherits: those they last ran on that
+    owe writes, and those the generations among them had inherited that still do (a crash
+    came before that generation wrote them). Each checkpoint is read once, END_READERS at
+    once."""
     last_ran = {m.group: ledgers[m.group] or m.checkpoint for m in members}
     read = sorted(set(last_ran.values()))
+
+    def read_one(checkpoint: str) -> tuple[Positions, list[str]]:
+        owed = [c for c in (checkpoint, *inherited(files, checkpoint)) if owes(c)]
+        return end_of(checkpoint), owed
+
     with ThreadPoolExecutor(min(END_READERS, len(read)), thread_name_prefix="uatu-ends") as pool:
-        ends = dict(zip(read, pool.map(end_of, read), strict=True))
+        found = dict(zip(read, pool.map(read_one, read), strict=True))
+    held = {m.group: found[last_ran[m.group]][0].get(m.topic, {}) for m in members}
+    return held, sorted({c for _, owed in found.values() for c in owed})
+
+
+def _starting(
+    members: Sequence[Member], held: Mapping[str, Mapping[int, int]], cluster: ClusterConfig
+) -> Positions:
+    """Where each member's topic starts in a new generation, every partition (Spark's JSON
+    names them all; EARLIEST or LATEST where the member has no position): where it is
+    `held`, by group."""
+    partitions = kafka_admin.topic_partitions(cluster)
     starting: Positions = {}
     for member in members:
-        held = ends[last_ran[member.group]].get(member.topic, {})
         default = LATEST if member.from_latest else EARLIEST
         count = partitions.get(member.topic, 0)
-        starting[member.topic] = {p: held.get(p, default) for p in range(count)}
+        starting[member.topic] = {p: held[member.group].get(p, default) for p in range(count)}
     return starting
+
+
+def inherited(files: HadoopFiles, generation: str) -> list[str]:
+    """The checkpoints whose saved writes the generation at `generation` is to write ([] for
+    a member's own checkpoint, or a generation that inherited none)."""
+    kept = files.read_text(f"{generation}/{LEDGER}")
+    return [] if kept is None else [str(c) for c in json.loads(kept).get("inherited", [])]
+
+
+def release(files: HadoopFiles, kind: str, checkpoint: str) -> None:
+    """After a generation wrote the saved writes of `checkpoint` (one of its `inherited`):
+    delete it when it is a generation no ledger names (a member's own is kept)."""
+    _remove_superseded(files, kind, {checkpoint})
 
 
 def ledger_of(files: HadoopFiles, own_checkpoint: str) -> str | None:

@@ -10,8 +10,10 @@ there), and name no other group's topic; each group's consumer group has committ
 topic's end. A generation is deleted once no member's ledger names it, and not before.
 
 The crash points: stats saved and then the query failed before Spark committed the batch
-(the new generation must append them and start after that batch, not where Spark's commit log
-ends), and a crash between a new generation's file and its members' ledgers. A group that ran
+(the new generation must start after that batch, not where Spark's commit log ends, and
+append them), a new generation failing before it appended the stats it inherited (the
+crashed generation is kept, and the next generation inherits the duty), and a crash between a
+new generation's file and its members' ledgers. A group that ran
 the low-latency copy joins where that copy's own progress log ends.
 """
 
@@ -164,11 +166,9 @@ def test_packs_whose_members_change_copy_every_record_once(spark, kafka, tmp_pat
     site.assert_exact(spark, g1, g2, g3)
 
 
-def test_a_new_generation_starts_after_the_saved_stats_after_a_crash(
-    spark, kafka, tmp_path, monkeypatch
-):
-    site = Site(kafka, tmp_path, "rc", topics=2)
-    h1, h2 = site.groups
+def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_path, monkeypatch):
+    site = Site(kafka, tmp_path, "rc", topics=3)
+    h1, h2, h3 = site.groups
 
     site.send(15)  # the stats are saved, then the batch fails before Spark commits it
     monkeypatch.setenv(faults.ENV, f"replication.stats_saved:{faults.FAIL_FIRST_ATTEMPT}")
@@ -181,19 +181,34 @@ def test_a_new_generation_starts_after_the_saved_stats_after_a_crash(
         or spark.read.format("delta").load(str(site.stats_table)).count() == 0
     )
 
-    site.send(5)  # re-formed apart: the saved stats appended, the copied batch not read again
+    # A new generation starts after the saved batch, and fails before appending its stats:
+    # the crashed generation, which no ledger names any more, is kept, and the duty stays in
+    # the new generation's file.
+    site.send(5)
+    monkeypatch.setenv(faults.ENV, f"replication.inherited_stats:{faults.FAIL_FIRST_ATTEMPT}")
+    status, failed = site.run(spark, h1, h2, h3)
+    monkeypatch.delenv(faults.ENV)
+    assert status == EXIT_FAILED
+    assert Path(crashed).exists()
+    assert json.loads((Path(failed) / LEDGER).read_text())["inherited"] == [crashed]
+
+    # Split in two: the first inherits the duty through the failed generation and appends
+    # the saved stats; the crashed generation is then deleted, the failed one with its last
+    # member's move.
+    site.send(4)
     assert site.run(spark, h1)[0] == EXIT_OK
-    status, apart = site.run(spark, h2)
-    assert status == EXIT_OK
-    site.assert_exact(spark, h1, h2)
+    assert not Path(crashed).exists()
+    assert site.run(spark, h2, h3)[0] == EXIT_OK
+    assert not Path(failed).exists()
+    site.assert_exact(spark, h1, h2, h3)
 
     site.send(4)  # a crash between the new generation's file and its members' ledgers
     monkeypatch.setenv(faults.ENV, f"replication.pack_ledgers:{faults.FAIL_FIRST_ATTEMPT}")
     with pytest.raises(FaultInjected):
         site.run(spark, h1, h2)
     monkeypatch.delenv(faults.ENV)
-    ledger = Path(site.settings.checkpoints) / h2 / LEDGER
-    assert json.loads(ledger.read_text()) == {"checkpoint": apart}
+    ledger = Path(site.settings.checkpoints) / h1 / LEDGER
+    assert json.loads(ledger.read_text())["checkpoint"] != crashed
     assert site.run(spark, h1, h2)[0] == EXIT_OK
     site.assert_exact(spark, h1, h2)
 
