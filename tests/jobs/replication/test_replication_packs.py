@@ -12,9 +12,10 @@ topic's end. A generation is deleted once no member's ledger names it, and not b
 The crash points: stats saved and then the query failed before Spark committed the batch
 (the new generation must start after that batch, not where Spark's commit log ends, and
 append them), a new generation failing before it appended the stats it inherited (the
-crashed generation is kept, and the next generation inherits the duty), and a crash between a
-new generation's file and its members' ledgers. A group that ran
-the low-latency copy joins where that copy's own progress log ends.
+crashed generation is kept, and the next generation inherits the duty), a batch whose stats
+were written before Spark's commit (the tables' marker says it was copied), and a crash
+between a new generation's file and its members' ledgers. A group that ran the low-latency
+copy joins where that copy's own progress log ends.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK, MovedToPack
 from core.faults import FaultInjected
 from jobs import registry
+from jobs.replication import tables
 from jobs.replication.job import ReplicationJob
 from jobs.replication.packs import form_pack
 from jobs.replication.progress_log import ProgressLog
 from jobs.replication.spec import ReplicationSpec
+from jobs.replication.stats import StatsWriter
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.pack_generations import LEDGER
+from jobs.runtime.template import WriteId
 from testing.conf import write_conf_dir
 from testing.jobgroups import replication_group
 from testing.topic_data import Record, committed_offsets, produce_records, read_partitions
@@ -166,13 +170,18 @@ def test_packs_whose_members_change_copy_every_record_once(spark, kafka, tmp_pat
     site.assert_exact(spark, g1, g2, g3)
 
 
-def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_path, monkeypatch):
-    site = Site(kafka, tmp_path, "rc", topics=3)
-    h1, h2, h3 = site.groups
+def fail_once(monkeypatch, point: str) -> None:
+    """The next hit of `point` in this process raises (core/faults.py), whatever hit it
+    before."""
+    faults.reset()
+    monkeypatch.setenv(faults.ENV, f"{point}:{faults.FAIL_FIRST_ATTEMPT}")
 
-    site.send(15)  # the stats are saved, then the batch fails before Spark commits it
-    monkeypatch.setenv(faults.ENV, f"replication.stats_saved:{faults.FAIL_FIRST_ATTEMPT}")
-    status, crashed = site.run(spark, h1, h2)
+
+def crash_after_saving_stats(spark, monkeypatch, site: Site, *group_ids: str) -> str:
+    """A pack of `group_ids` whose first batch saves its stats and fails before Spark
+    commits it: its checkpoint, nothing in the tables."""
+    fail_once(monkeypatch, "replication.stats_saved")
+    status, crashed = site.run(spark, *group_ids)
     monkeypatch.delenv(faults.ENV)
     assert status == EXIT_FAILED
     assert read_offset_log(spark, crashed).last_committed is None
@@ -180,12 +189,21 @@ def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_
         not site.stats_table.exists()
         or spark.read.format("delta").load(str(site.stats_table)).count() == 0
     )
+    return crashed
+
+
+def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_path, monkeypatch):
+    site = Site(kafka, tmp_path, "rc", topics=3)
+    h1, h2, h3 = site.groups
+
+    site.send(15)
+    crashed = crash_after_saving_stats(spark, monkeypatch, site, h1, h2)
 
     # A new generation starts after the saved batch, and fails before appending its stats:
     # the crashed generation, which no ledger names any more, is kept, and the duty stays in
     # the new generation's file.
     site.send(5)
-    monkeypatch.setenv(faults.ENV, f"replication.inherited_stats:{faults.FAIL_FIRST_ATTEMPT}")
+    fail_once(monkeypatch, "replication.inherited_stats")
     status, failed = site.run(spark, h1, h2, h3)
     monkeypatch.delenv(faults.ENV)
     assert status == EXIT_FAILED
@@ -203,7 +221,7 @@ def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_
     site.assert_exact(spark, h1, h2, h3)
 
     site.send(4)  # a crash between the new generation's file and its members' ledgers
-    monkeypatch.setenv(faults.ENV, f"replication.pack_ledgers:{faults.FAIL_FIRST_ATTEMPT}")
+    fail_once(monkeypatch, "replication.pack_ledgers")
     with pytest.raises(FaultInjected):
         site.run(spark, h1, h2)
     monkeypatch.delenv(faults.ENV)
@@ -211,6 +229,30 @@ def test_a_new_generation_inherits_the_saved_stats_of_a_crash(spark, kafka, tmp_
     assert json.loads(ledger.read_text())["checkpoint"] != crashed
     assert site.run(spark, h1, h2)[0] == EXIT_OK
     site.assert_exact(spark, h1, h2)
+
+
+def test_a_batch_written_before_its_commit_is_not_copied_again(spark, kafka, tmp_path, monkeypatch):
+    # A query stopped between its batch's write and Spark's commit of it (its stats written
+    # by `drain`, or by `release` under flow control, and their files deleted): the tables'
+    # marker says the batch was copied. The state is made as the writer makes it: the saved
+    # stats of a crashed batch appended, their files deleted.
+    site = Site(kafka, tmp_path, "rw", topics=2)
+    w1, w2 = site.groups
+    site.send(12)
+    crashed = crash_after_saving_stats(spark, monkeypatch, site, w1)
+    pack = form_pack(spark, [site.spec(w1)], site.settings.checkpoints)
+    writer = StatsWriter(
+        dataclasses.replace(pack, routes=()), WriteId(tables.WRITE_ID_PREFIX, crashed)
+    )
+    try:
+        assert writer.batches.recover(spark) == [0]
+    finally:
+        writer.close()
+    assert read_offset_log(spark, crashed).last_committed is None
+
+    site.send(3)
+    assert site.run(spark, w1, w2)[0] == EXIT_OK
+    site.assert_exact(spark, w1, w2)
 
 
 def test_a_group_that_ran_the_low_latency_copy_joins_where_its_log_ends(spark, kafka, tmp_path):
