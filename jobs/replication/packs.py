@@ -285,30 +285,40 @@ def _append_inherited(
 ) -> None:
     files = HadoopFiles(spark)
     for checkpoint in owed:
-        started = time.monotonic()
-        fault_point("replication.inherited_stats")  # core/faults.py: tests only
-        # The rows name their own groups; no consumer-group commits (no routes, no group):
-        # the pack's batches commit newer offsets.
-        spec = dataclasses.replace(
-            pack,
-            source=dataclasses.replace(pack.source, consumer_group=""),
-            output=dataclasses.replace(pack.output, checkpoint=checkpoint),
-            routes=(),
-        )
-        write_id = WriteId(tables.WRITE_ID_PREFIX, checkpoint)
-        writer = StatsWriter(spec, write_id, tables_ready=tables_ready)
-        try:
-            appended = writer.batches.recover(spark)
-        finally:
-            writer.close()
+        if owes_saved_stats(spark, checkpoint):  # else appended before (a resumed generation)
+            _append_saved_stats(spark, pack, checkpoint, tables_ready)
         pack_generations.release(files, KIND, checkpoint)
-        log.info(
-            "%s: appended the stats %s saved under %s (inherited) in %.1f s",
-            pack.job_group_id,
-            appended,
-            checkpoint,
-            time.monotonic() - started,
-        )
+
+
+def _append_saved_stats(
+    spark: SparkSession, pack: ReplicationSpec, checkpoint: str, tables_ready: Future[None] | None
+) -> None:
+    """Append the stats the query of `checkpoint` saved and did not append, under its write
+    id, to the tables of `pack`."""
+    started = time.monotonic()
+    fault_point("replication.inherited_stats")  # core/faults.py: tests only
+    # The rows name their own groups; no consumer-group commits (no routes, no group): the
+    # pack's batches commit newer offsets.
+    spec = dataclasses.replace(
+        pack,
+        source=dataclasses.replace(pack.source, consumer_group=""),
+        output=dataclasses.replace(pack.output, checkpoint=checkpoint),
+        routes=(),
+    )
+    writer = StatsWriter(
+        spec, WriteId(tables.WRITE_ID_PREFIX, checkpoint), tables_ready=tables_ready
+    )
+    try:
+        appended = writer.batches.recover(spark)
+    finally:
+        writer.close()
+    log.info(
+        "%s: appended the stats of batches %s saved under %s (inherited) in %.1f s",
+        pack.job_group_id,
+        appended,
+        checkpoint,
+        time.monotonic() - started,
+    )
 
 
 def _before_ledgers() -> None:
