@@ -95,7 +95,8 @@ class TableSchemaMismatch(UatuError):
 class MovedToPack(UatuError):
     """A group whose results went on in a pack (jobs/audit/packs.py, jobs/replication/packs.py)
     was started on its own checkpoint, which would count or copy again what the pack did;
-    refused before its query starts."""
+    refused before its query starts. A worker runs such a group alone in a generation of its
+    own instead (`alone_spec`)."""
 
     exit_status = EXIT_BAD_INPUT
 
@@ -103,7 +104,8 @@ class MovedToPack(UatuError):
         super().__init__(
             f"{kind} group {job_group_id!r} goes on in the pack checkpoint {pack_checkpoint} "
             f"({ledger} says so): its own checkpoint would read those records again; run it "
-            f"as a {kind} pack (a pack of one will do)"
+            f"on a worker, which goes on where the pack left it, or as a {kind} pack (a pack "
+            "of one will do)"
         )
 
 

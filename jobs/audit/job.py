@@ -54,7 +54,7 @@ from jobs.audit import metrics, tables
 from jobs.audit.counts_writer import CountsWriter
 from jobs.audit.flow import BytePacer, sample_selection_record_bytes
 from jobs.audit.fold import AuditFolder
-from jobs.audit.packs import form_pack, pack_key, refuse_moved_counts
+from jobs.audit.packs import alone_spec, form_pack, pack_key, refuse_moved_counts
 from jobs.audit.spec import AuditSpec, query_name
 from jobs.audit.transforms import WINDOW_KEY
 from jobs.runtime import metrics as runtime_metrics
@@ -216,6 +216,10 @@ class AuditJob(StreamingJob[AuditSpec]):
         if key is None:
             return None
         return Packing(key, spec.source.topic, form_pack, query_name, cls)
+
+    @classmethod
+    def alone_spec(cls, spark: SparkSession, spec: AuditSpec, checkpoints: str) -> AuditSpec:
+        return alone_spec(spark, spec, checkpoints)  # packs.py
 
     def check(self) -> None:
         """With a byte cap, sample the topic's record size (before any Spark work); for a

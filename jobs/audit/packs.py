@@ -12,7 +12,11 @@ not move between checkpoints); no flow control (a cap is one group's, Spark's re
 the whole query's); the same cluster, consumer group, isolation level, audit configs, event
 time, dedupe key, lateness, future skew, HLL precision, trigger interval and counts table.
 Any other audit runs alone. A pack audits each topic once: two groups of the same topic go to
-two packs (`form_pack` refuses one pack with both).
+two packs (`form_pack` refuses one pack with both). A group that ran in a pack and now runs
+alone (an UPDATE gave it flow control) goes on, on a worker, in a generation of its own
+(`alone_spec`: pack_generations.form_alone), starting where its counts end by the rules
+below; its own checkpoint stopped where it joined the pack (`refuse_moved_counts` refuses it
+there).
 
 Read positions: each membership is a *generation*, a query with a checkpoint of its own
 (jobs/runtime/pack_generations.py: the generations, the members' ledgers and the order of
@@ -140,6 +144,39 @@ def _pack_spec(
         audited_topic="",
         output=dataclasses.replace(first.output, checkpoint=checkpoint),
         routes=routes,
+    )
+
+
+def alone_spec(spark: SparkSession, spec: AuditSpec, checkpoints: str) -> AuditSpec:
+    """The spec a worker runs an audit that does not pack (`pack_key` None) by: `spec`
+    itself, unless its ledger names a generation (it ran in a pack: its own checkpoint is
+    stale). Then the generation of it alone (pack_generations.form_alone), its counts
+    starting where they ended in the generation it last ran in (`counts_end`), under
+    `checkpoints` (the site's checkpoint root)."""
+    if spec.routes or spec.source.selection is not None:
+        return spec
+    counts_path = spec.output.table("audit_counts")
+    formed = pack_generations.form_alone(
+        spark,
+        kind=KIND,
+        checkpoints=checkpoints,
+        member=pack_generations.Member.of(
+            spec.job_group_id, spec.source, spec.output.checkpoint, None
+        ),
+        route=(spec.source.topic, spec.job_group_id),
+        cluster=spec.source.cluster,
+        end_of=lambda checkpoint: counts_end(spark, checkpoint, counts_path),
+        before_ledgers=_before_ledgers,
+    )
+    if formed is None:
+        return spec
+    checkpoint, starting = formed
+    return dataclasses.replace(
+        spec,
+        source=dataclasses.replace(
+            spec.source, starting_offsets=json.dumps(starting, sort_keys=True)
+        ),
+        output=dataclasses.replace(spec.output, checkpoint=checkpoint),
     )
 
 

@@ -49,12 +49,19 @@ from core.jobgroup import check_flow_control
 from jobs.replication import tables
 from jobs.replication.continuous import logged_positions, run_low_latency
 from jobs.replication.many import ManyTopicsWriter, Plans, many_topics_stream, preflight_topics
-from jobs.replication.packs import InheritedStats, form_pack, pack_key, refuse_moved_copy
+from jobs.replication.packs import (
+    InheritedStats,
+    alone_spec,
+    form_pack,
+    pack_key,
+    refuse_moved_copy,
+)
 from jobs.replication.preflight import (
     ReplicationPlan,
     caps_apply_in_place,
     cover_new_partitions,
     preflight,
+    warn_if_copies_queue,
 )
 from jobs.replication.ranges import SourceRange, batch_ranges
 from jobs.replication.spec import ReplicationSpec
@@ -213,32 +220,19 @@ class ReplicationBatchWriter:
             self.retune(*caps)  # the caps in effect, which a retune may have changed
 
 
-def _warn_if_copies_queue(spark: SparkSession, partitions: int, low_latency: bool) -> None:
-    # Only in local mode is defaultParallelism the slot count from the start: on a cluster it
-    # counts the executors registered so far.
-    if not (spark.sparkContext.master or "").startswith("local"):
-        return
-    slots = spark.sparkContext.defaultParallelism
-    if low_latency and slots <= partitions:
-        # One slot stays free for the stats; each copy task takes several partitions.
-        log.warning(
-            "%d task slots for %d source partitions: the low-latency copy runs %d task(s), one "
-            "slot is kept for the stats; give the job one slot per partition plus one "
-            "(SPARK_MASTER=local[%d], or executors x cores)",
-            slots,
-            partitions,
-            max(1, slots - 1),
-            partitions + 1,
+def _what_it_copies(spec: ReplicationSpec) -> str:
+    """The log line that says what the copy of `spec` replicates, and where its stats go."""
+    acks, stats = ("all" if spec.acks_all else "1"), spec.output.table("replication_stats")
+    if spec.many_topics:
+        return (
+            f"replicating {spec.source.selection} of {spec.source.cluster.name} -> "
+            f"{spec.destination_cluster.name} ({spec.naming}, acks={acks}), stats in {stats}"
         )
-    elif not low_latency and slots < partitions:
-        # Each copy task waits for its acks before its slot takes the next partition.
-        log.warning(
-            "%d task slots for %d source partitions: a batch copies them in waves; give the job "
-            "one slot per partition (SPARK_MASTER=local[%d], or executors x cores)",
-            slots,
-            partitions,
-            partitions,
-        )
+    return (
+        f"replicating {spec.source.cluster.name}/{spec.source.topic} -> "
+        f"{spec.destination_cluster.name}/{spec.destination_topic} (acks={acks}), "
+        f"stats in {stats}"
+    )
 
 
 class ReplicationJob(StreamingJob[ReplicationSpec]):
@@ -283,6 +277,12 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             return None
         return Packing(key, spec.source.topic, form_pack, _pack_query_name, cls)
 
+    @classmethod
+    def alone_spec(
+        cls, spark: SparkSession, spec: ReplicationSpec, checkpoints: str
+    ) -> ReplicationSpec:
+        return alone_spec(spark, spec, checkpoints)  # packs.py
+
     def check_session(self, spark: SparkSession) -> None:
         # The Java clients are built once on the driver, so a refused setting is a ConfigError
         # before anything is written.
@@ -291,7 +291,12 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         partitions = len(self.plan.source_partitions) + sum(
             len(plan.source_partitions) for plan in self._plans.values()
         )
-        _warn_if_copies_queue(spark, partitions, self.spec.low_latency)
+        warn_if_copies_queue(
+            spark.sparkContext.master or "",
+            spark.sparkContext.defaultParallelism,
+            partitions,
+            self.spec.low_latency,
+        )
 
     def ensure_tables(self, spark: SparkSession) -> None:
         located = tables.locations(self.spec)
@@ -313,7 +318,8 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         """Write the stats a crashed micro-batch run saved and did not append, before
         anything else (stats.py); end a bounded copy that was already complete. A group
         whose copy went on in a replication pack is refused (`packs.refuse_moved_copy`). A
-        pack's generation appends the stats it inherited beside its query (`InheritedStats`)."""
+        generation (a pack's, or a group's alone) appends the stats it inherited beside its
+        query (`InheritedStats`)."""
         spec = self.spec
         refuse_moved_copy(spark, spec)
         self._stats = StatsWriter(spec, self.write_id(), tables_ready=self._tables_ready)
@@ -322,34 +328,15 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         # and the low-latency copy writes its stats without the writer's thread.
         endless = self.plan.end_offsets is None and not spec.low_latency
         self._stats.batches.recover(spark, in_background=endless)
-        if spec.routes:
-            self._inherited.start(spark, spec, self._tables_ready)
-        if spec.many_topics:
-            log.info(
-                "replicating %s of %s -> %s (%s, acks=%s), stats in %s",
-                spec.source.selection,
-                spec.source.cluster.name,
-                spec.destination_cluster.name,
-                spec.naming,
-                "all" if spec.acks_all else "1",
-                spec.output.table("replication_stats"),
+        self._inherited.start(spark, spec, self._tables_ready)
+        if not spec.many_topics:
+            already = read_offset_log(spark, spec.output.checkpoint).committed_offsets(
+                spec.source.topic
             )
-            return None
-        already = read_offset_log(spark, spec.output.checkpoint).committed_offsets(
-            spec.source.topic
-        )
-        if already is not None and self.plan.is_done(already):
-            log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
-            return 0
-        log.info(
-            "replicating %s/%s -> %s/%s (acks=%s), stats in %s",
-            spec.source.cluster.name,
-            spec.source.topic,
-            spec.destination_cluster.name,
-            spec.destination_topic,
-            "all" if spec.acks_all else "1",
-            spec.output.table("replication_stats"),
-        )
+            if already is not None and self.plan.is_done(already):
+                log.info("bounded copy %s was already complete; nothing to do", spec.job_group_id)
+                return 0
+        log.info("%s", _what_it_copies(spec))
         return None
 
     def stream(self, spark: SparkSession) -> DataFrame:
@@ -389,7 +376,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             status = super().run_stream(spark, once=once, stop_file=stop_file, reporting=reporting)
             return self._inherited.finish(self.stats.batches.finish(status))
         self._low_latency_run = True
-        return run_low_latency(
+        status = run_low_latency(
             spark,
             self.spec,
             self.plan,
@@ -400,6 +387,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
             reporting=reporting,
             gaps=self._gaps,
         )
+        return self._inherited.finish(status)
 
     def query_settings(self, *, once: bool, stop_file: str | None) -> QuerySettings:
         writer = self._writer

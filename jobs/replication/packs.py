@@ -16,6 +16,11 @@ source and destination clusters, isolation level, acks, encoded format, creation
 destinations, trigger and audit intervals, and tables. Any other replication runs alone. A
 pack copies each topic once: two groups of the same topic go to two packs.
 
+A group that ran in a pack and now runs alone (an UPDATE gave it flow control) goes on, on a
+worker, in a generation of its own (`alone_spec`: pack_generations.form_alone), starting where
+its copy ends by the rules below; its own checkpoint stopped where it joined the pack
+(`refuse_moved_copy` refuses it there).
+
 Each membership is a generation with its own checkpoint (jobs/runtime/pack_generations.py),
 whose first batch starts where each member's copy ends in the checkpoint it last ran on:
 
@@ -127,12 +132,7 @@ def form_pack(
         for m in members
     ]
     key = pack_generations.common_key(KIND, placed)
-    routes = tuple(
-        sorted(
-            (m.source.topic, m.destination_topic, m.job_group_id, m.source.consumer_group)
-            for m in members
-        )
-    )
+    routes = tuple(sorted(_route(m) for m in members))
     first = members[0]
     own_topics = {m.output.checkpoint: m.source.topic for m in members}
     checkpoint, starting = pack_generations.form(
@@ -163,6 +163,49 @@ def form_pack(
     )
 
 
+def alone_spec(spark: SparkSession, spec: ReplicationSpec, checkpoints: str) -> ReplicationSpec:
+    """The spec a worker runs a replication that does not pack (`pack_key` None) by: `spec`
+    itself, unless its ledger names a generation (it ran in a pack: its own checkpoint is
+    stale). Then the generation of it alone (pack_generations.form_alone), its copy starting
+    where it ended in the generation it last ran in (`copy_end`), under `checkpoints` (the
+    site's checkpoint root)."""
+    if spec.routes or spec.many_topics:
+        return spec
+    formed = pack_generations.form_alone(
+        spark,
+        kind=KIND,
+        checkpoints=checkpoints,
+        member=pack_generations.Member.of(
+            spec.job_group_id, spec.source, spec.output.checkpoint, None
+        ),
+        route=_route(spec),
+        cluster=spec.source.cluster,
+        end_of=lambda checkpoint: copy_end(spark, spec, checkpoint),
+        before_ledgers=_before_ledgers,
+        owes=lambda checkpoint: owes_saved_stats(spark, checkpoint),
+    )
+    if formed is None:
+        return spec
+    checkpoint, starting = formed
+    return dataclasses.replace(
+        spec,
+        source=dataclasses.replace(
+            spec.source, starting_offsets=json.dumps(starting, sort_keys=True)
+        ),
+        output=dataclasses.replace(spec.output, checkpoint=checkpoint),
+    )
+
+
+def _route(spec: ReplicationSpec) -> tuple[str, str, str, str]:
+    """What a pack holds of the replication of `spec`'s topic (ReplicationSpec.routes)."""
+    return (
+        spec.source.topic,
+        spec.destination_topic,
+        spec.job_group_id,
+        spec.source.consumer_group,
+    )
+
+
 def refuse_moved_copy(spark: SparkSession, spec: ReplicationSpec) -> None:
     """MovedToPack when `spec` is one group's copy (not a pack) whose ledger names a pack:
     its own checkpoint resumes where its copy stood before the pack copied on."""
@@ -180,9 +223,11 @@ def copy_end(
     """Where the copy the query of `checkpoint` made ends, per partition of the topics it
     read ({} when it never ran), counting the batches whose stats it saved: the module
     docstring's rule. `member` is a spec of the pack's key (its tables are that query's);
-    `own_topic`, when `checkpoint` is a member's own, that member's topic: its low-latency
-    copy, if that ran last there, kept its progress in a log of its own (`low_latency_end`)."""
+    `own_topic`, when `checkpoint` is a member's own, that member's topic (found by itself
+    for a generation of a member alone): its low-latency copy, if that ran last there, kept
+    its progress in a log of its own (`low_latency_end`)."""
     files = HadoopFiles(spark)
+    own_topic = own_topic or pack_generations.alone_topic(files, checkpoint)
     if own_topic is not None and _low_latency_ran_last(files, checkpoint):
         return {own_topic: low_latency_end(spark, checkpoint)}
     if not files.exists(f"{checkpoint}/metadata"):  # its query never started

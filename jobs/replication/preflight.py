@@ -160,8 +160,7 @@ def build_plan(
         # No record at or after the start time yet: start at the end, copy what comes.
         starts = {p: (o if o >= 0 else LATEST) for p, o in starts_by_time.items()}
     else:
-        default = LATEST if spec.source.starting_offsets == "latest" else EARLIEST
-        starts = dict.fromkeys(partitions, default)
+        starts = policy_starts(spec.source.starting_offsets, spec.source.topic, partitions)
 
     ends: dict[int, int] | None = None
     if ranges:
@@ -184,6 +183,46 @@ def build_plan(
         max_offsets_per_trigger=records_per_trigger(spec, mean_record_bytes),
         mean_record_bytes=mean_record_bytes,
     )
+
+
+def policy_starts(starting_offsets: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+    """Where each of `partitions` of `topic` starts by the source's startingOffsets:
+    "earliest", "latest", or Spark's JSON of offsets per partition (a group going on alone
+    where its copy in a pack ended: jobs/replication/packs.py), where a partition it does not
+    name (added since) starts at the earliest."""
+    if starting_offsets.startswith("{"):
+        named = json.loads(starting_offsets).get(topic, {})
+        return {p: int(named.get(str(p), EARLIEST)) for p in partitions}
+    return dict.fromkeys(partitions, LATEST if starting_offsets == "latest" else EARLIEST)
+
+
+def warn_if_copies_queue(master: str, slots: int, partitions: int, low_latency: bool) -> None:
+    """Warn when the session's task `slots` (its defaultParallelism, on `master`) cannot copy
+    every one of `partitions` source partitions at once."""
+    # Only in local mode is defaultParallelism the slot count from the start: on a cluster it
+    # counts the executors registered so far.
+    if not master.startswith("local"):
+        return
+    if low_latency and slots <= partitions:
+        # One slot stays free for the stats; each copy task takes several partitions.
+        log.warning(
+            "%d task slots for %d source partitions: the low-latency copy runs %d task(s), one "
+            "slot is kept for the stats; give the job one slot per partition plus one "
+            "(SPARK_MASTER=local[%d], or executors x cores)",
+            slots,
+            partitions,
+            max(1, slots - 1),
+            partitions + 1,
+        )
+    elif not low_latency and slots < partitions:
+        # Each copy task waits for its acks before its slot takes the next partition.
+        log.warning(
+            "%d task slots for %d source partitions: a batch copies them in waves; give the job "
+            "one slot per partition (SPARK_MASTER=local[%d], or executors x cores)",
+            slots,
+            partitions,
+            partitions,
+        )
 
 
 def refuse_copy_onto_itself(spec: ReplicationSpec) -> None:

@@ -34,6 +34,12 @@ the resumed generation writes them, or the next one inherits them. Two generatio
 inherit one checkpoint (its members split) may both write it: the job type's writes are
 idempotent per (checkpoint, batch), as a restart's are.
 
+A member that leaves its pack to run alone (an UPDATE gave it flow control, which its job type
+does not pack) cannot go back to its own checkpoint: that stopped where the member joined the
+pack. It goes on in a generation of its own instead (`form_alone`), formed as a pack's is,
+starting where its results end in the generation it last ran in; its ledger names that one,
+and a later pack takes it in from there.
+
 A member joins a pack only once the query it last ran on has stopped (a worker re-forms a
 pack without a group before the control plane places the group elsewhere: never in two
 places); `form` does not check it.
@@ -65,6 +71,10 @@ LEDGER_WRITERS = 8
 END_READERS = 4
 # Spark's startingOffsets JSON for a partition without a position.
 EARLIEST, LATEST = -2, -1
+# The last part of the route of a generation of one member that runs alone (`form_alone`), and
+# the key it is kept under: a pack of that one member (the same route otherwise) never resumes
+# it, as its query is of another shape.
+ALONE = "alone"
 
 Positions = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
 # What a pack holds of one member, as strings, the member's topic first; a generation is
@@ -135,6 +145,69 @@ def form(
     file and the ledgers: the job type's fault point there (core/faults.py). `owes`: the
     checkpoints whose saved writes the new generation inherits (the module docstring)."""
     key = common_key(kind, members)
+    return _generation(
+        spark,
+        kind=kind,
+        key=key,
+        checkpoints=checkpoints,
+        members=members,
+        routes=routes,
+        cluster=cluster,
+        end_of=end_of,
+        before_ledgers=before_ledgers,
+        owes=owes,
+    )
+
+
+def form_alone(
+    spark: SparkSession,
+    *,
+    kind: str,
+    checkpoints: str,
+    member: Member,
+    route: Route,
+    cluster: ClusterConfig,
+    end_of: EndOf,
+    before_ledgers: Callable[[], None],
+    owes: Owes = lambda _checkpoint: False,
+) -> tuple[str, dict[str, dict[str, int]]] | None:
+    """Where a member that its job type runs alone (not packed: flow control, say) goes on,
+    when its ledger names a generation (it ran in a pack: its own checkpoint is stale). That
+    generation, when it is this member's alone (`route`, marked ALONE); else a new one of it
+    alone, `<checkpoints>/packs/alone/<id>`, starting where its results end in the one it
+    last ran on, as `form`'s do. Returns its checkpoint and startingOffsets JSON; None when
+    the member has no ledger: it runs on its own checkpoint, as ever."""
+    files = HadoopFiles(spark)
+    if ledger_of(files, member.checkpoint) is None:
+        return None
+    return _generation(
+        spark,
+        kind=kind,
+        key=ALONE,
+        checkpoints=checkpoints,
+        members=[member],
+        routes=((*route, ALONE),),
+        cluster=cluster,
+        end_of=end_of,
+        before_ledgers=before_ledgers,
+        owes=owes,
+    )
+
+
+def _generation(
+    spark: SparkSession,
+    *,
+    kind: str,
+    key: str,
+    checkpoints: str,
+    members: Sequence[Member],
+    routes: tuple[Route, ...],
+    cluster: ClusterConfig,
+    end_of: EndOf,
+    before_ledgers: Callable[[], None],
+    owes: Owes,
+) -> tuple[str, dict[str, dict[str, int]]]:
+    """`form`'s generation, under `<checkpoints>/packs/<key>/`."""
     routes = tuple(sorted(routes))
     files = HadoopFiles(spark)
     ledgers = {m.group: ledger_of(files, m.checkpoint) for m in members}
@@ -239,9 +312,19 @@ def release(files: HadoopFiles, kind: str, checkpoint: str) -> None:
 
 def ledger_of(files: HadoopFiles, own_checkpoint: str) -> str | None:
     """The pack checkpoint the ledger under a member's `own_checkpoint` names; None without a
-    ledger (it ran alone, or never ran)."""
+    ledger (it ran alone, or never ran), or when `own_checkpoint` is a generation (a member
+    alone runs on one: `form_alone`)."""
     text = files.read_text(f"{own_checkpoint}/{LEDGER}")
-    return None if text is None else str(json.loads(text)["checkpoint"])
+    named = None if text is None else json.loads(text).get("checkpoint")
+    return None if named is None else str(named)
+
+
+def alone_topic(files: HadoopFiles, checkpoint: str) -> str | None:
+    """The topic of the member `checkpoint` is the generation alone of (`form_alone`); None
+    for any other checkpoint."""
+    kept = files.read_text(f"{checkpoint}/{LEDGER}")
+    routes = _routes(json.loads(kept)) if kept is not None else ()
+    return routes[0][0] if len(routes) == 1 and routes[0][-1] == ALONE else None
 
 
 def planned_start(files: HadoopFiles, checkpoint: str) -> Positions | None:

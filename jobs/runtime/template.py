@@ -159,6 +159,13 @@ class StreamingJob(ABC, Generic[S]):
         it runs as a query of its own."""
         return None
 
+    @classmethod
+    def alone_spec(cls, spark: SparkSession, spec: S, checkpoints: str) -> S:
+        """The spec a worker runs `spec` by when it does not pack (`packing` None), under
+        `checkpoints` (the site's checkpoint root): `spec` itself, the default. A job type that
+        packs says where a group that left its pack goes on (its own checkpoint is stale)."""
+        return spec
+
     def retune(self, flow: FlowControl) -> bool:
         """New flow control for the running query, from its next micro-batch: True when the
         job applied it in place, False when the query must restart for it (the default; a job

@@ -229,6 +229,11 @@ def _run_group(
     group = job.job_group
     streaming_job = build_job(group, settings)
     check_source(streaming_job, group, settings)
+    packing = type(streaming_job).packing(streaming_job.spec)
+    if packing is None:  # a group that left its pack goes on where it ended there
+        alone = type(streaming_job).alone_spec(spark, streaming_job.spec, settings.checkpoints)
+        if alone is not streaming_job.spec:
+            streaming_job = type(streaming_job)(alone)
     streaming_job.check()
     source = group.kafka_consumer_task_group
     identity = JobIdentity(group.type, source.cluster, source.topic, source.consumer_group)
@@ -252,7 +257,6 @@ def _run_group(
         watched[:] = [query_name]
 
     try:
-        packing = type(streaming_job).packing(streaming_job.spec)
         if packing is not None:
             return packer.run(
                 packing,

@@ -99,6 +99,38 @@ def retune_in_place(spark, runs: GroupRuns, group: JobGroup, query_name: str, ka
     ] == [str(query.runId)]
 
 
+def leave_the_pack_for_flow_control(spark, runs, packer, groups, kafka, suffix) -> None:
+    """A flow-control UPDATE of the packed replication: it leaves its pack and runs alone
+    (`alone_spec`: a generation of its own, starting where its copy in the pack ends), not
+    FAILED, and goes on copying u into v, each record once."""
+    copy_2 = groups["replication-2"].job_group_id
+    capped = JobGroup()
+    capped.CopyFrom(groups["replication-2"])
+    capped.flow_control.messages_per_sec = 1000
+    runs.take([worker_jobs.command(worker_jobs.UPDATE, 8, capped, "d2", "r2")])
+    alone = f"replication-{copy_2}"
+
+    def running_alone() -> bool:
+        failed = [s for s in runs.statuses() if s.state == job_pb2.JOB_STATE_FAILED]
+        assert failed == [], failed
+        active = [q for q in spark.streams.active if q.name == alone]
+        return packer.pack_of(copy_2) is None and any(q.lastProgress for q in active)
+
+    wait_for(running_alone, 180, "the capped replication's own query")
+    produce(
+        kafka.bootstrap_servers, f"every-t-{suffix}", audit_dataset(30, 2, int(time.time() * 1000))
+    )
+    count = {
+        t: lambda t=t: count_records(kafka.bootstrap_servers, f"every-{t}-{suffix}", 2)
+        for t in "tuv"
+    }
+    wait_for(
+        lambda: count["t"]() == count["u"]() == count["v"](),
+        120,
+        "u copied into v alone, each record once",
+    )
+
+
 def audited(spark, table) -> dict[tuple[str, str], int]:
     """Records counted per (group, topic) in audit_counts."""
     if not (table / "_delta_log").exists():
@@ -229,6 +261,7 @@ def test_every_job_type_runs_side_by_side_in_one_worker_session(spark, kafka, tm
                 120,
                 "the packed replication to copy u into v, and both to report what they produced",
             )
+            leave_the_pack_for_flow_control(spark, runs, packer, groups, kafka, suffix)
         finally:
             runs.stop_all("the end of the test")
             stopped = runs.wait_stopped(120)

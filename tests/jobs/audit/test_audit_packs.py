@@ -30,7 +30,7 @@ from core.errors import EXIT_FAILED, EXIT_OK, MovedToPack
 from core.faults import FaultInjected
 from jobs import registry
 from jobs.audit.job import AuditJob
-from jobs.audit.packs import LEDGER, form_pack
+from jobs.audit.packs import LEDGER, alone_spec, form_pack
 from jobs.runtime.checkpoint_files import read_offset_log
 from testing.conf import write_conf_dir
 from testing.demo_data import SentRecord, produce
@@ -57,9 +57,11 @@ class Site:
         self.bytes: Counter = Counter()
         self._serial = 0
 
-    def spec(self, group_id: str):
-        """An approximate audit of the group's topic from the earliest offset: what packs."""
-        group = audit_group(group_id, self.groups[group_id], from_earliest=True)
+    def spec(self, group_id: str, *, capped: bool = False):
+        """An approximate audit of the group's topic from the earliest offset: what packs;
+        `capped`, with flow control: what runs alone."""
+        rate = 5000 if capped else 0
+        group = audit_group(group_id, self.groups[group_id], rate, from_earliest=True)
         return registry.validate(group, self.settings)[1]
 
     def send(self, n: int) -> None:
@@ -78,6 +80,12 @@ class Site:
     def run(self, spark, *group_ids: str) -> tuple[int, str]:
         """One pack of `group_ids`, run --once: its exit status and checkpoint."""
         spec = form_pack(spark, [self.spec(g) for g in group_ids], self.settings.checkpoints)
+        return AuditJob(spec).run_on(spark, once=True), spec.output.checkpoint
+
+    def run_capped(self, spark, group_id: str) -> tuple[int, str]:
+        """The group given flow control, alone, as a worker runs it (`alone_spec`), --once:
+        its exit status and checkpoint."""
+        spec = alone_spec(spark, self.spec(group_id, capped=True), self.settings.checkpoints)
         return AuditJob(spec).run_on(spark, once=True), spec.output.checkpoint
 
     def counted(self, spark) -> dict[tuple[str, str, int], tuple[int, int]]:
@@ -128,6 +136,23 @@ def test_packs_whose_members_change_count_every_record_once(spark, kafka, tmp_pa
     site.send(2)
     assert site.run(spark, g1)[0] == EXIT_OK
     assert site.run(spark, g2, g3)[0] == EXIT_OK
+    assert site.counted(spark) == site.truth()
+
+    # g2 given flow control on a worker: it leaves its pack and runs alone, on a generation
+    # of its own that starts where its counts end, not on its stale own checkpoint; then,
+    # its cap lifted, back in a pack from where its counts alone end.
+    site.send(4)
+    status, alone = site.run_capped(spark, g2)
+    assert (status, Path(alone).parent.name) == (EXIT_OK, "alone")
+    assert site.run(spark, g3)[0] == EXIT_OK
+    assert {k: v for k, v in site.counted(spark).items() if k[0] != g1} == {
+        k: v for k, v in site.truth().items() if k[0] != g1
+    }
+    site.send(2)
+    assert site.run_capped(spark, g2) == (EXIT_OK, alone)  # the same generation, resumed
+    assert site.run(spark, g1, g2)[0] == EXIT_OK
+    assert site.run(spark, g3)[0] == EXIT_OK
+    assert not Path(alone).exists()
     expected = spark.createDataFrame(
         [(*k, n, b) for k, (n, b) in site.truth().items()],
         "job_group_id string, topic string, partition int, message_count long, bytes long",

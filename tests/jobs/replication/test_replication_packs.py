@@ -36,7 +36,7 @@ from core.faults import FaultInjected
 from jobs import registry
 from jobs.replication import tables
 from jobs.replication.job import ReplicationJob
-from jobs.replication.packs import form_pack
+from jobs.replication.packs import alone_spec, form_pack
 from jobs.replication.progress_log import ProgressLog
 from jobs.replication.spec import ReplicationSpec
 from jobs.replication.stats import StatsWriter
@@ -71,12 +71,15 @@ class Site:
         }
         self._serial = 0
 
-    def spec(self, group_id: str) -> ReplicationSpec:
+    def spec(self, group_id: str, *, capped: bool = False) -> ReplicationSpec:
         """A continuous copy of the group's topic from the earliest offset, its copied
-        offsets committed to `<group>-cg`: what packs."""
+        offsets committed to `<group>-cg`: what packs; `capped`, with flow control: what
+        runs alone."""
         topic = self.groups[group_id]
         group = replication_group(group_id, topic, f"{topic}.copy")
         group.kafka_consumer_task_group.consumer_group = f"{group_id}-cg"
+        if capped:
+            group.flow_control.messages_per_sec = 5000
         spec = registry.validate(group, self.settings)[1]
         assert isinstance(spec, ReplicationSpec)
         return spec
@@ -105,6 +108,14 @@ class Site:
         job = ReplicationJob(self.spec(group_id))
         job.check()
         return job.run_on(spark, once=True)
+
+    def run_capped(self, spark, group_id: str) -> tuple[int, str]:
+        """The group given flow control, alone, as a worker runs it (`alone_spec`), --once:
+        its exit status and checkpoint."""
+        spec = alone_spec(spark, self.spec(group_id, capped=True), self.settings.checkpoints)
+        job = ReplicationJob(spec)
+        job.check()
+        return job.run_on(spark, once=True), spec.output.checkpoint
 
     def assert_exact(self, spark, *group_ids: str) -> None:
         """The groups' destinations hold their sources' records once each, in order; their
@@ -167,6 +178,22 @@ def test_packs_whose_members_change_copy_every_record_once(spark, kafka, tmp_pat
     with pytest.raises(MovedToPack, match=f"replication group '{g1}' goes on in the pack"):
         site.run_alone(spark, g1)
     assert site.run(spark, g1)[0] == EXIT_OK
+    site.assert_exact(spark, g1, g2, g3)
+
+    # g2 given flow control on a worker: it leaves its pack and runs alone, on a generation
+    # of its own that starts where its copy ends, not on its stale own checkpoint.
+    site.send(4)
+    status, alone = site.run_capped(spark, g2)
+    assert (status, Path(alone).parent.name) == (EXIT_OK, "alone")
+    assert site.run(spark, g3)[0] == EXIT_OK
+    assert not Path(rest).exists()
+    site.assert_exact(spark, g2, g3)
+    site.send(2)  # again: the same generation, resumed
+    assert site.run_capped(spark, g2) == (EXIT_OK, alone)
+    site.send(2)  # its cap lifted: back in a pack, from where its copy alone ends
+    assert site.run(spark, g1, g2)[0] == EXIT_OK
+    assert site.run(spark, g3)[0] == EXIT_OK
+    assert not Path(alone).exists()
     site.assert_exact(spark, g1, g2, g3)
 
 
@@ -255,17 +282,26 @@ def test_a_batch_written_before_its_commit_is_not_copied_again(spark, kafka, tmp
     site.assert_exact(spark, w1, w2)
 
 
-def test_a_group_that_ran_the_low_latency_copy_joins_where_its_log_ends(spark, kafka, tmp_path):
+@pytest.mark.parametrize("where", ["its own checkpoint", "its generation alone"])
+def test_a_group_that_ran_the_low_latency_copy_joins_where_its_log_ends(
+    spark, kafka, tmp_path, where
+):
     # The low-latency copy keeps its progress in its own log, not in Spark's offset log: a
     # group that ran it and joins a pack starts where its last batch with its stats written
-    # ends (batch 1's stats were not written: the pack reads it again), not at `latest`.
+    # ends (batch 1's stats were not written: the pack reads it again), not at `latest`. It
+    # ran on its own checkpoint, or on a generation of its own after a pack (`alone_spec`).
     site = Site(kafka, tmp_path, "rl", topics=1)
     (group,) = site.groups
     spec = site.spec(group)
     latest = dataclasses.replace(
         spec, source=dataclasses.replace(spec.source, starting_offsets="latest")
     )
-    log = ProgressLog(spark, spec.output.checkpoint)
+    ran_on = spec.output.checkpoint
+    if where == "its generation alone":
+        form_pack(spark, [latest], site.settings.checkpoints)  # a pack, never run
+        ran_on = alone_spec(spark, latest, site.settings.checkpoints).output.checkpoint
+        assert ran_on != spec.output.checkpoint
+    log = ProgressLog(spark, ran_on)
     log.write_start({0: 0, 1: 0})
     log.write_batch(0, {0: 0, 1: 0}, {0: 3, 1: 2})
     log.write_commit(0)

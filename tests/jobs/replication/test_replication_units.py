@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from datetime import UTC, datetime
@@ -370,6 +371,19 @@ def test_plan_continuous_default_starts_earliest_and_never_ends(settings) -> Non
     assert dict(plan.starting_offsets) == {0: EARLIEST, 1: EARLIEST}
     assert plan.end_offsets is None and not plan.is_done({0: 10**9, 1: 10**9})
     assert plan.spark_starting_offsets("orders") == '{"orders": {"0": -2, "1": -2}}'
+
+
+def test_plan_starts_where_spark_json_says_and_new_partitions_at_the_earliest(settings) -> None:
+    # A group going on alone where its copy in a pack ended (packs.alone_spec): the JSON's
+    # offsets, EARLIEST/LATEST kept, a partition the JSON does not name (added since) and
+    # another topic's entries ignored.
+    plain = spec(settings)
+    at = json.dumps({"orders": {"0": 7, "1": LATEST}, "other": {"2": 9}})
+    going_on = dataclasses.replace(
+        plain, source=dataclasses.replace(plain.source, starting_offsets=at)
+    )
+    plan = build_plan(going_on, source_count=3, destination_count=3)
+    assert dict(plan.starting_offsets) == {0: 7, 1: LATEST, 2: EARLIEST}
 
 
 def test_record_budget_from_both_caps(settings) -> None:
