@@ -24,6 +24,8 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
 5. --updates replication groups (flow control --copy-rate) get half that rate
    (UpdateJobGroup): the time until their worker runs the new definition, whether the query
    took it in place (the same Spark run), and the batches until the first one at the new cap.
+   With --packed, --unpacks packed replications get flow control (--copy-rate), which does
+   not pack: the time until each one's first batch alone (its generation alone) committed.
 6. --cancels audit groups are CANCELED: the time until their worker reported the query stopped
    (GetJobGroup shows the job CANCELED, as the worker's heartbeat said).
 7. One worker application is SIGKILLed: for each of its groups, the time from the kill to
@@ -84,6 +86,7 @@ from bench.fleet_pool_phases import (
     first_commits,
     seconds,
     seconds_by_kind,
+    unpack_some,
     update_some,
 )
 from bench.process_usage import sample
@@ -190,6 +193,12 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
             updated = [copy_of(t, args.replication_trigger_seconds, rate=args.copy_rate / 2)
                        for t in copies[: args.updates]]  # fmt: skip
             figures["update"] = update_some(stub, updated, checkpoints, store)
+            if args.packed and args.unpacks:
+                packed = copies[args.updates : args.updates + args.unpacks]
+                capped = [
+                    copy_of(t, args.replication_trigger_seconds, args.copy_rate) for t in packed
+                ]
+                figures["unpack"] = unpack_some(stub, capped, checkpoints)
             figures["cancel"] = cancel_some(stub, [f"a-{t}" for t in audits[-args.cancels :]])
             figures["sigkill"] = kill_one(store, checkpoints, args)
         producer.stopping.set()
@@ -374,6 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replication-trigger-seconds", type=int, default=30)
     parser.add_argument("--minutes", type=float, default=5, help="memory and CPU sampling")
     parser.add_argument("--updates", type=int, default=5)
+    parser.add_argument(
+        "--unpacks",
+        type=int,
+        default=2,
+        help="with --packed: packed replications given flow control, which takes them out of "
+        "their pack",
+    )
     parser.add_argument(
         "--copy-rate",
         type=float,

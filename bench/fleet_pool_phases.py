@@ -1,5 +1,6 @@
 """The worker-pool bench's phases on a running fleet (bench/fleet_pool.py): groups added one
-at a time, a flow-control UPDATE, CANCELs; each returns its figures.
+at a time, a flow-control UPDATE (in place, or taking a group out of its pack), CANCELs; each
+returns its figures.
 
 Times come from the groups' checkpoints (Spark writes `offsets/N` when it plans batch N and
 `commits/N` when N is done; bench/progress_times.py finds a packed audit's or a dispatcher's)
@@ -10,6 +11,7 @@ Nothing here asserts a duration: the figures go into the bench's result.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 from bench._common import percentiles, say, wait_for
 from bench.progress_times import commits
 from controlplane.state.sqlite import SqliteStore
+from jobs.runtime.pack_generations import ALONE, LEDGER
 
 
 def seconds(values: list[float]) -> dict[str, float | None]:
@@ -127,6 +130,38 @@ def update_some(
         "to_commit_at_new_cap_s": seconds([t - at for _, t in effect.values()]),
         "same_worker": same,
     }
+
+
+def unpack_some(stub, groups: Sequence[JobGroup], checkpoints: Path) -> dict[str, Any]:
+    """Send `groups` (packed replications given flow control, which does not pack) as
+    UpdateJobGroup: the time until each one's first batch alone committed, in its generation
+    alone (`<checkpoints>/packs/alone/<id>`, which its ledger then names)."""
+    ids = [g.job_group_id for g in groups]
+    at = time.time()
+    for group in groups:
+        stub.UpdateJobGroup(admin_pb2.UpdateJobGroupRequest(job_group=group))
+    alone: dict[str, float] = {}
+
+    def all_alone() -> bool:
+        for group_id in ids:
+            if group_id not in alone and (first := _first_commit_alone(checkpoints, group_id)):
+                alone[group_id] = first
+        return len(alone) == len(ids)
+
+    wait_for("the unpacked copies' first batches alone", all_alone, 300, 0.5)
+    return {"to_first_batch_alone_s": seconds([alone[g] - at for g in ids])}
+
+
+def _first_commit_alone(checkpoints: Path, group_id: str) -> float | None:
+    """When the group's first batch in its generation alone committed; None before."""
+    try:
+        named = json.loads((checkpoints / group_id / LEDGER).read_text())["checkpoint"]
+    except (OSError, ValueError, KeyError):
+        return None  # no ledger yet, or one being written
+    if Path(named).parent.name != ALONE:
+        return None
+    done = [p.stat().st_mtime for p in commits(checkpoints, group_id)]
+    return min(done, default=None)
 
 
 def _worker_run(stub, group_id: str) -> WorkerJob:
