@@ -42,7 +42,8 @@ stats (`jobs/replication/stats.py`), the dispatcher's stats (`jobs/dispatch/stat
 places its own fault points (core/faults.py): the batch saved, and the thread about to write;
 the audit's a third, the thread's write committed and its files not yet deleted. The stats
 writers of an application share STATS_WRITE_SLOTS: a bound on their Delta writes at once, so
-many groups' stats do not crowd out their queries and the audit's MERGEs.
+many groups' stats do not crowd out their queries and the audit's MERGEs; a draining writer
+takes the next free slot first (jobs/runtime/write_slots.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from pyspark.sql import SparkSession
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.checkpoint_files import CheckpointFiles
 from jobs.runtime.delta import written_through
+from jobs.runtime.write_slots import WriteSlots
 
 Batch = TypeVar("Batch")
 # A batch id and what the batch writes, in batch order.
@@ -73,15 +75,15 @@ HeldThrough = Callable[[SparkSession, "Ready[Any]"], list[tuple[int, int]]]
 COMMIT_POLL_SECONDS = 0.05
 # Batches queued before `submit` waits for the writes to catch up (bounds driver memory).
 MAX_QUEUED = 16
-# How often a writer waiting for a write slot looks whether it is being closed.
-SLOT_POLL_SECONDS = 0.2
 # The write slots of the stats writers of one application (replication_stats and
 # replication_audit, dispatch_stats): at most this many of their Delta writes at once, however
 # many groups it runs. Each Delta commit costs the driver's cores a second or more; a hundred
 # writers each committing as soon as it can would starve the queries and the audit's MERGEs
 # (which CANCEL and a move wait for). A writer that waits for a slot writes everything that
 # became ready meanwhile in one write, so fewer slots mean fewer, larger commits.
-STATS_WRITE_SLOTS = threading.BoundedSemaphore(2)
+# A draining writer (its query ended: someone waits for its last writes) takes the next free
+# slot before the others (jobs/runtime/write_slots.py).
+STATS_WRITE_SLOTS = WriteSlots(2)
 # The FAIR scheduler pool (`spark.scheduler.pool`) of every after-commit write's Spark jobs. An
 # application that declares it in its allocation file (the worker: jobs/worker/main.py) gives
 # the writes a share ahead of the queries' pools, so the rows users query are not queued
@@ -114,7 +116,7 @@ class AfterCommitWriter(Generic[Batch]):
         at_saved: Callable[[], None],
         at_writing: Callable[[], None],
         at_written: Callable[[], None] = lambda: None,
-        write_slots: threading.Semaphore | None = None,
+        write_slots: WriteSlots | None = None,
         held_through: HeldThrough | None = None,
     ):
         self.checkpoint = checkpoint
@@ -286,7 +288,7 @@ class AfterCommitWriter(Generic[Batch]):
             return False
         finally:
             if self._write_slots is not None:
-                self._write_slots.release()
+                self._write_slots.give_back()
         return True
 
     def _ready(self, commits: CheckpointFiles) -> list[tuple[int, Any]]:
@@ -302,13 +304,10 @@ class AfterCommitWriter(Generic[Batch]):
         return ready
 
     def _take_slot(self) -> bool:
-        """Wait for one of `write_slots`; False if closed first."""
+        """Wait for one of `write_slots`, ahead of the writers that are not draining while
+        this one is; False if closed first."""
         assert self._write_slots is not None
-        while not self._write_slots.acquire(timeout=SLOT_POLL_SECONDS):
-            with self._changed:
-                if self._stopping:
-                    return False
-        return True
+        return self._write_slots.take(urgent=lambda: self._draining, give_up=lambda: self._stopping)
 
     def _write_ready(
         self, spark: SparkSession, commits: CheckpointFiles, written: list[tuple[int, Any]]

@@ -22,6 +22,7 @@ from jobs.runtime.after_commit import (
     tables_held_through,
 )
 from jobs.runtime.delta import DeltaTableSpec, append_once
+from jobs.runtime.write_slots import WriteSlots
 
 DEADLINE_S = 30.0
 
@@ -35,11 +36,13 @@ class Writes:
         self.active = 0
         self.most = 0
         self.written: dict[str, list[list[int]]] = {}
+        self.started: list[str] = []  # the writers, in the order their writes began
         self.gate = threading.Event()
 
     def writer(self, name: str) -> Any:
         def write(_spark, ready: Ready[int]) -> str:
             with self.lock:
+                self.started.append(name)
                 self.active += 1
                 self.most = max(self.most, self.active)
             self.gate.wait(DEADLINE_S)
@@ -80,12 +83,43 @@ def writers(spark, tmp_path: Path, writes: Writes, slots) -> list[AfterCommitWri
     ]
 
 
+def test_a_draining_writer_takes_the_next_slot_before_those_that_waited_longer(
+    spark, tmp_path: Path
+) -> None:
+    # a writes; b waits for the slot, then c and d, whose queries ended (drain) while they
+    # waited and after they began waiting: the freed slot goes to c, then d, then b.
+    writes = Writes()
+    slots = WriteSlots(1)
+    a, b, c, d = (
+        int_writer(tmp_path / n, "stats", n, writes.writer(n), write_slots=slots) for n in "abcd"
+    )
+    draining = []
+    try:
+        for expected_waiting, writer in enumerate((a, b, c, d)):
+            writer.submit(spark, 0, {"n": 0})
+            writer.release(0)  # written without waiting for a Spark commit
+            poll(lambda n=expected_waiting: slots.waiting() == n, "the writers in line")
+        for writer in (c, d):
+            draining.append(threading.Thread(target=writer.drain))
+            draining[-1].start()
+            poll(lambda w=writer: w._draining, "the drain to begin")
+        writes.gate.set()
+        for thread in draining:
+            thread.join(DEADLINE_S)
+        for writer in (a, b):
+            writer.drain()
+    finally:
+        for writer in (a, b, c, d):
+            writer.close()
+    assert writes.started == ["a", "c", "d", "b"]
+
+
 @pytest.mark.parametrize("slots", [1, None], ids=["one-slot", "no-slots"])
 def test_writers_sharing_a_slot_write_one_at_a_time_and_catch_up_in_one_write(
     spark, tmp_path: Path, slots
 ) -> None:
     writes = Writes()
-    semaphore = threading.BoundedSemaphore(slots) if slots else None
+    semaphore = WriteSlots(slots) if slots else None
     group = writers(spark, tmp_path, writes, semaphore)
     try:
         for w in group:
