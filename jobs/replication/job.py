@@ -251,7 +251,7 @@ class ReplicationJob(StreamingJob[ReplicationSpec]):
         self._low_latency_run = False
         self._tables_ready: Future[None] | None = None
         self._gaps = NO_GAPS
-        self._inherited = InheritedStats()  # a pack's: packs.py
+        self._inherited = InheritedStats()  # a generation's, a pack's or one alone: packs.py
 
     @property
     def plan(self) -> ReplicationPlan:
