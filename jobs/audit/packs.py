@@ -156,27 +156,14 @@ def alone_spec(spark: SparkSession, spec: AuditSpec, checkpoints: str) -> AuditS
     if spec.routes or spec.source.selection is not None:
         return spec
     counts_path = spec.output.table("audit_counts")
-    formed = pack_generations.form_alone(
+    return pack_generations.form_alone(
         spark,
+        spec,
         kind=KIND,
         checkpoints=checkpoints,
-        member=pack_generations.Member.of(
-            spec.job_group_id, spec.source, spec.output.checkpoint, None
-        ),
         route=(spec.source.topic, spec.job_group_id),
-        cluster=spec.source.cluster,
         end_of=lambda checkpoint: counts_end(spark, checkpoint, counts_path),
         before_ledgers=_before_ledgers,
-    )
-    if formed is None:
-        return spec
-    checkpoint, starting = formed
-    return dataclasses.replace(
-        spec,
-        source=dataclasses.replace(
-            spec.source, starting_offsets=json.dumps(starting, sort_keys=True)
-        ),
-        output=dataclasses.replace(spec.output, checkpoint=checkpoint),
     )
 
 

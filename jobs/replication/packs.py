@@ -171,28 +171,15 @@ def alone_spec(spark: SparkSession, spec: ReplicationSpec, checkpoints: str) -> 
     site's checkpoint root)."""
     if spec.routes or spec.many_topics:
         return spec
-    formed = pack_generations.form_alone(
+    return pack_generations.form_alone(
         spark,
+        spec,
         kind=KIND,
         checkpoints=checkpoints,
-        member=pack_generations.Member.of(
-            spec.job_group_id, spec.source, spec.output.checkpoint, None
-        ),
         route=_route(spec),
-        cluster=spec.source.cluster,
         end_of=lambda checkpoint: copy_end(spark, spec, checkpoint),
         before_ledgers=_before_ledgers,
         owes=lambda checkpoint: owes_saved_stats(spark, checkpoint),
-    )
-    if formed is None:
-        return spec
-    checkpoint, starting = formed
-    return dataclasses.replace(
-        spec,
-        source=dataclasses.replace(
-            spec.source, starting_offsets=json.dumps(starting, sort_keys=True)
-        ),
-        output=dataclasses.replace(spec.output, checkpoint=checkpoint),
     )
 
 

@@ -47,6 +47,7 @@ places); `form` does not check it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -54,12 +55,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
 
 from pyspark.sql import SparkSession
 
 from core import kafka_admin
 from core.config import ClusterConfig
-from core.spec import SourceSpec
+from core.spec import OutputSpec, SourceSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.packs")
@@ -159,39 +161,57 @@ def form(
     )
 
 
+class GroupSpec(Protocol):
+    """What `form_alone` reads of a job type's spec of one group (frozen dataclasses)."""
+
+    @property
+    def job_group_id(self) -> str: ...
+    @property
+    def source(self) -> SourceSpec: ...
+    @property
+    def output(self) -> OutputSpec: ...
+
+
+SpecT = TypeVar("SpecT", bound=GroupSpec)
+
+
 def form_alone(
     spark: SparkSession,
+    spec: SpecT,
     *,
     kind: str,
     checkpoints: str,
-    member: Member,
     route: Route,
-    cluster: ClusterConfig,
     end_of: EndOf,
     before_ledgers: Callable[[], None],
     owes: Owes = lambda _checkpoint: False,
-) -> tuple[str, dict[str, dict[str, int]]] | None:
-    """Where a member that its job type runs alone (not packed: flow control, say) goes on,
-    when its ledger names a generation (it ran in a pack: its own checkpoint is stale). That
-    generation, when it is this member's alone (`route`, marked ALONE); else a new one of it
-    alone, `<checkpoints>/packs/alone/<id>`, starting where its results end in the one it
-    last ran on, as `form`'s do. Returns its checkpoint and startingOffsets JSON; None when
-    the member has no ledger: it runs on its own checkpoint, as ever."""
-    files = HadoopFiles(spark)
-    if ledger_of(files, member.checkpoint) is None:
-        return None
-    return _generation(
+) -> SpecT:
+    """The spec a group that its job type runs alone (not packed: flow control, say) goes on
+    by: `spec` itself when its ledger names no generation (it runs on its own checkpoint, as
+    ever); else, as it ran in a pack and its own checkpoint is stale, `spec` on a generation
+    of it alone, starting there (Spark's startingOffsets JSON). That generation is the one
+    its ledger names when it is this member's alone (`route`, marked ALONE); else a new one,
+    `<checkpoints>/packs/alone/<id>`, starting where its results end in the one it last ran
+    on, as `form`'s do."""
+    member = Member.of(spec.job_group_id, spec.source, spec.output.checkpoint, None)
+    if ledger_of(HadoopFiles(spark), member.checkpoint) is None:
+        return spec
+    checkpoint, starting = _generation(
         spark,
         kind=kind,
         key=ALONE,
         checkpoints=checkpoints,
         members=[member],
         routes=((*route, ALONE),),
-        cluster=cluster,
+        cluster=spec.source.cluster,
         end_of=end_of,
         before_ledgers=before_ledgers,
         owes=owes,
     )
+    source = dataclasses.replace(spec.source, starting_offsets=json.dumps(starting, sort_keys=True))
+    output = dataclasses.replace(spec.output, checkpoint=checkpoint)
+    # A frozen dataclass, which the Protocol cannot say: replace it through Any.
+    return cast(SpecT, dataclasses.replace(cast(Any, spec), source=source, output=output))
 
 
 def _generation(
