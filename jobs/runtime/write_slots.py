@@ -5,7 +5,7 @@ Why an order: each Delta commit costs the driver's cores a second or more, and o
 worker a write waits several others' turns. A writer whose query has ended is draining: a
 CANCEL, an UPDATE's restart or a move waits for its last writes. Given the slot on a first
 come basis, or to whichever waiter wakes first, it waited behind every group's routine
-writes (80 s on the 200-group pool bench). So a freed slot goes to the writer that waited
+writes (docs/benchmarks.md, the worker pool). So a freed slot goes to the writer that waited
 longest, except that a draining writer goes first.
 """
 
