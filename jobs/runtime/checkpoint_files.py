@@ -1,11 +1,19 @@
 """The one door to the Hadoop file system, and the reader of Spark's checkpoint layout.
 
 Checkpoints and tables may be on HDFS or an object store, so every file a job reads or writes
-outside Spark's and Delta's own APIs goes through Hadoop's FileSystem of the driver's session,
-here, never Python's `open`:
+outside Spark's and Delta's own APIs goes through here, never Python's `open` elsewhere:
 
 * `HadoopFiles`: existence, the names in a folder, a file's text, deletes, and JSON files
-  written through a temporary file and a rename, so a reader never sees half a file;
+  written through a temporary file and a rename, so a reader never sees half a file. A
+  location on another file system goes through Hadoop's FileSystem of the driver's session;
+  one on the driver's local file system (`file:`, or a path without a scheme where that is
+  the session's default) through the operating system's calls, the ones Hadoop's local file
+  system makes: without Hadoop's native library (Spark's distribution has none) that one
+  forks a `chmod` for every file it creates, and each call is a py4j round trip, so a pack's
+  ledgers and a batch's saved rows cost processes and round trips on the driver that starts
+  the next batch (docs/benchmarks.md, "Fleet, part 2"). Files written this way have no
+  Hadoop checksum file beside them, which Hadoop's readers accept; a stale one, from a file
+  Hadoop wrote there before, is removed with the file it described;
 * `CheckpointFiles`: the small JSON files a job keeps beside Spark's own under its checkpoint
   (the continuous replication copy's progress log, the audit's saved partials);
 * Spark's own layout, read as files (no Spark job, no Delta code): the query id a checkpoint
@@ -17,6 +25,8 @@ here, never Python's `open`:
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,25 +37,123 @@ from pyspark.sql import SparkSession
 from jobs.runtime.py4j import java_class
 
 
+def local_path(location: str, default_fs: str) -> str | None:
+    """The operating system's path of `location` when it is on the driver's local file
+    system: a `file:` URI without a host, or a path without a scheme when the session's
+    default file system (`fs.defaultFS`) is `file:`; None for any other location."""
+    scheme, sep, rest = location.partition(":")
+    if sep and "/" not in scheme:  # a URI
+        if scheme != "file":
+            return None
+        if rest.startswith("//"):  # file://host/path: only an empty host is this machine
+            host, slash, path = rest[2:].partition("/")
+            return "/" + path if slash and not host else None
+        return rest if rest.startswith("/") else None
+    if not default_fs.startswith("file:"):
+        return None
+    return os.path.abspath(location)
+
+
+def _checksum_file(path: str) -> str:
+    """Where Hadoop's checksummed local file system keeps `path`'s checksum."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.crc")
+
+
+def _is_checksum_file(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".crc")
+
+
+class _LocalFiles:
+    """HadoopFiles' operations on the driver's local file system, as Hadoop's checksummed
+    local file system answers them (its checksum files are not listed)."""
+
+    @staticmethod
+    def exists(path: str) -> bool:
+        return os.path.exists(path)
+
+    @staticmethod
+    def names(folder: str) -> list[str]:
+        if not os.path.isdir(folder):
+            return [os.path.basename(folder)] if os.path.exists(folder) else []
+        return [name for name in os.listdir(folder) if not _is_checksum_file(name)]
+
+    @classmethod
+    def modification_times_ms(cls, path: str) -> list[int]:
+        if not os.path.exists(path):
+            return []
+        times = [os.stat(path).st_mtime_ns // 1_000_000]
+        if os.path.isdir(path):
+            times += [
+                os.stat(os.path.join(path, name)).st_mtime_ns // 1_000_000
+                for name in cls.names(path)
+            ]
+        return times
+
+    @staticmethod
+    def read_text(path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read()
+        except FileNotFoundError:
+            return None
+
+    @staticmethod
+    def write_bytes(path: str, data: bytes) -> None:
+        """Replace the file with `data` through a temporary file and an atomic rename."""
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(temporary, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+        _LocalFiles.delete(_checksum_file(path), recursive=False)
+
+    @staticmethod
+    def delete(path: str, *, recursive: bool) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            if recursive:
+                shutil.rmtree(path, ignore_errors=True)  # as Hadoop, which answers false
+            else:
+                os.rmdir(path)  # OSError when it holds anything, as Hadoop's IOException
+            return
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            return
+        if not _is_checksum_file(os.path.basename(path)):
+            _LocalFiles.delete(_checksum_file(path), recursive=False)
+
+
 class HadoopFiles:
     """Files at absolute locations (any scheme Hadoop knows) through the session's Hadoop
-    configuration. One file system is opened per scheme and authority."""
+    configuration; locations on the driver's local file system through the operating system
+    (the module's docstring says why). One file system is opened per scheme and authority."""
 
     def __init__(self, spark: SparkSession) -> None:
         self._path = java_class(spark, "org.apache.hadoop.fs.Path", "the Hadoop file system")
         self._io_utils = java_class(spark, "org.apache.commons.io.IOUtils")
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        self._default_fs: str | None = None
+
+    def _local(self, location: str) -> str | None:
+        if self._default_fs is None and not location.startswith("file:"):
+            self._default_fs = str(self._conf.get("fs.defaultFS", "file:///"))
+        return local_path(location, self._default_fs or "file:///")
 
     def _open(self, location: str):  # (FileSystem, Path)
         path = self._path(location)
         return path.getFileSystem(self._conf), path
 
     def exists(self, location: str) -> bool:
+        if (local := self._local(location)) is not None:
+            return _LocalFiles.exists(local)
         fs, path = self._open(location)
         return bool(fs.exists(path))
 
     def names(self, folder: str) -> list[str]:
         """The names of what `folder` holds; [] when there is no such folder."""
+        if (local := self._local(folder)) is not None:
+            return _LocalFiles.names(local)
         fs, path = self._open(folder)
         if not fs.exists(path):
             return []
@@ -54,6 +162,8 @@ class HadoopFiles:
     def newest_modification_ms(self, location: str) -> int:
         """The newest modification time (epoch ms) of `location` and what it holds, one level
         deep; 0 when there is no such file or folder."""
+        if (local := self._local(location)) is not None:
+            return max(_LocalFiles.modification_times_ms(local), default=0)
         fs, path = self._open(location)
         if not fs.exists(path):
             return 0
@@ -68,6 +178,8 @@ class HadoopFiles:
 
     def read_text(self, location: str) -> str | None:
         """The file's text (UTF-8); None when there is no such file."""
+        if (local := self._local(location)) is not None:
+            return _LocalFiles.read_text(local)
         fs, path = self._open(location)
         if not fs.exists(path):
             return None
@@ -79,11 +191,15 @@ class HadoopFiles:
 
     def write_json(self, location: str, data: Mapping[str, Any]) -> None:
         """Replace the file with `data` as JSON, atomically for a reader."""
+        text = json.dumps(data, sort_keys=True).encode()
+        if (local := self._local(location)) is not None:
+            _LocalFiles.write_bytes(local, text)
+            return
         fs, final = self._open(location)
         _, temporary = self._open(f"{location}.{uuid.uuid4().hex}.tmp")
         stream = fs.create(temporary, True)
         try:
-            stream.write(json.dumps(data, sort_keys=True).encode())
+            stream.write(text)
         finally:
             stream.close()
         if fs.exists(final):
@@ -93,6 +209,9 @@ class HadoopFiles:
 
     def delete(self, location: str, *, recursive: bool = False) -> None:
         """Delete the file (or, with `recursive`, the folder and all it holds), if it exists."""
+        if (local := self._local(location)) is not None:
+            _LocalFiles.delete(local, recursive=recursive)
+            return
         fs, path = self._open(location)
         fs.delete(path, recursive)
 
