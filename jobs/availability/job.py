@@ -73,10 +73,10 @@ from jobs.runtime.template import StreamingJob, WriteId
 
 log = logging.getLogger("uatu.availability")
 
-SESSION_CONF = {
-    # Spark 4.2's AdminClient-based offset reader finds no records in __consumer_offsets
-    # (a batch read of a topic holding 3 commits counted 0, by subscribe and by assign); the
-    # consumer-based reader reads them (3).
+QUERY_CONF = {
+    # Spark 4.2's AdminClient-based offset reader finds no records in __consumer_offsets (3
+    # commits read as 0, by subscribe and by assign); the consumer-based one reads them. The
+    # query's own: a worker's other queries keep the first, which joins no consumer group.
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "true",
 }
 
@@ -541,7 +541,7 @@ class AvailabilityJob(StreamingJob[AvailabilitySpec]):
 
     write_id_prefix = "uatu-availability"
 
-    session_conf = SESSION_CONF
+    query_conf = QUERY_CONF
 
     def __init__(self, spec: AvailabilitySpec) -> None:
         super().__init__(spec)

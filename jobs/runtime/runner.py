@@ -25,15 +25,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs.runtime.checkpoint_files import read_offset_log
 from jobs.runtime.reporting import Heartbeater, Reporting
+from jobs.runtime.session import session_conf
 
 log = logging.getLogger("uatu.runner")
 
@@ -64,6 +65,10 @@ class QuerySettings:
     # The records of a batch (by id) for a query that reads them itself, not through Spark's
     # rows (the audit fold): they replace Spark's numInputRows, which is 0, in the batch line.
     batch_records: Callable[[int], int | None] | None = None
+    # SQL settings the query runs with (`StreamingJob.query_conf`). Spark copies the session's
+    # settings into a query as it starts, so they are set on the session only while this one
+    # starts: a worker's other queries keep the session's.
+    conf: Mapping[str, str] = field(default_factory=dict)
 
 
 class StopRequests:
@@ -111,6 +116,22 @@ class StopRequests:
         return self._reasons[0] if self._reasons else None
 
 
+# Serialises the starts that set a query's own SQL settings on the shared session.
+_OWN_CONF_START = threading.Lock()
+
+
+def _start(
+    writer: DataStreamWriter, spark: SparkSession, conf: Mapping[str, str]
+) -> StreamingQuery:
+    """`writer.start()`, with `conf` set on the session while it starts (QuerySettings.conf).
+    Another thread's query that starts meanwhile without settings of its own may take them
+    too; a job's `query_conf` is what it needs, never what the others must not have."""
+    if not conf:
+        return writer.start()
+    with _OWN_CONF_START, session_conf(spark, conf):
+        return writer.start()
+
+
 def run_query(
     stream: DataFrame,
     write_batch: BatchWriter,
@@ -132,7 +153,7 @@ def run_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_seconds} seconds")
-    query = writer.start()
+    query = _start(writer, stream.sparkSession, settings.conf)
     log.info(
         "started query %s (id %s), checkpoint %s, %s",
         settings.name,

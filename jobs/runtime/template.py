@@ -83,8 +83,13 @@ class Packing:
 class StreamingJob(ABC, Generic[S]):
     """One run of one JobGroup's streaming query."""
 
-    # Spark settings this job needs on top of jobs.runtime.session.BASE_CONF.
+    # Spark settings this job needs on top of jobs.runtime.session.BASE_CONF. A worker's one
+    # session carries every job type's (jobs/worker/main.py, `worker_conf`).
     session_conf: ClassVar[Mapping[str, str]] = {}
+    # SQL settings only this job's query runs with (runner.QuerySettings.conf): set on the
+    # session while the query starts, so on a worker the other groups' queries keep the
+    # session's.
+    query_conf: ClassVar[Mapping[str, str]] = {}
     # The first part of this job type's idempotent-write ids (`write_id`). Never change it:
     # a batch replayed after the change would carry a new id and be written twice.
     write_id_prefix: ClassVar[str] = "uatu"
@@ -136,6 +141,7 @@ class StreamingJob(ABC, Generic[S]):
             once=once,
             trigger_interval_seconds=self.spec.trigger_interval_seconds,
             stop_file=stop_file,
+            conf=self.query_conf,
         )
 
     def skip_lost_records(self, spark: SparkSession, *, once: bool) -> None:

@@ -99,11 +99,11 @@ def write_pools_file(folder: str) -> str:
 
 def worker_conf(pools_file: str) -> dict[str, str]:
     """The worker session's conf: the jobs' metrics conf, every JobType's `session_conf` (the
-    worker may run any of them in this one session; the availability job, say, reads
-    `__consumer_offsets` only with the consumer-based offset reader), and the FAIR pools with
-    `pools_file` (write_pools_file) for their allocation file. A key two job types set
-    differently (`spark.sql.shuffle.partitions`, a query's choice at its first run) stays at
-    the session's default."""
+    worker may run any of them in this one session), and the FAIR pools with `pools_file`
+    (write_pools_file) for their allocation file. A key two job types set differently
+    (`spark.sql.shuffle.partitions`, a query's choice at its first run) stays at the session's
+    default. A job type's `query_conf` is not here: its query starts with it (the
+    availability job's consumer-based offset reader, which the others do without)."""
     merged: dict[str, str] = {}
     differing: set[str] = set()
     for runtime in registry.every_runtime():

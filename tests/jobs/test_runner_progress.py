@@ -1,6 +1,7 @@
 """`jobs.runtime.runner`'s batch log: every finished batch logged once, in order, however many
 finish between two polls; the retained progress (a py4j call per entry) read only when more
-than one batch finished since the last poll."""
+than one batch finished since the last poll. And a query's own SQL settings
+(`QuerySettings.conf`), which it starts with and the session keeps no trace of."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 
 import pytest
 
-from jobs.runtime.runner import _log_batches
+from jobs.runtime.runner import QuerySettings, _log_batches, run_query
 
 
 class PolledQuery:
@@ -62,3 +63,27 @@ def test_each_batch_is_logged_once_in_order_and_the_retained_progress_read_only_
     assert (last, query.recent_reads) == (4, 1)
     assert logged_batches(caplog) == [f"batch {b}" for b in range(5)]
     assert "batch 2: 20 records in 1.0 s" in caplog.text
+
+
+@pytest.mark.spark
+def test_a_querys_own_conf_is_its_alone(spark, tmp_path) -> None:
+    """QuerySettings.conf: the query's batches see it (Spark copied it into the query as it
+    started), and the session, which a worker's other queries start from, is as before."""
+    key = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
+    assert spark.conf.get(key, None) is None
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"v": 1}\n')
+    seen: list[str | None] = []
+    settings = QuerySettings(
+        name="own-conf",
+        checkpoint=str(tmp_path / "ck"),
+        once=True,
+        poll_seconds=1,
+        conf={key: "true"},
+    )
+    stream = spark.readStream.schema("v INT").json(str(tmp_path / "in"))
+    status = run_query(
+        stream, lambda batch, _: seen.append(batch.sparkSession.conf.get(key)), settings
+    )
+    assert status == 0 and seen == ["true"]
+    assert spark.conf.get(key, None) is None

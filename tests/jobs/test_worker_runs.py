@@ -21,7 +21,7 @@ from uber.data.kafka.datatransfer import master_worker_service_pb2_grpc as mw_gr
 from core import worker_jobs
 from core.errors import InvalidJobGroup
 from jobs import registry
-from jobs.availability.job import SESSION_CONF as AVAILABILITY
+from jobs.availability.job import QUERY_CONF as AVAILABILITY
 from jobs.runtime import produced
 from jobs.runtime.after_commit import WRITES_POOL
 from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
@@ -484,22 +484,26 @@ def test_the_groups_of_an_audit_pack_each_report_their_own_topic_and_share_its_c
 
 
 def test_the_worker_session_has_every_job_types_session_conf(monkeypatch) -> None:
-    """A worker may run any JobType in its one session: the availability job's offset reader
-    (without it, it reads no commit from __consumer_offsets and every group shows
-    NO_COMMITS), no speculation, the FAIR pools; a key two job types set differently is left
-    to the session's default."""
+    """A worker may run any JobType in its one session: no speculation, the FAIR pools, every
+    job type's session conf; a key two job types set differently is left to the session's
+    default; a job type's `query_conf` (the availability job's consumer-based offset reader)
+    is its query's alone, so every other query keeps Spark's AdminClient-based reader."""
     conf = worker_conf("pools.xml")
     assert conf["spark.scheduler.allocation.file"] == "pools.xml"
-    assert AVAILABILITY.items() <= conf.items()
     assert (conf["spark.scheduler.mode"], conf["spark.speculation"]) == ("FAIR", "false")
     assert "spark.sql.shuffle.partitions" not in conf  # replication 1, dispatcher 2
+    assert AVAILABILITY and not AVAILABILITY.keys() & conf.keys()
+
+    class One:
+        session_conf = {"spark.uatu.test.shared": "1", "spark.uatu.test.differs": "1"}
 
     class Other:
-        session_conf = {"spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "false"}
+        session_conf = {"spark.uatu.test.shared": "1", "spark.uatu.test.differs": "2"}
 
     every = registry.every_runtime
-    monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), Other])
-    assert "spark.sql.streaming.kafka.useDeprecatedOffsetFetching" not in worker_conf("p.xml")
+    monkeypatch.setattr(registry, "every_runtime", lambda: [*every(), One, Other])
+    conf = worker_conf("p.xml")
+    assert conf["spark.uatu.test.shared"] == "1" and "spark.uatu.test.differs" not in conf
 
 
 def test_spark_reads_the_workers_pools_file_as_a_writes_pool_served_first(spark, tmp_path):

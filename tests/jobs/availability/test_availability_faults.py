@@ -36,7 +36,6 @@ from core import faults
 from core.config import load_settings
 from core.errors import EXIT_FAILED, EXIT_OK
 from jobs import registry
-from jobs.availability.job import AvailabilityJob
 from jobs.runtime.template import StreamingJob
 from testing.conf import write_conf_dir
 from testing.jobgroups import parse
@@ -143,30 +142,13 @@ def run_query(job: StreamingJob, spark, *, stop_file: Path | None = None) -> int
         faults.reset()
 
 
-@pytest.fixture
-def session(spark):
-    """The test's session with the job's own settings (`StreamingJob.run` applies them when it
-    builds its session), for the length of the test."""
-    conf = AvailabilityJob.session_conf
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key, value in before.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-
-
 def table(spark, warehouse: Path, name: str):
     return spark.read.format("delta").load(str(warehouse / name))
 
 
 def test_every_table_is_exactly_once_across_a_failure_at_each_step(
-    session, kafka, tmp_path, monkeypatch
+    spark, kafka, tmp_path, monkeypatch
 ):
-    spark = session
     name = tmp_path.name[-16:].replace("_", "-").lower()
     topic, probe_topic, group_name = f"avail-{name}", f"probe-{name}", f"g-{name}"
     bootstrap = kafka.bootstrap_servers
