@@ -318,6 +318,7 @@ class DispatchJob(StreamingJob[DispatchSpec]):
         self, spark: SparkSession, *, once: bool, stop_file: str | None, reporting: Reporting | None
     ) -> int:
         spec = self.spec
+        began = time.monotonic()
         marks = Watermarks(spec.source.cluster)
         try:
             once_ends = dispatcher.end_offsets(spark, spec, spec.source.topic) if once else None
@@ -334,12 +335,13 @@ class DispatchJob(StreamingJob[DispatchSpec]):
                 for i, q in enumerate(spec.queries())
             ]
             log.info(
-                "dispatching %s/%s to %s %s; queries: %s",
+                "dispatching %s/%s to %s %s; queries: %s (starts, bounds and plans in %.2f s)",
                 spec.source.cluster.name,
                 spec.source.topic,
                 spec.uri,
                 spec.procedure,
                 ", ".join(f"{q.topic} ({q.label}, delay {q.delay_ms} ms)" for q in spec.queries()),
+                time.monotonic() - began,
             )
             tier_metrics = (  # the template listens to the source's query only
                 [

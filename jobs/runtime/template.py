@@ -252,9 +252,12 @@ class StreamingJob(ABC, Generic[S]):
         launched = os.environ.get(LAUNCHED_AT, "") if timings else ""
         try:
             self.check_session(spark)
+            clients_checked = time.time()
             self.ensure_tables(spark)
+            tables_ensured = time.time()
             finished = self.before_query(spark)
-            _log_start_up(launched, began, checked, session_built, time.time())
+            ready = (clients_checked, tables_ensured, time.time())
+            _log_start_up(launched, began, checked, session_built, ready)
             if finished is not None:
                 return finished
             if skip_lost_records:
@@ -270,20 +273,29 @@ class StreamingJob(ABC, Generic[S]):
 
 
 def _log_start_up(
-    launched: str, began: float, checked: float, session_built: float, ready: float
+    launched: str,
+    began: float,
+    checked: float,
+    session_built: float,
+    ready: tuple[float, float, float],
 ) -> None:
     """One line saying where the start-up went, up to the query's start (the start-up
     bench reads it); `launched` is the application's launch time, "" for a query started in
-    an application that was already running (a worker's)."""
+    an application that was already running (a worker's); `ready`: when the clients were
+    checked, the tables ensured and the job ready for its query."""
     try:
         before = f"launch to run() {began - float(launched):.2f} s, "
     except ValueError:
         before = ""
+    clients_checked, tables_ensured, prepared = ready
     log.info(
         "start-up: %sbroker checks %.2f s, Spark session %.2f s, client checks, tables and "
-        "plan %.2f s",
+        "plan %.2f s (client checks %.2f s, tables %.2f s, before the query %.2f s)",
         before,
         checked - began,
         session_built - checked,
-        ready - session_built,
+        prepared - session_built,
+        clients_checked - session_built,
+        tables_ensured - clients_checked,
+        prepared - tables_ensured,
     )

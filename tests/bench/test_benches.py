@@ -162,16 +162,19 @@ def test_the_startup_bench_reads_the_start_up_line_the_job_writes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level("INFO", logger="uatu.template"):
-        template._log_start_up("100.0", 103.5, 104.0, 110.25, 111.0)
+        template._log_start_up("100.0", 103.5, 104.0, 110.25, (110.5, 110.75, 111.0))
     assert start_up_phases("x INFO uatu.template: " + caplog.messages[0]) == {
         "to_run": 3.5,
         "checks": 0.5,
         "session": 6.25,
         "tables": 0.75,
     }
+    assert caplog.messages[0].endswith(
+        "(client checks 0.25 s, tables 0.25 s, before the query 0.25 s)"
+    )
     caplog.clear()
     with caplog.at_level("INFO", logger="uatu.template"):
-        template._log_start_up("", 0.0, 1.0, 2.0, 3.0)
+        template._log_start_up("", 0.0, 1.0, 2.0, (2.0, 2.0, 3.0))
     assert start_up_phases(caplog.messages[0]) == {"checks": 1.0, "session": 1.0, "tables": 1.0}
     assert start_up_phases("no such line") == {}
 
