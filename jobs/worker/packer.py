@@ -65,11 +65,11 @@ Committed = Callable[[str], bool]
 # How often a member's run looks for its stop file.
 STOP_POLL_SECONDS = 0.2
 # A generation is formed once the members have not changed for this long...
-SETTLE_SECONDS = 1.0
+SETTLE_SECONDS = 2.0
 # ...or this long after the first change it takes, whichever comes first. Short: a burst of
 # placements (a fleet's groups added at once, a dead worker's moved) forms a few smaller
 # generations, each started soon, rather than one large one late; the packs fold later.
-MAX_SETTLE_SECONDS = 2.0
+MAX_SETTLE_SECONDS = 4.0
 # Packs of one key that have each run their generation this long (and committed a batch in
 # it) fold into one: the members of a pack that keeps changing do not move every time.
 FOLD_SECONDS = 30.0
