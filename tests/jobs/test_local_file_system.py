@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,65 @@ def test_link_status_of_a_link_a_file_and_nothing(spark, contexts, tmp_path):
         )
     link, target = str(tmp_path / "link"), str(tmp_path / "target")
     assert answers[0] == answers[1] == [(False, True, 1, link), (False, True, 1, target)]
+
+
+def read(spark, context, path: Path) -> bytes:
+    """The file's bytes through `context`, its checksum verified."""
+    stream = context.open(hadoop_path(spark, path))
+    try:
+        return bytes(spark._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()
+
+
+def rename_at_once(spark, context, sources: list[Path], target: Path) -> list[int]:
+    """Each of `sources` renamed onto `target` without replacing, from threads of its own
+    released together; the indexes of the renames that succeeded."""
+    rename = spark._jvm.org.apache.hadoop.fs.Options.Rename
+    start = threading.Barrier(len(sources))
+
+    def commit(source: Path) -> bool:
+        opts = spark.sparkContext._gateway.new_array(rename, 1)
+        opts[0] = rename.NONE
+        start.wait()
+        try:
+            context.rename(hadoop_path(spark, source), hadoop_path(spark, target), opts)
+            return True
+        except Py4JJavaError as e:
+            assert "FileAlreadyExistsException" in str(e.java_exception), e
+            return False
+
+    with ThreadPoolExecutor(len(sources)) as pool:
+        return [w for w, ok in enumerate(pool.map(commit, sources)) if ok]
+
+
+def racing_renames(spark, context, folder: Path, rounds: int, writers: int) -> list[str]:
+    """`writers` files renamed onto one name at once (`rename_at_once`), `rounds` times: what
+    Delta's commits of one version from several applications do. The rounds where more than
+    one rename succeeded, or where the file left does not read as its winner's, its checksum
+    verified."""
+    wrong = []
+    for n in range(rounds):
+        target = folder / f"{n:05d}.json"
+        sources = [folder / f".{n:05d}.json.{w}.tmp" for w in range(writers)]
+        for w, source in enumerate(sources):
+            create(spark, context, source, 0o644, f"writer {w} commits {n}".encode())
+        won = rename_at_once(spark, context, sources, target)
+        try:
+            text = read(spark, context, target).decode()
+        except Py4JJavaError as e:
+            text = type(e.java_exception).__name__ + ": " + str(e.java_exception.getMessage())
+        if len(won) != 1 or text != f"writer {won[0]} commits {n}":
+            wrong.append(f"round {n}: renamed by {won}, reads {text!r}")
+    return wrong
+
+
+def test_a_rename_that_must_not_replace_lets_exactly_one_of_racing_writers_win(
+    spark, contexts, tmp_path
+):
+    """Two applications committing the same Delta version rename onto one name without
+    replacing: exactly one succeeds, and the file left is its, with its own checksum. Hadoop's
+    LocalFs looks, then renames: run against it (`contexts[1]`), this finds rounds where two
+    writers both succeeded, the file the later one's and the checksum the other's."""
+    ours, _ = contexts
+    assert racing_renames(spark, ours, tmp_path, rounds=40, writers=6) == []
