@@ -61,7 +61,7 @@ from pyspark.sql import SparkSession
 
 from core import kafka_admin
 from core.config import ClusterConfig
-from core.spec import OutputSpec, SourceSpec
+from core.spec import JobSpec, SourceSpec
 from jobs.runtime.checkpoint_files import HadoopFiles
 
 log = logging.getLogger("uatu.packs")
@@ -161,15 +161,12 @@ def form(
     )
 
 
-class GroupSpec(Protocol):
-    """What `form_alone` reads of a job type's spec of one group (frozen dataclasses)."""
+class GroupSpec(JobSpec, Protocol):
+    """What `form_alone` reads of a job type's spec of one group: a job spec with its
+    source (frozen dataclasses)."""
 
     @property
-    def job_group_id(self) -> str: ...
-    @property
     def source(self) -> SourceSpec: ...
-    @property
-    def output(self) -> OutputSpec: ...
 
 
 SpecT = TypeVar("SpecT", bound=GroupSpec)
