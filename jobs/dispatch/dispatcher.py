@@ -136,6 +136,17 @@ def summary_rows(
     return [row.asDict() for row in dispatch(spark, ranges, config).collect()]
 
 
+# How long the warm-up's throwaway channel waits for its refused connection.
+_WARM_UP_TIMEOUT_MS = 2000
+
+
+def warm_up_clients(spark: SparkSession) -> None:
+    """Build and close a throwaway gRPC channel and Kafka producer in the driver's JVM
+    (`GroupRuntime.warmUp`), so that the first groups' `check_clients` do not pay for the
+    clients' cold classes. Opens no group's runtime."""
+    _jvm(spark).Dispatch.warmUp(_WARM_UP_TIMEOUT_MS)
+
+
 def check_clients(spark: SparkSession, config: str, cluster: str) -> bool:
     """Build the gRPC channels and the producer on the driver and connect the channels; a
     setting a client refuses is a ConfigError before any record moves. False when the service

@@ -258,6 +258,10 @@ class DispatchJob(StreamingJob[DispatchSpec]):
             finally:
                 marks.close()
 
+    @classmethod
+    def warm_up(cls, spark: SparkSession) -> None:
+        dispatcher.warm_up_clients(spark)
+
     def check_session(self, spark: SparkSession) -> None:
         self._spark = spark
         self._config = dispatcher.config_json(

@@ -369,10 +369,32 @@ def _log_progress(
         records = counted
         rate = counted / seconds if seconds else 0.0
     log.info(
-        "batch %s: %s records in %.1f s (%.0f records/s)",
+        "batch %s: %s records in %.1f s (%.0f records/s)%s",
         progress["batchId"],
         records,
         seconds,
         rate,
+        batch_phases(progress.get("durationMs") or {}),
     )
     return int(progress["batchId"])
+
+
+# Spark's parts of a trigger (StreamingQueryProgress.durationMs), in the order they run, as
+# the batch line names them.
+_PHASES = (
+    ("latestOffset", "latest offsets"),
+    ("walCommit", "offset log"),
+    ("queryPlanning", "planning"),
+    ("addBatch", "the batch"),
+    ("commitOffsets", "commit"),
+)
+
+
+def batch_phases(duration_ms: Mapping[str, int]) -> str:
+    """The trigger's phases Spark timed (`durationMs`) -> ": latest offsets 0.1 s, ..." for
+    the batch line, those present only, in the order they run; "" when none is. Where a slow
+    batch's time went: the source's offsets, its plan or the job's own work."""
+    parts = [
+        f"{name} {duration_ms[key] / 1000:.1f} s" for key, name in _PHASES if key in duration_ms
+    ]
+    return f": {', '.join(parts)}" if parts else ""

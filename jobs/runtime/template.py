@@ -116,6 +116,12 @@ class StreamingJob(ABC, Generic[S]):
         """Checks that need the JVM (e.g. building the Java clients), before anything is
         written; raise a UatuError to refuse."""
 
+    @classmethod
+    def warm_up(cls, spark: SparkSession) -> None:
+        """Load what the job type's first start in a JVM would (its clients' classes), before
+        a worker application takes groups (`jobs.runtime.warm_up.warm_up_job_types`); nothing
+        by default. Leaves nothing open; may raise, and the worker starts anyway."""
+
     # --- the job's own parts ------------------------------------------------------------
 
     @abstractmethod

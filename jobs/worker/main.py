@@ -50,7 +50,7 @@ from jobs.runtime.reporting import ControlPlaneLink, ReporterConfig
 from jobs.runtime.runner import StopRequests
 from jobs.runtime.session import build_session, listening
 from jobs.runtime.template import StreamingJob
-from jobs.runtime.warm_up import warm_up_delta
+from jobs.runtime.warm_up import warm_up_delta, warm_up_job_types
 from jobs.worker.events import QueryEvents
 from jobs.worker.packer import Packer
 from jobs.worker.runs import GroupRuns
@@ -163,8 +163,9 @@ def main(argv: list[str]) -> int:
         "worker application up; fenced after %.0f s without an answered heartbeat", fence_seconds
     )
     # Before registering: the control plane places groups here once their first Delta
-    # writes no longer pay the JVM's first-use cost.
+    # writes and clients no longer pay the JVM's first-use cost.
     warm_up_delta(spark, settings.checkpoints)
+    warm_up_job_types(spark, registry.every_runtime())
     try:
         # Many groups' start-ups ensure the same few tables: each is checked once here.
         with (

@@ -151,11 +151,18 @@ def test_one_worker_application_runs_many_groups_over_the_command_matrix(kafka, 
             assert {store.launches()[g].worker_id for g in ("pool-audit", "pool-copy")} == {
                 worker.worker_id
             }
-            # It warmed its Delta writes before it registered (jobs/runtime/warm_up.py).
+            # It warmed its Delta writes and the dispatcher's clients before it registered
+            # (jobs/runtime/warm_up.py).
             told = Path(worker.log).read_text().splitlines()
             warmed = [i for i, line in enumerate(told) if "uatu.warm_up: warmed up in" in line]
+            clients = [
+                i
+                for i, line in enumerate(told)
+                if "uatu.warm_up: warmed the job types' clients: DispatchJob " in line
+            ]
             registered = [i for i, line in enumerate(told) if "uatu.heartbeat: registered" in line]
-            assert warmed and registered and warmed[0] < registered[0], told[:40]
+            assert warmed and clients and registered, told[:40]
+            assert warmed[0] < clients[0] < registered[0], told[:40]
 
             # The neighbours of the failed group keep committing.
             more = audit_dataset(50, 2, int(time.time() * 1000), seed=11)

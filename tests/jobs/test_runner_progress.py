@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from jobs.runtime.runner import QuerySettings, _log_batches, run_query
+from jobs.runtime.runner import QuerySettings, _log_batches, batch_phases, run_query
 
 
 class PolledQuery:
@@ -63,6 +63,25 @@ def test_each_batch_is_logged_once_in_order_and_the_retained_progress_read_only_
     assert (last, query.recent_reads) == (4, 1)
     assert logged_batches(caplog) == [f"batch {b}" for b in range(5)]
     assert "batch 2: 20 records in 1.0 s" in caplog.text
+
+
+def test_the_batch_line_says_where_the_triggers_time_went() -> None:
+    # Spark's durationMs of a trigger; triggerExecution (the whole) and getBatch are not
+    # phases of their own here.
+    timed = {
+        "triggerExecution": 6512,
+        "getBatch": 0,
+        "commitOffsets": 31,
+        "addBatch": 3649,
+        "queryPlanning": 2350,
+        "walCommit": 44,
+        "latestOffset": 160,
+    }
+    assert batch_phases(timed) == (
+        ": latest offsets 0.2 s, offset log 0.0 s, planning 2.4 s, the batch 3.6 s, commit 0.0 s"
+    )
+    assert batch_phases({"latestOffset": 160}) == ": latest offsets 0.2 s"
+    assert batch_phases({}) == ""
 
 
 @pytest.mark.spark

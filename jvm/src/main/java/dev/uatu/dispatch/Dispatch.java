@@ -53,6 +53,12 @@ public final class Dispatch {
     return GroupRuntime.of(DispatchConfig.fromJson(configJson)).connect(10_000);
   }
 
+  /** Warms this JVM's dispatch clients before any group needs them (GroupRuntime.warmUp,
+   * waiting at most {@code timeoutMs}): the seconds it took. */
+  public static double warmUp(long timeoutMs) throws InterruptedException {
+    return GroupRuntime.warmUp(timeoutMs);
+  }
+
   /** The end offsets now of every partition of {@code topic} (with read_committed in the
    * config: the last stable offsets), as the driver's bounded runs capture them. */
   public static Map<Integer, Long> endOffsets(Map<String, String> consumerConfig, String topic) {

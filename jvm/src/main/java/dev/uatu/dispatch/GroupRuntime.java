@@ -34,6 +34,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 public final class GroupRuntime {
   private static final Map<String, GroupRuntime> RUNTIMES = new ConcurrentHashMap<>();
   private static final double BURST_SECONDS = 0.2;
+  /** Where the warm-up's throwaway clients point: a privileged port nothing here listens on. */
+  static final String REFUSING_ADDRESS = "127.0.0.1:1";
 
   final DispatchConfig config;
   final Routing routing;
@@ -132,6 +134,45 @@ public final class GroupRuntime {
     synchronized (RUNTIMES) {
       return RUNTIMES.computeIfAbsent(config.fingerprint, k -> new GroupRuntime(config));
     }
+  }
+
+  /**
+   * Loads and initialises what a runtime's first build would (gRPC's Netty transport, its DNS
+   * resolver, Kafka's producer) by building a throwaway channel and producer and closing them:
+   * the first build pays for cold classes, and a worker application that takes several
+   * dispatch groups at once would otherwise pay it on their start, CPU they share with every
+   * other group starting. Both point at {@link #REFUSING_ADDRESS}: the channel tries it once
+   * (waiting at most {@code timeoutMs} for the refusal), and the producer, client id {@code
+   * uatu-warm-up}, is closed at once (its one attempt is refused too). Returns the seconds it
+   * took.
+   */
+  static double warmUp(long timeoutMs) throws InterruptedException {
+    long started = System.nanoTime();
+    ManagedChannel channel =
+        NettyChannelBuilder.forTarget("dns:///" + REFUSING_ADDRESS)
+            .usePlaintext()
+            .disableRetry()
+            .directExecutor()
+            .build();
+    try {
+      long deadline = started + timeoutMs * 1_000_000L;
+      io.grpc.ConnectivityState state = channel.getState(true);
+      while ((state == io.grpc.ConnectivityState.IDLE
+              || state == io.grpc.ConnectivityState.CONNECTING)
+          && System.nanoTime() < deadline) {
+        Thread.sleep(10);
+        state = channel.getState(false);
+      }
+    } finally {
+      channel.shutdownNow();
+    }
+    Properties props = new Properties();
+    props.put("bootstrap.servers", REFUSING_ADDRESS);
+    // Its one connection attempt is logged (refused) under this name.
+    props.put("client.id", "uatu-warm-up");
+    new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())
+        .close(java.time.Duration.ZERO);
+    return (System.nanoTime() - started) / 1e9;
   }
 
   /**
