@@ -368,8 +368,10 @@ def _log_progress(
     if counted is not None:
         records = counted
         rate = counted / seconds if seconds else 0.0
+    # A worker application runs many queries: the line names its query.
     log.info(
-        "batch %s: %s records in %.1f s (%.0f records/s)%s",
+        "%sbatch %s: %s records in %.1f s (%.0f records/s)%s",
+        f"{progress['name']} " if progress.get("name") else "",
         progress["batchId"],
         records,
         seconds,

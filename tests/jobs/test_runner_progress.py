@@ -22,7 +22,8 @@ class PolledQuery:
 
     def finish(self, *batches: int) -> None:
         self.progress += [
-            {"batchId": b, "numInputRows": 10 * b, "batchDuration": 1000} for b in batches
+            {"name": "q", "batchId": b, "numInputRows": 10 * b, "batchDuration": 1000}
+            for b in batches
         ]
 
     @property
@@ -61,8 +62,8 @@ def test_each_batch_is_logged_once_in_order_and_the_retained_progress_read_only_
     query.finish(4)
     last = _log_batches(query, last)  # type: ignore[arg-type]
     assert (last, query.recent_reads) == (4, 1)
-    assert logged_batches(caplog) == [f"batch {b}" for b in range(5)]
-    assert "batch 2: 20 records in 1.0 s" in caplog.text
+    assert logged_batches(caplog) == [f"q batch {b}" for b in range(5)]
+    assert "q batch 2: 20 records in 1.0 s" in caplog.text
 
 
 def test_the_batch_line_says_where_the_triggers_time_went() -> None:
