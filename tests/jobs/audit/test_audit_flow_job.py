@@ -34,12 +34,13 @@ OLD = BUDGET // PARTITIONS  # records per partition before them: the first batch
 OLD_VALUE = 244  # bytes (+ a 4-byte key)
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ uatu\.(\w+): (.*)$")
 WRITTEN = re.compile(r"batch (\d+) folded: \d+ records, (\d+) bytes")
-FINISHED = re.compile(r"batch (\d+): \d+ records in ([\d.]+) s")
+# The runner's batch line: "<query> batch N: R records in D s ..." (jobs/runtime/runner.py).
+FINISHED = re.compile(r"\S+ batch (\d+): \d+ records in ([\d.]+) s")
 
 
 def batch_intervals(log: str) -> list[tuple[float, float, int]]:
     """(start, end, bytes) of every batch that read records: the bytes from the audit's "batch
-    N folded" line, the span from the runner's "batch N: ... in D s" line (logged when the
+    N folded" line, the span from the runner's "<query> batch N: ... in D s" line (logged when the
     trigger, the flow-control wait included, has finished; D is the trigger's duration)."""
     written: dict[int, int] = {}
     events: list[tuple[float, float, int]] = []
