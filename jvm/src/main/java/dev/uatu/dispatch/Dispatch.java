@@ -54,9 +54,9 @@ public final class Dispatch {
   }
 
   /** Warms this JVM's dispatch clients before any group needs them (GroupRuntime.warmUp,
-   * waiting at most {@code timeoutMs}): the seconds it took. */
-  public static double warmUp(long timeoutMs) throws InterruptedException {
-    return GroupRuntime.warmUp(timeoutMs);
+   * waiting at most {@code timeoutMs} for its refused connection). */
+  public static void warmUp(long timeoutMs) throws InterruptedException {
+    GroupRuntime.warmUp(timeoutMs);
   }
 
   /** The end offsets now of every partition of {@code topic} (with read_committed in the

@@ -91,21 +91,9 @@ public final class GroupRuntime {
     timers.setRemoveOnCancelPolicy(true);
     this.channels = new ManagedChannel[config.channels];
     for (int i = 0; i < channels.length; i++) {
-      channels[i] =
-          NettyChannelBuilder.forTarget(config.target)
-              .usePlaintext()
-              .disableRetry()
-              // Answers are handled on the transport's threads: a hand-off per callback (three
-              // per call) cost more than the work. Anything that may block (a produce to a
-              // retry, DLQ or resq topic) is handed to `callbacks` by PartitionRun.
-              .directExecutor()
-              .maxInboundMessageSize(64 << 20)
-              .build();
+      channels[i] = channel(config.target);
     }
-    Properties props = new Properties();
-    props.putAll(config.producerConfig);
-    this.producer =
-        new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer());
+    this.producer = producer(config.producerConfig);
     long now = System.nanoTime();
     this.main = flow(config.messagesPerSec, config.bytesPerSec, config.maxInflight, now);
     this.resq =
@@ -143,19 +131,13 @@ public final class GroupRuntime {
    * dispatch groups at once would otherwise pay it on their start, CPU they share with every
    * other group starting. Both point at {@link #REFUSING_ADDRESS}: the channel tries it once
    * (waiting at most {@code timeoutMs} for the refusal), and the producer, client id {@code
-   * uatu-warm-up}, is closed at once (its one attempt is refused too). Returns the seconds it
-   * took.
+   * uatu-warm-up}, is closed at once (its one attempt is refused too). Both are built as a
+   * runtime builds its own ({@link #channel}, {@link #producer}).
    */
-  static double warmUp(long timeoutMs) throws InterruptedException {
-    long started = System.nanoTime();
-    ManagedChannel channel =
-        NettyChannelBuilder.forTarget("dns:///" + REFUSING_ADDRESS)
-            .usePlaintext()
-            .disableRetry()
-            .directExecutor()
-            .build();
+  static void warmUp(long timeoutMs) throws InterruptedException {
+    ManagedChannel channel = channel("dns:///" + REFUSING_ADDRESS);
     try {
-      long deadline = started + timeoutMs * 1_000_000L;
+      long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
       io.grpc.ConnectivityState state = channel.getState(true);
       while ((state == io.grpc.ConnectivityState.IDLE
               || state == io.grpc.ConnectivityState.CONNECTING)
@@ -166,13 +148,28 @@ public final class GroupRuntime {
     } finally {
       channel.shutdownNow();
     }
-    Properties props = new Properties();
-    props.put("bootstrap.servers", REFUSING_ADDRESS);
     // Its one connection attempt is logged (refused) under this name.
-    props.put("client.id", "uatu-warm-up");
-    new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer())
+    producer(Map.of("bootstrap.servers", REFUSING_ADDRESS, "client.id", "uatu-warm-up"))
         .close(java.time.Duration.ZERO);
-    return (System.nanoTime() - started) / 1e9;
+  }
+
+  /** A channel to {@code target} as every runtime builds it (the warm-up's too). */
+  private static ManagedChannel channel(String target) {
+    return NettyChannelBuilder.forTarget(target)
+        .usePlaintext()
+        .disableRetry()
+        // Answers are handled on the transport's threads: a hand-off per callback (three per
+        // call) cost more than the work. Anything that may block (a produce to a retry, DLQ or
+        // resq topic) is handed to `callbacks` by PartitionRun.
+        .directExecutor()
+        .maxInboundMessageSize(64 << 20)
+        .build();
+  }
+
+  private static KafkaProducer<byte[], byte[]> producer(Map<String, String> config) {
+    Properties props = new Properties();
+    props.putAll(config);
+    return new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer());
   }
 
   /**
