@@ -43,6 +43,16 @@ def shown(value: object) -> str:
     return text
 
 
+MAX_LINE_CHARS = 300
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of `text`, at most MAX_LINE_CHARS: what a status, a CLI and a
+    log line show of an error."""
+    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    return line[:MAX_LINE_CHARS]
+
+
 class UnknownCluster(InvalidJobGroup):
     """A cluster name that conf/clusters.yaml does not define."""
 

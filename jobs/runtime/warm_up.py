@@ -29,6 +29,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from core.errors import first_line
 from jobs.runtime import delta
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.template import StreamingJob
@@ -104,7 +105,7 @@ def warm_up_delta(spark: SparkSession, root: str) -> WarmUp:
         rows_read = spark.read.format("delta").load(path).count()
         step("read")
     except Exception as e:  # only an optimisation: the worker starts anyway
-        failure = f"{type(e).__name__}: {_first_line(e)}"
+        failure = f"{type(e).__name__}: {first_line(str(e))}"
         log.warning("warm-up failed (the first batches start cold): %s", failure)
         return WarmUp(seconds, None, failure)
     finally:
@@ -137,7 +138,7 @@ def warm_up_job_types(
         try:
             runtime.warm_up(spark)
         except Exception as e:  # only an optimisation: the worker starts anyway
-            done[runtime.__name__] = f"{type(e).__name__}: {_first_line(e)}"
+            done[runtime.__name__] = f"{type(e).__name__}: {first_line(str(e))}"
             log.warning("%s's warm-up failed (it starts cold): %s", runtime.__name__, e)
             continue
         done[runtime.__name__] = time.monotonic() - started
@@ -150,7 +151,3 @@ def warm_up_job_types(
             ),
         )
     return done
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else ""

@@ -54,7 +54,7 @@ from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from core import worker_jobs
-from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError
+from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError, first_line
 
 log = logging.getLogger("uatu.worker")
 
@@ -325,9 +325,3 @@ class GroupRuns:
         with self._lock:
             runs = list(self._runs.values())
         return all(run.done.wait(timeout) for run in runs)
-
-
-def first_line(text: str) -> str:
-    """The first non-empty line, at most 300 characters: what a status and a CLI show."""
-    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
-    return line[:300]
