@@ -46,11 +46,14 @@ def shown(value: object) -> str:
 MAX_LINE_CHARS = 300
 
 
-def first_line(text: str) -> str:
+def first_line(text: str, *, mark_cut: bool = False) -> str:
     """The first non-empty line of `text`, at most MAX_LINE_CHARS: what a status, a CLI and a
-    log line show of an error."""
+    log line show of an error. With `mark_cut`, a line that was cut ends in "..." so a reader
+    knows there was more."""
     line = next((s.strip() for s in text.splitlines() if s.strip()), "")
-    return line[:MAX_LINE_CHARS]
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    return line[:MAX_LINE_CHARS] + ("..." if mark_cut else "")
 
 
 class UnknownCluster(InvalidJobGroup):

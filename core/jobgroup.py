@@ -35,7 +35,7 @@ from uber.data.kafka.datatransfer import job_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from core.config import ClusterConfig
-from core.errors import InvalidJobGroup, UnknownCluster
+from core.errors import InvalidJobGroup, UnknownCluster, first_line
 
 JOB_OPTIONS_TYPE_URL = "type.googleapis.com/uatu.v1.JobOptions"
 
@@ -338,11 +338,4 @@ def require_cluster(field: str, name: str, clusters: Mapping[str, ClusterConfig]
 
 
 def _not_valid(error: Exception) -> str:
-    detail = _first_line(str(error))
-    if len(detail) > 300:
-        detail = detail[:300] + "..."
-    return f"not a valid JobGroup JSON: {detail}"
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
+    return f"not a valid JobGroup JSON: {first_line(str(error), mark_cut=True)}"
