@@ -81,7 +81,9 @@ from bench.fleet_bench import (
     run_baseline,
 )
 from bench.fleet_pool_phases import (
+    BurstCpu,
     add_one_at_a_time,
+    burst_cpu,
     cancel_some,
     first_commits,
     seconds,
@@ -182,8 +184,8 @@ def run(args, workdir: Path, bootstrap: str, sink: GrpcSink) -> dict[str, Any]:
                 for kind in pool_groups(audits, copies, dispatched, sink, args, args.updates)
                 for g in kind
             ]
-            added = add_groups(stub, groups, checkpoints, args, figures)
             pids = list(worker_pids(store).values())
+            added = add_groups(stub, groups, checkpoints, args, figures, BurstCpu(pids))
             figures["workers"] = sample(pids, args.minutes * 60)
             first_rows.stopping.set()
             figures["add_to_counts_s"] = seconds(first_rows.since(added))  # audits only
@@ -256,20 +258,27 @@ def interleaved(kinds: list[list[JobGroup]]) -> list[JobGroup]:
     return [group for row in zip(*kinds, strict=True) for group in row]
 
 
-def add_groups(stub, groups: list[JobGroup], checkpoints: Path, args, figures) -> dict[str, float]:
-    """Add every group; its first committed batch into `figures`; when each was added."""
+def add_groups(
+    stub, groups: list[JobGroup], checkpoints: Path, args, figures, cpu: BurstCpu
+) -> dict[str, float]:
+    """Add every group; its first committed batch, and the CPU the burst used until then
+    (`cpu`, read at each poll), into `figures`; when each was added."""
     added: dict[str, float] = {}
     for group in groups:
         stub.AddJobGroup(admin_pb2.AddJobGroupRequest(job_group=group))
         added[group.job_group_id] = time.time()
+        cpu.take()
     say(f"{len(groups)} groups added; waiting for each one's first committed batch")
     first: dict[str, float] = {}
 
     def all_committed() -> bool:
+        cpu.take()
         return first_commits(checkpoints, added, first)
 
     wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
     figures["add_to_first_commit_s"] = seconds(list(first.values()))
+    figures["burst_cpu"] = burst_cpu(cpu, added, first)
+    say(f"the burst's CPU: {figures['burst_cpu']}")
     figures["add_to_first_commit_s_by_kind"] = seconds_by_kind(first)
     figures["groups_never_committed"] = sorted(set(added) - set(first))[:10]
     return added

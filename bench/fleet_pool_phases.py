@@ -12,6 +12,7 @@ Nothing here asserts a duration: the figures go into the bench's result.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,8 +24,10 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from bench._common import percentiles, say, wait_for
+from bench.process_usage import tree_usage
 from bench.progress_times import commits
 from controlplane.state.sqlite import SqliteStore
+from core.processes import machine_busy_seconds
 from jobs.runtime.pack_generations import ALONE, LEDGER
 
 
@@ -54,6 +57,52 @@ def first_commits(checkpoints: Path, added: Mapping[str, float], first: dict[str
             if after:
                 first[group_id] = min(after) - at
     return len(first) == len(added)
+
+
+class BurstCpu:
+    """The CPU a burst used, read at each poll: the machine's busy seconds (/proc/stat) and the
+    workers' trees', with the wall time of each reading. Says whether the cores were the
+    limit: a burst that kept every core busy can end sooner only with less work per group."""
+
+    def __init__(self, worker_pids: Sequence[int]) -> None:
+        self.worker_pids = list(worker_pids)
+        self.readings: list[tuple[float, float, float]] = []
+        self.take()
+
+    def take(self) -> None:
+        workers = sum(tree_usage(pid)[1] for pid in self.worker_pids)
+        self.readings.append((time.time(), machine_busy_seconds(), workers))
+
+    def until(self, at: float) -> dict[str, float] | None:
+        """From the first reading to the last one at or before `at` (epoch s): the machine's
+        busy cores, and its share of all cores; the workers' CPU seconds."""
+        start, *_ = self.readings
+        end = [r for r in self.readings if r[0] <= at][-1]
+        wall = end[0] - start[0]
+        if wall <= 0:
+            return None
+        cores = (end[1] - start[1]) / wall
+        return {
+            "wall_s": wall,
+            "machine_busy_cores": cores,
+            "machine_busy_share": cores / (os.cpu_count() or 1),
+            "workers_cpu_s": end[2] - start[2],
+        }
+
+
+def burst_cpu(cpu: BurstCpu, added: Mapping[str, float], first: Mapping[str, float]) -> dict:
+    """What `cpu` read from the first AddJobGroup until half the groups had committed their
+    first batch, and until all had; the workers' CPU seconds per group over the whole burst."""
+    done = sorted(added[g] + s for g, s in first.items())
+    if not done:
+        return {}
+    half, last = done[(len(done) - 1) // 2], done[-1]
+    to_last = cpu.until(last)
+    return {
+        "to_half_committed": cpu.until(half),
+        "to_all_committed": to_last,
+        "workers_cpu_s_per_group": to_last["workers_cpu_s"] / len(done) if to_last else None,
+    }
 
 
 def add_one_at_a_time(

@@ -13,7 +13,13 @@ import pytest
 from deltalake import write_deltalake
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
-from bench.fleet_pool_phases import add_one_at_a_time, first_commits, seconds_by_kind
+from bench.fleet_pool_phases import (
+    BurstCpu,
+    add_one_at_a_time,
+    burst_cpu,
+    first_commits,
+    seconds_by_kind,
+)
 from bench.progress_times import FirstRows, file_times
 from jobs.audit.packs import LEDGER
 
@@ -84,3 +90,21 @@ def test_groups_added_one_at_a_time_each_get_their_own_first_batch(tmp_path: Pat
     assert figures["never_committed"] == []
     assert sorted(figures["add_to_first_commit_s_by_kind"]) == ["a", "d", "r"]
     assert figures["add_to_first_commit_s"]["n"] == 3
+
+
+def test_burst_cpu_reads_from_the_first_add_to_half_and_to_all_committed():
+    cpu = BurstCpu([])
+    # (epoch s, machine busy CPU s, workers' CPU s): 2 busy cores for 4 s, then 1 for 4 s.
+    cpu.readings = [(100.0, 50.0, 10.0), (104.0, 58.0, 17.0), (108.0, 62.0, 20.0)]
+    added = {"a": 100.5, "b": 101.0, "c": 101.5}
+    first = {"a": 3.0, "b": 4.0, "c": 6.6}  # committed at 103.5, 105.0 and 108.1
+    figures = burst_cpu(cpu, added, first)
+    half = figures["to_half_committed"]  # b at 105.0: the reading at 104 is the last before
+    assert half["wall_s"] == 4.0
+    assert half["machine_busy_cores"] == 2.0
+    assert half["workers_cpu_s"] == 7.0
+    whole = figures["to_all_committed"]
+    assert whole["machine_busy_cores"] == 1.5
+    assert whole["workers_cpu_s"] == 10.0
+    assert figures["workers_cpu_s_per_group"] == 10.0 / 3
+    assert burst_cpu(cpu, added, {}) == {}
