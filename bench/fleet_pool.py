@@ -272,7 +272,7 @@ def add_groups(
     first: dict[str, float] = {}
 
     def all_committed() -> bool:
-        cpu.take()
+        cpu.take(by_kind=True)
         return first_commits(checkpoints, added, first)
 
     wait_for("every group's first batch", all_committed, args.first_batch_deadline, 1)
