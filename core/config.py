@@ -95,11 +95,11 @@ class ClusterConfig:
         return {**self.librdkafka_properties(), "bootstrap.servers": self.bootstrap_servers}
 
     def check_client_config(self) -> dict[str, Any]:
-        """`client_config()` for a short-lived client of a pre-start check: its log lines go
-        to the `uatu.librdkafka` logger, not to stderr, so a failed check prints one line.
+        """`client_config()` for a client of a pre-start check: its log lines go to the
+        `uatu.librdkafka` logger, not to stderr, so a failed check prints one line.
 
-        Not for clients that live as long as the job: librdkafka queues their log lines
-        until the client is polled, and an AdminClient never is."""
+        librdkafka queues such a client's log lines until it is polled: a client that lives
+        long must be polled (`core.kafka_admin.shared_admin` polls at each use)."""
         return {**self.client_config(), "logger": LIBRDKAFKA_LOG}
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future
@@ -45,6 +47,36 @@ def admin_client(cluster: ClusterConfig) -> AdminClient:
         ) from None
 
 
+# A process's check clients are shared, one per cluster configuration (`shared_admin`): a
+# worker checks every group it starts against its cluster, and a client per check costs the
+# broker two connections and a metadata request each, and the process a librdkafka handle and
+# its threads (docs/benchmarks.md, the worker pool). One left unused this long is let go, so a
+# process that no longer uses a cluster (a test's broker, gone) stops reconnecting to it.
+SHARED_IDLE_S = 60.0
+_shared: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[AdminClient, float]] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_admin(
+    cluster: ClusterConfig, clock: Callable[[], float] = time.monotonic
+) -> AdminClient:
+    """This process's admin client for `cluster`'s checks (read-only requests; librdkafka's
+    clients are thread-safe): made on first use, let go after SHARED_IDLE_S unused. Each use
+    serves its queued log lines (`ClusterConfig.check_client_config`), so they do not pile up
+    in a client that lives long. Keyed on the process too: a forked child makes its own."""
+    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in cluster.client_config().items())))
+    now = clock()
+    with _shared_lock:
+        idle = [k for k, (_, used) in _shared.items() if now - used > SHARED_IDLE_S]
+        dropped = [_shared.pop(k)[0] for k in idle]  # destroyed below, outside the lock
+        found = _shared.get(key)
+        client = found[0] if found is not None else admin_client(cluster)
+        _shared[key] = (client, now)
+    del dropped
+    client.poll(0)
+    return client
+
+
 OFFSETS_TOPIC = "__consumer_offsets"
 _COORDINATOR_STARTING = frozenset(
     {
@@ -79,7 +111,7 @@ def ensure_offsets_topic(cluster: ClusterConfig, group_id: str, timeout_s: float
 
 def partition_count(cluster: ClusterConfig, topic: str, field: str, timeout_s: float = 15.0) -> int:
     """Number of partitions of `topic`; TopicNotFound or ClusterUnreachable otherwise."""
-    admin = admin_client(cluster)
+    admin = shared_admin(cluster)
     try:
         metadata = admin.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as e:
@@ -98,7 +130,7 @@ def topic_partitions(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S)
     """Every topic of the cluster and its partition count, from one metadata request;
     ClusterUnreachable when the brokers do not answer. A topic the metadata reports with an
     error (being created or deleted) is left out."""
-    admin = admin_client(cluster)
+    admin = shared_admin(cluster)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -118,7 +150,7 @@ def topic_configs(
     ClusterUnreachable when the cluster does not answer."""
     if not topics:
         return {}
-    admin = admin_client(cluster)
+    admin = shared_admin(cluster)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in sorted(topics)]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)
@@ -136,7 +168,7 @@ def topic_configs(
 def cluster_id(cluster: ClusterConfig, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
     """The id the cluster's brokers report (the same for every name and address that reaches
     them); ClusterUnreachable when they do not answer."""
-    admin = admin_client(cluster)
+    admin = shared_admin(cluster)
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -152,7 +184,7 @@ def smallest_max_message_bytes(
     caller then keeps its own batch size."""
     if not topics:
         return None
-    admin = admin_client(cluster)
+    admin = shared_admin(cluster)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)

@@ -1,4 +1,5 @@
-"""Topic creation and growth that survive a request lost with its broker handle."""
+"""Topic creation and growth that survive a request lost with its broker handle; the checks'
+shared admin clients."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from core.kafka_admin import create_partitions, create_topic
+from core.config import ClusterConfig
+from core.kafka_admin import SHARED_IDLE_S, create_partitions, create_topic, shared_admin
 from testing.polling import wait_for
 
 
@@ -137,3 +139,18 @@ def test_create_and_grow_on_a_real_broker(kafka) -> None:
     with pytest.raises(KafkaException) as same:
         create_partitions(admin, NewPartitions(topic, 3))
     assert same.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+
+
+def test_checks_share_one_admin_client_per_cluster_configuration_until_it_idles():
+    now = [1000.0]
+    clock = lambda: now[0]  # noqa: E731
+    here = ClusterConfig("here", "127.0.0.1:9")
+    same_brokers = ClusterConfig("alias", "127.0.0.1:9")
+    elsewhere = ClusterConfig("there", "127.0.0.1:10")
+    first = shared_admin(here, clock)
+    assert shared_admin(same_brokers, clock) is first
+    assert shared_admin(elsewhere, clock) is not first
+    now[0] += SHARED_IDLE_S - 1
+    assert shared_admin(here, clock) is first  # used again: its idle time starts over
+    now[0] += SHARED_IDLE_S + 1
+    assert shared_admin(here, clock) is not first
