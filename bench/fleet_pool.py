@@ -15,7 +15,9 @@ serve --workers W`, SQLite store, local launcher, heartbeats every second):
 2. Every group is added through AddJobGroup, one after another; for each, the time from its
    AddJobGroup to its first batch committed after it (Spark's commit in its checkpoint, or in
    its pack's, bench/fleet_pool_phases.py `first_commits`): p50, p99, max;
-   for the audits also to their first rows in audit_counts (bench/progress_times.py).
+   for the audits also to their first rows in audit_counts (bench/progress_times.py); and
+   the CPU the burst used until half the groups, and until all, had committed: the machine's
+   busy cores, the workers' CPU seconds, every kind of process's (`BurstCpu`).
 3. Resident memory (every worker's process tree, /proc) and CPU, sampled for --minutes.
 4. --late-adds groups of each kind (audit, replication, dispatcher; their topics fed from the
    start) are added to the running fleet one at a time, each once the one before has
