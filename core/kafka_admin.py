@@ -50,8 +50,9 @@ def admin_client(cluster: ClusterConfig) -> AdminClient:
 # A process's check clients are shared, one per cluster configuration (`shared_admin`): a
 # worker checks every group it starts against its cluster, and a client per check costs the
 # broker two connections and a metadata request each, and the process a librdkafka handle and
-# its threads (docs/benchmarks.md, the worker pool). One left unused this long is let go, so a
-# process that no longer uses a cluster (a test's broker, gone) stops reconnecting to it.
+# its threads (docs/benchmarks.md, the worker pool). One left unused this long is let go at the
+# next check, so a process that no longer uses a cluster (a test's broker, gone) does not
+# keep reconnecting to it for the rest of its life.
 SHARED_IDLE_S = 60.0
 _shared: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[AdminClient, float]] = {}
 _shared_lock = threading.Lock()
@@ -61,9 +62,10 @@ def shared_admin(
     cluster: ClusterConfig, clock: Callable[[], float] = time.monotonic
 ) -> AdminClient:
     """This process's admin client for `cluster`'s checks (read-only requests; librdkafka's
-    clients are thread-safe): made on first use, let go after SHARED_IDLE_S unused. Each use
-    serves its queued log lines (`ClusterConfig.check_client_config`), so they do not pile up
-    in a client that lives long. Keyed on the process too: a forked child makes its own."""
+    clients are thread-safe): made on first use, let go by the first check after it was
+    SHARED_IDLE_S unused. Each use serves its queued log lines
+    (`ClusterConfig.check_client_config`), so they do not pile up in a client that lives long.
+    Keyed on the process too: a forked child makes its own."""
     key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in cluster.client_config().items())))
     now = clock()
     with _shared_lock:

@@ -23,6 +23,7 @@ from typing import Any
 
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
+from controlplane.errors import LaunchFailed
 from controlplane.launchers.base import LaunchRecord, launch_details
 from controlplane.launchers.submit import (
     Launch,
@@ -32,7 +33,7 @@ from controlplane.launchers.submit import (
     prepare_app_dir,
 )
 from core import faults
-from core.processes import pid_alive, signal_group, signal_pid, start_ticks
+from core.processes import group_pids, pid_alive, signal_group, signal_pid, start_ticks
 
 log = logging.getLogger("uatu.launcher")
 
@@ -42,6 +43,11 @@ def _inherited(environ: Mapping[str, str]) -> dict[str, str]:
     fault hook's variable (a drill of the control plane's own steps is not the application's;
     an application's drill comes through the launch's env)."""
     return {k: v for k, v in environ.items() if k != faults.ENV}
+
+
+# How long a cancel waits for an application to be gone after SIGKILL before it fails (and
+# the reconciler tries again on its next pass, relaunching nothing meanwhile).
+KILLED_EXIT_SECONDS = 30.0
 
 
 class LocalLauncher:
@@ -153,3 +159,19 @@ class LocalLauncher:
         child = self._children.pop(pid, None)
         if child is not None:
             child.wait(timeout=30)
+        # Return only once every process of it is gone, so its relaunch never runs beside it:
+        # a process dies some time after SIGKILL (a JVM gives back gigabytes first), and one
+        # adopted from an earlier control plane is no child to wait for.
+        deadline = time.monotonic() + KILLED_EXIT_SECONDS
+        while (left := self._left(record)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if left:
+            detail = f"pids {left} alive {KILLED_EXIT_SECONDS:g} s after SIGKILL; no relaunch yet"
+            raise LaunchFailed("cancel", record.handle, detail)
+
+    def _left(self, record: LaunchRecord) -> list[int]:
+        """The processes of the application still alive: its leader, if it is still the
+        recorded process, and the live members of its process group."""
+        pid = int(record.detail("pid"))
+        members = group_pids(pid)
+        return sorted({pid, *members}) if self.alive(record) else members

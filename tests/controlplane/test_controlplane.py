@@ -474,6 +474,69 @@ def test_adopted_pid_must_be_the_same_process(tmp_path):
     assert not launcher.alive(record(pid=sleeper.pid, pid_start=started))
 
 
+def _adopted_group_ignoring_sigterm(tmp_path):
+    """A process group like a launched application's that ignores SIGTERM (only SIGKILL ends
+    it), and its launch record as a control plane that did not start it sees it."""
+    import subprocess
+
+    from core.processes import start_ticks
+
+    leader = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"], start_new_session=True)
+    details = launch_details(
+        pid=leader.pid, pid_start=start_ticks(leader.pid), stop_file=str(tmp_path / "stop")
+    )
+    return leader, LaunchRecord(str(leader.pid), "d", 0.0, "log", details)
+
+
+def test_cancel_returns_only_once_every_process_of_the_application_is_gone(tmp_path, monkeypatch):
+    """The relaunch after a cancel must never run beside the old application: a process dies
+    some time after SIGKILL. The fault: the application's group still has a live member for
+    the first three looks after the SIGKILL (a JVM giving back its memory); cancel returns
+    only after the look that finds it empty."""
+    from controlplane.launchers import local
+    from core.processes import group_pids
+
+    leader, record = _adopted_group_ignoring_sigterm(tmp_path)
+    killed, looks_after_kill = [], []
+    real_signal_group = local.signal_group
+
+    def signal_group(pgid, sig):
+        real_signal_group(pgid, sig)
+        killed.append(sig)
+
+    def dying_group_pids(pgid):
+        if not killed:
+            return group_pids(pgid)
+        looks_after_kill.append(pgid)
+        return [pgid] if len(looks_after_kill) <= 3 else group_pids(pgid)
+
+    monkeypatch.setattr(local, "signal_group", signal_group)
+    monkeypatch.setattr(local, "group_pids", dying_group_pids)
+    try:
+        LocalLauncher(tmp_path, grace_seconds=0.3).cancel(record)
+        assert len(looks_after_kill) == 4  # three still dying, then gone
+        leader.wait(timeout=10)
+        assert group_pids(leader.pid) == []
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def test_a_cancel_whose_application_outlives_sigkill_fails_naming_its_pids(tmp_path, monkeypatch):
+    from controlplane.errors import LaunchFailed
+    from controlplane.launchers import local
+
+    leader, record = _adopted_group_ignoring_sigterm(tmp_path)
+    monkeypatch.setattr(local, "KILLED_EXIT_SECONDS", 0.3)
+    monkeypatch.setattr(local, "group_pids", lambda pgid: [pgid, pgid + 1])  # never dies
+    try:
+        with pytest.raises(LaunchFailed, match=rf"cancel of {leader.pid} failed: pids \["):
+            LocalLauncher(tmp_path, grace_seconds=0.3).cancel(record)
+    finally:
+        leader.kill()
+        leader.wait()
+
+
 def test_every_admin_write_wakes_the_reconciler(tmp_path):
     conf = write_conf_dir(tmp_path / "conf", "127.0.0.1:9", tmp_path / "wh", tmp_path / "ck")
     groups = JobGroups(SqliteStore(":memory:"), load_settings(conf), lambda *_: 2)
