@@ -66,10 +66,13 @@ def shared_admin(
     SHARED_IDLE_S unused. Each use serves its queued log lines
     (`ClusterConfig.check_client_config`), so they do not pile up in a client that lives long.
     Keyed on the process too: a forked child makes its own."""
-    key = (os.getpid(), tuple(sorted((k, repr(v)) for k, v in cluster.client_config().items())))
+    pid = os.getpid()
+    key = (pid, tuple(sorted((k, repr(v)) for k, v in cluster.client_config().items())))
     now = clock()
     with _shared_lock:
-        idle = [k for k, (_, used) in _shared.items() if now - used > SHARED_IDLE_S]
+        # Only this process's own: destroying a client a forked child inherited would wait
+        # for threads that live in the parent only.
+        idle = [k for k, (_, used) in _shared.items() if k[0] == pid and now - used > SHARED_IDLE_S]
         dropped = [_shared.pop(k)[0] for k in idle]  # destroyed below, outside the lock
         found = _shared.get(key)
         client = found[0] if found is not None else admin_client(cluster)

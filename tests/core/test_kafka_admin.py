@@ -3,6 +3,7 @@ shared admin clients."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -154,3 +155,13 @@ def test_checks_share_one_admin_client_per_cluster_configuration_until_it_idles(
     assert shared_admin(here, clock) is first  # used again: its idle time starts over
     now[0] += SHARED_IDLE_S + 1
     assert shared_admin(here, clock) is not first
+
+
+def test_a_forked_child_never_lets_go_of_a_client_it_inherited(monkeypatch):
+    from core import kafka_admin
+
+    inherited = object()  # the parent's client, copied by fork: its threads are not here
+    foreign_key = (os.getpid() + 1, (("bootstrap.servers", "'127.0.0.1:11'"),))
+    monkeypatch.setitem(kafka_admin._shared, foreign_key, (inherited, 0.0))
+    shared_admin(ClusterConfig("here", "127.0.0.1:9"), lambda: SHARED_IDLE_S * 10)
+    assert kafka_admin._shared[foreign_key][0] is inherited
