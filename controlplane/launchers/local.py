@@ -162,16 +162,10 @@ class LocalLauncher:
         # Return only once every process of it is gone, so its relaunch never runs beside it:
         # a process dies some time after SIGKILL (a JVM gives back gigabytes first), and one
         # adopted from an earlier control plane is no child to wait for.
+        # The group's live members include its leader while that lives.
         deadline = time.monotonic() + KILLED_EXIT_SECONDS
-        while (left := self._left(record)) and time.monotonic() < deadline:
+        while (left := group_pids(pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
         if left:
             detail = f"pids {left} alive {KILLED_EXIT_SECONDS:g} s after SIGKILL; no relaunch yet"
             raise LaunchFailed("cancel", record.handle, detail)
-
-    def _left(self, record: LaunchRecord) -> list[int]:
-        """The processes of the application still alive: its leader, if it is still the
-        recorded process, and the live members of its process group."""
-        pid = int(record.detail("pid"))
-        members = group_pids(pid)
-        return sorted({pid, *members}) if self.alive(record) else members
