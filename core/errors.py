@@ -56,6 +56,11 @@ def first_line(text: str, *, mark_cut: bool = False) -> str:
     return line[:MAX_LINE_CHARS] + ("..." if mark_cut else "")
 
 
+def error_line(error: BaseException) -> str:
+    """An exception as one line: its type and `first_line` of its message."""
+    return f"{type(error).__name__}: {first_line(str(error))}"
+
+
 class UnknownCluster(InvalidJobGroup):
     """A cluster name that conf/clusters.yaml does not define."""
 

@@ -29,7 +29,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from core.errors import first_line
+from core.errors import error_line
 from jobs.runtime import delta
 from jobs.runtime.checkpoint_files import HadoopFiles
 from jobs.runtime.template import StreamingJob
@@ -105,7 +105,7 @@ def warm_up_delta(spark: SparkSession, root: str) -> WarmUp:
         rows_read = spark.read.format("delta").load(path).count()
         step("read")
     except Exception as e:  # only an optimisation: the worker starts anyway
-        failure = f"{type(e).__name__}: {first_line(str(e))}"
+        failure = error_line(e)
         log.warning("warm-up failed (the first batches start cold): %s", failure)
         return WarmUp(seconds, None, failure)
     finally:
@@ -138,7 +138,7 @@ def warm_up_job_types(
         try:
             runtime.warm_up(spark)
         except Exception as e:  # only an optimisation: the worker starts anyway
-            done[runtime.__name__] = f"{type(e).__name__}: {first_line(str(e))}"
+            done[runtime.__name__] = error_line(e)
             log.warning("%s's warm-up failed (it starts cold): %s", runtime.__name__, e)
             continue
         done[runtime.__name__] = time.monotonic() - started

@@ -54,7 +54,7 @@ from uber.data.kafka.datatransfer.job_pb2 import FlowControl
 from uber.data.kafka.datatransfer.job_status_pb2 import JobStatus
 
 from core import worker_jobs
-from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError, first_line
+from core.errors import EXIT_BAD_INPUT, EXIT_OK, UatuError, error_line, first_line
 
 log = logging.getLogger("uatu.worker")
 
@@ -285,7 +285,7 @@ class GroupRuns:
             self._failed(run, str(e), refused=e.exit_status == EXIT_BAD_INPUT)
         except Exception as e:  # the neighbours must keep running whatever this one raised
             log.exception("%s failed", group_id)
-            self._failed(run, f"{type(e).__name__}: {first_line(str(e))}")
+            self._failed(run, error_line(e))
         else:
             if status == EXIT_OK and run.stop_requested:
                 run.state = job_pb2.JOB_STATE_CANCELED

@@ -2,7 +2,7 @@
 
 import pytest
 
-from core.errors import MAX_LINE_CHARS, InvalidJobGroup, first_line
+from core.errors import MAX_LINE_CHARS, InvalidJobGroup, error_line, first_line
 from core.jobgroup import parse_jobgroup
 
 
@@ -27,3 +27,7 @@ def test_a_malformed_jobgroup_says_its_parse_error_on_one_marked_line():
     assert "not a valid JobGroup JSON: Message type" in message
     assert message.endswith("q...")
     assert len(message.splitlines()) == 1
+
+
+def test_an_error_line_names_the_type_and_the_first_line():
+    assert error_line(ValueError("\nbad value\n  at frame 1")) == "ValueError: bad value"
