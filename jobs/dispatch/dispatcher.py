@@ -120,8 +120,8 @@ def offsets_json(topic: str, offsets: Mapping[int, int]) -> str:
 def dispatch(
     spark: SparkSession, ranges: Sequence[tuple[str, int, int, int]], config: str
 ) -> DataFrame:
-    """Dispatch each (topic, partition, from, until) range in its own Spark task -> summary
-    rows (one per task and stats window). Lazy: compute it once (`summary_rows`)."""
+    """Dispatch each (topic, partition, from, until) range in its own Spark task, now, once
+    -> summary rows (one per task and stats window) as a local frame."""
     jvm = _jvm(spark)
     java_range = jvm.Range  # one lookup for all the ranges
     java_ranges = java_list(spark, (java_range(*r) for r in ranges))

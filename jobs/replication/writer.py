@@ -107,11 +107,8 @@ def planned_topic_ranges(batch: DataFrame) -> dict[str, list[SourceRange]]:
 def copy_ranges(
     spark: SparkSession, ranges: Sequence[SourceRange], config: DestinationConfig
 ) -> DataFrame:
-    """Copy each source offset range in its own Spark task -> summary rows (SUMMARY_SCHEMA).
-
-    Lazy: the copy runs when the result is computed, and again on every computation, so
-    compute it once (the job collects it: a few rows per partition).
-    """
+    """Copy each source offset range in its own Spark task, now, once -> summary rows
+    (SUMMARY_SCHEMA) as a local frame: a few rows per partition."""
     jvm = _jvm(spark)
     source_range = jvm.SourceRange  # one lookup for all the ranges
     java_ranges = java_list(
@@ -124,8 +121,8 @@ def copy_ranges(
 
 
 def summary_rows(summaries: DataFrame) -> list[dict[str, Any]]:
-    """Run the copy behind `summaries` (its one Spark job) -> its summary rows, as dicts
-    (`transforms.Summary`). The rows are few: one per partition and window."""
+    """A copy's summary rows (`copy_ranges`' frame) as dicts (`transforms.Summary`). The rows
+    are few: one per partition and window."""
     return [row.asDict() for row in summaries.collect()]
 
 

@@ -134,9 +134,7 @@ public final class AuditBatch {
       long auditMs,
       long timeoutMs) {
     FoldFactory factory = range -> new AuditFold(settings, range, batchId, auditMs);
-    List<Row> rows =
-        RangeFolds.fold(spark, ranges, consumerConfig, factory, AuditFold.ROW_SCHEMA, timeoutMs)
-            .collectAsList();
+    List<Row> rows = RangeFolds.fold(spark, ranges, consumerConfig, factory, timeoutMs);
     return spark.createDataFrame(rows, StructType.fromDDL(AuditFold.ROW_SCHEMA));
   }
 

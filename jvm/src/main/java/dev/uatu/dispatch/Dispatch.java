@@ -1,5 +1,6 @@
 package dev.uatu.dispatch;
 
+import dev.uatu.fold.TaskRows;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -11,8 +12,6 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
@@ -33,16 +32,12 @@ public final class Dispatch {
   private Dispatch() {}
 
   /**
-   * Dispatches {@code ranges} (one Spark task each) and returns the summary rows
-   * ({@link DispatchStats#SCHEMA}). Lazy like any Dataset: compute it once (the job uses
-   * localCheckpoint).
+   * Dispatches {@code ranges} (one Spark task each) now, once, and returns the summary rows
+   * ({@link DispatchStats#SCHEMA}) as a local Dataset ({@link TaskRows#collect}).
    */
   public static Dataset<Row> dispatch(SparkSession spark, List<Range> ranges, String configJson) {
     DispatchConfig config = DispatchConfig.fromJson(configJson);
-    JavaRDD<Row> rows =
-        JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(ranges, Math.max(1, ranges.size()))
-            .mapPartitions(new RangeDispatcher(config));
+    List<Row> rows = TaskRows.collect(spark, ranges, new RangeDispatcher(config));
     return spark.createDataFrame(rows, StructType.fromDDL(DispatchStats.SCHEMA));
   }
 

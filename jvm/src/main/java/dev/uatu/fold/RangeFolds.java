@@ -8,8 +8,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.function.ToLongFunction;
 import org.apache.spark.Partition;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -19,7 +17,6 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
 import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
 import org.apache.spark.sql.kafka010.KafkaOffsetRange;
-import org.apache.spark.sql.types.StructType;
 import scala.Option;
 import scala.jdk.javaapi.CollectionConverters;
 
@@ -49,23 +46,17 @@ public final class RangeFolds {
 
   /**
    * Folds the ranges in Spark tasks ({@link #packed}: several ranges to a task when there are
-   * more ranges than slots) and returns the folds' rows in {@code schemaDdl}. Lazy like any
-   * Dataset: the ranges are read when the result is computed, once per computation.
+   * more ranges than slots), now, and returns the folds' rows ({@link TaskRows#collect}).
    */
-  public static Dataset<Row> fold(
+  public static List<Row> fold(
       SparkSession spark,
       List<FoldRange> ranges,
       Map<String, String> consumerConfig,
       FoldFactory factory,
-      String schemaDdl,
       long timeoutMs) {
     List<ArrayList<FoldRange>> packs =
         packed(ranges, spark.sparkContext().defaultParallelism(), RECORDS_PER_TASK);
-    JavaRDD<Row> rows =
-        JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(packs, Math.max(1, packs.size()))
-            .mapPartitions(new FoldTask(consumerConfig, factory, timeoutMs));
-    return spark.createDataFrame(rows, StructType.fromDDL(schemaDdl));
+    return TaskRows.collect(spark, packs, new FoldTask(consumerConfig, factory, timeoutMs));
   }
 
   /**

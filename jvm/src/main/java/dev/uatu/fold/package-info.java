@@ -13,7 +13,8 @@
  *       pooled byte-array consumer ({@link dev.uatu.fold.Consumers}, {@link
  *       dev.uatu.fold.RangeReader}) and hands every record, in offset order, to the {@link
  *       dev.uatu.fold.RecordFold} its {@link dev.uatu.fold.FoldFactory} made for the range;
- *       the folds' rows come back as a Dataset in the schema the job gives.
+ *       the folds' rows come back to the driver as the folds made them ({@link
+ *       dev.uatu.fold.TaskRows}).
  *   <li>{@link dev.uatu.fold.BatchState}: a job's own state per micro-batch next to the
  *       checkpoint, written before the batch's output, so a replayed batch starts from the same
  *       state.

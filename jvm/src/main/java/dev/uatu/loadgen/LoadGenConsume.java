@@ -55,9 +55,7 @@ public final class LoadGenConsume {
     FoldFactory factory =
         range -> new SequenceFold(range.partition(), windowMs, prior.get(range.partition()));
     StructType schema = StructType.fromDDL(SequenceFold.ROW_SCHEMA);
-    List<Row> rows =
-        RangeFolds.fold(spark, ranges, consumerConfig, factory, SequenceFold.ROW_SCHEMA, timeoutMs)
-            .collectAsList();
+    List<Row> rows = RangeFolds.fold(spark, ranges, consumerConfig, factory, timeoutMs);
     List<Row> stats = new ArrayList<>();
     int stateColumn = schema.fieldIndex("state");
     for (Row row : rows) {

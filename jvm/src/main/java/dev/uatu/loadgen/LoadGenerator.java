@@ -1,8 +1,7 @@
 package dev.uatu.loadgen;
 
 import java.util.List;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.api.java.JavaSparkContext;
+import dev.uatu.fold.TaskRows;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
@@ -25,12 +24,7 @@ public final class LoadGenerator {
   public static Dataset<Row> produce(
       SparkSession spark, List<TaskPlan> plans, ProduceConfig config) {
     StructType schema = StructType.fromDDL(ProduceTask.ROW_SCHEMA);
-    JavaRDD<Row> rows =
-        JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(plans, Math.max(1, plans.size()))
-            .mapPartitions(new ProduceTask(config));
-    List<Row> collected = spark.createDataFrame(rows, schema).collectAsList();
-    return spark.createDataFrame(collected, schema);
+    return spark.createDataFrame(TaskRows.collect(spark, plans, new ProduceTask(config)), schema);
   }
 
   public static String rowSchema() {

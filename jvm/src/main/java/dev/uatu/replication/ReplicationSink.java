@@ -2,11 +2,10 @@ package dev.uatu.replication;
 
 import dev.uatu.fold.FoldException;
 import dev.uatu.fold.RangeFolds;
+import dev.uatu.fold.TaskRows;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import org.apache.spark.api.java.JavaRDD;
-import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
@@ -47,8 +46,8 @@ public final class ReplicationSink {
 
   /**
    * Copies {@code ranges}, packed into about one Spark task per slot ({@link #packed}), and
-   * returns the summary rows in {@code summarySchemaDdl}. Lazy like any Dataset: the copy
-   * happens when the result is computed, once per computation.
+   * returns the summary rows in {@code summarySchemaDdl} as a local Dataset. The copy runs now,
+   * once ({@link TaskRows#collect}).
    */
   public static Dataset<Row> copyRanges(
       SparkSession spark, List<SourceRange> ranges, CopyConfig config, String summarySchemaDdl) {
@@ -74,10 +73,7 @@ public final class ReplicationSink {
       Map<String, CopyConfig> routes,
       String summarySchemaDdl) {
     List<ArrayList<SourceRange>> packs = packed(ranges, spark.sparkContext().defaultParallelism());
-    JavaRDD<Row> summaries =
-        JavaSparkContext.fromSparkContext(spark.sparkContext())
-            .parallelize(packs, Math.max(1, packs.size()))
-            .mapPartitions(new RangeCopier(single, routes, packs.size()));
+    List<Row> summaries = TaskRows.collect(spark, packs, new RangeCopier(single, routes, packs.size()));
     return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
   }
 
