@@ -24,7 +24,7 @@ from uber.data.kafka.datatransfer import master_admin_service_pb2 as admin_pb2
 from uber.data.kafka.datatransfer.job_group_pb2 import JobGroup
 
 from bench._common import percentiles, say, wait_for
-from bench.process_usage import tree_usage
+from bench.process_usage import JitCpu, tree_usage
 from bench.progress_times import commits
 from bench.suite_cpu import Ledger
 from controlplane.state.sqlite import SqliteStore
@@ -63,14 +63,16 @@ def first_commits(checkpoints: Path, added: Mapping[str, float], first: dict[str
 class BurstCpu:
     """The CPU a burst used, read at each poll: the machine's busy seconds (/proc/stat), the
     workers' trees', and with `by_kind` every process's by kind (bench/suite_cpu.py's
-    `Ledger`), with the wall time of each reading. Says whether the cores were the limit, and
-    who kept them busy: a burst that kept every core busy ends sooner only with less work."""
+    `Ledger`) and the JVMs' JIT compiler threads' by kind (`JitCpu`), with the wall time of
+    each reading. Says whether the cores were the limit, and who kept them busy: a burst that
+    kept every core busy ends sooner only with less work."""
 
     def __init__(self, worker_pids: Sequence[int]) -> None:
         self.worker_pids = list(worker_pids)
         self.readings: list[tuple[float, float, float]] = []
-        self.kinds: list[tuple[float, dict[str, float]]] = []
+        self.kinds: list[tuple[float, dict[str, float], dict[str, float]]] = []
         self._ledger = Ledger()
+        self._jit = JitCpu()
         self._ledger.read(baseline=True)
         self.take(by_kind=True)
 
@@ -81,28 +83,38 @@ class BurstCpu:
         if by_kind:
             self._ledger.read()
             spent = {kind: cpu for kind, (_, cpu) in self._ledger.by_kind().items()}
-            self.kinds.append((now, spent))
+            kinds = self._ledger.kinds
+            self._jit.read([int(k) for k, kind in kinds.items() if k.isdigit() and "JVM" in kind])
+            jit: dict[str, float] = {}
+            for pid, cpu in self._jit.by_process().items():
+                kind = kinds.get(str(pid), "other")
+                jit[kind] = jit.get(kind, 0.0) + cpu
+            self.kinds.append((now, spent, jit))
 
     def until(self, at: float) -> dict[str, Any] | None:
         """From the first reading to the last one at or before `at` (epoch s): the machine's
         busy cores, and its share of all cores; the workers' CPU seconds; each kind's CPU
-        seconds (the kinds read last at or before `at`), most first."""
+        seconds, and its JIT compiler threads' (the kinds read last at or before `at`), most
+        first."""
         start, *_ = self.readings
         end = [r for r in self.readings if r[0] <= at][-1]
         wall = end[0] - start[0]
         if wall <= 0:
             return None
         cores = (end[1] - start[1]) / wall
-        kinds = [spent for t, spent in self.kinds if t <= at][-1]
+        kinds, jit = [(spent, jit) for t, spent, jit in self.kinds if t <= at][-1]
         return {
             "wall_s": wall,
             "machine_busy_cores": cores,
             "machine_busy_share": cores / (os.cpu_count() or 1),
             "workers_cpu_s": end[2] - start[2],
-            "cpu_s_by_kind": {
-                k: round(v, 1) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0
-            },
+            "cpu_s_by_kind": _most_first(kinds),
+            "jit_cpu_s_by_kind": _most_first(jit),
         }
+
+
+def _most_first(cpu_by_kind: Mapping[str, float]) -> dict[str, float]:
+    return {k: round(v, 1) for k, v in sorted(cpu_by_kind.items(), key=lambda kv: -kv[1]) if v > 0}
 
 
 def burst_cpu(cpu: BurstCpu, added: Mapping[str, float], first: Mapping[str, float]) -> dict:

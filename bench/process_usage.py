@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,3 +55,72 @@ def sample(pids: Sequence[int], seconds: float) -> dict[str, float]:
         usage.take()
         time.sleep(5)
     return usage.result()
+
+
+# A HotSpot JVM's JIT compiler threads, by their /proc name (cut to 15 characters).
+JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+class JitCpu:
+    """The CPU seconds JVMs' JIT compiler threads spent since the first `read`, by process.
+
+    A compiler thread's CPU is read from /proc/<pid>/task/<its id>/stat, so it counts while
+    the thread lives: HotSpot stops an idle extra compiler thread, and what that thread spent
+    since the last `read` is lost. The figure is a lower bound, close when reads are a second
+    apart."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}  # thread id -> its name, read once
+        self._first: dict[int, float] = {}  # compiler thread id -> its CPU when first seen
+        self._last: dict[int, float] = {}  # ... and at the last read that found it
+        self._owner: dict[int, int] = {}  # ... -> its process
+        self._reads = 0
+
+    def read(self, pids: Sequence[int]) -> None:
+        """Read the compiler threads of `pids` (a thread first seen after the first read counts
+        from zero: it was born since)."""
+        for pid in pids:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                if tid not in self._names:
+                    self._names[tid] = _thread_name(pid, tid)
+                if not self._names[tid].startswith(JIT_THREAD_NAMES):
+                    continue
+                cpu = _thread_cpu_seconds(pid, tid)
+                if cpu is None:  # gone since the listing
+                    continue
+                self._first.setdefault(tid, cpu if self._reads == 0 else 0.0)
+                self._last[tid] = cpu
+                self._owner[tid] = pid
+        self._reads += 1
+
+    def by_process(self) -> dict[int, float]:
+        """Each process's compiler threads' CPU seconds since the first read."""
+        spent: dict[int, float] = {}
+        for tid, cpu in self._last.items():
+            pid = self._owner[tid]
+            spent[pid] = spent.get(pid, 0.0) + cpu - self._first[tid]
+        return spent
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _thread_cpu_seconds(pid: int, tid: int) -> float | None:
+    """CPU time (user + system) thread `tid` of `pid` has used; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(") ")[2].split()  # from the state on, as in core.processes
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))

@@ -96,7 +96,11 @@ def test_burst_cpu_reads_from_the_first_add_to_half_and_to_all_committed():
     cpu = BurstCpu([])
     # (epoch s, machine busy CPU s, workers' CPU s): 2 busy cores for 4 s, then 1 for 4 s.
     cpu.readings = [(100.0, 50.0, 10.0), (104.0, 58.0, 17.0), (108.0, 62.0, 20.0)]
-    cpu.kinds = [(100.0, {}), (104.0, {"broker": 1.0, "worker": 7.0}), (108.0, {"worker": 10.0})]
+    cpu.kinds = [
+        (100.0, {}, {}),
+        (104.0, {"broker": 1.0, "worker": 7.0}, {"broker": 0.4, "worker": 2.0}),
+        (108.0, {"worker": 10.0}, {"worker": 3.0}),
+    ]
     added = {"a": 100.5, "b": 101.0, "c": 101.5}
     first = {"a": 3.0, "b": 4.0, "c": 6.6}  # committed at 103.5, 105.0 and 108.1
     figures = burst_cpu(cpu, added, first)
@@ -105,6 +109,7 @@ def test_burst_cpu_reads_from_the_first_add_to_half_and_to_all_committed():
     assert half["machine_busy_cores"] == 2.0
     assert half["workers_cpu_s"] == 7.0
     assert list(half["cpu_s_by_kind"].items()) == [("worker", 7.0), ("broker", 1.0)]
+    assert list(half["jit_cpu_s_by_kind"].items()) == [("worker", 2.0), ("broker", 0.4)]
     whole = figures["to_all_committed"]
     assert whole["machine_busy_cores"] == 1.5
     assert whole["workers_cpu_s"] == 10.0
