@@ -12,9 +12,9 @@ import org.apache.spark.sql.SparkSession;
  * summaries), brought to the driver by the tasks' one Spark job.
  *
  * <p>Why not {@code spark.createDataFrame(rdd, schema).collectAsList()}: a Dataset over an RDD
- * of rows has every task build the schema's row encoder (code generation per task, a few
- * milliseconds once the JVM is warm, far more in a JVM that has just started), and the driver
- * plan, optimise and generate code for a scan that only collects. The tasks' rows are few (a
+ * of rows has every task build the schema's row encoder (code generation per task, costlier
+ * the less warm the JVM), and the driver plan, optimise and generate code for a scan that only
+ * collects. The tasks' rows are few (a
  * handful per range), so they travel as they are, and a caller that needs a frame makes a
  * local one on the driver.
  */

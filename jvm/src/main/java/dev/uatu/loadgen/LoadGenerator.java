@@ -1,7 +1,7 @@
 package dev.uatu.loadgen;
 
-import java.util.List;
 import dev.uatu.fold.TaskRows;
+import java.util.List;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SparkSession;
