@@ -70,10 +70,10 @@ class JitCpu:
     apart."""
 
     def __init__(self) -> None:
-        self._names: dict[int, str] = {}  # thread id -> its name, read once
-        self._first: dict[int, float] = {}  # compiler thread id -> its CPU when first seen
-        self._last: dict[int, float] = {}  # ... and at the last read that found it
-        self._owner: dict[int, int] = {}  # ... -> its process
+        # Keyed by (process, thread id): a thread id is unique only while its thread lives.
+        self._names: dict[tuple[int, int], str] = {}  # a thread's name, read once
+        self._first: dict[tuple[int, int], float] = {}  # a compiler thread's CPU when first seen
+        self._last: dict[tuple[int, int], float] = {}  # ... and at the last read that found it
         self._reads = 0
 
     def read(self, pids: Sequence[int]) -> None:
@@ -85,24 +85,23 @@ class JitCpu:
             except OSError:
                 continue
             for tid in tids:
-                if tid not in self._names:
-                    self._names[tid] = _thread_name(pid, tid)
-                if not self._names[tid].startswith(JIT_THREAD_NAMES):
+                key = (pid, tid)
+                if key not in self._names:
+                    self._names[key] = _thread_name(pid, tid)
+                if not self._names[key].startswith(JIT_THREAD_NAMES):
                     continue
                 cpu = _thread_cpu_seconds(pid, tid)
                 if cpu is None:  # gone since the listing
                     continue
-                self._first.setdefault(tid, cpu if self._reads == 0 else 0.0)
-                self._last[tid] = cpu
-                self._owner[tid] = pid
+                self._first.setdefault(key, cpu if self._reads == 0 else 0.0)
+                self._last[key] = cpu
         self._reads += 1
 
     def by_process(self) -> dict[int, float]:
         """Each process's compiler threads' CPU seconds since the first read."""
         spent: dict[int, float] = {}
-        for tid, cpu in self._last.items():
-            pid = self._owner[tid]
-            spent[pid] = spent.get(pid, 0.0) + cpu - self._first[tid]
+        for (pid, tid), cpu in self._last.items():
+            spent[pid] = spent.get(pid, 0.0) + cpu - self._first[(pid, tid)]
         return spent
 
 
