@@ -73,7 +73,8 @@ public final class ReplicationSink {
       Map<String, CopyConfig> routes,
       String summarySchemaDdl) {
     List<ArrayList<SourceRange>> packs = packed(ranges, spark.sparkContext().defaultParallelism());
-    List<Row> summaries = TaskRows.collect(spark, packs, new RangeCopier(single, routes, packs.size()));
+    List<Row> summaries =
+        TaskRows.collect(spark, packs, new RangeCopier(single, routes, packs.size()));
     return spark.createDataFrame(summaries, StructType.fromDDL(summarySchemaDdl));
   }
 
