@@ -138,8 +138,8 @@ def warm_up_job_types(
         try:
             runtime.warm_up(spark)
         except Exception as e:  # only an optimisation: the worker starts anyway
-            done[runtime.__name__] = error_line(e)
-            log.warning("%s's warm-up failed (it starts cold): %s", runtime.__name__, e)
+            failure = done[runtime.__name__] = error_line(e)
+            log.warning("%s's warm-up failed (it starts cold): %s", runtime.__name__, failure)
             continue
         done[runtime.__name__] = time.monotonic() - started
     if done:
